@@ -1,0 +1,143 @@
+//! Data descriptors: arrays and scalars, and symbols.
+
+use crate::dtype::{DType, Value};
+use crate::symexpr::SymExpr;
+
+/// Where an array lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Storage {
+    /// Host memory.
+    #[default]
+    Host,
+    /// GPU global memory.
+    Device,
+}
+
+impl Storage {
+    /// Name in the JSON format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::Host => "host",
+            Storage::Device => "device",
+        }
+    }
+}
+
+/// An array: element type, symbolic shape and strides (in elements).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Array {
+    /// Element type.
+    pub dtype: DType,
+    /// Extent of each dimension.
+    pub shape: Vec<SymExpr>,
+    /// Distance in elements between neighbours along each dimension.
+    pub strides: Vec<SymExpr>,
+    /// Where it lives.
+    pub storage: Storage,
+    /// True when the array is internal to the program (allocated by it, not an argument).
+    pub transient: bool,
+}
+
+impl Array {
+    /// A host array with row-major (C) strides.
+    pub fn new(dtype: DType, shape: Vec<SymExpr>) -> Array {
+        let strides = row_major_strides(&shape);
+        Array {
+            dtype,
+            shape,
+            strides,
+            storage: Storage::Host,
+            transient: false,
+        }
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements, simplified.
+    pub fn size(&self) -> SymExpr {
+        self.shape.iter().fold(SymExpr::Int(1), |a, s| a.mul(s))
+    }
+}
+
+/// Row-major strides for a shape: the last dimension is contiguous.
+pub fn row_major_strides(shape: &[SymExpr]) -> Vec<SymExpr> {
+    let mut strides = vec![SymExpr::Int(1); shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1].mul(&shape[d + 1]);
+    }
+    strides
+}
+
+/// A data container.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DataDesc {
+    /// A multi-dimensional array.
+    Array(Array),
+    /// A single value (a 0-dimensional container).
+    Scalar {
+        /// Its type.
+        dtype: DType,
+        /// True when internal to the program.
+        transient: bool,
+    },
+}
+
+impl DataDesc {
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            DataDesc::Array(a) => a.dtype,
+            DataDesc::Scalar { dtype, .. } => *dtype,
+        }
+    }
+
+    /// True when internal to the program.
+    pub fn transient(&self) -> bool {
+        match self {
+            DataDesc::Array(a) => a.transient,
+            DataDesc::Scalar { transient, .. } => *transient,
+        }
+    }
+
+    /// Shape (empty for a scalar).
+    pub fn shape(&self) -> &[SymExpr] {
+        match self {
+            DataDesc::Array(a) => &a.shape,
+            DataDesc::Scalar { .. } => &[],
+        }
+    }
+
+    /// Number of dimensions (0 for a scalar).
+    pub fn rank(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The array, if this is one.
+    pub fn as_array(&self) -> Option<&Array> {
+        match self {
+            DataDesc::Array(a) => Some(a),
+            DataDesc::Scalar { .. } => None,
+        }
+    }
+}
+
+/// A symbol: a named scalar parameter usable in shapes, ranges, conditions and tasklets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Symbol {
+    /// Its type. Integer symbols may appear in symbolic expressions; float symbols only in
+    /// tasklet code (GT4Py passes scalar parameters this way).
+    pub dtype: DType,
+    /// A value known at build time: the symbol is then a constant that specialization
+    /// can fold away, and callers need not pass it.
+    pub value: Option<Value>,
+}
+
+impl Symbol {
+    /// A runtime symbol of the given type.
+    pub fn new(dtype: DType) -> Symbol {
+        Symbol { dtype, value: None }
+    }
+}

@@ -1,0 +1,397 @@
+//! The dataflow graph of a state or a map body, and its nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use petgraph::Direction;
+use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+
+use crate::dtype::{DType, Value};
+use crate::expr::Stmt;
+use crate::memlet::{Dim, Memlet, Wcr};
+use crate::sdfg::Sdfg;
+use crate::symexpr::SymExpr;
+
+/// Index of a node in a [`Dataflow`] graph (stable under removal of other nodes).
+pub type NodeId = NodeIndex<u32>;
+/// Index of an edge in a [`Dataflow`] graph.
+pub type EdgeId = EdgeIndex<u32>;
+
+/// An edge: a memlet between two nodes, with the connectors it attaches to.
+///
+/// Connectors name tasklet inputs/outputs, nested-SDFG arrays and library-node ports.
+/// Edges of access nodes and of map nodes carry no connector: an access node is its data,
+/// and a map's connector is the memlet's data name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    /// Connector on the source node.
+    pub src_conn: Option<String>,
+    /// Connector on the destination node.
+    pub dst_conn: Option<String>,
+    /// What moves along the edge.
+    pub memlet: Memlet,
+}
+
+/// A half-open strided range of a map parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Range {
+    /// First value.
+    pub start: SymExpr,
+    /// One past the last value.
+    pub end: SymExpr,
+    /// Increment (positive).
+    pub step: SymExpr,
+}
+
+impl Range {
+    /// `start:end` with step 1.
+    pub fn new(start: impl Into<SymExpr>, end: impl Into<SymExpr>) -> Range {
+        Range {
+            start: start.into(),
+            end: end.into(),
+            step: SymExpr::Int(1),
+        }
+    }
+
+    /// Parses `start:end` or `start:end:step`.
+    pub fn parse(text: &str) -> Result<Range, crate::parse::ParseError> {
+        let s = crate::parse::parse_subset(text)?;
+        match s.0.as_slice() {
+            [Dim::Range { start, end, step }] => Ok(Range {
+                start: start.clone(),
+                end: end.clone(),
+                step: step.clone(),
+            }),
+            _ => Err(crate::parse::ParseError {
+                message: "expected a range 'start:end' or 'start:end:step'".into(),
+                column: 1,
+                text: text.to_string(),
+            }),
+        }
+    }
+
+    /// The same range as a subset dimension.
+    pub fn to_dim(&self) -> Dim {
+        Dim::Range {
+            start: self.start.clone(),
+            end: self.end.clone(),
+            step: self.step.clone(),
+        }
+    }
+
+    /// Number of values, simplified.
+    pub fn size(&self) -> SymExpr {
+        self.to_dim().size()
+    }
+}
+
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_dim())
+    }
+}
+
+/// How the iterations of a map are executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Schedule {
+    /// One after the other, in lexicographic order.
+    Sequential,
+    /// Shared-memory parallel (OpenMP).
+    #[default]
+    CpuParallel,
+    /// A GPU kernel.
+    GpuDevice,
+}
+
+impl Schedule {
+    /// Name in the JSON format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Sequential => "sequential",
+            Schedule::CpuParallel => "cpu_parallel",
+            Schedule::GpuDevice => "gpu_device",
+        }
+    }
+}
+
+/// A computation on scalars: typed connectors and straight-line code.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tasklet {
+    /// Label, used in messages and generated code.
+    pub name: String,
+    /// Input connectors and their types.
+    pub inputs: BTreeMap<String, DType>,
+    /// Output connectors and their types.
+    pub outputs: BTreeMap<String, DType>,
+    /// Statements, in order. Each output is assigned exactly once; other targets are
+    /// locals, each assigned once before use. A value assigned to an output is converted
+    /// to the output's type.
+    pub code: Vec<Stmt>,
+}
+
+/// A map: a parallel loop nest whose body is itself a dataflow graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapScope {
+    /// Label, used in messages and generated code.
+    pub label: String,
+    /// Parameter names, outermost first.
+    pub params: Vec<String>,
+    /// One range per parameter.
+    pub ranges: Vec<Range>,
+    /// Execution schedule.
+    pub schedule: Schedule,
+    /// What one iteration does. Access nodes in the body refer to the SDFG's containers by
+    /// name; the map node's edges carry what the whole map reads and writes.
+    pub body: Dataflow,
+}
+
+/// An SDFG called from a state; its non-transient containers are its connectors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NestedSdfg {
+    /// The callee.
+    pub sdfg: Box<Sdfg>,
+    /// Value of each of the callee's free symbols, in terms of the caller's.
+    pub symbol_mapping: BTreeMap<String, SymExpr>,
+}
+
+/// A reduction of the input (connector `in`) along some axes into the output (`out`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduce {
+    /// The combining operation.
+    pub op: Wcr,
+    /// Axes reduced (all when `None`); the output has the remaining axes.
+    pub axes: Option<Vec<usize>>,
+    /// Start value; without it the fold starts from the first element.
+    pub identity: Option<Value>,
+}
+
+/// A node whose semantics is a known library operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LibraryNode {
+    /// A reduction.
+    Reduce(Reduce),
+}
+
+/// A dataflow node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// A data container, by name.
+    Access(String),
+    /// Scalar code.
+    Tasklet(Tasklet),
+    /// A map scope with its body.
+    Map(MapScope),
+    /// A nested SDFG.
+    Nested(NestedSdfg),
+    /// A library operation.
+    Library(LibraryNode),
+}
+
+impl Node {
+    /// `access 'u'`, `tasklet 'lap'`, `map 'stencil'`, … for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Node::Access(d) => format!("access '{d}'"),
+            Node::Tasklet(t) => format!("tasklet '{}'", t.name),
+            Node::Map(m) => format!("map '{}'", m.label),
+            Node::Nested(n) => format!("nested SDFG '{}'", n.sdfg.name),
+            Node::Library(LibraryNode::Reduce(_)) => "library node 'reduce'".to_string(),
+        }
+    }
+
+    /// The data name of an access node.
+    pub fn as_access(&self) -> Option<&str> {
+        match self {
+            Node::Access(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// A dataflow multigraph (a state's, or a map body's).
+///
+/// Equality is structural: the same live nodes in index order, the same edges in index
+/// order, whatever holes removals left in the indices.
+#[derive(Clone, Debug, Default)]
+pub struct Dataflow {
+    /// The graph itself.
+    pub graph: StableDiGraph<Node, Edge, u32>,
+}
+
+impl PartialEq for Dataflow {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.compacted(), other.compacted());
+        a.0 == b.0 && a.1 == b.1
+    }
+}
+
+impl Dataflow {
+    /// An empty graph.
+    pub fn new() -> Dataflow {
+        Dataflow::default()
+    }
+
+    /// Nodes in index order, and edges as (source position, destination position, edge)
+    /// where positions index that node list.
+    pub fn compacted(&self) -> (Vec<&Node>, Vec<(usize, usize, &Edge)>) {
+        let ids: Vec<NodeId> = self.graph.node_indices().collect();
+        let pos: BTreeMap<NodeId, usize> = ids.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let nodes = ids.iter().map(|n| &self.graph[*n]).collect();
+        let edges = self
+            .graph
+            .edge_indices()
+            .map(|e| {
+                let (s, d) = self
+                    .graph
+                    .edge_endpoints(e)
+                    .expect("edge index from the graph");
+                (pos[&s], pos[&d], &self.graph[e])
+            })
+            .collect();
+        (nodes, edges)
+    }
+
+    /// Adds a node.
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        self.graph.add_node(node)
+    }
+
+    /// Adds an access node.
+    pub fn add_access(&mut self, data: &str) -> NodeId {
+        self.graph.add_node(Node::Access(data.to_string()))
+    }
+
+    /// Adds an edge.
+    pub fn add_edge(
+        &mut self,
+        src: NodeId,
+        src_conn: Option<&str>,
+        dst: NodeId,
+        dst_conn: Option<&str>,
+        memlet: Memlet,
+    ) -> EdgeId {
+        let edge = Edge {
+            src_conn: src_conn.map(str::to_string),
+            dst_conn: dst_conn.map(str::to_string),
+            memlet,
+        };
+        self.graph.add_edge(src, dst, edge)
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    /// The node with this id.
+    pub fn node(&self, n: NodeId) -> &Node {
+        &self.graph[n]
+    }
+
+    /// Node ids in index order.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.graph.node_indices().collect()
+    }
+
+    /// Edge ids in index order.
+    pub fn edge_ids(&self) -> Vec<EdgeId> {
+        self.graph.edge_indices().collect()
+    }
+
+    /// Source and destination of an edge.
+    pub fn endpoints(&self, e: EdgeId) -> (NodeId, NodeId) {
+        self.graph
+            .edge_endpoints(e)
+            .expect("edge index from this graph")
+    }
+
+    /// The edge with this id.
+    pub fn edge(&self, e: EdgeId) -> &Edge {
+        &self.graph[e]
+    }
+
+    /// Incoming edges of a node, in edge-index order.
+    pub fn in_edges(&self, n: NodeId) -> Vec<EdgeId> {
+        self.edges_dir(n, Direction::Incoming)
+    }
+
+    /// Outgoing edges of a node, in edge-index order.
+    pub fn out_edges(&self, n: NodeId) -> Vec<EdgeId> {
+        self.edges_dir(n, Direction::Outgoing)
+    }
+
+    fn edges_dir(&self, n: NodeId, dir: Direction) -> Vec<EdgeId> {
+        let mut v: Vec<EdgeId> = self.graph.edges_directed(n, dir).map(|e| e.id()).collect();
+        v.sort();
+        v
+    }
+
+    /// A topological order, smallest index first among ready nodes (deterministic), or
+    /// a node on a cycle.
+    pub fn topological_order(&self) -> Result<Vec<NodeId>, NodeId> {
+        let mut indeg: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for n in self.graph.node_indices() {
+            indeg.insert(n, self.graph.edges_directed(n, Direction::Incoming).count());
+        }
+        let mut ready: BTreeSet<NodeId> = indeg
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut order = Vec::with_capacity(indeg.len());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for e in self.graph.edges_directed(n, Direction::Outgoing) {
+                let d = indeg.get_mut(&e.target()).expect("target is a node");
+                *d -= 1;
+                if *d == 0 {
+                    ready.insert(e.target());
+                }
+            }
+        }
+        if order.len() == indeg.len() {
+            Ok(order)
+        } else {
+            let stuck = indeg
+                .iter()
+                .find(|(n, d)| **d > 0 && !order.contains(n))
+                .map(|(n, _)| *n);
+            Err(stuck.expect("some node is left when the order is short"))
+        }
+    }
+
+    /// True if a directed path leads from `a` to `b` (or `a == b`).
+    pub fn reaches(&self, a: NodeId, b: NodeId) -> bool {
+        petgraph::algo::has_path_connecting(&self.graph, a, b, None)
+    }
+
+    /// Access nodes of a container, in index order.
+    pub fn access_nodes(&self, data: &str) -> Vec<NodeId> {
+        self.graph
+            .node_indices()
+            .filter(|n| self.graph[*n].as_access() == Some(data))
+            .collect()
+    }
+
+    /// Every container name accessed in this graph or in the bodies of its maps
+    /// (not inside nested SDFGs), sorted.
+    pub fn accessed_data(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for n in self.graph.node_indices() {
+            match &self.graph[n] {
+                Node::Access(d) => {
+                    out.insert(d.clone());
+                }
+                Node::Map(m) => out.extend(m.body.accessed_data()),
+                _ => {}
+            }
+        }
+        for e in self.graph.edge_indices() {
+            for t in self.graph[e].memlet.subset.tables() {
+                out.insert(t.to_string());
+            }
+        }
+        out
+    }
+}

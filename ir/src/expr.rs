@@ -1,0 +1,631 @@
+//! Tasklet code: typed scalar expressions and the statements of a tasklet body.
+//!
+//! This is the language the e-graph rewrites, so it stays a plain tree with one meaning:
+//! C's arithmetic on the types of [`DType`] (see [`DType::promote`]), IEEE semantics for
+//! floats, Python's `//` and `%` (floored) on integers, and the math functions of C's
+//! `<math.h>` on the operand's float type.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::dtype::{DType, Value, fmt_float};
+
+/// A unary operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnOp {
+    /// Arithmetic negation.
+    Neg,
+    /// Logical negation (operand `bool`).
+    Not,
+}
+
+/// A binary operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`: IEEE division on floats, truncating division on integers (C).
+    Div,
+    /// `//`: floor division (`floor(a / b)` on floats).
+    FloorDiv,
+    /// `%`: floored modulo, the sign of the divisor (Python).
+    Mod,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `&&` on booleans.
+    And,
+    /// `||` on booleans.
+    Or,
+}
+
+impl BinOp {
+    /// Infix spelling.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::FloorDiv => "//",
+            BinOp::Mod => "%",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+
+    /// Binding strength (higher binds tighter).
+    pub(crate) fn precedence(self) -> u8 {
+        match self {
+            BinOp::Or => 1,
+            BinOp::And => 2,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
+            BinOp::Add | BinOp::Sub => 4,
+            BinOp::Mul | BinOp::Div | BinOp::FloorDiv | BinOp::Mod => 5,
+        }
+    }
+
+    /// True for the six comparisons.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+
+    /// True for `&&` and `||`.
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinOp::And | BinOp::Or)
+    }
+}
+
+/// A math function (C `<math.h>` semantics, in the float type of the operands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MathFn {
+    /// `abs(x)`; on integers stays integer.
+    Abs,
+    /// `sqrt(x)`
+    Sqrt,
+    /// `cbrt(x)`
+    Cbrt,
+    /// `exp(x)`
+    Exp,
+    /// `log(x)` (natural)
+    Log,
+    /// `log10(x)`
+    Log10,
+    /// `sin(x)`
+    Sin,
+    /// `cos(x)`
+    Cos,
+    /// `tan(x)`
+    Tan,
+    /// `asin(x)`
+    Asin,
+    /// `acos(x)`
+    Acos,
+    /// `atan(x)`
+    Atan,
+    /// `sinh(x)`
+    Sinh,
+    /// `cosh(x)`
+    Cosh,
+    /// `tanh(x)`
+    Tanh,
+    /// `floor(x)`
+    Floor,
+    /// `ceil(x)`
+    Ceil,
+    /// `trunc(x)`
+    Trunc,
+    /// `round(x)` (half away from zero)
+    Round,
+    /// `pow(x, y)`
+    Pow,
+    /// `atan2(y, x)`
+    Atan2,
+    /// `min(a, b)`: on floats C's `fmin` (a NaN operand yields the other).
+    Min,
+    /// `max(a, b)`: on floats C's `fmax`.
+    Max,
+}
+
+impl MathFn {
+    /// Every function, for parsing and generators.
+    pub const ALL: [MathFn; 23] = [
+        MathFn::Abs,
+        MathFn::Sqrt,
+        MathFn::Cbrt,
+        MathFn::Exp,
+        MathFn::Log,
+        MathFn::Log10,
+        MathFn::Sin,
+        MathFn::Cos,
+        MathFn::Tan,
+        MathFn::Asin,
+        MathFn::Acos,
+        MathFn::Atan,
+        MathFn::Sinh,
+        MathFn::Cosh,
+        MathFn::Tanh,
+        MathFn::Floor,
+        MathFn::Ceil,
+        MathFn::Trunc,
+        MathFn::Round,
+        MathFn::Pow,
+        MathFn::Atan2,
+        MathFn::Min,
+        MathFn::Max,
+    ];
+
+    /// Name in expression text.
+    pub fn name(self) -> &'static str {
+        match self {
+            MathFn::Abs => "abs",
+            MathFn::Sqrt => "sqrt",
+            MathFn::Cbrt => "cbrt",
+            MathFn::Exp => "exp",
+            MathFn::Log => "log",
+            MathFn::Log10 => "log10",
+            MathFn::Sin => "sin",
+            MathFn::Cos => "cos",
+            MathFn::Tan => "tan",
+            MathFn::Asin => "asin",
+            MathFn::Acos => "acos",
+            MathFn::Atan => "atan",
+            MathFn::Sinh => "sinh",
+            MathFn::Cosh => "cosh",
+            MathFn::Tanh => "tanh",
+            MathFn::Floor => "floor",
+            MathFn::Ceil => "ceil",
+            MathFn::Trunc => "trunc",
+            MathFn::Round => "round",
+            MathFn::Pow => "pow",
+            MathFn::Atan2 => "atan2",
+            MathFn::Min => "min",
+            MathFn::Max => "max",
+        }
+    }
+
+    /// Looks a function up by name.
+    pub fn from_name(s: &str) -> Option<MathFn> {
+        MathFn::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// Number of arguments.
+    pub fn arity(self) -> usize {
+        match self {
+            MathFn::Pow | MathFn::Atan2 | MathFn::Min | MathFn::Max => 2,
+            _ => 1,
+        }
+    }
+
+    /// True when the function keeps integer operands integer (`abs`, `min`, `max`).
+    pub fn keeps_int(self) -> bool {
+        matches!(self, MathFn::Abs | MathFn::Min | MathFn::Max)
+    }
+}
+
+/// A typed scalar expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// A literal.
+    Const(Value),
+    /// A tasklet input connector, a local, a symbol or an enclosing map parameter.
+    Var(String),
+    /// A unary operation.
+    Unary(UnOp, Box<Expr>),
+    /// A binary operation.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `select(cond, a, b)`: `a` where `cond` holds, else `b` (both are evaluated).
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// A math function call.
+    Call(MathFn, Vec<Expr>),
+    /// A conversion, written `f64(x)`, `i32(x)`, ….
+    Cast(DType, Box<Expr>),
+}
+
+/// Why an expression is ill-typed or uses an unknown name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TypeError {
+    /// A name that is neither connector, local, symbol nor map parameter.
+    #[error("unknown name '{0}'")]
+    UnknownName(String),
+    /// Operands of a wrong type.
+    #[error("'{op}' cannot take {found} operands (in '{expr}')")]
+    BadOperand {
+        /// The operator or function.
+        op: String,
+        /// The offending type.
+        found: DType,
+        /// The expression text.
+        expr: String,
+    },
+    /// A function called with the wrong number of arguments.
+    #[error("'{func}' takes {expected} argument(s), got {found}")]
+    Arity {
+        /// The function.
+        func: String,
+        /// Expected count.
+        expected: usize,
+        /// Given count.
+        found: usize,
+    },
+}
+
+impl From<Value> for Expr {
+    fn from(v: Value) -> Self {
+        Expr::Const(v)
+    }
+}
+
+impl Expr {
+    /// Parses expression text such as `0.25 * (a + b) - sqrt(c)`.
+    pub fn parse(text: &str) -> Result<Expr, crate::parse::ParseError> {
+        crate::parse::parse_expr(text)
+    }
+
+    /// A variable reference.
+    pub fn var(name: &str) -> Expr {
+        Expr::Var(name.to_string())
+    }
+
+    /// An `f64` literal.
+    pub fn f64(v: f64) -> Expr {
+        Expr::Const(Value::F64(v))
+    }
+
+    /// A binary node.
+    pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Binary(op, Box::new(a), Box::new(b))
+    }
+
+    /// Every variable name the expression reads, sorted.
+    pub fn vars(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        self.visit(&mut |e| {
+            if let Expr::Var(v) = e {
+                out.insert(v.clone());
+            }
+        });
+        out
+    }
+
+    /// Calls `f` on every node, parents before children, left to right.
+    pub fn visit(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Unary(_, a) | Expr::Cast(_, a) => a.visit(f),
+            Expr::Binary(_, a, b) => {
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Select(c, a, b) => {
+                c.visit(f);
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Call(_, args) => args.iter().for_each(|a| a.visit(f)),
+        }
+    }
+
+    /// Number of nodes in the tree.
+    pub fn size(&self) -> usize {
+        let mut n = 0;
+        self.visit(&mut |_| n += 1);
+        n
+    }
+
+    /// Renames variables (names not in the map stay).
+    pub fn rename(&self, map: &BTreeMap<String, String>) -> Expr {
+        self.replace_vars(&|v| map.get(v).map(|n| Expr::Var(n.clone())))
+    }
+
+    /// Replaces variables for which `f` returns an expression.
+    pub fn replace_vars(&self, f: &dyn Fn(&str) -> Option<Expr>) -> Expr {
+        match self {
+            Expr::Const(_) => self.clone(),
+            Expr::Var(v) => f(v).unwrap_or_else(|| self.clone()),
+            Expr::Unary(op, a) => Expr::Unary(*op, Box::new(a.replace_vars(f))),
+            Expr::Cast(t, a) => Expr::Cast(*t, Box::new(a.replace_vars(f))),
+            Expr::Binary(op, a, b) => Expr::bin(*op, a.replace_vars(f), b.replace_vars(f)),
+            Expr::Select(c, a, b) => Expr::Select(
+                Box::new(c.replace_vars(f)),
+                Box::new(a.replace_vars(f)),
+                Box::new(b.replace_vars(f)),
+            ),
+            Expr::Call(func, args) => {
+                Expr::Call(*func, args.iter().map(|a| a.replace_vars(f)).collect())
+            }
+        }
+    }
+
+    /// The type of the expression given the type of each name.
+    pub fn infer(&self, env: &dyn Fn(&str) -> Option<DType>) -> Result<DType, TypeError> {
+        let bad = |op: &str, found: DType| TypeError::BadOperand {
+            op: op.to_string(),
+            found,
+            expr: self.to_string(),
+        };
+        Ok(match self {
+            Expr::Const(v) => v.dtype(),
+            Expr::Var(v) => env(v).ok_or_else(|| TypeError::UnknownName(v.clone()))?,
+            Expr::Unary(UnOp::Neg, a) => {
+                let t = a.infer(env)?;
+                if t == DType::Bool {
+                    return Err(bad("-", t));
+                }
+                t
+            }
+            Expr::Unary(UnOp::Not, a) => {
+                let t = a.infer(env)?;
+                if t != DType::Bool {
+                    return Err(bad("!", t));
+                }
+                DType::Bool
+            }
+            Expr::Binary(op, a, b) => {
+                let (ta, tb) = (a.infer(env)?, b.infer(env)?);
+                if op.is_logical() {
+                    for t in [ta, tb] {
+                        if t != DType::Bool {
+                            return Err(bad(op.symbol(), t));
+                        }
+                    }
+                    DType::Bool
+                } else if op.is_comparison() {
+                    if matches!(op, BinOp::Eq | BinOp::Ne) && ta == DType::Bool && tb == DType::Bool
+                    {
+                        return Ok(DType::Bool);
+                    }
+                    for t in [ta, tb] {
+                        if t == DType::Bool {
+                            return Err(bad(op.symbol(), t));
+                        }
+                    }
+                    DType::Bool
+                } else {
+                    for t in [ta, tb] {
+                        if t == DType::Bool {
+                            return Err(bad(op.symbol(), t));
+                        }
+                    }
+                    DType::promote(ta, tb)
+                }
+            }
+            Expr::Select(c, a, b) => {
+                let tc = c.infer(env)?;
+                if tc != DType::Bool {
+                    return Err(bad("select", tc));
+                }
+                let (ta, tb) = (a.infer(env)?, b.infer(env)?);
+                if (ta == DType::Bool) != (tb == DType::Bool) {
+                    return Err(bad("select", DType::Bool));
+                }
+                DType::promote(ta, tb)
+            }
+            Expr::Call(func, args) => {
+                if args.len() != func.arity() {
+                    return Err(TypeError::Arity {
+                        func: func.name().to_string(),
+                        expected: func.arity(),
+                        found: args.len(),
+                    });
+                }
+                let mut t = DType::Bool;
+                for a in args {
+                    let ta = a.infer(env)?;
+                    if ta == DType::Bool {
+                        return Err(bad(func.name(), ta));
+                    }
+                    t = DType::promote(t, ta);
+                }
+                if t.is_int() && !func.keeps_int() {
+                    DType::F64
+                } else {
+                    t
+                }
+            }
+            Expr::Cast(t, a) => {
+                a.infer(env)?;
+                *t
+            }
+        })
+    }
+}
+
+/// One statement of a tasklet body: `name = value`. A name that is an output connector
+/// assigns that output; any other name is a local, usable by later statements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    /// Output connector or local being defined.
+    pub target: String,
+    /// The value.
+    pub value: Expr,
+}
+
+impl Stmt {
+    /// Parses `target = expr`.
+    pub fn parse(text: &str) -> Result<Stmt, crate::parse::ParseError> {
+        crate::parse::parse_stmt(text)
+    }
+}
+
+impl fmt::Display for Stmt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}", self.target, self.value)
+    }
+}
+
+const PREC_UNARY: u8 = 6;
+const PREC_ATOM: u8 = 7;
+
+fn prec_of(e: &Expr) -> u8 {
+    match e {
+        Expr::Const(v) if is_negative_literal(*v) => PREC_UNARY,
+        Expr::Const(_) | Expr::Var(_) | Expr::Select(..) | Expr::Call(..) | Expr::Cast(..) => {
+            PREC_ATOM
+        }
+        Expr::Unary(..) => PREC_UNARY,
+        Expr::Binary(op, _, _) => op.precedence(),
+    }
+}
+
+fn is_negative_literal(v: Value) -> bool {
+    match v {
+        Value::I32(x) => x < 0,
+        Value::I64(x) => x < 0,
+        Value::F32(x) => x.is_sign_negative() && !x.is_nan(),
+        Value::F64(x) => x.is_sign_negative() && !x.is_nan(),
+        Value::Bool(_) => false,
+    }
+}
+
+fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, min_prec: u8, strict: bool) -> fmt::Result {
+    let p = prec_of(e);
+    let paren = p < min_prec || (strict && p == min_prec);
+    if paren {
+        f.write_str("(")?;
+    }
+    match e {
+        Expr::Const(Value::F64(v)) => fmt_float(f, *v)?,
+        Expr::Const(v) => write!(f, "{v}")?,
+        Expr::Var(v) => f.write_str(v)?,
+        Expr::Unary(op, a) => {
+            f.write_str(if *op == UnOp::Neg { "-" } else { "!" })?;
+            // `-(1.0)` keeps Neg(literal) distinct from the literal -1.0.
+            let force = matches!(**a, Expr::Const(_)) || matches!(**a, Expr::Unary(..));
+            write_expr(f, a, if force { PREC_ATOM + 1 } else { PREC_UNARY }, false)?;
+        }
+        Expr::Binary(op, a, b) => {
+            let q = op.precedence();
+            write_expr(f, a, q, op.is_comparison())?;
+            write!(f, " {} ", op.symbol())?;
+            write_expr(f, b, q, true)?;
+        }
+        Expr::Select(c, a, b) => {
+            f.write_str("select(")?;
+            write_expr(f, c, 0, false)?;
+            f.write_str(", ")?;
+            write_expr(f, a, 0, false)?;
+            f.write_str(", ")?;
+            write_expr(f, b, 0, false)?;
+            f.write_str(")")?;
+        }
+        Expr::Call(func, args) => {
+            write!(f, "{}(", func.name())?;
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write_expr(f, a, 0, false)?;
+            }
+            f.write_str(")")?;
+        }
+        Expr::Cast(t, a) => {
+            write!(f, "{t}(")?;
+            write_expr(f, a, 0, false)?;
+            f.write_str(")")?;
+        }
+    }
+    if paren {
+        f.write_str(")")?;
+    }
+    Ok(())
+}
+
+/// Prints expression text that [`Expr::parse`] reads back to the same tree.
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_expr(f, self, 0, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(t: &str) -> Expr {
+        Expr::parse(t).unwrap()
+    }
+
+    #[test]
+    fn round_trip_text() {
+        for t in [
+            "a - (b - c)",
+            "a - b - c",
+            "-(1.0)",
+            "-1.0 * x",
+            "x - -2.5e-7",
+            "select(a < b, a, 2.0f32)",
+            "f32(x) + 3i32",
+            "!(a && b) || c",
+            "pow(x, 2.0) / sqrt(y + 1e300)",
+            "-inf",
+            "nan",
+            "x // 2 % 3",
+            "-(-x)",
+            "(a < b) == c",
+        ] {
+            let e = p(t);
+            assert_eq!(p(&e.to_string()), e, "{t} printed as {e}");
+        }
+    }
+
+    #[test]
+    fn typing_follows_c_promotion() {
+        let env = |n: &str| match n {
+            "a" => Some(DType::F32),
+            "b" => Some(DType::F64),
+            "i" => Some(DType::I32),
+            "c" => Some(DType::Bool),
+            _ => None,
+        };
+        assert_eq!(p("a * i").infer(&env), Ok(DType::F32));
+        assert_eq!(p("a * b").infer(&env), Ok(DType::F64));
+        assert_eq!(p("i + 1").infer(&env), Ok(DType::I64));
+        assert_eq!(p("sqrt(i)").infer(&env), Ok(DType::F64));
+        assert_eq!(p("abs(i)").infer(&env), Ok(DType::I32));
+        assert_eq!(p("select(c, a, i)").infer(&env), Ok(DType::F32));
+        assert_eq!(
+            p("q + 1").infer(&env),
+            Err(TypeError::UnknownName("q".into()))
+        );
+        assert!(matches!(
+            p("c + 1").infer(&env),
+            Err(TypeError::BadOperand { .. })
+        ));
+        assert!(matches!(
+            p("a && c").infer(&env),
+            Err(TypeError::BadOperand { .. })
+        ));
+        assert_eq!(
+            Expr::Call(MathFn::Pow, vec![p("a")]).infer(&env),
+            Err(TypeError::Arity {
+                func: "pow".into(),
+                expected: 2,
+                found: 1
+            })
+        );
+    }
+}

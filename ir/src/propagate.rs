@@ -1,0 +1,235 @@
+//! Memlet propagation: from what one map iteration accesses to what the whole map does,
+//! and the symbolic bound reasoning validation uses for coverage and bounds checks.
+//!
+//! Everything here is conservative: when a bound cannot be decided, propagation widens to
+//! the whole dimension and checks answer `None` (unknown).
+
+use crate::dataflow::Range;
+use crate::memlet::{Dim, Subset};
+use crate::symexpr::SymExpr;
+
+/// A parameter with its inclusive bounds `lo..=hi`.
+#[derive(Clone, Debug)]
+pub struct ParamBox {
+    /// Parameter name.
+    pub name: String,
+    /// Smallest value.
+    pub lo: SymExpr,
+    /// Largest value.
+    pub hi: SymExpr,
+}
+
+impl ParamBox {
+    /// The boxes of a map's parameters; `None` when a range's last value is not
+    /// expressible (a non-unit step whose size is symbolic is still fine).
+    pub fn of_map(params: &[String], ranges: &[Range]) -> Vec<ParamBox> {
+        params
+            .iter()
+            .zip(ranges)
+            .filter_map(|(p, r)| {
+                let (lo, hi) = r.to_dim().bounds()?;
+                Some(ParamBox {
+                    name: p.clone(),
+                    lo,
+                    hi,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Inclusive bounds of `e` over the box, when `e` is affine in every parameter of the box
+/// with a decidable sign of the coefficient.
+pub fn expr_bounds(e: &SymExpr, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
+    let mut lo = e.simplify();
+    let mut hi = lo.clone();
+    for b in boxes {
+        if !e.mentions(&b.name) {
+            continue;
+        }
+        let p = SymExpr::sym(&b.name);
+        // Affine in p: e(p + 1) - e(p) is a constant (the coefficient).
+        let step = e
+            .substitute_one(&b.name, &p.add(&SymExpr::Int(1)))
+            .const_diff(e)?;
+        let sub = |x: &SymExpr, v: &SymExpr| x.substitute_one(&b.name, v).simplify();
+        if step >= 0 {
+            lo = sub(&lo, &b.lo);
+            hi = sub(&hi, &b.hi);
+        } else {
+            lo = sub(&lo, &b.hi);
+            hi = sub(&hi, &b.lo);
+        }
+    }
+    Some((lo, hi))
+}
+
+/// Inclusive bounds of a subset dimension over the box (`None` for indirect or undecidable).
+pub fn dim_bounds(d: &Dim, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
+    let (lo, hi) = d.bounds()?;
+    let (lo, _) = expr_bounds(&lo, boxes)?;
+    let (_, hi) = expr_bounds(&hi, boxes)?;
+    Some((lo, hi))
+}
+
+/// What a whole map accesses, given what one iteration accesses: each dimension becomes
+/// the range its index takes over the parameters, or the whole dimension of `shape` when
+/// that cannot be decided (and for indirect dimensions).
+pub fn propagate(subset: &Subset, boxes: &[ParamBox], shape: &[SymExpr]) -> Subset {
+    Subset(
+        subset
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let uses_param = boxes
+                    .iter()
+                    .any(|b| d.exprs().iter().any(|e| e.mentions(&b.name)));
+                let whole = || Dim::range(0, shape.get(i).cloned().unwrap_or(SymExpr::Int(1)));
+                match d {
+                    Dim::Indirect { .. } => whole(),
+                    _ if !uses_param => d.clone(),
+                    Dim::Range { step, .. } if step.as_int() != Some(1) => whole(),
+                    _ => match dim_bounds(d, boxes) {
+                        Some((lo, hi)) if lo == hi => Dim::Index(lo),
+                        Some((lo, hi)) => Dim::range(lo, hi.add(&SymExpr::Int(1))),
+                        None => whole(),
+                    },
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The smallest box covering both subsets (same rank), dimension by dimension; the whole
+/// dimension where the two cannot be ordered.
+pub fn union(a: &Subset, b: &Subset, shape: &[SymExpr]) -> Subset {
+    Subset(
+        a.0.iter()
+            .zip(&b.0)
+            .enumerate()
+            .map(|(i, (x, y))| {
+                if x == y {
+                    return x.clone();
+                }
+                let whole = || Dim::range(0, shape.get(i).cloned().unwrap_or(SymExpr::Int(1)));
+                let (Some((xl, xh)), Some((yl, yh))) = (x.bounds(), y.bounds()) else {
+                    return whole();
+                };
+                let (Some(dl), Some(dh)) = (xl.const_diff(&yl), xh.const_diff(&yh)) else {
+                    return whole();
+                };
+                let step_ok =
+                    |d: &Dim| !matches!(d, Dim::Range { step, .. } if step.as_int() != Some(1));
+                if !step_ok(x) || !step_ok(y) {
+                    return whole();
+                }
+                let lo = if dl <= 0 { xl } else { yl };
+                let hi = if dh >= 0 { xh } else { yh };
+                Dim::range(lo, hi.add(&SymExpr::Int(1)))
+            })
+            .collect(),
+    )
+}
+
+/// Whether every index of `inner` (over the box) lies in `outer`: `Some(true)` proven,
+/// `Some(false)` disproven for some dimension, `None` unknown.
+pub fn covers(outer: &Subset, inner: &Subset, boxes: &[ParamBox]) -> Option<bool> {
+    if outer.rank() != inner.rank() {
+        return Some(false);
+    }
+    let mut known = true;
+    for (o, i) in outer.0.iter().zip(&inner.0) {
+        let (Some((ol, oh)), Some((il, ih))) = (o.bounds(), dim_bounds(i, boxes)) else {
+            known = false;
+            continue;
+        };
+        match (il.const_diff(&ol), oh.const_diff(&ih)) {
+            (Some(a), Some(b)) if a >= 0 && b >= 0 => {}
+            (Some(a), _) if a < 0 => return Some(false),
+            (_, Some(b)) if b < 0 => return Some(false),
+            _ => known = false,
+        }
+    }
+    if known { Some(true) } else { None }
+}
+
+/// Whether two subsets are provably disjoint (some dimension's ranges do not overlap).
+pub fn disjoint(a: &Subset, b: &Subset) -> bool {
+    a.0.iter().zip(&b.0).any(|(x, y)| {
+        let (Some((xl, xh)), Some((yl, yh))) = (x.bounds(), y.bounds()) else {
+            return false;
+        };
+        matches!(yl.const_diff(&xh), Some(d) if d > 0)
+            || matches!(xl.const_diff(&yh), Some(d) if d > 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxes(spec: &[(&str, &str)]) -> Vec<ParamBox> {
+        let params: Vec<String> = spec.iter().map(|(p, _)| p.to_string()).collect();
+        let ranges: Vec<Range> = spec.iter().map(|(_, r)| Range::parse(r).unwrap()).collect();
+        ParamBox::of_map(&params, &ranges)
+    }
+
+    #[test]
+    fn propagates_offsets_over_the_range() {
+        let b = boxes(&[("i", "1:N - 1"), ("j", "1:M - 1")]);
+        let shape = vec![SymExpr::from("N"), SymExpr::from("M")];
+        let s = propagate(&Subset::parse("i - 1, j + 1").unwrap(), &b, &shape);
+        assert_eq!(s.to_string(), "0:N - 2, 2:M");
+        let s = propagate(&Subset::parse("2 * i, 3").unwrap(), &b, &shape);
+        assert_eq!(s.to_string(), "2:2 * N - 3, 3");
+        let s = propagate(&Subset::parse("i * j, tbl[i, 0]").unwrap(), &b, &shape);
+        assert_eq!(s.to_string(), "0:N, 0:M");
+        let s = propagate(&Subset::parse("N - 1 - i, j").unwrap(), &b, &shape);
+        assert_eq!(s.to_string(), "1:N - 1, 1:M - 1");
+    }
+
+    #[test]
+    fn union_and_covers() {
+        let shape = vec![SymExpr::from("N")];
+        let u = union(
+            &Subset::parse("0:N - 2").unwrap(),
+            &Subset::parse("2:N").unwrap(),
+            &shape,
+        );
+        assert_eq!(u.to_string(), "0:N");
+        let b = boxes(&[("i", "1:N - 1")]);
+        assert_eq!(
+            covers(
+                &Subset::parse("0:N").unwrap(),
+                &Subset::parse("i + 1").unwrap(),
+                &b
+            ),
+            Some(true)
+        );
+        assert_eq!(
+            covers(
+                &Subset::parse("1:N").unwrap(),
+                &Subset::parse("i - 1").unwrap(),
+                &b
+            ),
+            Some(false)
+        );
+        assert_eq!(
+            covers(
+                &Subset::parse("0:M").unwrap(),
+                &Subset::parse("i").unwrap(),
+                &b
+            ),
+            None
+        );
+        assert!(disjoint(
+            &Subset::parse("0:2, 0:N").unwrap(),
+            &Subset::parse("2:4, 0:N").unwrap()
+        ));
+        assert!(!disjoint(
+            &Subset::parse("0:3").unwrap(),
+            &Subset::parse("2:4").unwrap()
+        ));
+    }
+}
