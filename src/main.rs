@@ -1,1 +1,83 @@
-fn main() {}
+//! The `sdflow` command-line tool.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sdflow::cli::{self, CliError, RunOptions};
+
+/// Whole-program optimization for stencil programs (SDFGs).
+#[derive(Parser)]
+#[command(name = "sdflow", version, about)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a program; lists every problem (exit status 1) or prints a summary.
+    Validate {
+        /// The program (.sdfg.json).
+        file: PathBuf,
+    },
+    /// Draw a program as Graphviz DOT (or SVG through Graphviz's `dot`).
+    Dot {
+        /// The program.
+        file: PathBuf,
+        /// Output file (standard output when absent).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Render SVG with Graphviz's `dot` program.
+        #[arg(long)]
+        svg: bool,
+    },
+    /// Run a program on the reference interpreter; prints each output's sum and L2 norm.
+    Run {
+        /// The program.
+        file: PathBuf,
+        /// Input arrays (.npz); symbol values are inferred from their shapes.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Write every argument array after the run to this .npz file.
+        #[arg(long)]
+        outputs: Option<PathBuf>,
+        /// Seed of the pseudo-random inputs used when --inputs is absent.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A symbol value, NAME=VALUE (repeatable).
+        #[arg(short = 's', long = "symbol", value_parser = cli::parse_assignment)]
+        symbols: Vec<(String, String)>,
+    },
+    /// Print counts (states, nodes, maps, tasklets, transients) and every container.
+    Stats {
+        /// The program.
+        file: PathBuf,
+    },
+}
+
+fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
+    Ok(match cmd {
+        Command::Validate { file } => cli::validate(&file)?.into_bytes(),
+        Command::Stats { file } => cli::stats(&file)?.into_bytes(),
+        Command::Dot { file, output, svg } => cli::dot(&file, output.as_deref(), svg)?.unwrap_or_default(),
+        Command::Run { file, inputs, outputs, seed, symbols } => {
+            cli::run(&file, &RunOptions { inputs, outputs, seed, symbols })?.into_bytes()
+        }
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match execute(args.command) {
+        Ok(out) => {
+            let _ = std::io::stdout().write_all(&out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

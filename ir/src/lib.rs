@@ -16,13 +16,16 @@ pub mod builder;
 pub mod control;
 pub mod data;
 pub mod dataflow;
+pub mod dot;
 pub mod dtype;
 pub mod expr;
+pub mod format;
 pub mod interp;
 pub mod memlet;
 pub mod parse;
 pub mod propagate;
 pub mod sdfg;
+pub mod stats;
 pub mod symexpr;
 pub mod validate;
 

@@ -131,3 +131,8 @@ pub enum InterpError {
 pub fn run(_sdfg: &Sdfg, _b: &mut Bindings) -> Result<(), InterpError> {
     Err(InterpError::Other("interpreter not yet implemented".into()))
 }
+
+/// Pseudo-random arguments (placeholder).
+pub fn random_bindings(_sdfg: &Sdfg, _symbols: &BTreeMap<String, Value>, _seed: u64) -> Result<Bindings, InterpError> {
+    Err(InterpError::Other("interpreter not yet implemented".into()))
+}

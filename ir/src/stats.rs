@@ -1,0 +1,91 @@
+//! Counts and summaries of a program, for `sdflow stats` and pass reports.
+
+use std::collections::BTreeSet;
+
+use crate::dataflow::{Dataflow, Node};
+use crate::sdfg::Sdfg;
+
+/// Element counts of a program. Nodes, maps and tasklets are counted recursively: inside
+/// map bodies and nested SDFGs too; states include those of nested SDFGs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// States (nested SDFGs' included).
+    pub states: usize,
+    /// Dataflow nodes of every kind (map bodies' and nested SDFGs' included).
+    pub nodes: usize,
+    /// Map scopes.
+    pub maps: usize,
+    /// Tasklets.
+    pub tasklets: usize,
+    /// Nested SDFG nodes.
+    pub nested: usize,
+    /// Library nodes.
+    pub library: usize,
+    /// Memlet edges.
+    pub edges: usize,
+    /// Transient containers (nested SDFGs' included).
+    pub transients: usize,
+}
+
+impl Stats {
+    fn add_dataflow(&mut self, df: &Dataflow) {
+        self.nodes += df.node_count();
+        self.edges += df.edge_ids().len();
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Map(m) => {
+                    self.maps += 1;
+                    self.add_dataflow(&m.body);
+                }
+                Node::Tasklet(_) => self.tasklets += 1,
+                Node::Nested(ns) => {
+                    self.nested += 1;
+                    self.add_sdfg(&ns.sdfg);
+                }
+                Node::Library(_) => self.library += 1,
+                Node::Access(_) => {}
+            }
+        }
+    }
+
+    fn add_sdfg(&mut self, sdfg: &Sdfg) {
+        self.states += sdfg.states.len();
+        self.transients += sdfg.arrays.values().filter(|d| d.transient()).count();
+        for s in &sdfg.states {
+            self.add_dataflow(&s.graph);
+        }
+    }
+}
+
+impl Sdfg {
+    /// Element counts (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        s.add_sdfg(self);
+        s
+    }
+
+    /// Containers of this program that some state writes (directly, in a map body, or
+    /// through a nested SDFG's output connector), sorted.
+    pub fn written_data(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for s in &self.states {
+            collect_written(&s.graph, &mut out);
+        }
+        out
+    }
+}
+
+fn collect_written(df: &Dataflow, out: &mut BTreeSet<String>) {
+    for e in df.edge_ids() {
+        let (_, dst) = df.endpoints(e);
+        if let Node::Access(d) = df.node(dst) {
+            out.insert(d.clone());
+        }
+    }
+    for n in df.node_ids() {
+        if let Node::Map(m) = df.node(n) {
+            collect_written(&m.body, out);
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The commands of the `sdflow` tool, as functions that return their output text, so they
+//! are tested directly as well as through the binary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use sdflow_ir::interp::{self, Bindings, HostArray, InterpError};
+use sdflow_ir::validate::Problem;
+use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr, Value, format};
+
+use crate::npz::{self, NpzError};
+
+/// Why a command failed. `main` prints it and exits with status 1.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The program file is not a well-formed SDFG document.
+    #[error("{path}: {source}")]
+    Format {
+        /// The file.
+        path: String,
+        /// The cause, with its JSON path.
+        source: format::FormatError,
+    },
+    /// The program is well-formed but invalid.
+    #[error("{path}: {} problem(s):\n{}", .problems.len(), list(.problems))]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+    /// The interpreter failed.
+    #[error("{path}: run failed: {source}")]
+    Run {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: InterpError,
+    },
+    /// An array archive could not be read or written.
+    #[error(transparent)]
+    Npz(#[from] NpzError),
+    /// A command-line value is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// Graphviz could not render.
+    #[error("{0}")]
+    Render(String),
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n")
+}
+
+fn read_text(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
+}
+
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes).map_err(|source| CliError::Io { path: path.display().to_string(), source })
+}
+
+/// Reads a program file (sdflow JSON) without validating it.
+pub fn read_program(path: &Path) -> Result<Sdfg, CliError> {
+    let text = read_text(path)?;
+    format::from_json(&text).map_err(|source| CliError::Format { path: path.display().to_string(), source })
+}
+
+/// Reads a program file and validates it.
+pub fn load_program(path: &Path) -> Result<Sdfg, CliError> {
+    let sdfg = read_program(path)?;
+    sdfg.validate().map_err(|problems| CliError::Invalid { path: path.display().to_string(), problems })?;
+    Ok(sdfg)
+}
+
+/// `sdflow validate FILE`: a one-line summary when valid.
+pub fn validate(path: &Path) -> Result<String, CliError> {
+    let sdfg = load_program(path)?;
+    let s = sdfg.stats();
+    Ok(format!(
+        "{}: valid SDFG '{}' ({} states, {} maps, {} tasklets)\n",
+        path.display(),
+        sdfg.name,
+        s.states,
+        s.maps,
+        s.tasklets
+    ))
+}
+
+/// `sdflow stats FILE`: one `key: value` per line.
+pub fn stats(path: &Path) -> Result<String, CliError> {
+    let sdfg = load_program(path)?;
+    Ok(stats_text(&sdfg))
+}
+
+/// The text of `sdflow stats` for a program.
+pub fn stats_text(sdfg: &Sdfg) -> String {
+    let s = sdfg.stats();
+    let mut out = String::new();
+    let _ = writeln!(out, "name: {}", sdfg.name);
+    for (k, v) in [
+        ("states", s.states),
+        ("nodes", s.nodes),
+        ("edges", s.edges),
+        ("maps", s.maps),
+        ("tasklets", s.tasklets),
+        ("nested", s.nested),
+        ("library", s.library),
+        ("transients", s.transients),
+    ] {
+        let _ = writeln!(out, "{k}: {v}");
+    }
+    for (name, sym) in &sdfg.symbols {
+        let value = sym.value.map(|v| format!(" = {v}")).unwrap_or_default();
+        let _ = writeln!(out, "symbol {name}: {}{value}", sym.dtype);
+    }
+    for (name, d) in &sdfg.arrays {
+        let shape: Vec<String> = d.shape().iter().map(SymExpr::to_string).collect();
+        let kind = if d.transient() { " transient" } else { "" };
+        match d {
+            DataDesc::Array(_) => {
+                let _ = writeln!(out, "array {name}: {}[{}]{kind}", d.dtype(), shape.join(", "));
+            }
+            DataDesc::Scalar { .. } => {
+                let _ = writeln!(out, "scalar {name}: {}{kind}", d.dtype());
+            }
+        }
+    }
+    out
+}
+
+/// `sdflow dot FILE [-o OUT] [--svg]`: the DOT text (or SVG bytes), written to `out` or
+/// returned for standard output.
+pub fn dot(path: &Path, out: Option<&Path>, svg: bool) -> Result<Option<Vec<u8>>, CliError> {
+    let sdfg = read_program(path)?;
+    let text = sdflow_ir::dot::to_dot(&sdfg);
+    let bytes = if svg { render_svg(&text)? } else { text.into_bytes() };
+    match out {
+        Some(o) => {
+            write_bytes(o, &bytes)?;
+            Ok(None)
+        }
+        None => Ok(Some(bytes)),
+    }
+}
+
+/// Renders DOT text to SVG with Graphviz's `dot` program (`$SDFLOW_DOT` overrides the
+/// program to run).
+pub fn render_svg(dot_text: &str) -> Result<Vec<u8>, CliError> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let program = std::env::var("SDFLOW_DOT").unwrap_or_else(|_| "dot".to_string());
+    let child = Command::new(&program)
+        .arg("-Tsvg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(CliError::Render(format!(
+                "--svg needs Graphviz's '{program}' program, which was not found; install Graphviz \
+                 (e.g. `apt-get install graphviz`) or leave out --svg to write DOT text"
+            )));
+        }
+        Err(e) => return Err(CliError::Render(format!("could not start '{program}': {e}"))),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(dot_text.as_bytes())
+            .map_err(|e| CliError::Render(format!("writing to '{program}': {e}")))?;
+    }
+    let out = child.wait_with_output().map_err(|e| CliError::Render(format!("running '{program}': {e}")))?;
+    if !out.status.success() {
+        return Err(CliError::Render(format!(
+            "'{program}' failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Options of `sdflow run`.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Arrays (and 0-d symbol values) to start from.
+    pub inputs: Option<PathBuf>,
+    /// Where to write every argument array after the run.
+    pub outputs: Option<PathBuf>,
+    /// Seed of the pseudo-random inputs when `inputs` is absent.
+    pub seed: u64,
+    /// Symbol values given on the command line (`N=64`).
+    pub symbols: Vec<(String, String)>,
+}
+
+/// Parses `NAME=VALUE`.
+pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("expected NAME=VALUE, got '{s}'")),
+    }
+}
+
+fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
+    let sym = sdfg
+        .symbols
+        .get(name)
+        .ok_or_else(|| CliError::Usage(format!("--symbol {name}: the program has no symbol '{name}'")))?;
+    let bad = || CliError::Usage(format!("--symbol {name}={text}: not a valid {} value", sym.dtype));
+    Ok(match sym.dtype {
+        DType::Bool => Value::Bool(match text {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => return Err(bad()),
+        }),
+        DType::I32 | DType::I64 => Value::I64(text.parse().map_err(|_| bad())?).cast(sym.dtype),
+        DType::F32 | DType::F64 => Value::F64(text.parse().map_err(|_| bad())?).cast(sym.dtype),
+    })
+}
+
+/// Symbol values implied by array shapes: a dimension declared as a bare symbol takes the
+/// extent of the array passed. Two arrays implying different values is an error.
+pub fn infer_symbols(sdfg: &Sdfg, arrays: &BTreeMap<String, HostArray>, known: &mut BTreeMap<String, Value>) -> Result<(), CliError> {
+    let mut origin: BTreeMap<String, String> = BTreeMap::new();
+    for (name, a) in arrays {
+        let Some(desc) = sdfg.arrays.get(name) else { continue };
+        for (d, (extent, actual)) in desc.shape().iter().zip(a.shape()).enumerate() {
+            let SymExpr::Sym(s) = extent else { continue };
+            let s = s.to_string();
+            if sdfg.symbols.get(&s).is_none_or(|sym| sym.value.is_some()) {
+                continue;
+            }
+            let v = Value::I64(*actual as i64).cast(sdfg.symbols[&s].dtype);
+            match (known.get(&s), origin.get(&s)) {
+                (Some(old), Some(from)) if *old != v => {
+                    return Err(CliError::Usage(format!(
+                        "symbol '{s}': array '{from}' implies {old} but array '{name}' (dimension {d}) implies {v}"
+                    )));
+                }
+                (Some(_), _) => {}
+                (None, _) => {
+                    known.insert(s.clone(), v);
+                    origin.insert(s, name.clone());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sdflow run FILE`: runs on the reference interpreter and prints each output's name,
+/// type, shape, sum and L2 norm.
+pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
+    let sdfg = load_program(path)?;
+    let mut symbols: BTreeMap<String, Value> = BTreeMap::new();
+    for (k, v) in &opts.symbols {
+        symbols.insert(k.clone(), symbol_value(&sdfg, k, v)?);
+    }
+    let mut bindings = match &opts.inputs {
+        Some(p) => {
+            let mut arrays = npz::read_npz(p)?;
+            // 0-d entries named like symbols give symbol values.
+            for (name, sym) in &sdfg.symbols {
+                if let Some(a) = arrays.get(name)
+                    && a.shape().is_empty()
+                    && !sdfg.arrays.contains_key(name)
+                    && !symbols.contains_key(name)
+                    && let Some(v) = a.get(&[])
+                {
+                    symbols.insert(name.clone(), v.cast(sym.dtype));
+                }
+            }
+            arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));
+            infer_symbols(&sdfg, &arrays, &mut symbols)?;
+            let missing: Vec<&String> = sdfg.non_transients().map(|(k, _)| k).filter(|k| !arrays.contains_key(*k)).collect();
+            if !missing.is_empty() {
+                let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+                return Err(CliError::Usage(format!("{}: no array for argument(s) {}", p.display(), names.join(", "))));
+            }
+            Bindings { arrays, symbols }
+        }
+        None => interp::random_bindings(&sdfg, &symbols, opts.seed)
+            .map_err(|source| CliError::Run { path: path.display().to_string(), source })?,
+    };
+    interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run { path: path.display().to_string(), source })?;
+    if let Some(o) = &opts.outputs {
+        npz::write_npz(o, &bindings.arrays)?;
+    }
+    let written = sdfg.written_data();
+    let mut out = String::new();
+    for name in sdfg.arguments() {
+        if !written.contains(&name) {
+            continue;
+        }
+        if let Some(a) = bindings.arrays.get(&name) {
+            let (sum, l2) = npz::checksum(a);
+            let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
+            let _ = writeln!(out, "{name}: {}[{}] sum={sum:e} l2={l2:e}", a.dtype(), shape.join(", "));
+        }
+    }
+    Ok(out)
+}
