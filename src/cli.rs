@@ -58,27 +58,43 @@ pub enum CliError {
 }
 
 fn list(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n")
+    problems
+        .iter()
+        .map(|p| format!("  - {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn read_text(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
+    std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes).map_err(|source| CliError::Io { path: path.display().to_string(), source })
+    std::fs::write(path, bytes).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Reads a program file (sdflow JSON) without validating it.
 pub fn read_program(path: &Path) -> Result<Sdfg, CliError> {
     let text = read_text(path)?;
-    format::from_json(&text).map_err(|source| CliError::Format { path: path.display().to_string(), source })
+    format::from_json(&text).map_err(|source| CliError::Format {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Reads a program file and validates it.
 pub fn load_program(path: &Path) -> Result<Sdfg, CliError> {
     let sdfg = read_program(path)?;
-    sdfg.validate().map_err(|problems| CliError::Invalid { path: path.display().to_string(), problems })?;
+    sdfg.validate().map_err(|problems| CliError::Invalid {
+        path: path.display().to_string(),
+        problems,
+    })?;
     Ok(sdfg)
 }
 
@@ -128,7 +144,12 @@ pub fn stats_text(sdfg: &Sdfg) -> String {
         let kind = if d.transient() { " transient" } else { "" };
         match d {
             DataDesc::Array(_) => {
-                let _ = writeln!(out, "array {name}: {}[{}]{kind}", d.dtype(), shape.join(", "));
+                let _ = writeln!(
+                    out,
+                    "array {name}: {}[{}]{kind}",
+                    d.dtype(),
+                    shape.join(", ")
+                );
             }
             DataDesc::Scalar { .. } => {
                 let _ = writeln!(out, "scalar {name}: {}{kind}", d.dtype());
@@ -143,7 +164,11 @@ pub fn stats_text(sdfg: &Sdfg) -> String {
 pub fn dot(path: &Path, out: Option<&Path>, svg: bool) -> Result<Option<Vec<u8>>, CliError> {
     let sdfg = read_program(path)?;
     let text = sdflow_ir::dot::to_dot(&sdfg);
-    let bytes = if svg { render_svg(&text)? } else { text.into_bytes() };
+    let bytes = if svg {
+        render_svg(&text)?
+    } else {
+        text.into_bytes()
+    };
     match out {
         Some(o) => {
             write_bytes(o, &bytes)?;
@@ -173,14 +198,20 @@ pub fn render_svg(dot_text: &str) -> Result<Vec<u8>, CliError> {
                  (e.g. `apt-get install graphviz`) or leave out --svg to write DOT text"
             )));
         }
-        Err(e) => return Err(CliError::Render(format!("could not start '{program}': {e}"))),
+        Err(e) => {
+            return Err(CliError::Render(format!(
+                "could not start '{program}': {e}"
+            )));
+        }
     };
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(dot_text.as_bytes())
             .map_err(|e| CliError::Render(format!("writing to '{program}': {e}")))?;
     }
-    let out = child.wait_with_output().map_err(|e| CliError::Render(format!("running '{program}': {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| CliError::Render(format!("running '{program}': {e}")))?;
     if !out.status.success() {
         return Err(CliError::Render(format!(
             "'{program}' failed ({}): {}",
@@ -207,17 +238,25 @@ pub struct RunOptions {
 /// Parses `NAME=VALUE`.
 pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        }
         _ => Err(format!("expected NAME=VALUE, got '{s}'")),
     }
 }
 
 fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
-    let sym = sdfg
-        .symbols
-        .get(name)
-        .ok_or_else(|| CliError::Usage(format!("--symbol {name}: the program has no symbol '{name}'")))?;
-    let bad = || CliError::Usage(format!("--symbol {name}={text}: not a valid {} value", sym.dtype));
+    let sym = sdfg.symbols.get(name).ok_or_else(|| {
+        CliError::Usage(format!(
+            "--symbol {name}: the program has no symbol '{name}'"
+        ))
+    })?;
+    let bad = || {
+        CliError::Usage(format!(
+            "--symbol {name}={text}: not a valid {} value",
+            sym.dtype
+        ))
+    };
     Ok(match sym.dtype {
         DType::Bool => Value::Bool(match text {
             "true" | "1" => true,
@@ -231,10 +270,16 @@ fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> 
 
 /// Symbol values implied by array shapes: a dimension declared as a bare symbol takes the
 /// extent of the array passed. Two arrays implying different values is an error.
-pub fn infer_symbols(sdfg: &Sdfg, arrays: &BTreeMap<String, HostArray>, known: &mut BTreeMap<String, Value>) -> Result<(), CliError> {
+pub fn infer_symbols(
+    sdfg: &Sdfg,
+    arrays: &BTreeMap<String, HostArray>,
+    known: &mut BTreeMap<String, Value>,
+) -> Result<(), CliError> {
     let mut origin: BTreeMap<String, String> = BTreeMap::new();
     for (name, a) in arrays {
-        let Some(desc) = sdfg.arrays.get(name) else { continue };
+        let Some(desc) = sdfg.arrays.get(name) else {
+            continue;
+        };
         for (d, (extent, actual)) in desc.shape().iter().zip(a.shape()).enumerate() {
             let SymExpr::Sym(s) = extent else { continue };
             let s = s.to_string();
@@ -283,17 +328,32 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
             }
             arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));
             infer_symbols(&sdfg, &arrays, &mut symbols)?;
-            let missing: Vec<&String> = sdfg.non_transients().map(|(k, _)| k).filter(|k| !arrays.contains_key(*k)).collect();
+            let missing: Vec<&String> = sdfg
+                .non_transients()
+                .map(|(k, _)| k)
+                .filter(|k| !arrays.contains_key(*k))
+                .collect();
             if !missing.is_empty() {
                 let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-                return Err(CliError::Usage(format!("{}: no array for argument(s) {}", p.display(), names.join(", "))));
+                return Err(CliError::Usage(format!(
+                    "{}: no array for argument(s) {}",
+                    p.display(),
+                    names.join(", ")
+                )));
             }
             Bindings { arrays, symbols }
         }
-        None => interp::random_bindings(&sdfg, &symbols, opts.seed)
-            .map_err(|source| CliError::Run { path: path.display().to_string(), source })?,
+        None => {
+            interp::random_bindings(&sdfg, &symbols, opts.seed).map_err(|source| CliError::Run {
+                path: path.display().to_string(),
+                source,
+            })?
+        }
     };
-    interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run { path: path.display().to_string(), source })?;
+    interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run {
+        path: path.display().to_string(),
+        source,
+    })?;
     if let Some(o) = &opts.outputs {
         npz::write_npz(o, &bindings.arrays)?;
     }
@@ -306,7 +366,12 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
         if let Some(a) = bindings.arrays.get(&name) {
             let (sum, l2) = npz::checksum(a);
             let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
-            let _ = writeln!(out, "{name}: {}[{}] sum={sum:e} l2={l2:e}", a.dtype(), shape.join(", "));
+            let _ = writeln!(
+                out,
+                "{name}: {}[{}] sum={sum:e} l2={l2:e}",
+                a.dtype(),
+                shape.join(", ")
+            );
         }
     }
     Ok(out)

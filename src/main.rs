@@ -61,10 +61,25 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
     Ok(match cmd {
         Command::Validate { file } => cli::validate(&file)?.into_bytes(),
         Command::Stats { file } => cli::stats(&file)?.into_bytes(),
-        Command::Dot { file, output, svg } => cli::dot(&file, output.as_deref(), svg)?.unwrap_or_default(),
-        Command::Run { file, inputs, outputs, seed, symbols } => {
-            cli::run(&file, &RunOptions { inputs, outputs, seed, symbols })?.into_bytes()
+        Command::Dot { file, output, svg } => {
+            cli::dot(&file, output.as_deref(), svg)?.unwrap_or_default()
         }
+        Command::Run {
+            file,
+            inputs,
+            outputs,
+            seed,
+            symbols,
+        } => cli::run(
+            &file,
+            &RunOptions {
+                inputs,
+                outputs,
+                seed,
+                symbols,
+            },
+        )?
+        .into_bytes(),
     })
 }
 

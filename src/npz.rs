@@ -47,21 +47,30 @@ fn read_one(npz: &mut NpzReader<File>, name: &str) -> Result<HostArray, ReadNpzE
     try_type!(i32, I32);
     try_type!(bool, Bool);
     // Report the real descriptor through one last typed read.
-    npz.by_name::<OwnedRepr<f64>, IxDyn>(name).map(HostArray::F64)
+    npz.by_name::<OwnedRepr<f64>, IxDyn>(name)
+        .map(HostArray::F64)
 }
 
 /// Reads every array of an archive (f64, f32, i64, i32 and bool elements).
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, HostArray>, NpzError> {
     let p = path.display().to_string();
-    let file = File::open(path).map_err(|source| NpzError::Io { path: p.clone(), source })?;
-    let fmt = |e: &dyn std::fmt::Display| NpzError::Format { path: p.clone(), message: e.to_string() };
+    let file = File::open(path).map_err(|source| NpzError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let fmt = |e: &dyn std::fmt::Display| NpzError::Format {
+        path: p.clone(),
+        message: e.to_string(),
+    };
     let mut npz = NpzReader::new(file).map_err(|e| fmt(&e))?;
     let names = npz.names().map_err(|e| fmt(&e))?;
     let mut out = BTreeMap::new();
     for name in names {
         let a = read_one(&mut npz, &name).map_err(|e| NpzError::Format {
             path: p.clone(),
-            message: format!("array '{name}': {e} (supported element types: f64, f32, i64, i32, bool)"),
+            message: format!(
+                "array '{name}': {e} (supported element types: f64, f32, i64, i32, bool)"
+            ),
         })?;
         out.insert(name, a);
     }
@@ -71,9 +80,15 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, HostArray>, NpzError> {
 /// Writes arrays to an (uncompressed) archive, in name order.
 pub fn write_npz(path: &Path, arrays: &BTreeMap<String, HostArray>) -> Result<(), NpzError> {
     let p = path.display().to_string();
-    let file = File::create(path).map_err(|source| NpzError::Io { path: p.clone(), source })?;
+    let file = File::create(path).map_err(|source| NpzError::Io {
+        path: p.clone(),
+        source,
+    })?;
     let mut npz = NpzWriter::new(BufWriter::new(file));
-    let fmt = |e: &dyn std::fmt::Display| NpzError::Format { path: p.clone(), message: e.to_string() };
+    let fmt = |e: &dyn std::fmt::Display| NpzError::Format {
+        path: p.clone(),
+        message: e.to_string(),
+    };
     for (name, a) in arrays {
         let r = match a {
             HostArray::Bool(x) => npz.add_array(name.as_str(), x),

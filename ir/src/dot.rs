@@ -11,7 +11,10 @@
 //! Output is deterministic: nodes and edges are emitted in index order and identifiers
 //! are derived from positions (`s0_n2_n1` is node 1 in the body of map node 2 of state 0).
 
-use graphviz_rust::dot_structures::{Attribute, Edge as DotEdge, EdgeTy, Graph, Id, Node as DotNode, NodeId as DotNodeId, Stmt, Subgraph, Vertex};
+use graphviz_rust::dot_structures::{
+    Attribute, Edge as DotEdge, EdgeTy, Graph, Id, Node as DotNode, NodeId as DotNodeId, Stmt,
+    Subgraph, Vertex,
+};
 use graphviz_rust::printer::{DotPrinter, PrinterContext};
 
 use crate::control::Block;
@@ -48,15 +51,24 @@ fn node(id: &str, attrs: Vec<Attribute>) -> Stmt {
 
 fn edge(a: &str, b: &str, attrs: Vec<Attribute>) -> Stmt {
     Stmt::Edge(DotEdge {
-        ty: EdgeTy::Pair(Vertex::N(DotNodeId(plain(a), None)), Vertex::N(DotNodeId(plain(b), None))),
+        ty: EdgeTy::Pair(
+            Vertex::N(DotNodeId(plain(a), None)),
+            Vertex::N(DotNodeId(plain(b), None)),
+        ),
         attributes: attrs,
     })
 }
 
 fn cluster(id: &str, label: &str, style: &str, mut stmts: Vec<Stmt>) -> Stmt {
-    let mut head = vec![Stmt::Attribute(attr("label", label)), Stmt::Attribute(attr("style", style))];
+    let mut head = vec![
+        Stmt::Attribute(attr("label", label)),
+        Stmt::Attribute(attr("style", style)),
+    ];
     head.append(&mut stmts);
-    Stmt::Subgraph(Subgraph { id: plain(&format!("cluster_{id}")), stmts: head })
+    Stmt::Subgraph(Subgraph {
+        id: plain(&format!("cluster_{id}")),
+        stmts: head,
+    })
 }
 
 /// The DOT graph structure of a program.
@@ -71,7 +83,11 @@ pub fn sdfg_graph(sdfg: &Sdfg) -> Graph {
     let mut counter = 0;
     draw_block(sdfg, &sdfg.body, "cf", &mut counter, &mut cf);
     stmts.push(cluster("control", "control flow", "dashed", cf));
-    Graph::DiGraph { id: quoted(&sdfg.name), strict: false, stmts }
+    Graph::DiGraph {
+        id: quoted(&sdfg.name),
+        strict: false,
+        stmts,
+    }
 }
 
 /// DOT text of a program.
@@ -90,10 +106,18 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
             let id = format!("{prefix}{i}");
             let mut inner = Vec::new();
             if st.graph.node_count() == 0 {
-                inner.push(node(&format!("{id}_empty"), vec![attr("label", "(empty)"), attr("shape", "plaintext")]));
+                inner.push(node(
+                    &format!("{id}_empty"),
+                    vec![attr("label", "(empty)"), attr("shape", "plaintext")],
+                ));
             }
             draw_dataflow(sdfg, &st.graph, &id, &mut inner);
-            cluster(&id, &format!("state '{}' (#{i})", st.name), "rounded", inner)
+            cluster(
+                &id,
+                &format!("state '{}' (#{i})", st.name),
+                "rounded",
+                inner,
+            )
         })
         .collect()
 }
@@ -124,33 +148,82 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
             Node::Access(d) => {
                 let transient = sdfg.arrays.get(d).is_some_and(|a| a.transient());
                 let style = if transient { "dashed" } else { "solid" };
-                out.push(node(&id, vec![attr("label", d), attr("shape", "ellipse"), attr("style", style)]));
+                out.push(node(
+                    &id,
+                    vec![
+                        attr("label", d),
+                        attr("shape", "ellipse"),
+                        attr("style", style),
+                    ],
+                ));
             }
             Node::Tasklet(t) => {
-                out.push(node(&id, vec![attr("label", &tasklet_label(&t.name, &t.code)), attr("shape", "octagon")]));
+                out.push(node(
+                    &id,
+                    vec![
+                        attr("label", &tasklet_label(&t.name, &t.code)),
+                        attr("shape", "octagon"),
+                    ],
+                ));
             }
             Node::Library(LibraryNode::Reduce(r)) => {
-                let axes = r.axes.as_ref().map(|a| format!("{a:?}")).unwrap_or_else(|| "all".into());
-                out.push(node(&id, vec![attr("label", &format!("reduce {} over {axes}", r.op)), attr("shape", "invhouse")]));
+                let axes = r
+                    .axes
+                    .as_ref()
+                    .map(|a| format!("{a:?}"))
+                    .unwrap_or_else(|| "all".into());
+                out.push(node(
+                    &id,
+                    vec![
+                        attr("label", &format!("reduce {} over {axes}", r.op)),
+                        attr("shape", "invhouse"),
+                    ],
+                ));
             }
             Node::Map(m) => {
-                let ranges: Vec<String> = m.params.iter().zip(&m.ranges).map(|(p, r)| format!("{p}={r}")).collect();
+                let ranges: Vec<String> = m
+                    .params
+                    .iter()
+                    .zip(&m.ranges)
+                    .map(|(p, r)| format!("{p}={r}"))
+                    .collect();
                 let head = format!("{}[{}] ({})", m.label, ranges.join(", "), m.schedule.name());
                 let mut inner = vec![
-                    node(&format!("{id}_entry"), vec![attr("label", &head), attr("shape", "trapezium")]),
-                    node(&format!("{id}_exit"), vec![attr("label", &m.label), attr("shape", "invtrapezium")]),
+                    node(
+                        &format!("{id}_entry"),
+                        vec![attr("label", &head), attr("shape", "trapezium")],
+                    ),
+                    node(
+                        &format!("{id}_exit"),
+                        vec![attr("label", &m.label), attr("shape", "invtrapezium")],
+                    ),
                 ];
                 draw_dataflow(sdfg, &m.body, &id, &mut inner);
                 out.push(cluster(&id, &format!("map '{}'", m.label), "filled", inner));
             }
             Node::Nested(ns) => {
-                let syms: Vec<String> = ns.symbol_mapping.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let syms: Vec<String> = ns
+                    .symbol_mapping
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 let mut inner = vec![node(
                     &format!("{id}_call"),
-                    vec![attr("label", &format!("call '{}' ({})", ns.sdfg.name, syms.join(", "))), attr("shape", "box3d")],
+                    vec![
+                        attr(
+                            "label",
+                            &format!("call '{}' ({})", ns.sdfg.name, syms.join(", ")),
+                        ),
+                        attr("shape", "box3d"),
+                    ],
                 )];
                 inner.extend(draw_states(&ns.sdfg, &format!("{id}_s")));
-                out.push(cluster(&id, &format!("nested SDFG '{}'", ns.sdfg.name), "bold", inner));
+                out.push(cluster(
+                    &id,
+                    &format!("nested SDFG '{}'", ns.sdfg.name),
+                    "bold",
+                    inner,
+                ));
             }
         }
     }
@@ -169,7 +242,13 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
 }
 
 /// Draws a block; returns its (entry, exit) node ids.
-fn draw_block(sdfg: &Sdfg, b: &Block, prefix: &str, counter: &mut usize, out: &mut Vec<Stmt>) -> (String, String) {
+fn draw_block(
+    sdfg: &Sdfg,
+    b: &Block,
+    prefix: &str,
+    counter: &mut usize,
+    out: &mut Vec<Stmt>,
+) -> (String, String) {
     let mut fresh = |out: &mut Vec<Stmt>, label: &str, shape: &str| {
         let id = format!("{prefix}{}", *counter);
         *counter += 1;
@@ -205,10 +284,24 @@ fn draw_block(sdfg: &Sdfg, b: &Block, prefix: &str, counter: &mut usize, out: &m
             (first.unwrap_or_default(), prev.unwrap_or_default())
         }
         Block::Loop(l) => {
-            let head = fresh(out, &format!("for {v} = {}; {}; {v} = {}", l.init, l.cond, l.update, v = l.var), "hexagon");
+            let head = fresh(
+                out,
+                &format!(
+                    "for {v} = {}; {}; {v} = {}",
+                    l.init,
+                    l.cond,
+                    l.update,
+                    v = l.var
+                ),
+                "hexagon",
+            );
             let (en, ex) = draw_block(sdfg, &l.body, prefix, counter, out);
             out.push(edge(&head, &en, vec![attr("label", "body")]));
-            out.push(edge(&ex, &head, vec![attr("label", "next"), attr("style", "dashed")]));
+            out.push(edge(
+                &ex,
+                &head,
+                vec![attr("label", "next"), attr("style", "dashed")],
+            ));
             (head.clone(), head)
         }
         Block::If(i) => {

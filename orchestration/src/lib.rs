@@ -8,4 +8,11 @@
 #![warn(missing_docs)]
 
 /// The steps of the workflow from user code to a loaded program, in order.
-pub const WORKFLOW_STEPS: [&str; 6] = ["build", "specialize", "optimize", "generate", "compile", "load"];
+pub const WORKFLOW_STEPS: [&str; 6] = [
+    "build",
+    "specialize",
+    "optimize",
+    "generate",
+    "compile",
+    "load",
+];

@@ -133,6 +133,10 @@ pub fn run(_sdfg: &Sdfg, _b: &mut Bindings) -> Result<(), InterpError> {
 }
 
 /// Pseudo-random arguments (placeholder).
-pub fn random_bindings(_sdfg: &Sdfg, _symbols: &BTreeMap<String, Value>, _seed: u64) -> Result<Bindings, InterpError> {
+pub fn random_bindings(
+    _sdfg: &Sdfg,
+    _symbols: &BTreeMap<String, Value>,
+    _seed: u64,
+) -> Result<Bindings, InterpError> {
     Err(InterpError::Other("interpreter not yet implemented".into()))
 }
