@@ -1,0 +1,268 @@
+//! The `sdflow` binary, run as a user would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ndarray::{ArrayD, IxDyn};
+use sdflow::ir::interp::HostArray;
+use sdflow::npz;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn sdflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sdflow"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+fn sdflow_env(args: &[&str], key: &str, value: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sdflow"))
+        .args(args)
+        .env(key, value)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sdflow-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+const EXAMPLES: [&str; 4] = ["laplace", "hyperdiffusion", "tridiagonal", "flag_if"];
+
+#[test]
+fn validate_accepts_every_example() {
+    for ex in EXAMPLES {
+        let o = sdflow(&["validate", &format!("examples/{ex}.sdfg.json")]);
+        assert!(o.status.success(), "{ex}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("valid SDFG '{ex}'")),
+            "{}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn validate_lists_problems_and_exits_1() {
+    let bad = tmp("bad.sdfg.json");
+    let text = std::fs::read_to_string(root().join("examples/laplace.sdfg.json")).unwrap();
+    // Point the tasklet's output at an undeclared array.
+    std::fs::write(
+        &bad,
+        text.replace("\"memlet\": \"out[i, j]\"", "\"memlet\": \"outt[i, j]\""),
+    )
+    .unwrap();
+    let o = sdflow(&["validate", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("problem(s)"), "{err}");
+    assert!(err.contains("'outt'"), "{err}");
+    assert!(err.contains("state 'main'"), "{err}");
+}
+
+#[test]
+fn malformed_json_reports_where() {
+    let bad = tmp("trunc.sdfg.json");
+    let text = std::fs::read_to_string(root().join("examples/laplace.sdfg.json")).unwrap();
+    std::fs::write(&bad, &text[..text.len() / 2]).unwrap();
+    let o = sdflow(&["validate", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("trunc.sdfg.json"), "{}", stderr(&o));
+    let o = sdflow(&["stats", "examples/missing.sdfg.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("examples/missing.sdfg.json"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn stats_prints_key_value_lines() {
+    let o = sdflow(&["stats", "examples/hyperdiffusion.sdfg.json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for line in [
+        "states: 1",
+        "maps: 2",
+        "tasklets: 2",
+        "transients: 1",
+        "array lap: f64[N, N] transient",
+        "array u: f64[N, N]",
+        "symbol alpha: f64",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
+
+#[test]
+fn dot_writes_parsable_dot() {
+    for ex in EXAMPLES {
+        let o = sdflow(&["dot", &format!("examples/{ex}.sdfg.json")]);
+        assert!(o.status.success(), "{ex}: {}", stderr(&o));
+        graphviz_rust::parse(&stdout(&o)).unwrap_or_else(|e| panic!("{ex}: {e}"));
+    }
+    let out = tmp("lap.dot");
+    let o = sdflow(&[
+        "dot",
+        "examples/laplace.sdfg.json",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .starts_with("digraph \"laplace\"")
+    );
+}
+
+#[test]
+fn dot_svg_needs_graphviz_and_says_so() {
+    let o = sdflow_env(
+        &["dot", "examples/laplace.sdfg.json", "--svg"],
+        "SDFLOW_DOT",
+        "/nonexistent/dot",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o)
+            .contains("--svg needs Graphviz's '/nonexistent/dot' program, which was not found"),
+        "{}",
+        stderr(&o)
+    );
+    let have_dot = Command::new("dot").arg("-V").output().is_ok();
+    if have_dot {
+        let o = sdflow(&["dot", "examples/laplace.sdfg.json", "--svg"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("<svg"), "{}", stdout(&o));
+    } else {
+        eprintln!("note: Graphviz 'dot' is not installed; SVG rendering itself was not exercised");
+    }
+}
+
+fn write_inputs(path: &Path, n: usize) {
+    let u: Vec<f64> = (0..n * n)
+        .map(|p| ((p / n).pow(2) + 2 * (p % n).pow(2)) as f64)
+        .collect();
+    let mut arrays = std::collections::BTreeMap::new();
+    arrays.insert(
+        "u".to_string(),
+        HostArray::F64(ArrayD::from_shape_vec(IxDyn(&[n, n]), u).unwrap()),
+    );
+    arrays.insert(
+        "out".to_string(),
+        HostArray::F64(ArrayD::zeros(IxDyn(&[n, n]))),
+    );
+    npz::write_npz(path, &arrays).unwrap();
+}
+
+#[test]
+fn run_with_npz_inputs_and_outputs() {
+    let inp = tmp("lap_in.npz");
+    let outp = tmp("lap_out.npz");
+    write_inputs(&inp, 6);
+    let o = sdflow(&[
+        "run",
+        "examples/laplace.sdfg.json",
+        "--inputs",
+        inp.to_str().unwrap(),
+        "--outputs",
+        outp.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // 16 interior points of value 6, border 0: sum 96, L2 sqrt(16 * 36) = 24.
+    assert_eq!(stdout(&o), "out: f64[6, 6] sum=9.6e1 l2=2.4e1\n");
+    let back = npz::read_npz(&outp).unwrap();
+    let HostArray::F64(out) = &back["out"] else {
+        panic!("out is not f64")
+    };
+    assert_eq!(out[[1, 1]], 6.0);
+    assert_eq!(out[[0, 3]], 0.0);
+    // Inputs pass through unchanged.
+    assert_eq!(back["u"], npz::read_npz(&inp).unwrap()["u"]);
+}
+
+#[test]
+fn run_with_random_inputs_is_deterministic() {
+    let a = sdflow(&[
+        "run",
+        "examples/hyperdiffusion.sdfg.json",
+        "-s",
+        "N=16",
+        "-s",
+        "alpha=0.1",
+        "--seed",
+        "5",
+    ]);
+    let b = sdflow(&[
+        "run",
+        "examples/hyperdiffusion.sdfg.json",
+        "--symbol",
+        "N=16",
+        "--symbol",
+        "alpha=0.1",
+        "--seed",
+        "5",
+    ]);
+    let c = sdflow(&[
+        "run",
+        "examples/hyperdiffusion.sdfg.json",
+        "-s",
+        "N=16",
+        "-s",
+        "alpha=0.1",
+        "--seed",
+        "6",
+    ]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert_ne!(stdout(&a), stdout(&c));
+    assert!(
+        stdout(&a).starts_with("out: f64[16, 16] sum="),
+        "{}",
+        stdout(&a)
+    );
+}
+
+#[test]
+fn run_reports_bad_symbols_and_missing_values() {
+    let o = sdflow(&["run", "examples/laplace.sdfg.json", "-s", "M=3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("the program has no symbol 'M'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sdflow(&["run", "examples/laplace.sdfg.json", "-s", "N=abc"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("N=abc: not a valid i64 value"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sdflow(&["run", "examples/laplace.sdfg.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("'N'"), "{}", stderr(&o));
+    let o = sdflow(&["run", "examples/laplace.sdfg.json", "-s", "N"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("expected NAME=VALUE"), "{}", stderr(&o));
+}

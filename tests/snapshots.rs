@@ -1,0 +1,49 @@
+//! Snapshot tests in the style of naga: every program in `examples/` and `tests/in/`
+//! (`*.sdfg.json`) is read, and its DOT drawing, `sdflow stats` text and canonical JSON are
+//! compared with `tests/out/<name>.{dot,stats,json}`.
+//!
+//! After an intended change, `UPDATE_EXPECT=1 cargo test --test snapshots` rewrites the
+//! files; review the diff before committing.
+
+use std::path::{Path, PathBuf};
+
+use expect_test::expect_file;
+use sdflow::cli;
+use sdflow::ir::{dot, format};
+
+fn inputs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/in"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = entry.unwrap().path();
+            if p.to_string_lossy().ends_with(".sdfg.json") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn snapshots() {
+    let files = inputs();
+    assert!(
+        files.len() >= 4,
+        "expected the example programs, found {files:?}"
+    );
+    for path in files {
+        let name = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".sdfg.json")
+            .to_string();
+        let sdfg = cli::load_program(&path).unwrap_or_else(|e| panic!("{e}"));
+        let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
+        expect_file![out.join(format!("{name}.dot"))].assert_eq(&dot::to_dot(&sdfg));
+        expect_file![out.join(format!("{name}.stats"))].assert_eq(&cli::stats_text(&sdfg));
+        expect_file![out.join(format!("{name}.json"))].assert_eq(&format::to_json(&sdfg));
+    }
+}
