@@ -10,7 +10,11 @@ pub(super) fn check_control(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &L
     walk(cx, sdfg, scope, &sdfg.body, loc, &mut refs);
     for (i, n) in refs.iter().enumerate() {
         if *n != 1 {
-            let name = sdfg.states.get(i).map(|s| s.name.clone()).unwrap_or_default();
+            let name = sdfg
+                .states
+                .get(i)
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
             let sloc = loc.child(Segment::State {
                 name: name.clone(),
                 index: i,
@@ -94,7 +98,10 @@ fn walk(
                     Some(s) if !s.dtype.is_int() => cx.push(
                         ProblemKind::DTypeMismatch,
                         &aloc,
-                        format!("assignment to {} symbol '{target}' (must be an integer)", s.dtype),
+                        format!(
+                            "assignment to {} symbol '{target}' (must be an integer)",
+                            s.dtype
+                        ),
                     ),
                     Some(s) if s.value.is_some() => cx.push(
                         ProblemKind::ControlFlow,
@@ -103,7 +110,13 @@ fn walk(
                     ),
                     Some(_) => {}
                 }
-                scope.check_expr(cx, &aloc, value, &format!("the value assigned to '{target}'"), true);
+                scope.check_expr(
+                    cx,
+                    &aloc,
+                    value,
+                    &format!("the value assigned to '{target}'"),
+                    true,
+                );
             }
         }
     }

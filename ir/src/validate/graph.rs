@@ -78,13 +78,19 @@ fn check_tasklet_edges(
             cx.push(
                 ProblemKind::DanglingConnector,
                 loc,
-                format!("input connector '{c}' of tasklet '{}' has no incoming edge", t.name),
+                format!(
+                    "input connector '{c}' of tasklet '{}' has no incoming edge",
+                    t.name
+                ),
             );
         } else if k > 1 {
             cx.push(
                 ProblemKind::BadEdge,
                 loc,
-                format!("input connector '{c}' of tasklet '{}' has {k} incoming edges", t.name),
+                format!(
+                    "input connector '{c}' of tasklet '{}' has {k} incoming edges",
+                    t.name
+                ),
             );
         }
     }
@@ -96,7 +102,10 @@ fn check_tasklet_edges(
             cx.push(
                 ProblemKind::DanglingConnector,
                 loc,
-                format!("output connector '{c}' of tasklet '{}' has no outgoing edge", t.name),
+                format!(
+                    "output connector '{c}' of tasklet '{}' has no outgoing edge",
+                    t.name
+                ),
             );
         }
     }
@@ -190,7 +199,10 @@ fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Loc
         cx.push(
             ProblemKind::BadEdge,
             loc,
-            format!("memlet data '{}' differs from the access node's data '{access}'", m.data),
+            format!(
+                "memlet data '{}' differs from the access node's data '{access}'",
+                m.data
+            ),
         );
     }
     let arrays = &scope.sdfg.arrays;
@@ -242,9 +254,15 @@ fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Loc
             && *ct != dt
         {
             let msg = if reads {
-                format!("tasklet '{}' reads connector '{c}' ({ct}) from '{}' ({dt})", t.name, m.data)
+                format!(
+                    "tasklet '{}' reads connector '{c}' ({ct}) from '{}' ({dt})",
+                    t.name, m.data
+                )
             } else {
-                format!("tasklet '{}' writes connector '{c}' ({ct}) to '{}' ({dt})", t.name, m.data)
+                format!(
+                    "tasklet '{}' writes connector '{c}' ({ct}) to '{}' ({dt})",
+                    t.name, m.data
+                )
             };
             cx.push(ProblemKind::DTypeMismatch, loc, msg);
         }
@@ -355,7 +373,10 @@ fn check_indirect(
         cx.push(
             ProblemKind::BadIndirect,
             loc,
-            format!("indirection table '{table}' is {}, not an integer container", desc.dtype()),
+            format!(
+                "indirection table '{table}' is {}, not an integer container",
+                desc.dtype()
+            ),
         );
     }
     if desc.rank() != index.len() {

@@ -227,7 +227,10 @@ pub(super) fn check_nested(
             cx.push(
                 ProblemKind::NestedSdfg,
                 loc,
-                format!("symbol mapping sets '{k}', which is not a symbol of '{}'", inner.name),
+                format!(
+                    "symbol mapping sets '{k}', which is not a symbol of '{}'",
+                    inner.name
+                ),
             );
         }
         scope.check_expr(
@@ -269,7 +272,10 @@ pub(super) fn check_reduce(
         cx.push(
             ProblemKind::LibraryNode,
             loc,
-            format!("reduce has {} incoming edge(s), expected exactly one (at 'in')", ins.len()),
+            format!(
+                "reduce has {} incoming edge(s), expected exactly one (at 'in')",
+                ins.len()
+            ),
         );
     }
     if outs.is_empty() {

@@ -326,13 +326,7 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
                 );
             }
             for (i, s) in a.strides.iter().enumerate() {
-                scope.check_expr(
-                    cx,
-                    &aloc,
-                    s,
-                    &format!("stride {i} of '{name}'"),
-                    false,
-                );
+                scope.check_expr(cx, &aloc, s, &format!("stride {i} of '{name}'"), false);
             }
         }
     }
