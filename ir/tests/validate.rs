@@ -683,3 +683,31 @@ fn broken_graphs_do_not_panic() {
     assert!(ps.iter().any(|p| p.kind == ProblemKind::UndefinedData));
     assert!(ps.iter().any(|p| p.kind == ProblemKind::ControlFlow));
 }
+
+#[test]
+fn transient_scalar_is_local_to_a_map_body() {
+    let mut b = SdfgBuilder::new("tmp");
+    b.symbol("N", DType::I64)
+        .transient_scalar("tmp", DType::F64)
+        .array("a", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t1", &[("x", "a[i]")], &[("y", "tmp")], "y = x * x");
+            m.tasklet("t2", &[("x", "tmp")], &[("y", "out[i]")], "y = x + 1.0");
+        });
+    });
+    let s = b.build();
+    assert_ok(&s);
+    // Without the scalar being transient, the body writes it without a map out-edge.
+    let mut bad = s.clone();
+    bad.arrays.insert(
+        "tmp".into(),
+        DataDesc::Scalar {
+            dtype: DType::F64,
+            transient: false,
+        },
+    );
+    let p = find(&bad, ProblemKind::MapBoundary);
+    assert!(p.message.contains("writes 'tmp'"), "{p}");
+}
