@@ -1,0 +1,489 @@
+//! Dataflow graph checks: nodes, edges, memlet subsets, cycles and races.
+
+use super::{Cx, Location, ProblemKind, Scope, Segment, maps, tasklet};
+use crate::data::DataDesc;
+use crate::dataflow::{Dataflow, EdgeId, LibraryNode, Node, NodeId};
+use crate::memlet::{Dim, Subset};
+use crate::propagate::{dim_bounds, disjoint, expr_bounds};
+
+/// The location of a node of `g` under `loc`.
+pub(super) fn node_loc(g: &Dataflow, n: NodeId, loc: &Location) -> Location {
+    loc.child(Segment::Node {
+        index: n.index(),
+        description: g.node(n).describe(),
+    })
+}
+
+/// The location of an edge of `g` under `loc`.
+pub(super) fn edge_loc(g: &Dataflow, e: EdgeId, loc: &Location) -> Location {
+    let (s, d) = g.endpoints(e);
+    loc.child(Segment::Edge {
+        index: e.index(),
+        src: g.node(s).describe(),
+        dst: g.node(d).describe(),
+    })
+}
+
+/// Checks a state's graph or a map body (recursively).
+pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Location) {
+    for n in g.node_ids() {
+        let nloc = node_loc(g, n, loc);
+        match g.node(n) {
+            Node::Access(d) => {
+                if !scope.sdfg.arrays.contains_key(d) {
+                    cx.push(
+                        ProblemKind::UndefinedData,
+                        &nloc,
+                        format!("access node of '{d}', which is not a declared container"),
+                    );
+                }
+            }
+            Node::Tasklet(t) => {
+                tasklet::check_tasklet(cx, scope, t, &nloc);
+                check_tasklet_edges(cx, g, n, t, &nloc);
+            }
+            Node::Map(m) => maps::check_map(cx, scope, g, n, m, &nloc),
+            Node::Nested(ns) => maps::check_nested(cx, scope, g, n, ns, &nloc),
+            Node::Library(LibraryNode::Reduce(r)) => maps::check_reduce(cx, scope, g, n, r, &nloc),
+        }
+    }
+    for e in g.edge_ids() {
+        check_edge(cx, scope, g, e, &edge_loc(g, e, loc));
+    }
+    if let Err(n) = g.topological_order() {
+        cx.push(
+            ProblemKind::Cycle,
+            &node_loc(g, n, loc),
+            format!("{} is on a cycle", g.node(n).describe()),
+        );
+    }
+    check_races(cx, g, loc);
+}
+
+fn check_tasklet_edges(
+    cx: &mut Cx,
+    g: &Dataflow,
+    n: NodeId,
+    t: &crate::dataflow::Tasklet,
+    loc: &Location,
+) {
+    let ins = g.in_edges(n);
+    let outs = g.out_edges(n);
+    for c in t.inputs.keys() {
+        let k = ins
+            .iter()
+            .filter(|e| g.edge(**e).dst_conn.as_deref() == Some(c.as_str()))
+            .count();
+        if k == 0 {
+            cx.push(
+                ProblemKind::DanglingConnector,
+                loc,
+                format!(
+                    "input connector '{c}' of tasklet '{}' has no incoming edge",
+                    t.name
+                ),
+            );
+        } else if k > 1 {
+            cx.push(
+                ProblemKind::BadEdge,
+                loc,
+                format!(
+                    "input connector '{c}' of tasklet '{}' has {k} incoming edges",
+                    t.name
+                ),
+            );
+        }
+    }
+    for c in t.outputs.keys() {
+        if !outs
+            .iter()
+            .any(|e| g.edge(*e).src_conn.as_deref() == Some(c.as_str()))
+        {
+            cx.push(
+                ProblemKind::DanglingConnector,
+                loc,
+                format!(
+                    "output connector '{c}' of tasklet '{}' has no outgoing edge",
+                    t.name
+                ),
+            );
+        }
+    }
+}
+
+/// Checks the connector on one side of an edge; `out` is true for the source side.
+fn check_conn(cx: &mut Cx, node: &Node, conn: Option<&str>, out: bool, loc: &Location) {
+    let dir = if out { "leaves" } else { "enters" };
+    let desc = node.describe();
+    match node {
+        Node::Access(_) | Node::Map(_) => {
+            if let Some(c) = conn {
+                cx.push(
+                    ProblemKind::UnknownConnector,
+                    loc,
+                    format!("the edge {dir} connector '{c}' of {desc}, which has no connectors"),
+                );
+            }
+        }
+        Node::Tasklet(t) => {
+            let set = if out { &t.outputs } else { &t.inputs };
+            let kind = if out { "output" } else { "input" };
+            match conn {
+                Some(c) if set.contains_key(c) => {}
+                Some(c) => cx.push(
+                    ProblemKind::UnknownConnector,
+                    loc,
+                    format!("the edge {dir} {desc} at '{c}', which is not an {kind} connector"),
+                ),
+                None => cx.push(
+                    ProblemKind::UnknownConnector,
+                    loc,
+                    format!("the edge {dir} {desc} without naming an {kind} connector"),
+                ),
+            }
+        }
+        Node::Nested(ns) => match conn {
+            Some(c) if ns.sdfg.arrays.get(c).is_some_and(|d| !d.transient()) => {}
+            Some(c) => cx.push(
+                ProblemKind::UnknownConnector,
+                loc,
+                format!(
+                    "the edge {dir} {desc} at '{c}', which is not a non-transient container of '{}'",
+                    ns.sdfg.name
+                ),
+            ),
+            None => cx.push(
+                ProblemKind::UnknownConnector,
+                loc,
+                format!("the edge {dir} {desc} without naming a connector"),
+            ),
+        },
+        Node::Library(_) => {
+            let want = if out { "out" } else { "in" };
+            if conn != Some(want) {
+                cx.push(
+                    ProblemKind::UnknownConnector,
+                    loc,
+                    format!(
+                        "the edge {dir} {desc} at {}, expected connector '{want}'",
+                        conn.map(|c| format!("'{c}'"))
+                            .unwrap_or_else(|| "no connector".into())
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Location) {
+    let (s, d) = g.endpoints(e);
+    let (sn, dn) = (g.node(s), g.node(d));
+    let edge = g.edge(e);
+    let m = &edge.memlet;
+    if sn.as_access().is_none() && dn.as_access().is_none() {
+        cx.push(
+            ProblemKind::BadEdge,
+            loc,
+            format!(
+                "an edge from {} to {} (one end must be an access node)",
+                sn.describe(),
+                dn.describe()
+            ),
+        );
+        return;
+    }
+    check_conn(cx, sn, edge.src_conn.as_deref(), true, loc);
+    check_conn(cx, dn, edge.dst_conn.as_deref(), false, loc);
+    let access = sn.as_access().or(dn.as_access()).unwrap_or_default();
+    if m.data != access {
+        cx.push(
+            ProblemKind::BadEdge,
+            loc,
+            format!(
+                "memlet data '{}' differs from the access node's data '{access}'",
+                m.data
+            ),
+        );
+    }
+    let arrays = &scope.sdfg.arrays;
+    check_subset(cx, scope, loc, &m.data, &m.subset);
+    if let (Some(_), Some(dst)) = (sn.as_access(), dn.as_access()) {
+        let other = m.other_subset.as_ref().unwrap_or(&m.subset);
+        check_subset(cx, scope, loc, dst, other);
+        if let Some(o) = &m.other_subset
+            && let Some(diff) = m.subset.volume().const_diff(&o.volume())
+            && diff != 0
+        {
+            cx.push(
+                ProblemKind::BadMemlet,
+                loc,
+                format!(
+                    "copy from '{}' [{}] to '{dst}' [{o}] moves {} element(s) but writes {}",
+                    m.data,
+                    m.subset,
+                    m.subset.volume(),
+                    o.volume()
+                ),
+            );
+        }
+    } else if m.other_subset.is_some() {
+        cx.push(
+            ProblemKind::BadMemlet,
+            loc,
+            format!("memlet '{m}' has an other_subset but is not a copy between access nodes"),
+        );
+    }
+    let data_ty = arrays.get(&m.data).map(DataDesc::dtype);
+    // Tasklet ends: single elements of the connector's type.
+    for (node, conn, reads) in [(dn, &edge.dst_conn, true), (sn, &edge.src_conn, false)] {
+        let Node::Tasklet(t) = node else { continue };
+        if !m.subset.is_element() {
+            cx.push(
+                ProblemKind::BadMemlet,
+                loc,
+                format!(
+                    "tasklet '{}' {} '{m}', which is not a single element",
+                    t.name,
+                    if reads { "reads" } else { "writes" }
+                ),
+            );
+        }
+        let set = if reads { &t.inputs } else { &t.outputs };
+        if let (Some(c), Some(dt)) = (conn, data_ty)
+            && let Some(ct) = set.get(c)
+            && *ct != dt
+        {
+            let msg = if reads {
+                format!(
+                    "tasklet '{}' reads connector '{c}' ({ct}) from '{}' ({dt})",
+                    t.name, m.data
+                )
+            } else {
+                format!(
+                    "tasklet '{}' writes connector '{c}' ({ct}) to '{}' ({dt})",
+                    t.name, m.data
+                )
+            };
+            cx.push(ProblemKind::DTypeMismatch, loc, msg);
+        }
+    }
+    for (node, conn) in [(dn, &edge.dst_conn), (sn, &edge.src_conn)] {
+        let Node::Nested(ns) = node else { continue };
+        if let (Some(c), Some(dt)) = (conn, data_ty)
+            && let Some(inner) = ns.sdfg.arrays.get(c)
+            && inner.dtype() != dt
+        {
+            cx.push(
+                ProblemKind::DTypeMismatch,
+                loc,
+                format!(
+                    "connector '{c}' of nested SDFG '{}' is {} but '{}' is {dt}",
+                    ns.sdfg.name,
+                    inner.dtype(),
+                    m.data
+                ),
+            );
+        }
+    }
+}
+
+/// Checks that `subset` fits `data`: declared, same rank, symbols defined, within bounds,
+/// indirections well-formed. Returns false when the data is unknown or the rank is wrong.
+pub(super) fn check_subset(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    loc: &Location,
+    data: &str,
+    subset: &Subset,
+) -> bool {
+    let arrays = &scope.sdfg.arrays;
+    let Some(desc) = arrays.get(data) else {
+        cx.push(
+            ProblemKind::UndefinedData,
+            loc,
+            format!("memlet names '{data}', which is not a declared container"),
+        );
+        return false;
+    };
+    if subset.rank() != desc.rank() {
+        cx.push(
+            ProblemKind::RankMismatch,
+            loc,
+            format!(
+                "subset [{subset}] of '{data}' has rank {} but '{data}' has rank {}",
+                subset.rank(),
+                desc.rank()
+            ),
+        );
+        return false;
+    }
+    let shape = desc.shape();
+    for (i, (dim, extent)) in subset.0.iter().zip(shape).enumerate() {
+        let what = format!("dimension {i} of the subset [{subset}] of '{data}'");
+        if !scope.check_expr_all(cx, loc, &dim.exprs(), &what) {
+            continue;
+        }
+        if let Dim::Indirect { table, index } = dim {
+            check_indirect(cx, scope, loc, table, index);
+            continue;
+        }
+        let Some((lo, hi)) = dim_bounds(dim, &scope.boxes) else {
+            continue;
+        };
+        if let Some(v) = lo.const_value()
+            && v < 0
+        {
+            cx.push(
+                ProblemKind::OutOfBounds,
+                loc,
+                format!("index {lo} is below 0 in dimension {i} of '{data}' (subset [{subset}])"),
+            );
+        }
+        if let Some(d) = extent.const_diff(&hi)
+            && d <= 0
+        {
+            cx.push(
+                ProblemKind::OutOfBounds,
+                loc,
+                format!(
+                    "index {hi} is past the end ({extent}) of dimension {i} of '{data}' (subset [{subset}])"
+                ),
+            );
+        }
+    }
+    true
+}
+
+fn check_indirect(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    loc: &Location,
+    table: &str,
+    index: &[crate::symexpr::SymExpr],
+) {
+    let Some(desc) = scope.sdfg.arrays.get(table) else {
+        cx.push(
+            ProblemKind::UndefinedData,
+            loc,
+            format!("indirection table '{table}' is not a declared container"),
+        );
+        return;
+    };
+    if !desc.dtype().is_int() {
+        cx.push(
+            ProblemKind::BadIndirect,
+            loc,
+            format!(
+                "indirection table '{table}' is {}, not an integer container",
+                desc.dtype()
+            ),
+        );
+    }
+    if desc.rank() != index.len() {
+        cx.push(
+            ProblemKind::BadIndirect,
+            loc,
+            format!(
+                "indirection table '{table}' has rank {} but is indexed with {} index(es)",
+                desc.rank(),
+                index.len()
+            ),
+        );
+        return;
+    }
+    for (i, (e, extent)) in index.iter().zip(desc.shape()).enumerate() {
+        let Some((lo, hi)) = expr_bounds(e, &scope.boxes) else {
+            continue;
+        };
+        let below = lo.const_value().is_some_and(|v| v < 0);
+        let past = extent.const_diff(&hi).is_some_and(|d| d <= 0);
+        if below || past {
+            cx.push(
+                ProblemKind::OutOfBounds,
+                loc,
+                format!("index {e} of dimension {i} of indirection table '{table}' can leave 0..{extent}"),
+            );
+        }
+    }
+}
+
+/// One node's access to some data, for the race check.
+struct Access<'a> {
+    node: NodeId,
+    data: &'a str,
+    subset: &'a Subset,
+    write: bool,
+    wcr: bool,
+}
+
+fn check_races(cx: &mut Cx, g: &Dataflow, loc: &Location) {
+    let mut accesses: Vec<Access<'_>> = Vec::new();
+    for e in g.edge_ids() {
+        let (s, d) = g.endpoints(e);
+        let m = &g.edge(e).memlet;
+        if let Some(data) = g.node(d).as_access() {
+            let copy = g.node(s).as_access().is_some();
+            let subset = if copy {
+                m.other_subset.as_ref().unwrap_or(&m.subset)
+            } else {
+                &m.subset
+            };
+            accesses.push(Access {
+                node: s,
+                data,
+                subset,
+                write: true,
+                wcr: m.wcr.is_some(),
+            });
+        }
+        if let Some(data) = g.node(s).as_access()
+            && g.node(d).as_access().is_none()
+        {
+            accesses.push(Access {
+                node: d,
+                data,
+                subset: &m.subset,
+                write: false,
+                wcr: false,
+            });
+        }
+    }
+    let mut reported = std::collections::BTreeSet::new();
+    for (i, a) in accesses.iter().enumerate() {
+        for b in &accesses[i + 1..] {
+            if a.node == b.node || a.data != b.data || !(a.write || b.write) {
+                continue;
+            }
+            if a.write && b.write && a.wcr && b.wcr {
+                continue;
+            }
+            let key = (a.node.min(b.node), a.node.max(b.node), a.data);
+            if reported.contains(&key)
+                || g.reaches(a.node, b.node)
+                || g.reaches(b.node, a.node)
+                || disjoint(a.subset, b.subset)
+            {
+                continue;
+            }
+            reported.insert(key);
+            let (x, y) = if a.node <= b.node { (a, b) } else { (b, a) };
+            let verb = |w: bool| if w { "writes" } else { "reads" };
+            cx.push(
+                ProblemKind::WriteRace,
+                loc,
+                format!(
+                    "{} (node {}) {} '{}' [{}] and {} (node {}) {} [{}] with no ordering between them",
+                    g.node(x.node).describe(),
+                    x.node.index(),
+                    verb(x.write),
+                    x.data,
+                    x.subset,
+                    g.node(y.node).describe(),
+                    y.node.index(),
+                    verb(y.write),
+                    y.subset
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Checks of scope-like nodes: maps (parameters, boundary, coverage, recursion into the
+//! body), nested SDFGs and library nodes.
+
+use std::collections::BTreeSet;
+
+use super::{Cx, Location, ProblemKind, Scope, check_sdfg, graph, is_identifier};
+use crate::data::DataDesc;
+use crate::dataflow::{Dataflow, MapScope, NestedSdfg, NodeId, Reduce};
+use crate::memlet::Subset;
+use crate::propagate::{ParamBox, covers};
+
+/// Checks a map node: parameters, ranges, boundary and coverage, then its body.
+pub(super) fn check_map(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    m: &MapScope,
+    loc: &Location,
+) {
+    let label = &m.label;
+    let mut seen = BTreeSet::new();
+    for p in &m.params {
+        if !is_identifier(p) {
+            cx.push(
+                ProblemKind::BadName,
+                loc,
+                format!("parameter name '{p}' of map '{label}' is not an identifier"),
+            );
+        }
+        if !seen.insert(p) {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!("map '{label}' has parameter '{p}' more than once"),
+            );
+        } else if scope.params.contains(p) {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!("parameter '{p}' of map '{label}' shadows a parameter of an enclosing map"),
+            );
+        } else if scope.sdfg.symbols.contains_key(p) || scope.sdfg.arrays.contains_key(p) {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!("parameter '{p}' of map '{label}' shadows a symbol or container of the same name"),
+            );
+        }
+    }
+    if m.params.len() != m.ranges.len() {
+        cx.push(
+            ProblemKind::BadMap,
+            loc,
+            format!(
+                "map '{label}' has {} parameter(s) but {} range(s)",
+                m.params.len(),
+                m.ranges.len()
+            ),
+        );
+    }
+    for (p, r) in m.params.iter().zip(&m.ranges) {
+        let what = format!("the range {r} of parameter '{p}' of map '{label}'");
+        scope.check_expr_all(cx, loc, &[&r.start, &r.end, &r.step], &what);
+        if let Some(s) = r.step.const_value()
+            && s <= 0
+        {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!("{what} has a non-positive step"),
+            );
+        }
+    }
+    let own = ParamBox::of_map(&m.params, &m.ranges);
+    check_boundary(cx, scope, g, n, m, &own, loc);
+    let mut inner = scope.clone();
+    inner.params.extend(m.params.iter().cloned());
+    inner.boxes.extend(own);
+    graph::check_graph(cx, &inner, &m.body, loc);
+}
+
+/// The boundary rule and coverage of body memlets by the map's edges.
+fn check_boundary(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    m: &MapScope,
+    own: &[ParamBox],
+    loc: &Location,
+) {
+    let label = &m.label;
+    let body = &m.body;
+    let local = |d: &str| {
+        matches!(
+            scope.sdfg.arrays.get(d),
+            Some(DataDesc::Scalar {
+                transient: true,
+                ..
+            })
+        )
+    };
+    let outer_in: Vec<(&str, &Subset)> = g
+        .in_edges(n)
+        .into_iter()
+        .map(|e| (g.edge(e).memlet.data.as_str(), &g.edge(e).memlet.subset))
+        .collect();
+    let outer_out: Vec<(&str, &Subset)> = g
+        .out_edges(n)
+        .into_iter()
+        .map(|e| {
+            let mm = &g.edge(e).memlet;
+            (mm.data.as_str(), &mm.subset)
+        })
+        .collect();
+    let mut read = BTreeSet::new();
+    let mut written = BTreeSet::new();
+    for a in body.node_ids() {
+        let Some(d) = body.node(a).as_access() else {
+            continue;
+        };
+        let is_input = body.in_edges(a).is_empty();
+        if is_input {
+            if !body.out_edges(a).is_empty() {
+                read.insert(d);
+            }
+        } else {
+            written.insert(d);
+        }
+        if local(d) {
+            continue;
+        }
+        let (outer, dir, side) = if is_input {
+            (&outer_in, "reads", "into")
+        } else {
+            (&outer_out, "writes", "out of")
+        };
+        if !outer.iter().any(|(od, _)| *od == d) {
+            cx.push(
+                ProblemKind::MapBoundary,
+                &graph::node_loc(body, a, loc),
+                format!("the body of map '{label}' {dir} '{d}', but no edge {side} the map carries '{d}'"),
+            );
+            continue;
+        }
+        // Coverage of each body memlet at this boundary node.
+        let edges = if is_input {
+            body.out_edges(a)
+        } else {
+            body.in_edges(a)
+        };
+        for e in edges {
+            let (s, _) = body.endpoints(e);
+            let mm = &body.edge(e).memlet;
+            let sub = if !is_input && body.node(s).as_access().is_some() {
+                mm.other_subset.as_ref().unwrap_or(&mm.subset)
+            } else {
+                &mm.subset
+            };
+            let results: Vec<Option<bool>> = outer
+                .iter()
+                .filter(|(od, _)| *od == d)
+                .map(|(_, os)| covers(os, sub, own))
+                .collect();
+            if results.iter().all(|r| *r == Some(false)) {
+                let outer_text: Vec<String> = outer
+                    .iter()
+                    .filter(|(od, _)| *od == d)
+                    .map(|(_, os)| format!("[{os}]"))
+                    .collect();
+                cx.push(
+                    ProblemKind::NotCovered,
+                    &graph::edge_loc(body, e, loc),
+                    format!(
+                        "'{d}' [{sub}] over map '{label}' is not within the map's memlet {}",
+                        outer_text.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    for e in body.edge_ids() {
+        for t in body.edge(e).memlet.subset.tables() {
+            read.insert(t);
+            if !outer_in.iter().any(|(od, _)| *od == t) {
+                cx.push(
+                    ProblemKind::MapBoundary,
+                    &graph::edge_loc(body, e, loc),
+                    format!("indirection table '{t}' is used in the body of map '{label}' but no edge into the map carries it"),
+                );
+            }
+        }
+    }
+    for (d, _) in &outer_in {
+        if !read.contains(d) {
+            cx.push(
+                ProblemKind::MapBoundary,
+                loc,
+                format!("an edge into map '{label}' carries '{d}', but the body never reads it"),
+            );
+        }
+    }
+    for (d, _) in &outer_out {
+        if !written.contains(d) {
+            cx.push(
+                ProblemKind::MapBoundary,
+                loc,
+                format!("an edge out of map '{label}' carries '{d}', but the body never writes it"),
+            );
+        }
+    }
+}
+
+/// Checks a nested SDFG's symbol mapping, then the callee itself.
+pub(super) fn check_nested(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    _g: &Dataflow,
+    _n: NodeId,
+    ns: &NestedSdfg,
+    loc: &Location,
+) {
+    let inner = &ns.sdfg;
+    for (k, v) in &ns.symbol_mapping {
+        if !inner.symbols.contains_key(k) {
+            cx.push(
+                ProblemKind::NestedSdfg,
+                loc,
+                format!(
+                    "symbol mapping sets '{k}', which is not a symbol of '{}'",
+                    inner.name
+                ),
+            );
+        }
+        scope.check_expr(
+            cx,
+            loc,
+            v,
+            &format!("the value mapped to '{k}' of nested SDFG '{}'", inner.name),
+            false,
+        );
+    }
+    let flow = inner.loop_and_assigned_symbols();
+    for (s, sym) in &inner.symbols {
+        if sym.value.is_none() && !flow.contains(s) && !ns.symbol_mapping.contains_key(s) {
+            cx.push(
+                ProblemKind::NestedSdfg,
+                loc,
+                format!(
+                    "symbol '{s}' of nested SDFG '{}' has no static value and no entry in the symbol mapping",
+                    inner.name
+                ),
+            );
+        }
+    }
+    check_sdfg(cx, inner, loc);
+}
+
+/// Checks a reduce node: connectors and axes.
+pub(super) fn check_reduce(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    r: &Reduce,
+    loc: &Location,
+) {
+    let ins = g.in_edges(n);
+    let outs = g.out_edges(n);
+    if ins.len() != 1 {
+        cx.push(
+            ProblemKind::LibraryNode,
+            loc,
+            format!(
+                "reduce has {} incoming edge(s), expected exactly one (at 'in')",
+                ins.len()
+            ),
+        );
+    }
+    if outs.is_empty() {
+        cx.push(
+            ProblemKind::DanglingConnector,
+            loc,
+            "output connector 'out' of reduce has no outgoing edge".to_string(),
+        );
+    }
+    let Some(axes) = &r.axes else { return };
+    let mut seen = BTreeSet::new();
+    for a in axes {
+        if !seen.insert(*a) {
+            cx.push(
+                ProblemKind::LibraryNode,
+                loc,
+                format!("reduce axis {a} is listed more than once"),
+            );
+        }
+    }
+    let Some(e) = ins.first() else { return };
+    let data = &g.edge(*e).memlet.data;
+    let Some(rank) = scope.sdfg.arrays.get(data).map(DataDesc::rank) else {
+        return;
+    };
+    for a in axes {
+        if *a >= rank {
+            cx.push(
+                ProblemKind::LibraryNode,
+                loc,
+                format!("reduce axis {a} is out of range for '{data}' of rank {rank}"),
+            );
+        }
+    }
+}

@@ -1,0 +1,713 @@
+//! Tests of `Sdfg::validate`: valid programs pass, and each class of problem is found and
+//! located.
+
+use sdflow_ir::validate::{Problem, ProblemKind};
+use sdflow_ir::*;
+
+fn laplace() -> Sdfg {
+    let mut b = SdfgBuilder::new("laplace");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"]);
+    b.state("main", |s| {
+        s.map("lap", &["i", "j"], &["1:N-1", "1:N-1"], |m| {
+            m.tasklet(
+                "lap",
+                &[
+                    ("c", "u[i, j]"),
+                    ("n", "u[i-1, j]"),
+                    ("s", "u[i+1, j]"),
+                    ("w", "u[i, j-1]"),
+                    ("e", "u[i, j+1]"),
+                ],
+                &[("o", "out[i, j]")],
+                "o = n + s + w + e - 4.0 * c",
+            );
+        });
+    });
+    b.build()
+}
+
+fn problems(s: &Sdfg) -> Vec<Problem> {
+    match s.validate() {
+        Ok(()) => Vec::new(),
+        Err(p) => p,
+    }
+}
+
+/// The first problem of this kind, with all problems printed on failure.
+fn find(s: &Sdfg, kind: ProblemKind) -> Problem {
+    let ps = problems(s);
+    let text: Vec<String> = ps.iter().map(|p| format!("{:?}: {p}", p.kind)).collect();
+    ps.into_iter()
+        .find(|p| p.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind:?} problem among: {text:#?}"))
+}
+
+fn assert_ok(s: &Sdfg) {
+    let ps = problems(s);
+    let text: Vec<String> = ps.iter().map(ToString::to_string).collect();
+    assert!(ps.is_empty(), "unexpected problems: {text:#?}");
+}
+
+fn main_graph(s: &mut Sdfg) -> &mut Dataflow {
+    &mut s.states[0].graph
+}
+
+fn map_of(g: &mut Dataflow) -> &mut MapScope {
+    let n = g
+        .node_ids()
+        .into_iter()
+        .find(|n| matches!(g.node(*n), Node::Map(_)))
+        .expect("a map");
+    match &mut g.graph[n] {
+        Node::Map(m) => m,
+        _ => unreachable!(),
+    }
+}
+
+fn tasklet_of(g: &mut Dataflow) -> &mut Tasklet {
+    let n = g
+        .node_ids()
+        .into_iter()
+        .find(|n| matches!(g.node(*n), Node::Tasklet(_)))
+        .expect("a tasklet");
+    match &mut g.graph[n] {
+        Node::Tasklet(t) => t,
+        _ => unreachable!(),
+    }
+}
+
+const LAP_MAP: &str = "sdfg 'laplace' > state 'main' (#0) > map 'lap' (node 0)";
+
+#[test]
+fn laplacian_is_valid() {
+    assert_ok(&laplace());
+}
+
+#[test]
+fn loop_and_if_program_is_valid() {
+    let mut b = SdfgBuilder::new("timeloop");
+    b.symbol("N", DType::I64)
+        .symbol("T", DType::I64)
+        .symbol("t", DType::I64)
+        .scalar("go", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("b", DType::F64, ["N"]);
+    let s0 = b.state("step", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("inc", &[("x", "a[i]")], &[("y", "b[i]")], "y = x + 1.0");
+        });
+    });
+    let s1 = b.state("back", |s| {
+        s.copy("b[0:N]", "a[0:N]");
+    });
+    b.body(Block::for_loop(
+        "t",
+        0,
+        SymExpr::parse("t < T").unwrap(),
+        SymExpr::parse("t + 1").unwrap(),
+        Block::seq([
+            Block::State(s0),
+            Block::if_else(
+                SymExpr::parse("go > 0 && t % 2 == 0").unwrap(),
+                Block::State(s1),
+                Block::empty(),
+            ),
+        ]),
+    ));
+    assert_ok(&b.build());
+}
+
+fn inner_sdfg() -> Sdfg {
+    let mut b = SdfgBuilder::new("inner");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("b", DType::F64, ["N"]);
+    b.state("body", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("dbl", &[("x", "a[i]")], &[("y", "b[i]")], "y = 2.0 * x");
+        });
+    });
+    b.build()
+}
+
+fn outer_with_nested() -> Sdfg {
+    let mut b = SdfgBuilder::new("outer");
+    b.symbol("M", DType::I64)
+        .array("x", DType::F64, ["M"])
+        .array("y", DType::F64, ["M"]);
+    b.state("call", |s| {
+        s.nested(
+            inner_sdfg(),
+            &[("N", "M")],
+            &[("a", "x[0:M]")],
+            &[("b", "y[0:M]")],
+        );
+    });
+    b.build()
+}
+
+#[test]
+fn nested_sdfg_is_valid() {
+    assert_ok(&outer_with_nested());
+}
+
+fn gather() -> Sdfg {
+    let mut b = SdfgBuilder::new("gather");
+    b.symbol("E", DType::I64)
+        .symbol("C", DType::I64)
+        .array("e2c", DType::I64, ["E", "2"])
+        .array("c", DType::F64, ["C"])
+        .array("out", DType::F64, ["E"]);
+    b.state("g", |s| {
+        s.map("edges", &["e"], &["0:E"], |m| {
+            m.tasklet(
+                "sum",
+                &[("l", "c[e2c[e, 0]]"), ("r", "c[e2c[e, 1]]")],
+                &[("o", "out[e]")],
+                "o = l + r",
+            );
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn neighbour_gather_is_valid() {
+    assert_ok(&gather());
+}
+
+#[test]
+fn location_display_names_the_path() {
+    let mut s = laplace();
+    let t = tasklet_of(&mut map_of(main_graph(&mut s)).body);
+    t.inputs.insert("c".into(), DType::F32);
+    let p = find(&s, ProblemKind::DTypeMismatch);
+    assert_eq!(
+        p.to_string(),
+        format!(
+            "{LAP_MAP} > edge 0 (access 'u' -> tasklet 'lap'): tasklet 'lap' reads connector 'c' (f32) from 'u' (f64)"
+        )
+    );
+}
+
+#[test]
+fn undefined_data() {
+    let mut s = laplace();
+    main_graph(&mut s).add_access("ghost");
+    let p = find(&s, ProblemKind::UndefinedData);
+    assert!(
+        p.to_string()
+            .contains("state 'main' (#0) > access 'ghost' (node 3)"),
+        "{p}"
+    );
+}
+
+#[test]
+fn undefined_symbol_in_shape() {
+    let mut s = laplace();
+    if let Some(DataDesc::Array(a)) = s.arrays.get_mut("u") {
+        a.shape[1] = SymExpr::from("K");
+    }
+    let p = find(&s, ProblemKind::UndefinedSymbol);
+    assert!(
+        p.to_string()
+            .starts_with("sdfg 'laplace' > array 'u': undefined symbol 'K'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn float_symbol_in_range() {
+    let mut s = laplace();
+    s.symbols.insert("alpha".into(), Symbol::new(DType::F64));
+    map_of(main_graph(&mut s)).ranges[0] = Range::parse("1:alpha").unwrap();
+    let p = find(&s, ProblemKind::FloatSymbol);
+    assert!(p.to_string().starts_with(LAP_MAP), "{p}");
+    assert!(p.message.contains("f64 symbol 'alpha'"), "{p}");
+}
+
+#[test]
+fn dangling_input_connector() {
+    let mut s = laplace();
+    tasklet_of(&mut map_of(main_graph(&mut s)).body)
+        .inputs
+        .insert("q".into(), DType::F64);
+    let p = find(&s, ProblemKind::DanglingConnector);
+    assert!(
+        p.to_string()
+            .contains("> tasklet 'lap' (node 0): input connector 'q'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn unknown_connector() {
+    let mut s = laplace();
+    let body = &mut map_of(main_graph(&mut s)).body;
+    let e = body.edge_ids()[0];
+    body.graph[e].dst_conn = Some("zz".into());
+    let p = find(&s, ProblemKind::UnknownConnector);
+    assert!(
+        p.to_string()
+            .contains("edge 0 (access 'u' -> tasklet 'lap')"),
+        "{p}"
+    );
+    assert!(p.message.contains("'zz'"), "{p}");
+}
+
+#[test]
+fn map_boundary_missing_in_edge() {
+    let mut s = laplace();
+    let g = main_graph(&mut s);
+    let e = g
+        .edge_ids()
+        .into_iter()
+        .find(|e| g.edge(*e).memlet.data == "u")
+        .unwrap();
+    g.graph.remove_edge(e);
+    let p = find(&s, ProblemKind::MapBoundary);
+    assert!(
+        p.to_string().contains(&format!("{LAP_MAP} > access 'u'")),
+        "{p}"
+    );
+    assert!(p.message.contains("reads 'u'"), "{p}");
+}
+
+#[test]
+fn map_in_edge_never_read() {
+    let mut s = laplace();
+    let g = main_graph(&mut s);
+    let m = g.node_ids()[0];
+    let a = g.add_access("out");
+    g.add_edge(a, None, m, None, Memlet::parse("out[0:N, 0:N]"));
+    let p = find(&s, ProblemKind::MapBoundary);
+    assert!(
+        p.message
+            .contains("carries 'out', but the body never reads it"),
+        "{p}"
+    );
+}
+
+#[test]
+fn not_covered() {
+    let mut s = laplace();
+    let g = main_graph(&mut s);
+    let e = g
+        .edge_ids()
+        .into_iter()
+        .find(|e| g.edge(*e).memlet.data == "u")
+        .unwrap();
+    g.graph[e].memlet.subset = Subset::parse("1:N, 0:N").unwrap();
+    let p = find(&s, ProblemKind::NotCovered);
+    assert!(p.to_string().contains("access 'u' -> tasklet 'lap'"), "{p}");
+    assert!(p.message.contains("'u' [i - 1, j]"), "{p}");
+}
+
+#[test]
+fn out_of_bounds() {
+    let mut s = laplace();
+    map_of(main_graph(&mut s)).ranges[0] = Range::parse("0:N-1").unwrap();
+    let p = find(&s, ProblemKind::OutOfBounds);
+    assert!(p.message.contains("below 0 in dimension 0 of 'u'"), "{p}");
+}
+
+#[test]
+fn rank_mismatch() {
+    let mut s = laplace();
+    let body = &mut map_of(main_graph(&mut s)).body;
+    let e = body.edge_ids()[0];
+    body.graph[e].memlet.subset = Subset::parse("i").unwrap();
+    let p = find(&s, ProblemKind::RankMismatch);
+    assert!(
+        p.to_string()
+            .contains("edge 0 (access 'u' -> tasklet 'lap')"),
+        "{p}"
+    );
+    assert!(p.message.contains("has rank 1 but 'u' has rank 2"), "{p}");
+}
+
+#[test]
+fn cycle() {
+    let mut s = laplace();
+    let g = main_graph(&mut s);
+    let (m, out) = (g.node_ids()[0], g.node_ids()[2]);
+    g.add_edge(out, None, m, None, Memlet::parse("out[0:N, 0:N]"));
+    let p = find(&s, ProblemKind::Cycle);
+    assert!(p.message.contains("is on a cycle"), "{p}");
+}
+
+fn two_writers(wcr: &str) -> Sdfg {
+    let mut b = SdfgBuilder::new("race");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    let w = format!("out[i]{wcr}");
+    b.state("s", |s| {
+        s.map("first", &["i"], &["0:N"], |m| {
+            m.tasklet("t1", &[("x", "a[i]")], &[("y", w.as_str())], "y = x");
+        });
+        s.map("second", &["i"], &["0:N"], |m| {
+            m.tasklet("t2", &[("x", "a[i]")], &[("y", w.as_str())], "y = 2.0 * x");
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn write_race_between_unordered_maps() {
+    let s = two_writers("");
+    let p = find(&s, ProblemKind::WriteRace);
+    assert!(
+        p.to_string()
+            .starts_with("sdfg 'race' > state 's' (#0): map 'first'"),
+        "{p}"
+    );
+    assert!(
+        p.message.contains("map 'second'") && p.message.contains("'out'"),
+        "{p}"
+    );
+    // Both with write-conflict resolution: no race.
+    assert_ok(&two_writers(" (wcr: sum)"));
+}
+
+#[test]
+fn loop_var_reassigned() {
+    let mut s = laplace();
+    s.symbols.insert("t".into(), Symbol::new(DType::I64));
+    s.body = Block::for_loop(
+        "t",
+        0,
+        SymExpr::parse("t < 10").unwrap(),
+        SymExpr::parse("t + 1").unwrap(),
+        Block::seq([
+            Block::State(StateId(0)),
+            Block::Assign(vec![("t".into(), SymExpr::from(3))]),
+        ]),
+    );
+    let p = find(&s, ProblemKind::LoopVarReassigned);
+    assert_eq!(
+        p.to_string(),
+        "sdfg 'laplace' > loop 't': loop variable 't' is reassigned inside the loop by an assignment"
+    );
+}
+
+#[test]
+fn bad_name_and_name_clash() {
+    let mut s = laplace();
+    let u = s.arrays["u"].clone();
+    s.arrays.insert("1u".into(), u.clone());
+    s.arrays.insert("N".into(), u);
+    let p = find(&s, ProblemKind::BadName);
+    assert!(
+        p.to_string().starts_with("sdfg 'laplace' > array '1u'"),
+        "{p}"
+    );
+    let p = find(&s, ProblemKind::NameClash);
+    assert!(
+        p.to_string().starts_with("sdfg 'laplace' > array 'N'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn bad_edge_between_tasklets() {
+    let mut s = laplace();
+    let body = &mut map_of(main_graph(&mut s)).body;
+    let t = body.node_ids()[0];
+    let t2 = body.add_node(Node::Tasklet(Tasklet {
+        name: "other".into(),
+        inputs: [("z".to_string(), DType::F64)].into(),
+        outputs: Default::default(),
+        code: vec![],
+    }));
+    body.add_edge(t, Some("o"), t2, Some("z"), Memlet::parse("out[i, j]"));
+    let p = find(&s, ProblemKind::BadEdge);
+    assert!(
+        p.to_string().contains("(tasklet 'lap' -> tasklet 'other')"),
+        "{p}"
+    );
+}
+
+#[test]
+fn memlet_data_differs_from_access_node() {
+    let mut s = laplace();
+    let body = &mut map_of(main_graph(&mut s)).body;
+    let e = body.edge_ids()[0];
+    body.graph[e].memlet.data = "out".into();
+    let p = find(&s, ProblemKind::BadEdge);
+    assert!(
+        p.message
+            .contains("memlet data 'out' differs from the access node's data 'u'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn tasklet_memlet_not_an_element() {
+    let mut s = laplace();
+    let body = &mut map_of(main_graph(&mut s)).body;
+    let e = body.edge_ids()[0];
+    body.graph[e].memlet.subset = Subset::parse("i:i+2, j").unwrap();
+    let p = find(&s, ProblemKind::BadMemlet);
+    assert!(p.message.contains("not a single element"), "{p}");
+}
+
+#[test]
+fn copy_volume_mismatch() {
+    let mut b = SdfgBuilder::new("cp");
+    b.array("a", DType::F64, ["10"])
+        .array("b", DType::F64, ["10"]);
+    b.state("s", |s| {
+        s.copy("a[0:4]", "b[0:5]");
+    });
+    let p = find(&b.build(), ProblemKind::BadMemlet);
+    assert!(
+        p.to_string().contains("edge 0 (access 'a' -> access 'b')"),
+        "{p}"
+    );
+}
+
+#[test]
+fn bad_indirect_table() {
+    let mut s = gather();
+    if let Some(DataDesc::Array(a)) = s.arrays.get_mut("e2c") {
+        a.dtype = DType::F64;
+    }
+    let p = find(&s, ProblemKind::BadIndirect);
+    assert!(p.message.contains("indirection table 'e2c' is f64"), "{p}");
+}
+
+#[test]
+fn tasklet_code_errors() {
+    let mut s = laplace();
+    tasklet_of(&mut map_of(main_graph(&mut s)).body).code = vec![
+        Stmt::parse("o = n + q").unwrap(),
+        Stmt::parse("c = 1.0").unwrap(),
+    ];
+    let ps = problems(&s);
+    let msgs: Vec<String> = ps
+        .iter()
+        .filter(|p| p.kind == ProblemKind::TaskletCode)
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        msgs.iter().any(|m| m.contains(
+            "> tasklet 'lap' (node 0): tasklet 'lap', statement 'o = n + q': unknown name 'q'"
+        )),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("assigns input connector 'c'")),
+        "{msgs:#?}"
+    );
+}
+
+#[test]
+fn tasklet_output_never_assigned() {
+    let mut s = laplace();
+    tasklet_of(&mut map_of(main_graph(&mut s)).body).code = vec![Stmt::parse("l = n").unwrap()];
+    let p = find(&s, ProblemKind::TaskletCode);
+    assert!(p.message.contains("never assigns output 'o'"), "{p}");
+}
+
+#[test]
+fn bad_map() {
+    let mut s = laplace();
+    map_of(main_graph(&mut s)).ranges.pop();
+    let p = find(&s, ProblemKind::BadMap);
+    assert_eq!(
+        p.to_string(),
+        format!("{LAP_MAP}: map 'lap' has 2 parameter(s) but 1 range(s)")
+    );
+}
+
+#[test]
+fn bad_array_strides() {
+    let mut s = laplace();
+    if let Some(DataDesc::Array(a)) = s.arrays.get_mut("out") {
+        a.strides.pop();
+    }
+    let p = find(&s, ProblemKind::BadArray);
+    assert!(
+        p.to_string()
+            .starts_with("sdfg 'laplace' > array 'out': array 'out' has 2"),
+        "{p}"
+    );
+}
+
+#[test]
+fn nested_missing_symbol_and_inner_problem() {
+    let mut s = outer_with_nested();
+    let Node::Nested(ns) = &mut s.states[0].graph.graph[NodeId::new(0)] else {
+        panic!("nested node first")
+    };
+    ns.symbol_mapping.clear();
+    ns.sdfg.states[0].graph.add_access("ghost");
+    let p = find(&s, ProblemKind::NestedSdfg);
+    assert!(
+        p.to_string()
+            .starts_with("sdfg 'outer' > state 'call' (#0) > nested SDFG 'inner' (node 0)"),
+        "{p}"
+    );
+    assert!(p.message.contains("symbol 'N'"), "{p}");
+    let p = find(&s, ProblemKind::UndefinedData);
+    assert!(
+        p.to_string().starts_with("sdfg 'outer' > state 'call' (#0) > nested SDFG 'inner' (node 0) > sdfg 'inner' > state 'body' (#0) > access 'ghost'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn nested_unknown_connector() {
+    let mut s = outer_with_nested();
+    let g = main_graph(&mut s);
+    let e = g.edge_ids()[0];
+    g.graph[e].dst_conn = Some("nope".into());
+    let p = find(&s, ProblemKind::UnknownConnector);
+    assert!(
+        p.message
+            .contains("'nope', which is not a non-transient container of 'inner'"),
+        "{p}"
+    );
+}
+
+#[test]
+fn library_reduce_axes() {
+    let mut b = SdfgBuilder::new("red");
+    b.array("a", DType::F64, ["4", "5"])
+        .array("s", DType::F64, ["4"]);
+    b.state("s", |s| {
+        s.reduce(Wcr::Sum, Some(vec![1]), None, "a[0:4, 0:5]", "s[0:4]");
+    });
+    let ok = b.build();
+    assert_ok(&ok);
+    let mut bad = ok.clone();
+    let Node::Library(LibraryNode::Reduce(r)) = &mut bad.states[0].graph.graph[NodeId::new(0)]
+    else {
+        panic!("reduce first")
+    };
+    r.axes = Some(vec![2]);
+    let p = find(&bad, ProblemKind::LibraryNode);
+    assert!(
+        p.to_string()
+            .contains("library node 'reduce' (node 0): reduce axis 2"),
+        "{p}"
+    );
+}
+
+#[test]
+fn control_flow_missing_and_unreferenced_states() {
+    let mut s = laplace();
+    s.body = Block::State(StateId(7));
+    let ps = problems(&s);
+    assert!(ps.iter().any(|p| p.kind == ProblemKind::ControlFlow
+        && p.to_string()
+            == "sdfg 'laplace': the control flow runs state #7, but the program has 1 state(s)"));
+    assert!(ps.iter().any(|p| p.kind == ProblemKind::ControlFlow
+        && p.to_string().starts_with(
+            "sdfg 'laplace' > state 'main' (#0): state 'main' (#0) is referenced 0 times"
+        )));
+}
+
+#[test]
+fn arg_order_problems() {
+    let mut s = laplace();
+    s.arg_order = vec!["u".into(), "u".into()];
+    let p = find(&s, ProblemKind::ArgOrder);
+    assert_eq!(
+        p.to_string(),
+        "sdfg 'laplace' > arg_order: 'u' appears more than once in arg_order"
+    );
+}
+
+#[test]
+fn static_symbol_dtype_and_assignment() {
+    let mut s = laplace();
+    s.symbols.insert(
+        "K".into(),
+        Symbol {
+            dtype: DType::I32,
+            value: Some(Value::I64(3)),
+        },
+    );
+    s.body = Block::seq([
+        Block::Assign(vec![("K".into(), SymExpr::from(1))]),
+        Block::State(StateId(0)),
+    ]);
+    let p = find(&s, ProblemKind::DTypeMismatch);
+    assert!(
+        p.to_string().starts_with("sdfg 'laplace' > symbol 'K'"),
+        "{p}"
+    );
+    let p = find(&s, ProblemKind::ControlFlow);
+    assert!(p.to_string().contains("assign 'K'"), "{p}");
+}
+
+#[test]
+fn reports_every_problem_in_order() {
+    let mut s = laplace();
+    s.arg_order = vec!["nothing".into()];
+    tasklet_of(&mut map_of(main_graph(&mut s)).body)
+        .inputs
+        .insert("c".into(), DType::I32);
+    main_graph(&mut s).add_access("ghost");
+    let ps = problems(&s);
+    let kinds: Vec<ProblemKind> = ps.iter().map(|p| p.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ProblemKind::UndefinedData,
+            ProblemKind::DTypeMismatch,
+            ProblemKind::UndefinedData
+        ],
+        "{ps:#?}"
+    );
+    // Deterministic.
+    assert_eq!(ps, problems(&s));
+}
+
+#[test]
+fn broken_graphs_do_not_panic() {
+    let mut s = laplace();
+    s.arrays.clear();
+    s.symbols.clear();
+    s.body = Block::seq([Block::State(StateId(u32::MAX)), Block::State(StateId(0))]);
+    let body = &mut map_of(main_graph(&mut s)).body;
+    for e in body.edge_ids() {
+        body.graph[e].memlet.subset = Subset::parse("t[q], 0:3:0").unwrap();
+    }
+    let ps = problems(&s);
+    assert!(ps.iter().any(|p| p.kind == ProblemKind::UndefinedData));
+    assert!(ps.iter().any(|p| p.kind == ProblemKind::ControlFlow));
+}
+
+#[test]
+fn transient_scalar_is_local_to_a_map_body() {
+    let mut b = SdfgBuilder::new("tmp");
+    b.symbol("N", DType::I64)
+        .transient_scalar("tmp", DType::F64)
+        .array("a", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t1", &[("x", "a[i]")], &[("y", "tmp")], "y = x * x");
+            m.tasklet("t2", &[("x", "tmp")], &[("y", "out[i]")], "y = x + 1.0");
+        });
+    });
+    let s = b.build();
+    assert_ok(&s);
+    // Without the scalar being transient, the body writes it without a map out-edge.
+    let mut bad = s.clone();
+    bad.arrays.insert(
+        "tmp".into(),
+        DataDesc::Scalar {
+            dtype: DType::F64,
+            transient: false,
+        },
+    );
+    let p = find(&bad, ProblemKind::MapBoundary);
+    assert!(p.message.contains("writes 'tmp'"), "{p}");
+}
