@@ -85,7 +85,10 @@ fn laplacian_of_random_input_matches_a_loop() {
     let mut b = random_bindings(&sdfg, &syms(&[("N", n as i64)]), 42).unwrap();
     let u = b.arrays["u"].to_f64_vec();
     assert!(u.iter().all(|x| (-1.0..1.0).contains(x)));
-    assert_eq!(b, random_bindings(&sdfg, &syms(&[("N", n as i64)]), 42).unwrap());
+    assert_eq!(
+        b,
+        random_bindings(&sdfg, &syms(&[("N", n as i64)]), 42).unwrap()
+    );
     let before = b.arrays["out"].to_f64_vec();
     run(&sdfg, &mut b).unwrap();
     let out = b.arrays["out"].to_f64_vec();
@@ -145,7 +148,12 @@ fn thomas() -> Sdfg {
     });
     let last = b.state("last", |s| {
         s.map("col", &["i"], &["0:NI"], |m| {
-            m.tasklet("last", &[("v", "dp[i, NK-1]")], &[("o", "x[i, NK-1]")], "o = v");
+            m.tasklet(
+                "last",
+                &[("v", "dp[i, NK-1]")],
+                &[("o", "x[i, NK-1]")],
+                "o = v",
+            );
         });
     });
     let back = b.state("back", |s| {
@@ -197,10 +205,11 @@ fn thomas_solves_tridiagonal_systems() {
                 .max_by(|&u, &v| m[u][p].abs().total_cmp(&m[v][p].abs()))
                 .unwrap();
             m.swap(p, piv);
-            for q in p + 1..nk {
-                let f = m[q][p] / m[p][p];
-                for col in p..=nk {
-                    m[q][col] -= f * m[p][col];
+            let pivot_row = m[p].clone();
+            for row in m.iter_mut().skip(p + 1) {
+                let f = row[p] / pivot_row[p];
+                for (x, y) in row.iter_mut().zip(&pivot_row).skip(p) {
+                    *x -= f * y;
                 }
             }
         }
@@ -218,7 +227,10 @@ fn thomas_solves_tridiagonal_systems() {
             if k + 1 < nk {
                 ax += c[r(k)] * x[r(k + 1)];
             }
-            assert!((ax - d[r(k)]).abs() < 1e-12, "residual at column {i}, k={k}");
+            assert!(
+                (ax - d[r(k)]).abs() < 1e-12,
+                "residual at column {i}, k={k}"
+            );
         }
     }
 }
@@ -251,8 +263,20 @@ fn write_conflict_resolution_and_reduce() {
     });
     b.state("lib", |s| {
         s.reduce(Wcr::Sum, Some(vec![1]), None, "m[0:3, 0:4]", "rows[0:3]");
-        s.reduce(Wcr::Max, None, Some(Value::F64(100.0)), "m[0:3, 0:4]", "top[0]");
-        s.reduce(Wcr::Prod, Some(vec![0]), Some(Value::F64(1.0)), "m", "cols (wcr: sum)");
+        s.reduce(
+            Wcr::Max,
+            None,
+            Some(Value::F64(100.0)),
+            "m[0:3, 0:4]",
+            "top[0]",
+        );
+        s.reduce(
+            Wcr::Prod,
+            Some(vec![0]),
+            Some(Value::F64(1.0)),
+            "m",
+            "cols (wcr: sum)",
+        );
     });
     let sdfg = b.build();
     let av = vec![3.0, -1.5, 7.0, 0.25, 2.0];
@@ -304,12 +328,8 @@ fn gather() -> Sdfg {
 #[test]
 fn neighbour_table_gather() {
     let sdfg = gather();
-    let table = HostArray::from_values(
-        DType::I64,
-        &[3, 2],
-        &[0, 1, 1, 2, 3, 0].map(Value::I64),
-    )
-    .unwrap();
+    let table =
+        HostArray::from_values(DType::I64, &[3, 2], &[0, 1, 1, 2, 3, 0].map(Value::I64)).unwrap();
     let mut b = bindings(
         vec![
             ("c", f64s(&[4], vec![1.0, 10.0, 100.0, 1000.0])),
@@ -329,11 +349,14 @@ fn neighbour_table_gather() {
     run(&sdfg, &mut rb).unwrap();
 
     // An out-of-bounds index through the table is an error naming data, index and node.
-    let bad = HostArray::from_values(DType::I64, &[3, 2], &[0, 1, 1, 7, 3, 0].map(Value::I64))
-        .unwrap();
+    let bad =
+        HostArray::from_values(DType::I64, &[3, 2], &[0, 1, 1, 7, 3, 0].map(Value::I64)).unwrap();
     b.arrays.insert("e2c".into(), bad);
     let e = run(&sdfg, &mut b).unwrap_err().to_string();
-    assert!(e.contains("index 7 out of bounds for dimension 0 of 'c'"), "{e}");
+    assert!(
+        e.contains("index 7 out of bounds for dimension 0 of 'c'"),
+        "{e}"
+    );
     assert!(e.contains("tasklet 'gather'"), "{e}");
     assert!(e.contains("state 'edges'"), "{e}");
     assert!(e.contains("e=1"), "{e}");
@@ -375,10 +398,7 @@ fn loop_with_if_on_parity_and_assignments() {
     run(&sdfg, &mut bi).unwrap();
     // t=0: 1+0, t=1: *2, t=2: +2, t=3: *2, t=4: +4.
     assert_eq!(bi.arrays["x"].to_f64_vec(), vec![12.0]);
-    assert_eq!(
-        bi.arrays["pq"].values(),
-        vec![Value::I64(2), Value::I64(1)]
-    );
+    assert_eq!(bi.arrays["pq"].values(), vec![Value::I64(2), Value::I64(1)]);
 }
 
 #[test]
@@ -391,7 +411,12 @@ fn nested_sdfg_with_symbol_mapping_and_subsets() {
         .array("y", DType::F64, ["M"]);
     inner.state("body", |s| {
         s.map("j", &["j"], &["0:M"], |m| {
-            m.tasklet("sc", &[("v", "x[j]")], &[("o", "y[j]")], "o = alpha * v + M");
+            m.tasklet(
+                "sc",
+                &[("v", "x[j]")],
+                &[("o", "y[j]")],
+                "o = alpha * v + M",
+            );
         });
     });
     let inner = inner.build();
@@ -440,7 +465,12 @@ fn mixed_dtypes() {
             m.tasklet(
                 "t",
                 &[("x", "a[i]"), ("n", "k[i]"), ("f", "m[i]")],
-                &[("orr", "r[i]"), ("oq", "q[i]"), ("ow", "w[i]"), ("oz", "z[i]")],
+                &[
+                    ("orr", "r[i]"),
+                    ("oq", "q[i]"),
+                    ("ow", "w[i]"),
+                    ("oz", "z[i]"),
+                ],
                 "orr = select(f, x * 3.0f32, -x); oq = n // 2 + n % 3 + n / 2; \
                  ow = i64(n) * 3000000000; oz = !f && n > 0",
             );
@@ -450,12 +480,22 @@ fn mixed_dtypes() {
     let f32s = [0.1f32, -2.5, 1.0e-3, 7.0];
     let mut bi = bindings(
         vec![
-            ("a", HostArray::from_values(DType::F32, &[4], &f32s.map(Value::F32)).unwrap()),
-            ("k", HostArray::from_values(DType::I32, &[4], &[-7, 7, 0, 5].map(Value::I32)).unwrap()),
+            (
+                "a",
+                HostArray::from_values(DType::F32, &[4], &f32s.map(Value::F32)).unwrap(),
+            ),
+            (
+                "k",
+                HostArray::from_values(DType::I32, &[4], &[-7, 7, 0, 5].map(Value::I32)).unwrap(),
+            ),
             (
                 "m",
-                HostArray::from_values(DType::Bool, &[4], &[true, false, true, false].map(Value::Bool))
-                    .unwrap(),
+                HostArray::from_values(
+                    DType::Bool,
+                    &[4],
+                    &[true, false, true, false].map(Value::Bool),
+                )
+                .unwrap(),
             ),
             ("r", HostArray::zeros(DType::F32, &[4])),
             ("q", HostArray::zeros(DType::I32, &[4])),
@@ -475,7 +515,10 @@ fn mixed_dtypes() {
         ]
     );
     // -7 // 2 = -4, -7 % 3 = 2, -7 / 2 = -3; 7 → 3 + 1 + 3; 0 → 0; 5 → 2 + 2 + 2.
-    assert_eq!(bi.arrays["q"].values(), [-5, 7, 0, 6].map(Value::I32).to_vec());
+    assert_eq!(
+        bi.arrays["q"].values(),
+        [-5, 7, 0, 6].map(Value::I32).to_vec()
+    );
     assert_eq!(
         bi.arrays["w"].values(),
         [-21_000_000_000i64, 21_000_000_000, 0, 15_000_000_000]
@@ -533,12 +576,18 @@ fn argument_errors() {
     assert_eq!(e.to_string(), "missing argument 'out'");
     assert!(b.arrays.contains_key("u"), "arguments stay in the bindings");
     // Shape mismatch.
-    let mut b = bindings(vec![("u", zeros(&[4, 4])), ("out", zeros(&[4, 5]))], &[("N", 4)]);
+    let mut b = bindings(
+        vec![("u", zeros(&[4, 4])), ("out", zeros(&[4, 5]))],
+        &[("N", 4)],
+    );
     let e = run(&sdfg, &mut b).unwrap_err().to_string();
     assert!(e.contains("'out'") && e.contains("shape [4, 5]"), "{e}");
     // Dtype mismatch.
     let mut b = bindings(
-        vec![("u", HostArray::zeros(DType::F32, &[4, 4])), ("out", zeros(&[4, 4]))],
+        vec![
+            ("u", HostArray::zeros(DType::F32, &[4, 4])),
+            ("out", zeros(&[4, 4])),
+        ],
         &[("N", 4)],
     );
     let e = run(&sdfg, &mut b).unwrap_err().to_string();
@@ -560,7 +609,10 @@ fn integer_division_by_zero_is_an_error() {
     });
     let sdfg = b.build();
     let a = HostArray::from_values(DType::I64, &[3], &[1, 2, 0].map(Value::I64)).unwrap();
-    let mut bi = bindings(vec![("a", a), ("o", HostArray::zeros(DType::I64, &[3]))], &[]);
+    let mut bi = bindings(
+        vec![("a", a), ("o", HostArray::zeros(DType::I64, &[3]))],
+        &[],
+    );
     let e = run(&sdfg, &mut bi).unwrap_err().to_string();
     assert!(e.contains("division by zero"), "{e}");
     assert!(e.contains("tasklet 'div'") && e.contains("i=2"), "{e}");
@@ -577,7 +629,11 @@ fn transients_are_reset_each_run_and_scalars_drive_control_flow() {
         s.tasklet("inc", &[("a", "tmp[0]")], &[("o", "tmp[0]")], "o = a + 1.0");
         s.copy("tmp[0]", "x[0]");
     });
-    b.body(Block::if_else("flag > 0", Block::State(inc), Block::empty()));
+    b.body(Block::if_else(
+        "flag > 0",
+        Block::State(inc),
+        Block::empty(),
+    ));
     let sdfg = b.build();
     let mut bi = bindings(vec![("x", zeros(&[1]))], &[]);
     bi.arrays

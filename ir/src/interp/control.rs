@@ -38,7 +38,11 @@ pub(crate) fn run_sdfg(
             if a.dtype() != desc.dtype() {
                 return Err(InterpError::BadArgument {
                     name: name.clone(),
-                    message: format!("dtype {} but the program declares {}", a.dtype(), desc.dtype()),
+                    message: format!(
+                        "dtype {} but the program declares {}",
+                        a.dtype(),
+                        desc.dtype()
+                    ),
                 });
             }
             if a.shape() != shape.as_slice() {

@@ -75,7 +75,12 @@ fn copy(f: &mut Frame<'_>, src: &str, dst: &str, m: &Memlet) -> Result<(), Inter
     Ok(())
 }
 
-fn exec_tasklet(f: &mut Frame<'_>, g: &Dataflow, n: NodeId, t: &Tasklet) -> Result<(), InterpError> {
+fn exec_tasklet(
+    f: &mut Frame<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    t: &Tasklet,
+) -> Result<(), InterpError> {
     let mut env: BTreeMap<String, Value> = BTreeMap::new();
     for e in g.in_edges(n) {
         let edge = g.edge(e);
@@ -308,10 +313,7 @@ fn exec_reduce(f: &mut Frame<'_>, g: &Dataflow, n: NodeId, r: &Reduce) -> Result
     let kept: Vec<usize> = (0..sizes.len()).filter(|d| !axes.contains(d)).collect();
     let out_sizes: Vec<usize> = kept.iter().map(|d| sizes[*d]).collect();
     let out_len: usize = out_sizes.iter().product();
-    let in_dtype = f
-        .arrays
-        .get(&im.data)
-        .map_or(DType::F64, HostArray::dtype);
+    let in_dtype = f.arrays.get(&im.data).map_or(DType::F64, HostArray::dtype);
     let mut acc: Vec<Option<Value>> = vec![r.identity.map(|v| v.cast(in_dtype)); out_len];
     for (k, p) in pts.iter().enumerate() {
         let pos = unravel(k, &sizes);

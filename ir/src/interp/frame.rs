@@ -132,7 +132,9 @@ impl Frame<'_> {
             Dim::Range { start, end, step } => {
                 let (s, e, st) = (self.sym(start)?, self.sym(end)?, self.sym(step)?);
                 if st <= 0 {
-                    return Err(err(format!("range {dim} has step {st}; it must be positive")));
+                    return Err(err(format!(
+                        "range {dim} has step {st}; it must be positive"
+                    )));
                 }
                 let mut out = Vec::new();
                 let mut i = s;

@@ -31,7 +31,12 @@ fn f32_of(v: Value) -> f32 {
 macro_rules! int_ops {
     ($name:ident, $t:ty) => {
         fn $name(op: BinOp, a: $t, b: $t) -> Result<$t, String> {
-            let div0 = || Err(format!("integer division by zero ({a} {} {b})", op.symbol()));
+            let div0 = || {
+                Err(format!(
+                    "integer division by zero ({a} {} {b})",
+                    op.symbol()
+                ))
+            };
             Ok(match op {
                 BinOp::Add => a.wrapping_add(b),
                 BinOp::Sub => a.wrapping_sub(b),
@@ -288,10 +293,7 @@ mod tests {
             binary(BinOp::Mul, Value::F32(1.5), Value::I32(2)),
             Ok(Value::F32(3.0))
         );
-        assert_eq!(
-            math(MathFn::Sqrt, &[Value::I32(4)]),
-            Ok(Value::F64(2.0))
-        );
+        assert_eq!(math(MathFn::Sqrt, &[Value::I32(4)]), Ok(Value::F64(2.0)));
         assert_eq!(math(MathFn::Abs, &[Value::I32(-4)]), Ok(Value::I32(4)));
         assert_eq!(
             math(MathFn::Min, &[Value::F64(f64::NAN), Value::F64(1.0)]),
