@@ -1,0 +1,133 @@
+//! Deterministic pseudo-random arguments for differential tests.
+
+use std::collections::BTreeMap;
+
+use crate::dataflow::{Dataflow, Node};
+use crate::dtype::{DType, Value};
+use crate::memlet::{Dim, Subset};
+use crate::sdfg::Sdfg;
+
+use super::{Bindings, HostArray, InterpError, eval_shape};
+
+/// SplitMix64 (Steele, Lea and Flood 2014): a tiny, well-known 64-bit generator.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `[0, n)` (`0` when `n == 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}
+
+/// FNV-1a, to give every container its own stream.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Records `(table, data, dimension)` for every indirect dimension in `g` and its maps.
+fn collect_tables(g: &Dataflow, out: &mut Vec<(String, String, usize)>) {
+    let mut add = |data: &str, s: &Subset| {
+        for (d, dim) in s.0.iter().enumerate() {
+            if let Dim::Indirect { table, .. } = dim {
+                out.push((table.clone(), data.to_string(), d));
+            }
+        }
+    };
+    for e in g.edge_ids() {
+        let (src, dst) = g.endpoints(e);
+        let m = &g.edge(e).memlet;
+        add(&m.data, &m.subset);
+        if let Some(o) = &m.other_subset {
+            let other = [g.node(dst), g.node(src)]
+                .into_iter()
+                .filter_map(Node::as_access)
+                .find(|d| *d != m.data)
+                .unwrap_or(&m.data);
+            add(other, o);
+        }
+    }
+    for n in g.node_ids() {
+        if let Node::Map(m) = g.node(n) {
+            collect_tables(&m.body, out);
+        }
+    }
+}
+
+/// Arguments for `sdfg`: every non-transient container filled with pseudo-random values
+/// from SplitMix64 seeded by `seed` and the container's name (floats uniform in `[-1, 1)`,
+/// integers in `[0, 100)`, booleans 50/50), with shapes evaluated from the static symbol
+/// values and `symbols` (passed through into the bindings).
+///
+/// Integer arrays used as index tables (`Dim::Indirect`, in states and map bodies; not
+/// inside nested SDFGs) get valid indices instead: values in `[0, n)` where `n` is the
+/// smallest extent of every dimension they index.
+pub fn random_bindings(
+    sdfg: &Sdfg,
+    symbols: &BTreeMap<String, Value>,
+    seed: u64,
+) -> Result<Bindings, InterpError> {
+    let mut all = symbols.clone();
+    for (k, s) in &sdfg.symbols {
+        if let Some(v) = s.value {
+            all.insert(k.clone(), v);
+        }
+    }
+    let shape_of = |name: &str| -> Result<Vec<usize>, InterpError> {
+        match sdfg.arrays.get(name) {
+            Some(d) => eval_shape(d, &all).map_err(|e| InterpError::BadArgument {
+                name: name.to_string(),
+                message: format!("cannot evaluate its shape: {e}"),
+            }),
+            None => Ok(Vec::new()),
+        }
+    };
+    let mut uses = Vec::new();
+    for st in &sdfg.states {
+        collect_tables(&st.graph, &mut uses);
+    }
+    let mut bound: BTreeMap<String, u64> = BTreeMap::new();
+    for (table, data, d) in uses {
+        let n = shape_of(&data)?.get(d).copied().unwrap_or(0) as u64;
+        let b = bound.entry(table).or_insert(n);
+        *b = (*b).min(n);
+    }
+    let mut arrays = BTreeMap::new();
+    for (name, desc) in sdfg.non_transients() {
+        let shape = shape_of(name)?;
+        let mut rng = SplitMix64(seed ^ fnv1a(name));
+        let mut a = HostArray::zeros(desc.dtype(), &shape);
+        let table = bound.get(name).copied();
+        for k in 0..a.len() {
+            let v = match (desc.dtype(), table) {
+                (DType::I32 | DType::I64, Some(n)) => Value::I64(rng.below(n) as i64),
+                (DType::Bool, _) => Value::Bool(rng.next() >> 63 == 1),
+                (DType::I32 | DType::I64, None) => Value::I64(rng.below(100) as i64),
+                (DType::F32, _) => {
+                    Value::F32((rng.next() >> 40) as f32 * (2.0 / 16_777_216.0) - 1.0)
+                }
+                (DType::F64, _) => Value::F64(rng.unit() * 2.0 - 1.0),
+            };
+            a.set_flat(k, v);
+        }
+        arrays.insert(name.clone(), a);
+    }
+    Ok(Bindings {
+        arrays,
+        symbols: symbols.clone(),
+    })
+}

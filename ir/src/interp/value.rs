@@ -1,0 +1,307 @@
+//! Scalar arithmetic on [`Value`]s: the operators, math functions and write-conflict
+//! resolutions of tasklet code, with C's usual conversions ([`DType::promote`]).
+//!
+//! Errors are plain messages; the caller adds where they happened.
+
+use crate::dtype::{DType, Value};
+use crate::expr::{BinOp, MathFn, UnOp};
+use crate::memlet::Wcr;
+
+/// The type arithmetic is done in: the promoted type, at least `i32` (C promotes `bool`).
+fn arith_type(a: DType, b: DType) -> DType {
+    DType::promote(DType::promote(a, b), DType::I32)
+}
+
+fn i32_of(v: Value) -> i32 {
+    match v.cast(DType::I32) {
+        Value::I32(x) => x,
+        _ => 0,
+    }
+}
+
+fn f32_of(v: Value) -> f32 {
+    match v.cast(DType::F32) {
+        Value::F32(x) => x,
+        _ => 0.0,
+    }
+}
+
+/// Python-style floor division and modulo on a signed integer type, wrapping on overflow;
+/// `None` on division by zero.
+macro_rules! int_ops {
+    ($name:ident, $t:ty) => {
+        fn $name(op: BinOp, a: $t, b: $t) -> Result<$t, String> {
+            let div0 = || {
+                Err(format!(
+                    "integer division by zero ({a} {} {b})",
+                    op.symbol()
+                ))
+            };
+            Ok(match op {
+                BinOp::Add => a.wrapping_add(b),
+                BinOp::Sub => a.wrapping_sub(b),
+                BinOp::Mul => a.wrapping_mul(b),
+                BinOp::Div => {
+                    if b == 0 {
+                        return div0();
+                    }
+                    a.wrapping_div(b)
+                }
+                BinOp::FloorDiv => {
+                    if b == 0 {
+                        return div0();
+                    }
+                    let q = a.wrapping_div(b);
+                    if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) {
+                        q.wrapping_sub(1)
+                    } else {
+                        q
+                    }
+                }
+                BinOp::Mod => {
+                    if b == 0 {
+                        return div0();
+                    }
+                    let r = a.wrapping_rem(b);
+                    if r != 0 && ((r < 0) != (b < 0)) {
+                        r.wrapping_add(b)
+                    } else {
+                        r
+                    }
+                }
+                _ => return Err(format!("'{}' is not arithmetic", op.symbol())),
+            })
+        }
+    };
+}
+
+int_ops!(int32_op, i32);
+int_ops!(int64_op, i64);
+
+macro_rules! float_op {
+    ($name:ident, $t:ty) => {
+        fn $name(op: BinOp, a: $t, b: $t) -> Result<$t, String> {
+            Ok(match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+                BinOp::Div => a / b,
+                BinOp::FloorDiv => (a / b).floor(),
+                BinOp::Mod => a - (a / b).floor() * b,
+                _ => return Err(format!("'{}' is not arithmetic", op.symbol())),
+            })
+        }
+    };
+}
+
+float_op!(float32_op, f32);
+float_op!(float64_op, f64);
+
+/// Applies a binary operator. Arithmetic is done in the promoted type (at least `i32`):
+/// wrapping on integer overflow, an error on integer division or modulo by zero, `/`
+/// truncating on integers, `//` and `%` floored. Comparisons compare in the promoted type
+/// and yield `bool`; `&&` and `||` take the truth of their operands.
+pub fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
+    if op.is_logical() {
+        let (x, y) = (a.as_bool(), b.as_bool());
+        return Ok(Value::Bool(if op == BinOp::And { x && y } else { x || y }));
+    }
+    if op.is_comparison() {
+        use std::cmp::Ordering;
+        let t = DType::promote(a.dtype(), b.dtype());
+        let ord = match t {
+            DType::Bool | DType::I32 | DType::I64 => Some(a.as_i64().cmp(&b.as_i64())),
+            DType::F32 => f32_of(a).partial_cmp(&f32_of(b)),
+            DType::F64 => a.as_f64().partial_cmp(&b.as_f64()),
+        };
+        let r = match (op, ord) {
+            (BinOp::Ne, None) => true,
+            (_, None) => false,
+            (BinOp::Eq, Some(o)) => o == Ordering::Equal,
+            (BinOp::Ne, Some(o)) => o != Ordering::Equal,
+            (BinOp::Lt, Some(o)) => o == Ordering::Less,
+            (BinOp::Le, Some(o)) => o != Ordering::Greater,
+            (BinOp::Gt, Some(o)) => o == Ordering::Greater,
+            (_, Some(o)) => o != Ordering::Less,
+        };
+        return Ok(Value::Bool(r));
+    }
+    Ok(match arith_type(a.dtype(), b.dtype()) {
+        DType::F64 => Value::F64(float64_op(op, a.as_f64(), b.as_f64())?),
+        DType::F32 => Value::F32(float32_op(op, f32_of(a), f32_of(b))?),
+        DType::I64 => Value::I64(int64_op(op, a.as_i64(), b.as_i64())?),
+        _ => Value::I32(int32_op(op, i32_of(a), i32_of(b))?),
+    })
+}
+
+/// Applies a unary operator: `-` in the operand's type (at least `i32`, wrapping), `!` on
+/// the operand's truth.
+pub fn unary(op: UnOp, a: Value) -> Value {
+    match op {
+        UnOp::Not => Value::Bool(!a.as_bool()),
+        UnOp::Neg => match a {
+            Value::F64(x) => Value::F64(-x),
+            Value::F32(x) => Value::F32(-x),
+            Value::I64(x) => Value::I64(x.wrapping_neg()),
+            other => Value::I32(i32_of(other).wrapping_neg()),
+        },
+    }
+}
+
+/// `select(c, a, b)`: `a` or `b` converted to their promoted type.
+pub fn select(c: Value, a: Value, b: Value) -> Value {
+    let t = DType::promote(a.dtype(), b.dtype());
+    if c.as_bool() { a.cast(t) } else { b.cast(t) }
+}
+
+fn math_f64(f: MathFn, x: f64, y: f64) -> f64 {
+    match f {
+        MathFn::Abs => x.abs(),
+        MathFn::Sqrt => x.sqrt(),
+        MathFn::Cbrt => x.cbrt(),
+        MathFn::Exp => x.exp(),
+        MathFn::Log => x.ln(),
+        MathFn::Log10 => x.log10(),
+        MathFn::Sin => x.sin(),
+        MathFn::Cos => x.cos(),
+        MathFn::Tan => x.tan(),
+        MathFn::Asin => x.asin(),
+        MathFn::Acos => x.acos(),
+        MathFn::Atan => x.atan(),
+        MathFn::Sinh => x.sinh(),
+        MathFn::Cosh => x.cosh(),
+        MathFn::Tanh => x.tanh(),
+        MathFn::Floor => x.floor(),
+        MathFn::Ceil => x.ceil(),
+        MathFn::Trunc => x.trunc(),
+        MathFn::Round => x.round(),
+        MathFn::Pow => x.powf(y),
+        MathFn::Atan2 => x.atan2(y),
+        MathFn::Min => x.min(y),
+        MathFn::Max => x.max(y),
+    }
+}
+
+fn math_f32(f: MathFn, x: f32, y: f32) -> f32 {
+    match f {
+        MathFn::Abs => x.abs(),
+        MathFn::Sqrt => x.sqrt(),
+        MathFn::Cbrt => x.cbrt(),
+        MathFn::Exp => x.exp(),
+        MathFn::Log => x.ln(),
+        MathFn::Log10 => x.log10(),
+        MathFn::Sin => x.sin(),
+        MathFn::Cos => x.cos(),
+        MathFn::Tan => x.tan(),
+        MathFn::Asin => x.asin(),
+        MathFn::Acos => x.acos(),
+        MathFn::Atan => x.atan(),
+        MathFn::Sinh => x.sinh(),
+        MathFn::Cosh => x.cosh(),
+        MathFn::Tanh => x.tanh(),
+        MathFn::Floor => x.floor(),
+        MathFn::Ceil => x.ceil(),
+        MathFn::Trunc => x.trunc(),
+        MathFn::Round => x.round(),
+        MathFn::Pow => x.powf(y),
+        MathFn::Atan2 => x.atan2(y),
+        MathFn::Min => x.min(y),
+        MathFn::Max => x.max(y),
+    }
+}
+
+/// Calls a math function. `abs`, `min` and `max` on integers stay integer (in the
+/// promoted type, `abs` wrapping); everything else is computed in the promoted float type
+/// (`f64` for integer operands) with Rust's `f32`/`f64` methods; float `min`/`max` are C's
+/// `fmin`/`fmax`.
+pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
+    if args.len() != f.arity() {
+        return Err(format!(
+            "'{}' takes {} argument(s), got {}",
+            f.name(),
+            f.arity(),
+            args.len()
+        ));
+    }
+    let t = args
+        .iter()
+        .fold(DType::Bool, |t, a| DType::promote(t, a.dtype()));
+    let y = args.get(1).copied().unwrap_or(Value::I64(0));
+    let x = args[0];
+    if f.keeps_int() && !t.is_float() {
+        let t = DType::promote(t, DType::I32);
+        let (a, b) = (x.as_i64(), y.as_i64());
+        let r = match f {
+            MathFn::Abs => match t {
+                DType::I64 => a.wrapping_abs(),
+                _ => i32_of(x).wrapping_abs() as i64,
+            },
+            MathFn::Min => a.min(b),
+            _ => a.max(b),
+        };
+        return Ok(Value::I64(r).cast(t));
+    }
+    Ok(match t {
+        DType::F32 => Value::F32(math_f32(f, f32_of(x), f32_of(y))),
+        _ => Value::F64(math_f64(f, x.as_f64(), y.as_f64())),
+    })
+}
+
+/// Combines the value already stored (`old`, of the element type) with a new one under a
+/// write-conflict resolution, in the element type. On `bool` elements `sum`/`max` are
+/// `||` and `prod`/`min` are `&&`.
+pub fn combine(wcr: Wcr, old: Value, new: Value) -> Result<Value, String> {
+    let t = old.dtype();
+    let new = new.cast(t);
+    if t == DType::Bool {
+        let (a, b) = (old.as_bool(), new.as_bool());
+        return Ok(Value::Bool(match wcr {
+            Wcr::Sum | Wcr::Max => a || b,
+            Wcr::Prod | Wcr::Min => a && b,
+        }));
+    }
+    let r = match wcr {
+        Wcr::Sum => binary(BinOp::Add, old, new)?,
+        Wcr::Prod => binary(BinOp::Mul, old, new)?,
+        Wcr::Min => math(MathFn::Min, &[old, new])?,
+        Wcr::Max => math(MathFn::Max, &[old, new])?,
+    };
+    Ok(r.cast(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_and_python_integer_semantics() {
+        let i = |x| Value::I64(x);
+        assert_eq!(binary(BinOp::Div, i(-7), i(2)), Ok(i(-3)));
+        assert_eq!(binary(BinOp::FloorDiv, i(-7), i(2)), Ok(i(-4)));
+        assert_eq!(binary(BinOp::Mod, i(-7), i(2)), Ok(i(1)));
+        assert_eq!(binary(BinOp::Mod, i(7), i(-2)), Ok(i(-1)));
+        assert!(binary(BinOp::Mod, i(7), i(0)).is_err());
+        assert_eq!(
+            binary(BinOp::Add, Value::I32(i32::MAX), Value::I32(1)),
+            Ok(Value::I32(i32::MIN))
+        );
+        assert_eq!(
+            binary(BinOp::Mod, Value::F64(-1.0), Value::F64(3.0)),
+            Ok(Value::F64(2.0))
+        );
+        assert_eq!(
+            binary(BinOp::Mul, Value::F32(1.5), Value::I32(2)),
+            Ok(Value::F32(3.0))
+        );
+        assert_eq!(math(MathFn::Sqrt, &[Value::I32(4)]), Ok(Value::F64(2.0)));
+        assert_eq!(math(MathFn::Abs, &[Value::I32(-4)]), Ok(Value::I32(4)));
+        assert_eq!(
+            math(MathFn::Min, &[Value::F64(f64::NAN), Value::F64(1.0)]),
+            Ok(Value::F64(1.0))
+        );
+        assert_eq!(
+            binary(BinOp::Lt, Value::F64(f64::NAN), Value::F64(1.0)),
+            Ok(Value::Bool(false))
+        );
+    }
+}
