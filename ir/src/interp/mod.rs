@@ -319,11 +319,3 @@ pub fn run(sdfg: &Sdfg, b: &mut Bindings) -> Result<(), InterpError> {
     r
 }
 
-/// Pseudo-random arguments (placeholder).
-pub fn random_bindings(
-    _sdfg: &Sdfg,
-    _symbols: &BTreeMap<String, Value>,
-    _seed: u64,
-) -> Result<Bindings, InterpError> {
-    Err(InterpError::Other("interpreter not yet implemented".into()))
-}
