@@ -18,12 +18,15 @@ pub mod data;
 pub mod dataflow;
 pub mod dtype;
 pub mod expr;
+pub mod format;
 pub mod interp;
 pub mod memlet;
 pub mod parse;
 pub mod propagate;
 pub mod sdfg;
 pub mod symexpr;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod validate;
 
 pub use builder::{DataflowBuilder, SdfgBuilder};
