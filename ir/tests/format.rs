@@ -257,6 +257,7 @@ fn replace_nth(v: &mut serde_json::Value, k: &mut usize, with: &serde_json::Valu
 }
 
 fn corpus() -> Vec<String> {
+    #[cfg_attr(not(feature = "testkit"), allow(unused_mut))]
     let mut v = vec![read("format_example.sdfg.json")];
     #[cfg(feature = "testkit")]
     for seed in 0..4 {
