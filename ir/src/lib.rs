@@ -27,6 +27,8 @@ pub mod propagate;
 pub mod sdfg;
 pub mod stats;
 pub mod symexpr;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod validate;
 
 pub use builder::{DataflowBuilder, SdfgBuilder};

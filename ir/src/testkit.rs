@@ -1,0 +1,744 @@
+//! Random valid programs for property tests (feature `testkit`).
+//!
+//! [`generate`] builds a random, valid and well-defined SDFG from a seed: stencil chains
+//! and DAGs over symbolic grids, elementwise maps, reductions with write-conflict
+//! resolution, indirect gathers, conditionals, loops and nested SDFGs, as [`GenConfig`]
+//! allows. Every generated program:
+//!
+//! - reads only elements that are in bounds and written (arguments are written by the
+//!   caller; transients are written earlier on *every* path: writes inside a loop, whose
+//!   trip count may be 0, or inside one branch of an `if` do not count after it);
+//! - has no write races: in one state a container is written by at most one map, never
+//!   read by a map that is not ordered after its writer, and a map never reads what it
+//!   writes; the only concurrent writes are `wcr: sum` reductions of integer-valued
+//!   floats, which are exact in any order;
+//! - computes no NaN or infinity from finite inputs: tasklets use `+ - *`, `min`, `max`,
+//!   `select`, `abs` and `sqrt(abs(x) + 1.0)`, and clamp their results to `[-2, 2]`.
+//!
+//! Integer arrays are neighbour tables: they index the first dimension of the grid, so
+//! [`sample_bindings`] fills them with values in `0..shape[0]`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::builder::SdfgBuilder;
+use crate::control::Block;
+use crate::dataflow::Schedule;
+use crate::dtype::{DType, Value};
+use crate::interp::{Bindings, HostArray};
+use crate::sdfg::Sdfg;
+
+/// What [`generate`] may produce.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Most states in the program (at least 1).
+    pub max_states: usize,
+    /// Most maps (or nested SDFGs) in one state (at least 1).
+    pub max_maps_per_state: usize,
+    /// Largest grid rank: 2 or 3.
+    pub max_rank: usize,
+    /// Most input arrays (at least 1).
+    pub max_inputs: usize,
+    /// Most output arrays (at least 1).
+    pub max_outputs: usize,
+    /// Loops `for t = 0; t < T; t + 1` around states.
+    pub allow_loops: bool,
+    /// Conditionals on the integer symbol `flag`.
+    pub allow_ifs: bool,
+    /// Nested SDFG nodes.
+    pub allow_nested: bool,
+    /// Sum reductions into a one-element output with `wcr: sum`.
+    pub allow_wcr: bool,
+    /// Gathers through an integer neighbour table (indirect subsets).
+    pub allow_indirect: bool,
+    /// `f32` arrays besides `f64` ones.
+    pub allow_f32: bool,
+    /// Static (build-time) values for some size symbols.
+    pub allow_static: bool,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            max_states: 4,
+            max_maps_per_state: 3,
+            max_rank: 3,
+            max_inputs: 3,
+            max_outputs: 2,
+            allow_loops: true,
+            allow_ifs: true,
+            allow_nested: true,
+            allow_wcr: true,
+            allow_indirect: true,
+            allow_f32: true,
+            allow_static: true,
+        }
+    }
+}
+
+/// Margins `(low, high)` per dimension of the region of a container known to be written.
+type Halo = Vec<(i64, i64)>;
+
+/// Containers readable at a program point, with their valid regions.
+type Env = BTreeMap<String, Halo>;
+
+/// One planned dataflow step of a state.
+enum Step {
+    /// A map over the grid shrunk by `domain` margins, reading `reads`, writing `target`.
+    Stencil {
+        target: String,
+        domain: Halo,
+        reads: Vec<(String, Vec<i64>)>,
+        code: String,
+        schedule: Schedule,
+    },
+    /// `total[0] += floor(clamp(src) * 8)` over the whole grid.
+    Reduce { src: String, target: String },
+    /// `target[i, ..] = src[tab[i, 0], ..] + src[tab[i, 1], ..]`.
+    Gather {
+        src: String,
+        table: String,
+        target: String,
+    },
+    /// A nested SDFG computing `target = f(src)` elementwise.
+    Nested {
+        src: String,
+        target: String,
+        code: String,
+    },
+}
+
+struct Gen {
+    rng: ChaCha8Rng,
+    cfg: GenConfig,
+    dims: Vec<&'static str>,
+    b: SdfgBuilder,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    dtypes: BTreeMap<String, DType>,
+    transients: usize,
+    maps: usize,
+    states_left: usize,
+    loops: usize,
+    written_outputs: BTreeSet<String>,
+    table: Option<String>,
+    total: Option<String>,
+}
+
+const PARAMS: [&str; 3] = ["i", "j", "k"];
+
+/// A random valid, well-defined program (see the module documentation); the same seed
+/// and configuration always give the same program.
+pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let rank = if cfg.max_rank >= 3 && rng.random_bool(0.3) {
+        3
+    } else {
+        2
+    };
+    let dims: Vec<&'static str> = ["N", "M", "K"][..rank].to_vec();
+    let mut b = SdfgBuilder::new(&format!("gen_{seed:x}"));
+    for d in &dims {
+        if cfg.allow_static && rng.random_bool(0.2) {
+            b.static_symbol(d, Value::I64(rng.random_range(4..8)));
+        } else {
+            b.symbol(d, DType::I64);
+        }
+    }
+    let mut g = Gen {
+        rng,
+        cfg: cfg.clone(),
+        dims,
+        b,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        dtypes: BTreeMap::new(),
+        transients: 0,
+        maps: 0,
+        states_left: cfg.max_states.max(1),
+        loops: 0,
+        written_outputs: BTreeSet::new(),
+        table: None,
+        total: None,
+    };
+    let n_in = g.rng.random_range(1..=cfg.max_inputs.max(1));
+    for k in 0..n_in {
+        let name = format!("in{k}");
+        g.declare(&name, false);
+        g.inputs.push(name);
+    }
+    let n_out = g.rng.random_range(1..=cfg.max_outputs.max(1));
+    for k in 0..n_out {
+        let name = format!("out{k}");
+        g.declare(&name, false);
+        g.outputs.push(name);
+    }
+    if cfg.allow_indirect && g.rng.random_bool(0.4) {
+        g.b.array("tab", DType::I32, [g.dims[0], "2"]);
+        g.table = Some("tab".into());
+    }
+    if cfg.allow_wcr && g.rng.random_bool(0.4) {
+        g.b.array("total", DType::F64, ["1"]);
+        g.total = Some("total".into());
+    }
+    let mut env: Env = BTreeMap::new();
+    let full: Halo = vec![(0, 0); g.dims.len()];
+    for a in g.inputs.iter().chain(&g.outputs) {
+        env.insert(a.clone(), full.clone());
+    }
+    let mut body = Vec::new();
+    while g.states_left > 0 {
+        body.push(g.top_item(&mut env));
+    }
+    if g.written_outputs.is_empty() {
+        // Make sure the program computes something visible.
+        let target = g.outputs[0].clone();
+        let step = g.stencil_to(&env, &target, &BTreeSet::new());
+        body.push(g.emit_state(vec![step]));
+    }
+    g.b.body(Block::Seq(body));
+    let arg_order: Vec<String> = g.inputs.iter().chain(&g.outputs).cloned().collect();
+    let refs: Vec<&str> = arg_order.iter().map(String::as_str).collect();
+    g.b.arg_order(&refs);
+    g.b.build()
+}
+
+/// Proptest strategy: programs [`generate`]d from random seeds.
+pub fn arb_sdfg(cfg: GenConfig) -> impl Strategy<Value = Sdfg> {
+    any::<u64>().prop_map(move |seed| generate(seed, &cfg))
+}
+
+fn name_seed(name: &str) -> u64 {
+    // FNV-1a: a fixed hash, independent of the standard library's hasher.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+        (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Small values for the program's runtime symbols (sizes in `4..10`, `T` in `0..4`,
+/// `flag` 0 or 1), chosen deterministically from the program's name. Symbols with a
+/// static value and loop variables are left out.
+pub fn sample_symbols(sdfg: &Sdfg) -> BTreeMap<String, Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(name_seed(&sdfg.name));
+    let assigned = sdfg.loop_and_assigned_symbols();
+    let mut out = BTreeMap::new();
+    for (name, sym) in &sdfg.symbols {
+        if sym.value.is_some() || assigned.contains(name) {
+            continue;
+        }
+        let v: i64 = match name.as_str() {
+            "T" => rng.random_range(0..4),
+            "flag" => rng.random_range(0..2),
+            _ => rng.random_range(4..10),
+        };
+        out.insert(name.clone(), Value::I64(v).cast(sym.dtype));
+    }
+    out
+}
+
+/// Arguments for running a program: every non-transient container, floats uniform in
+/// `[-1, 1)`, integers in `0..shape[0]` (neighbour tables index the first grid dimension),
+/// booleans at random; and the given symbol values. Fails when a shape cannot be
+/// evaluated with these symbols.
+pub fn sample_bindings(
+    sdfg: &Sdfg,
+    symbols: &BTreeMap<String, Value>,
+    seed: u64,
+) -> Result<Bindings, String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let lookup = |n: &str| {
+        symbols
+            .get(n)
+            .copied()
+            .or_else(|| sdfg.symbols.get(n).and_then(|s| s.value))
+            .map(Value::as_i64)
+    };
+    let mut out = Bindings {
+        arrays: BTreeMap::new(),
+        symbols: symbols.clone(),
+    };
+    for (name, d) in sdfg.non_transients() {
+        let mut shape = Vec::new();
+        for e in d.shape() {
+            let v = e
+                .eval(&lookup)
+                .map_err(|x| format!("shape of '{name}': {x}"))?;
+            shape.push(usize::try_from(v).map_err(|_| format!("negative extent of '{name}'"))?);
+        }
+        let len: usize = shape.iter().product();
+        let ix = ndarray::IxDyn(&shape);
+        let bad = |e: ndarray::ShapeError| format!("'{name}': {e}");
+        let arr = match d.dtype() {
+            DType::F64 => HostArray::F64(
+                ndarray::ArrayD::from_shape_vec(
+                    ix,
+                    (0..len).map(|_| rng.random_range(-1.0..1.0)).collect(),
+                )
+                .map_err(bad)?,
+            ),
+            DType::F32 => HostArray::F32(
+                ndarray::ArrayD::from_shape_vec(
+                    ix,
+                    (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect(),
+                )
+                .map_err(bad)?,
+            ),
+            t @ (DType::I32 | DType::I64) => {
+                let hi = shape.first().copied().unwrap_or(1).max(1) as i64;
+                let vals: Vec<i64> = (0..len).map(|_| rng.random_range(0..hi)).collect();
+                if t == DType::I32 {
+                    HostArray::I32(
+                        ndarray::ArrayD::from_shape_vec(
+                            ix,
+                            vals.iter().map(|v| *v as i32).collect(),
+                        )
+                        .map_err(bad)?,
+                    )
+                } else {
+                    HostArray::I64(ndarray::ArrayD::from_shape_vec(ix, vals).map_err(bad)?)
+                }
+            }
+            DType::Bool => HostArray::Bool(
+                ndarray::ArrayD::from_shape_vec(
+                    ix,
+                    (0..len).map(|_| rng.random_bool(0.5)).collect(),
+                )
+                .map_err(bad)?,
+            ),
+        };
+        out.arrays.insert(name.clone(), arr);
+    }
+    Ok(out)
+}
+
+fn offset_text(p: &str, o: i64) -> String {
+    match o {
+        0 => p.to_string(),
+        o if o > 0 => format!("{p} + {o}"),
+        o => format!("{p} - {}", -o),
+    }
+}
+
+fn range_text(dim: &str, lo: i64, hi: i64) -> String {
+    if hi == 0 {
+        format!("{lo}:{dim}")
+    } else {
+        format!("{lo}:{dim} - {hi}")
+    }
+}
+
+impl Gen {
+    fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    fn declare(&mut self, name: &str, transient: bool) {
+        let dtype = if self.cfg.allow_f32 && self.rng.random_bool(0.2) {
+            DType::F32
+        } else {
+            DType::F64
+        };
+        let dims = self.dims.clone();
+        if transient {
+            self.b.transient(name, dtype, dims);
+        } else {
+            self.b.array(name, dtype, dims);
+        }
+        self.dtypes.insert(name.to_string(), dtype);
+    }
+
+    /// One element of the top-level sequence: a state, or a loop or conditional around
+    /// states. Only plain states extend what is known to be written afterwards.
+    fn top_item(&mut self, env: &mut Env) -> Block {
+        let r = self.rng.random_range(0..10);
+        if self.cfg.allow_loops && r < 2 && self.loops < 2 {
+            let var = if self.loops == 0 {
+                "t".to_string()
+            } else {
+                format!("t{}", self.loops)
+            };
+            self.loops += 1;
+            self.b.symbol(&var, DType::I64);
+            self.b.symbol("T", DType::I64);
+            let mut inner = env.clone();
+            let body = self.inner_seq(&mut inner);
+            return Block::for_loop(
+                &var,
+                0,
+                format!("{var} < T").as_str(),
+                format!("{var} + 1").as_str(),
+                body,
+            );
+        }
+        if self.cfg.allow_ifs && r < 4 {
+            self.b.symbol("flag", DType::I64);
+            let mut a = env.clone();
+            let then = self.inner_seq(&mut a);
+            let otherwise = if self.states_left > 0 && self.rng.random_bool(0.5) {
+                let mut c = env.clone();
+                self.inner_seq(&mut c)
+            } else {
+                Block::empty()
+            };
+            return Block::if_else("flag", then, otherwise);
+        }
+        self.state(env)
+    }
+
+    /// One or two states in sequence, inside a loop or a branch.
+    fn inner_seq(&mut self, env: &mut Env) -> Block {
+        let n = self.rng.random_range(1..=2).min(self.states_left.max(1));
+        Block::Seq((0..n).map(|_| self.state(env)).collect())
+    }
+
+    /// Plans and builds one state; `env` gains what it writes.
+    fn state(&mut self, env: &mut Env) -> Block {
+        self.states_left = self.states_left.saturating_sub(1);
+        let n = self
+            .rng
+            .random_range(1..=self.cfg.max_maps_per_state.max(1));
+        let mut read_here: BTreeSet<String> = BTreeSet::new();
+        let mut written_here: BTreeSet<String> = BTreeSet::new();
+        let mut steps = Vec::new();
+        for _ in 0..n {
+            let step = self.step(env, &read_here, &written_here);
+            let (reads, target, halo) = self.effect(&step);
+            read_here.extend(reads);
+            written_here.insert(target.clone());
+            if let Some(h) = halo {
+                let keep_old = env.get(&target).is_some_and(|old| {
+                    // Keep the old region unless the new one contains it.
+                    !old.iter().zip(&h).all(|(o, n)| n.0 <= o.0 && n.1 <= o.1)
+                });
+                if !keep_old {
+                    env.insert(target, h);
+                }
+            }
+            steps.push(step);
+        }
+        self.emit_state(steps)
+    }
+
+    /// Containers a step reads, the one it writes, and the region it leaves valid (for
+    /// grid-shaped targets).
+    fn effect(&self, s: &Step) -> (Vec<String>, String, Option<Halo>) {
+        let full = vec![(0, 0); self.rank()];
+        match s {
+            Step::Stencil {
+                target,
+                domain,
+                reads,
+                ..
+            } => (
+                reads.iter().map(|r| r.0.clone()).collect(),
+                target.clone(),
+                Some(domain.clone()),
+            ),
+            Step::Reduce { src, target } => (vec![src.clone()], target.clone(), None),
+            Step::Gather { src, table, target } => {
+                (vec![src.clone(), table.clone()], target.clone(), Some(full))
+            }
+            Step::Nested { src, target, .. } => (vec![src.clone()], target.clone(), Some(full)),
+        }
+    }
+
+    /// A container to write: a fresh transient, or an output this state neither read
+    /// nor wrote.
+    fn target(&mut self, read_here: &BTreeSet<String>, written_here: &BTreeSet<String>) -> String {
+        let free: Vec<String> = self
+            .outputs
+            .iter()
+            .filter(|o| !read_here.contains(*o) && !written_here.contains(*o))
+            .cloned()
+            .collect();
+        if !free.is_empty() && self.rng.random_bool(0.45) {
+            let o = free[self.rng.random_range(0..free.len())].clone();
+            self.written_outputs.insert(o.clone());
+            return o;
+        }
+        let name = format!("tmp{}", self.transients);
+        self.transients += 1;
+        self.declare(&name, true);
+        name
+    }
+
+    fn step(
+        &mut self,
+        env: &Env,
+        read_here: &BTreeSet<String>,
+        written_here: &BTreeSet<String>,
+    ) -> Step {
+        let r = self.rng.random_range(0..10);
+        let fully_valid: Vec<String> = env
+            .iter()
+            .filter(|(_, h)| h.iter().all(|m| *m == (0, 0)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if r == 0
+            && let Some(total) = self.total.clone()
+            && !written_here.contains(&total)
+        {
+            let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+            return Step::Reduce { src, target: total };
+        }
+        if r == 1
+            && let Some(table) = self.table.clone()
+        {
+            let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+            let target = self.target(read_here, written_here);
+            return Step::Gather { src, table, target };
+        }
+        if r == 2 && self.cfg.allow_nested {
+            let target = self.target(read_here, written_here);
+            let cands: Vec<&String> = fully_valid.iter().filter(|n| **n != target).collect();
+            let src = cands[self.rng.random_range(0..cands.len())].clone();
+            let code = self.code(&["a".to_string()]);
+            return Step::Nested { src, target, code };
+        }
+        let target = self.target(read_here, written_here);
+        let written = written_here.clone();
+        self.stencil_to(env, &target, &written)
+    }
+
+    /// A stencil map writing `target`, reading up to three containers valid in `env`.
+    fn stencil_to(&mut self, env: &Env, target: &str, _written_here: &BTreeSet<String>) -> Step {
+        let rank = self.rank();
+        let cands: Vec<(&String, &Halo)> =
+            env.iter().filter(|(n, _)| n.as_str() != target).collect();
+        let k = self.rng.random_range(1..=3usize).min(cands.len());
+        let mut chosen: Vec<(String, Halo)> = Vec::new();
+        while chosen.len() < k {
+            let (n, h) = cands[self.rng.random_range(0..cands.len())];
+            if !chosen.iter().any(|(c, _)| c == n) {
+                chosen.push((n.clone(), h.clone()));
+            }
+        }
+        // Domain margins: at least the sources' margins, at most 2.
+        let mut domain: Halo = vec![(0, 0); rank];
+        for (d, m) in domain.iter_mut().enumerate() {
+            let lo = chosen.iter().map(|(_, h)| h[d].0).max().unwrap_or(0);
+            let hi = chosen.iter().map(|(_, h)| h[d].1).max().unwrap_or(0);
+            let grow = |g: &mut Self, x: i64| {
+                if x < 2 && g.rng.random_bool(0.5) {
+                    x + 1
+                } else {
+                    x
+                }
+            };
+            *m = (grow(self, lo), grow(self, hi));
+        }
+        let mut reads: Vec<(String, Vec<i64>)> = Vec::new();
+        for (n, h) in &chosen {
+            let count = self.rng.random_range(1..=3);
+            for _ in 0..count {
+                let offs: Vec<i64> = (0..rank)
+                    .map(|d| {
+                        let min = -(domain[d].0 - h[d].0).min(1);
+                        let max = (domain[d].1 - h[d].1).min(1);
+                        self.rng.random_range(min..=max)
+                    })
+                    .collect();
+                if !reads.iter().any(|(m, o)| m == n && *o == offs) {
+                    reads.push((n.clone(), offs));
+                }
+            }
+        }
+        let conns: Vec<String> = (0..reads.len()).map(|c| format!("c{c}")).collect();
+        let code = self.code(&conns);
+        let schedule = if self.rng.random_bool(0.2) {
+            Schedule::Sequential
+        } else {
+            Schedule::CpuParallel
+        };
+        Step::Stencil {
+            target: target.to_string(),
+            domain,
+            reads,
+            code,
+            schedule,
+        }
+    }
+
+    fn literal(&mut self) -> &'static str {
+        ["0.5", "2.0", "-1.25", "0.125", "3.0", "-0.75"][self.rng.random_range(0..6)]
+    }
+
+    fn expr(&mut self, vars: &[String], depth: u32) -> String {
+        if depth == 0 || self.rng.random_bool(0.3) {
+            return if self.rng.random_bool(0.8) {
+                vars[self.rng.random_range(0..vars.len())].clone()
+            } else {
+                self.literal().to_string()
+            };
+        }
+        let a = self.expr(vars, depth - 1);
+        let b = self.expr(vars, depth - 1);
+        match self.rng.random_range(0..9) {
+            0 => format!("({a} + {b})"),
+            1 => format!("({a} - {b})"),
+            2 => format!("({a} * {b})"),
+            3 => format!("min({a}, {b})"),
+            4 => format!("max({a}, {b})"),
+            5 => {
+                let c = self.expr(vars, depth - 1);
+                format!("select({a} < {b}, {c}, {a})")
+            }
+            6 => format!("sqrt(abs({a}) + 1.0)"),
+            7 => format!("abs({a})"),
+            _ => format!("({a} * {})", self.literal()),
+        }
+    }
+
+    /// Tasklet code reading every connector in `conns`, writing `o`.
+    fn code(&mut self, conns: &[String]) -> String {
+        let weights: Vec<String> = conns
+            .iter()
+            .map(|c| format!("{c} * {}", self.literal()))
+            .collect();
+        let acc = weights.join(" + ");
+        let mut vars = conns.to_vec();
+        vars.push("acc".to_string());
+        let e = self.expr(&vars, 3);
+        format!("acc = {acc}; o = min(max(acc + {e}, -2.0), 2.0)")
+    }
+
+    /// Builds a state from planned steps.
+    fn emit_state(&mut self, steps: Vec<Step>) -> Block {
+        let dims = self.dims.clone();
+        let rank = dims.len();
+        let mut nested = Vec::new();
+        for s in &steps {
+            if let Step::Nested { code, .. } = s {
+                nested.push(self.inner_sdfg(code, s));
+            }
+        }
+        let first = self.maps;
+        self.maps += steps.len();
+        let name = format!("s{first}");
+        let id = self.b.state(&name, |st| {
+            let mut nested = nested.into_iter();
+            for (k, s) in steps.iter().enumerate() {
+                let label = format!("m{}", first + k);
+                let params: Vec<&str> = PARAMS[..rank].to_vec();
+                let idx = params.join(", ");
+                match s {
+                    Step::Stencil {
+                        target,
+                        domain,
+                        reads,
+                        code,
+                        schedule,
+                    } => {
+                        let ranges: Vec<String> = domain
+                            .iter()
+                            .zip(&dims)
+                            .map(|((lo, hi), d)| range_text(d, *lo, *hi))
+                            .collect();
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let ins: Vec<(String, String)> = reads
+                            .iter()
+                            .enumerate()
+                            .map(|(c, (a, offs))| {
+                                let sub: Vec<String> = offs
+                                    .iter()
+                                    .zip(&params)
+                                    .map(|(o, p)| offset_text(p, *o))
+                                    .collect();
+                                (format!("c{c}"), format!("{a}[{}]", sub.join(", ")))
+                            })
+                            .collect();
+                        let out = format!("{target}[{idx}]");
+                        st.map_scheduled(&label, &params, &ranges, *schedule, |m| {
+                            let ins: Vec<(&str, &str)> =
+                                ins.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+                            m.tasklet(&label, &ins, &[("o", &out)], code);
+                        });
+                    }
+                    Step::Reduce { src, target } => {
+                        let ranges: Vec<String> =
+                            dims.iter().map(|d| range_text(d, 0, 0)).collect();
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let inp = format!("{src}[{idx}]");
+                        let out = format!("{target}[0] (wcr: sum)");
+                        st.map(&label, &params, &ranges, |m| {
+                            m.tasklet(
+                                &label,
+                                &[("c", &inp)],
+                                &[("o", &out)],
+                                "o = floor(min(max(c, -4.0), 4.0) * 8.0)",
+                            );
+                        });
+                    }
+                    Step::Gather { src, table, target } => {
+                        let ranges: Vec<String> =
+                            dims.iter().map(|d| range_text(d, 0, 0)).collect();
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let rest = params[1..].join(", ");
+                        let a = format!("{src}[{table}[i, 0], {rest}]");
+                        let b = format!("{src}[{table}[i, 1], {rest}]");
+                        let out = format!("{target}[{idx}]");
+                        st.map(&label, &params, &ranges, |m| {
+                            m.tasklet(
+                                &label,
+                                &[("a", &a), ("b", &b)],
+                                &[("o", &out)],
+                                "o = (a + b) * 0.5",
+                            );
+                        });
+                    }
+                    Step::Nested { src, target, .. } => {
+                        let inner: Sdfg = match nested.next() {
+                            Some(x) => x,
+                            None => continue,
+                        };
+                        let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                        let inp = format!("{src}[{}]", full.join(", "));
+                        let out = format!("{target}[{}]", full.join(", "));
+                        let inner_dims = ["n", "m", "k"];
+                        let syms: Vec<(&str, &str)> = inner_dims
+                            .iter()
+                            .zip(&dims)
+                            .map(|(a, b)| (*a, *b))
+                            .collect();
+                        st.nested(inner, &syms, &[("a", &inp)], &[("b", &out)]);
+                    }
+                }
+            }
+        });
+        Block::State(id)
+    }
+
+    /// The callee of a nested step: `b = f(a)` elementwise over `n × m (× k)`.
+    fn inner_sdfg(&self, code: &str, step: &Step) -> Sdfg {
+        let rank = self.rank();
+        let dims: Vec<&str> = ["n", "m", "k"][..rank].to_vec();
+        let dtype_of = |conn: &str| {
+            let outer = match (step, conn) {
+                (Step::Nested { src, .. }, "a") => src.as_str(),
+                (Step::Nested { target, .. }, _) => target.as_str(),
+                _ => "",
+            };
+            self.dtypes.get(outer).copied().unwrap_or(DType::F64)
+        };
+        let mut b = SdfgBuilder::new(&format!("inner{}", self.maps));
+        for d in &dims {
+            b.symbol(d, DType::I64);
+        }
+        b.array("a", dtype_of("a"), dims.clone());
+        b.array("b", dtype_of("b"), dims.clone());
+        let params: Vec<&str> = PARAMS[..rank].to_vec();
+        let ranges: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+        let idx = params.join(", ");
+        let (ia, ob) = (format!("a[{idx}]"), format!("b[{idx}]"));
+        b.state("body", |s| {
+            s.map("inner", &params, &ranges, |m| {
+                m.tasklet("f", &[("a", &ia)], &[("o", &ob)], code);
+            });
+        });
+        b.build()
+    }
+}

@@ -1,0 +1,162 @@
+//! The random program generator: valid, round-tripping, deterministic, runnable.
+#![cfg(feature = "testkit")]
+
+use proptest::prelude::*;
+use sdflow_ir::format::{from_json, to_json};
+use sdflow_ir::testkit::{GenConfig, arb_sdfg, generate, sample_bindings, sample_symbols};
+use sdflow_ir::{Block, DType, Node, Value, interp};
+
+fn count_nodes(sdfg: &sdflow_ir::Sdfg, f: &dyn Fn(&Node) -> bool) -> usize {
+    sdfg.states
+        .iter()
+        .flat_map(|s| s.graph.node_ids().into_iter().map(move |n| s.graph.node(n)))
+        .filter(|n| f(n))
+        .count()
+}
+
+proptest! {
+    #[test]
+    fn generated_programs_validate(s in arb_sdfg(GenConfig::default())) {
+        if let Err(problems) = s.validate() {
+            let listed: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+            prop_assert!(false, "{}\n{}", listed.join("\n"), to_json(&s));
+        }
+    }
+
+    #[test]
+    fn generated_programs_round_trip_through_json(s in arb_sdfg(GenConfig::default())) {
+        let text = to_json(&s);
+        prop_assert_eq!(from_json(&text).expect("reads back"), s);
+    }
+
+    #[test]
+    fn same_seed_same_program(seed in any::<u64>()) {
+        let cfg = GenConfig::default();
+        prop_assert_eq!(to_json(&generate(seed, &cfg)), to_json(&generate(seed, &cfg)));
+    }
+}
+
+#[test]
+fn different_seeds_differ_and_cover_the_features() {
+    let cfg = GenConfig::default();
+    let progs: Vec<_> = (0..200).map(|s| generate(s, &cfg)).collect();
+    assert_ne!(to_json(&progs[0]), to_json(&progs[1]));
+    let any_block = |f: &dyn Fn(&Block) -> bool| {
+        progs.iter().any(|p| {
+            let mut hit = false;
+            p.body.visit(&mut |b| hit |= f(b));
+            hit
+        })
+    };
+    assert!(any_block(&|b| matches!(b, Block::Loop(_))), "some loop");
+    assert!(any_block(&|b| matches!(b, Block::If(_))), "some if");
+    assert!(
+        progs
+            .iter()
+            .any(|p| count_nodes(p, &|n| matches!(n, Node::Nested(_))) > 0)
+    );
+    let text: String = progs.iter().take(100).map(to_json).collect();
+    assert!(text.contains("\"wcr\": \"sum\""), "some reduction");
+    assert!(text.contains("tab[i, 0]"), "some indirect gather");
+    assert!(text.contains("\"f32\""), "some f32 array");
+    assert!(text.contains("\"value\": "), "some static symbol");
+    assert!(
+        progs
+            .iter()
+            .any(|p| p.arrays.keys().any(|k| k.starts_with("tmp")))
+    );
+    assert!(
+        progs
+            .iter()
+            .any(|p| p.arrays.values().any(|d| d.rank() == 3))
+    );
+    // Every program writes some output.
+    for p in &progs {
+        let json = to_json(p);
+        assert!(json.contains("\"memlet\": \"out"), "{}", p.name);
+    }
+}
+
+#[test]
+fn a_restricted_config_is_respected() {
+    let cfg = GenConfig {
+        max_states: 1,
+        max_maps_per_state: 1,
+        max_rank: 2,
+        allow_loops: false,
+        allow_ifs: false,
+        allow_nested: false,
+        allow_wcr: false,
+        allow_indirect: false,
+        allow_f32: false,
+        allow_static: false,
+        ..GenConfig::default()
+    };
+    for seed in 0..50 {
+        let p = generate(seed, &cfg);
+        assert!(p.states.len() <= 2, "one state, plus one writing an output");
+        assert!(
+            p.arrays
+                .values()
+                .all(|d| d.dtype() == DType::F64 && d.rank() == 2)
+        );
+        assert!(p.symbols.values().all(|s| s.value.is_none()));
+        assert!(!p.symbols.contains_key("T") && !p.symbols.contains_key("flag"));
+        assert_eq!(count_nodes(&p, &|n| matches!(n, Node::Nested(_))), 0);
+    }
+}
+
+#[test]
+fn sampled_symbols_and_bindings_are_small_and_complete() {
+    let cfg = GenConfig::default();
+    for seed in 0..50 {
+        let p = generate(seed, &cfg);
+        let syms = sample_symbols(&p);
+        assert_eq!(syms, sample_symbols(&p), "deterministic");
+        for (name, v) in &syms {
+            let v = v.as_i64();
+            match name.as_str() {
+                "T" => assert!((0..4).contains(&v)),
+                "flag" => assert!((0..2).contains(&v)),
+                _ => assert!((4..10).contains(&v), "{name} = {v}"),
+            }
+            assert!(!name.starts_with('t'), "loop variables are not arguments");
+        }
+        let b = sample_bindings(&p, &syms, seed).expect("shapes evaluate");
+        assert_eq!(b, sample_bindings(&p, &syms, seed).expect("again"));
+        for (name, _) in p.non_transients() {
+            let a = &b.arrays[name];
+            for i in 0..a.len() {
+                let v = a.get_flat(i).expect("in range");
+                match v {
+                    Value::F64(x) => assert!((-1.0..1.0).contains(&x)),
+                    Value::F32(x) => assert!((-1.0..1.0).contains(&x)),
+                    Value::I32(x) => assert!((0..a.shape()[0] as i32).contains(&x)),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the interpreter"]
+fn generated_programs_run_on_the_interpreter() {
+    let cfg = GenConfig::default();
+    for seed in 0..64 {
+        let p = generate(seed, &cfg);
+        let syms = sample_symbols(&p);
+        let mut b = sample_bindings(&p, &syms, seed).expect("bindings");
+        interp::run(&p, &mut b).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", to_json(&p)));
+        // Deterministic, and finite everywhere.
+        let mut again = sample_bindings(&p, &syms, seed).expect("bindings");
+        interp::run(&p, &mut again).expect("second run");
+        assert_eq!(b, again, "seed {seed}");
+        for a in b.arrays.values() {
+            for i in 0..a.len() {
+                let v = a.get_flat(i).expect("in range").as_f64();
+                assert!(v.is_finite(), "seed {seed}: non-finite output");
+            }
+        }
+    }
+}
