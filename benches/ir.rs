@@ -11,16 +11,29 @@ use sdflow::ir::interp::{self, Bindings};
 use sdflow::ir::{SymExpr, Value, dot, format};
 
 fn example(name: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)).unwrap()
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name),
+    )
+    .unwrap()
 }
 
 fn bench_format(c: &mut Criterion) {
     let text = example("tridiagonal.sdfg.json");
     let sdfg = format::from_json(&text).unwrap();
-    c.bench_function("from_json tridiagonal", |b| b.iter(|| format::from_json(black_box(&text)).unwrap()));
-    c.bench_function("validate tridiagonal", |b| b.iter(|| black_box(&sdfg).validate().unwrap()));
-    c.bench_function("to_json tridiagonal", |b| b.iter(|| format::to_json(black_box(&sdfg))));
-    c.bench_function("to_dot tridiagonal", |b| b.iter(|| dot::to_dot(black_box(&sdfg))));
+    c.bench_function("from_json tridiagonal", |b| {
+        b.iter(|| format::from_json(black_box(&text)).unwrap())
+    });
+    c.bench_function("validate tridiagonal", |b| {
+        b.iter(|| black_box(&sdfg).validate().unwrap())
+    });
+    c.bench_function("to_json tridiagonal", |b| {
+        b.iter(|| format::to_json(black_box(&sdfg)))
+    });
+    c.bench_function("to_dot tridiagonal", |b| {
+        b.iter(|| dot::to_dot(black_box(&sdfg)))
+    });
 }
 
 fn bench_symexpr(c: &mut Criterion) {

@@ -15,8 +15,8 @@
 //! - computes no NaN or infinity from finite inputs: tasklets use `+ - *`, `min`, `max`,
 //!   `select`, `abs` and `sqrt(abs(x) + 1.0)`, and clamp their results to `[-2, 2]`.
 //!
-//! Integer arrays are neighbour tables: they index the first dimension of the grid, so
-//! [`sample_bindings`] fills them with values in `0..shape[0]`.
+//! Integer arrays are neighbour tables indexing the first dimension of the grid;
+//! [`crate::interp::random_bindings`] fills them with valid indices.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,7 +28,7 @@ use crate::builder::SdfgBuilder;
 use crate::control::Block;
 use crate::dataflow::Schedule;
 use crate::dtype::{DType, Value};
-use crate::interp::{Bindings, HostArray};
+use crate::interp::HostArray;
 use crate::sdfg::Sdfg;
 
 /// What [`generate`] may produce.
@@ -237,81 +237,6 @@ pub fn sample_symbols(sdfg: &Sdfg) -> BTreeMap<String, Value> {
         out.insert(name.clone(), Value::I64(v).cast(sym.dtype));
     }
     out
-}
-
-/// Arguments for running a program: every non-transient container, floats uniform in
-/// `[-1, 1)`, integers in `0..shape[0]` (neighbour tables index the first grid dimension),
-/// booleans at random; and the given symbol values. Fails when a shape cannot be
-/// evaluated with these symbols.
-pub fn sample_bindings(
-    sdfg: &Sdfg,
-    symbols: &BTreeMap<String, Value>,
-    seed: u64,
-) -> Result<Bindings, String> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let lookup = |n: &str| {
-        symbols
-            .get(n)
-            .copied()
-            .or_else(|| sdfg.symbols.get(n).and_then(|s| s.value))
-            .map(Value::as_i64)
-    };
-    let mut out = Bindings {
-        arrays: BTreeMap::new(),
-        symbols: symbols.clone(),
-    };
-    for (name, d) in sdfg.non_transients() {
-        let mut shape = Vec::new();
-        for e in d.shape() {
-            let v = e
-                .eval(&lookup)
-                .map_err(|x| format!("shape of '{name}': {x}"))?;
-            shape.push(usize::try_from(v).map_err(|_| format!("negative extent of '{name}'"))?);
-        }
-        let len: usize = shape.iter().product();
-        let ix = ndarray::IxDyn(&shape);
-        let bad = |e: ndarray::ShapeError| format!("'{name}': {e}");
-        let arr = match d.dtype() {
-            DType::F64 => HostArray::F64(
-                ndarray::ArrayD::from_shape_vec(
-                    ix,
-                    (0..len).map(|_| rng.random_range(-1.0..1.0)).collect(),
-                )
-                .map_err(bad)?,
-            ),
-            DType::F32 => HostArray::F32(
-                ndarray::ArrayD::from_shape_vec(
-                    ix,
-                    (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect(),
-                )
-                .map_err(bad)?,
-            ),
-            t @ (DType::I32 | DType::I64) => {
-                let hi = shape.first().copied().unwrap_or(1).max(1) as i64;
-                let vals: Vec<i64> = (0..len).map(|_| rng.random_range(0..hi)).collect();
-                if t == DType::I32 {
-                    HostArray::I32(
-                        ndarray::ArrayD::from_shape_vec(
-                            ix,
-                            vals.iter().map(|v| *v as i32).collect(),
-                        )
-                        .map_err(bad)?,
-                    )
-                } else {
-                    HostArray::I64(ndarray::ArrayD::from_shape_vec(ix, vals).map_err(bad)?)
-                }
-            }
-            DType::Bool => HostArray::Bool(
-                ndarray::ArrayD::from_shape_vec(
-                    ix,
-                    (0..len).map(|_| rng.random_bool(0.5)).collect(),
-                )
-                .map_err(bad)?,
-            ),
-        };
-        out.arrays.insert(name.clone(), arr);
-    }
-    Ok(out)
 }
 
 fn offset_text(p: &str, o: i64) -> String {
@@ -697,7 +622,7 @@ impl Gen {
                         let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
                         let inp = format!("{src}[{}]", full.join(", "));
                         let out = format!("{target}[{}]", full.join(", "));
-                        let inner_dims = ["n", "m", "k"];
+                        let inner_dims = ["n", "m", "l"];
                         let syms: Vec<(&str, &str)> = inner_dims
                             .iter()
                             .zip(&dims)
@@ -711,10 +636,10 @@ impl Gen {
         Block::State(id)
     }
 
-    /// The callee of a nested step: `b = f(a)` elementwise over `n × m (× k)`.
+    /// The callee of a nested step: `b = f(a)` elementwise over `n × m (× l)`.
     fn inner_sdfg(&self, code: &str, step: &Step) -> Sdfg {
         let rank = self.rank();
-        let dims: Vec<&str> = ["n", "m", "k"][..rank].to_vec();
+        let dims: Vec<&str> = ["n", "m", "l"][..rank].to_vec();
         let dtype_of = |conn: &str| {
             let outer = match (step, conn) {
                 (Step::Nested { src, .. }, "a") => src.as_str(),

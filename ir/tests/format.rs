@@ -205,14 +205,13 @@ fn broken_files_name_what_and_where() {
 #[test]
 fn undefined_array_is_well_formed() {
     // The format itself accepts it; validation rejects it (next test).
-    let s = from_json(&read("undefined_array.sdfg.json")).expect("well-formed");
+    let s = from_json(&read("invalid/undefined_array.sdfg.json")).expect("well-formed");
     assert_eq!(s.states[0].graph.node_count(), 2);
 }
 
 #[test]
-#[ignore = "needs validation"]
 fn undefined_array_fails_validation() {
-    match load(&read("undefined_array.sdfg.json")) {
+    match load(&read("invalid/undefined_array.sdfg.json")) {
         Err(LoadError::Invalid(problems)) => assert!(
             problems.iter().any(|p| p.to_string().contains("ghost")),
             "{problems:?}"

@@ -318,4 +318,3 @@ pub fn run(sdfg: &Sdfg, b: &mut Bindings) -> Result<(), InterpError> {
     b.arrays.extend(work);
     r
 }
-
