@@ -3,7 +3,8 @@
 //! One `digraph` per program. Each state is a cluster; each map is a nested cluster
 //! holding an entry node (trapezium, where the map's incoming memlets arrive), its body,
 //! and an exit node (inverted trapezium, where outgoing memlets leave); a nested SDFG is a
-//! cluster with a call node and its own states. Memlet edges are labelled `data[subset]`
+//! cluster with a call node and its own states. Dashed scope edges join a map's entry to
+//! the body's sources and the body's sinks to its exit. Memlet edges are labelled `data[subset]`
 //! (with ` (wcr: sum)` etc.), connectors appear as head/tail labels. The control flow is a
 //! second cluster: one node per state block, loop headers (hexagons) with back edges, if
 //! diamonds with `then`/`else` edges and a join point, assignments as notes.
@@ -199,6 +200,17 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
                     ),
                 ];
                 draw_dataflow(sdfg, &m.body, &id, &mut inner);
+                // Scope edges: entry to the body's sources, the body's sinks to exit.
+                let scope = || vec![attr("style", "dashed"), attr("arrowhead", "none")];
+                for b in m.body.node_ids() {
+                    let (b_in, b_out) = ends(&m.body, &id, b);
+                    if m.body.in_edges(b).is_empty() {
+                        inner.push(edge(&format!("{id}_entry"), &b_in, scope()));
+                    }
+                    if m.body.out_edges(b).is_empty() {
+                        inner.push(edge(&b_out, &format!("{id}_exit"), scope()));
+                    }
+                }
                 out.push(cluster(&id, &format!("map '{}'", m.label), "filled", inner));
             }
             Node::Nested(ns) => {
