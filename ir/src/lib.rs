@@ -5,8 +5,8 @@
 //! nodes joined by [`Memlet`]s, and structured control flow ([`Block`]). Maps are
 //! hierarchical: a [`MapScope`] owns its body as a nested dataflow graph.
 //!
-//! Around the data model: [`builder`] (writing SDFGs in Rust), [`validate`](crate::validate)
-//! (every problem, each located), [`format`] (the versioned JSON format), [`dot`] (drawings),
+//! Around the data model: [`builder`] (writing SDFGs in Rust), [`validate`]
+//! (every problem, each located), [`format`](mod@format) (the versioned JSON format), [`dot`] (drawings),
 //! [`interp`] (the reference interpreter that defines the semantics) and, behind the
 //! `testkit` feature, [`testkit`] (random valid programs for property tests).
 

@@ -28,7 +28,6 @@ use crate::builder::SdfgBuilder;
 use crate::control::Block;
 use crate::dataflow::Schedule;
 use crate::dtype::{DType, Value};
-use crate::interp::HostArray;
 use crate::sdfg::Sdfg;
 
 /// What [`generate`] may produce.
