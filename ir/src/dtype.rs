@@ -194,30 +194,30 @@ impl PartialEq for Value {
 
 /// Writes a float so that parsing the text gives the same bits back.
 pub(crate) fn fmt_float(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
-    if v.is_nan() {
-        f.write_str("nan")
-    } else if v.is_infinite() {
-        f.write_str(if v > 0.0 { "inf" } else { "-inf" })
-    } else {
-        let s = format!("{v:?}");
-        f.write_str(&s)?;
-        if !s.contains(['.', 'e', 'E']) {
-            f.write_str(".0")?;
-        }
-        Ok(())
-    }
+    write_float(f, v.is_nan(), v.is_infinite(), v > 0.0, format!("{v:?}"))
 }
 
 /// Writes an `f32` so that parsing the text gives the same bits back.
 pub(crate) fn fmt_float32(f: &mut fmt::Formatter<'_>, v: f32) -> fmt::Result {
-    if v.is_nan() {
+    write_float(f, v.is_nan(), v.is_infinite(), v > 0.0, format!("{v:?}"))
+}
+
+/// `nan`, `inf`, `-inf`, or Rust's shortest round-trip text with a `.0` where it would
+/// otherwise read as an integer.
+fn write_float(
+    f: &mut fmt::Formatter<'_>,
+    nan: bool,
+    infinite: bool,
+    positive: bool,
+    text: String,
+) -> fmt::Result {
+    if nan {
         f.write_str("nan")
-    } else if v.is_infinite() {
-        f.write_str(if v > 0.0 { "inf" } else { "-inf" })
+    } else if infinite {
+        f.write_str(if positive { "inf" } else { "-inf" })
     } else {
-        let s = format!("{v:?}");
-        f.write_str(&s)?;
-        if !s.contains(['.', 'e', 'E']) {
+        f.write_str(&text)?;
+        if !text.contains(['.', 'e', 'E']) {
             f.write_str(".0")?;
         }
         Ok(())

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use sdflow_ir::interp::{Bindings, HostArray, InterpError, random_bindings, run};
 use sdflow_ir::{Block, DType, Sdfg, SdfgBuilder, Value, Wcr};
 
+mod common;
+use common::laplace;
+
 fn f64s(shape: &[usize], v: Vec<f64>) -> HostArray {
     HostArray::from_f64(shape, v).expect("shape matches")
 }
@@ -28,30 +31,6 @@ fn bindings(arrays: Vec<(&str, HostArray)>, symbols: &[(&str, i64)]) -> Bindings
             .collect(),
         symbols: syms(symbols),
     }
-}
-
-fn laplace() -> Sdfg {
-    let mut b = SdfgBuilder::new("laplace");
-    b.symbol("N", DType::I64)
-        .array("u", DType::F64, ["N", "N"])
-        .array("out", DType::F64, ["N", "N"]);
-    b.state("main", |s| {
-        s.map("lap", &["i", "j"], &["1:N-1", "1:N-1"], |m| {
-            m.tasklet(
-                "lap",
-                &[
-                    ("c", "u[i, j]"),
-                    ("n", "u[i-1, j]"),
-                    ("s", "u[i+1, j]"),
-                    ("w", "u[i, j-1]"),
-                    ("e", "u[i, j+1]"),
-                ],
-                &[("o", "out[i, j]")],
-                "o = n + s + w + e - 4.0 * c",
-            );
-        });
-    });
-    b.build()
 }
 
 #[test]

@@ -154,60 +154,44 @@ pub fn select(c: Value, a: Value, b: Value) -> Value {
     if c.as_bool() { a.cast(t) } else { b.cast(t) }
 }
 
+/// The math functions on one float type (the same method names exist on `f32` and `f64`).
+macro_rules! math_table {
+    ($f:expr, $x:expr, $y:expr) => {{
+        let (x, y) = ($x, $y);
+        match $f {
+            MathFn::Abs => x.abs(),
+            MathFn::Sqrt => x.sqrt(),
+            MathFn::Cbrt => x.cbrt(),
+            MathFn::Exp => x.exp(),
+            MathFn::Log => x.ln(),
+            MathFn::Log10 => x.log10(),
+            MathFn::Sin => x.sin(),
+            MathFn::Cos => x.cos(),
+            MathFn::Tan => x.tan(),
+            MathFn::Asin => x.asin(),
+            MathFn::Acos => x.acos(),
+            MathFn::Atan => x.atan(),
+            MathFn::Sinh => x.sinh(),
+            MathFn::Cosh => x.cosh(),
+            MathFn::Tanh => x.tanh(),
+            MathFn::Floor => x.floor(),
+            MathFn::Ceil => x.ceil(),
+            MathFn::Trunc => x.trunc(),
+            MathFn::Round => x.round(),
+            MathFn::Pow => x.powf(y),
+            MathFn::Atan2 => x.atan2(y),
+            MathFn::Min => x.min(y),
+            MathFn::Max => x.max(y),
+        }
+    }};
+}
+
 fn math_f64(f: MathFn, x: f64, y: f64) -> f64 {
-    match f {
-        MathFn::Abs => x.abs(),
-        MathFn::Sqrt => x.sqrt(),
-        MathFn::Cbrt => x.cbrt(),
-        MathFn::Exp => x.exp(),
-        MathFn::Log => x.ln(),
-        MathFn::Log10 => x.log10(),
-        MathFn::Sin => x.sin(),
-        MathFn::Cos => x.cos(),
-        MathFn::Tan => x.tan(),
-        MathFn::Asin => x.asin(),
-        MathFn::Acos => x.acos(),
-        MathFn::Atan => x.atan(),
-        MathFn::Sinh => x.sinh(),
-        MathFn::Cosh => x.cosh(),
-        MathFn::Tanh => x.tanh(),
-        MathFn::Floor => x.floor(),
-        MathFn::Ceil => x.ceil(),
-        MathFn::Trunc => x.trunc(),
-        MathFn::Round => x.round(),
-        MathFn::Pow => x.powf(y),
-        MathFn::Atan2 => x.atan2(y),
-        MathFn::Min => x.min(y),
-        MathFn::Max => x.max(y),
-    }
+    math_table!(f, x, y)
 }
 
 fn math_f32(f: MathFn, x: f32, y: f32) -> f32 {
-    match f {
-        MathFn::Abs => x.abs(),
-        MathFn::Sqrt => x.sqrt(),
-        MathFn::Cbrt => x.cbrt(),
-        MathFn::Exp => x.exp(),
-        MathFn::Log => x.ln(),
-        MathFn::Log10 => x.log10(),
-        MathFn::Sin => x.sin(),
-        MathFn::Cos => x.cos(),
-        MathFn::Tan => x.tan(),
-        MathFn::Asin => x.asin(),
-        MathFn::Acos => x.acos(),
-        MathFn::Atan => x.atan(),
-        MathFn::Sinh => x.sinh(),
-        MathFn::Cosh => x.cosh(),
-        MathFn::Tanh => x.tanh(),
-        MathFn::Floor => x.floor(),
-        MathFn::Ceil => x.ceil(),
-        MathFn::Trunc => x.trunc(),
-        MathFn::Round => x.round(),
-        MathFn::Pow => x.powf(y),
-        MathFn::Atan2 => x.atan2(y),
-        MathFn::Min => x.min(y),
-        MathFn::Max => x.max(y),
-    }
+    math_table!(f, x, y)
 }
 
 /// Calls a math function. `abs`, `min` and `max` on integers stay integer (in the
