@@ -36,6 +36,19 @@ fn bench_format(c: &mut Criterion) {
     });
 }
 
+/// Validation of a chain of n stencils in one state: should grow about linearly.
+fn bench_validate_scaling(c: &mut Criterion) {
+    let mut group = c.benchmark_group("validate stencil_chain");
+    group.sample_size(10);
+    for n in [10, 100, 1000] {
+        let sdfg = sdflow::ir::testkit::stencil_chain(n);
+        group.bench_function(format!("{n}"), |b| {
+            b.iter(|| black_box(&sdfg).validate().unwrap())
+        });
+    }
+    group.finish();
+}
+
 fn bench_symexpr(c: &mut Criterion) {
     let e = SymExpr::parse("2 * (N + 3) - N + min(i - 1, i + 2) * 1 - (j + 1) + (j - 1)").unwrap();
     c.bench_function("SymExpr::simplify", |b| b.iter(|| black_box(&e).simplify()));
@@ -56,5 +69,11 @@ fn bench_interp(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_format, bench_symexpr, bench_interp);
+criterion_group!(
+    benches,
+    bench_format,
+    bench_validate_scaling,
+    bench_symexpr,
+    bench_interp
+);
 criterion_main!(benches);

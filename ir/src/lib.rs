@@ -35,8 +35,8 @@ pub use builder::{DataflowBuilder, SdfgBuilder};
 pub use control::{Block, If, Loop, StateId};
 pub use data::{Array, DataDesc, Storage, Symbol};
 pub use dataflow::{
-    Dataflow, Edge, EdgeId, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reduce,
-    Schedule, Tasklet,
+    Dataflow, Edge, EdgeId, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reachability,
+    Reduce, Schedule, Tasklet,
 };
 pub use dtype::{DType, Value};
 pub use expr::{BinOp, Expr, MathFn, Stmt, UnOp};

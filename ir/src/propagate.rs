@@ -6,7 +6,7 @@
 
 use crate::dataflow::Range;
 use crate::memlet::{Dim, Subset};
-use crate::symexpr::SymExpr;
+use crate::symexpr::{SymExpr, SymOp};
 
 /// A parameter with its inclusive bounds `lo..=hi`.
 #[derive(Clone, Debug)]
@@ -38,30 +38,35 @@ impl ParamBox {
     }
 }
 
-/// Inclusive bounds of `e` over the box, when `e` is affine in every parameter of the box
-/// with a decidable sign of the coefficient.
+/// Inclusive bounds of `e` over the box, when `e` is affine in the box's parameters with
+/// constant coefficients (a positive coefficient takes the low end at the low bound, a
+/// negative one the high end).
 pub fn expr_bounds(e: &SymExpr, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
-    let mut lo = e.simplify();
-    let mut hi = lo.clone();
-    for b in boxes {
-        if !e.mentions(&b.name) {
-            continue;
-        }
-        let p = SymExpr::sym(&b.name);
-        // Affine in p: e(p + 1) - e(p) is a constant (the coefficient).
-        let step = e
-            .substitute_one(&b.name, &p.add(&SymExpr::Int(1)))
-            .const_diff(e)?;
-        let sub = |x: &SymExpr, v: &SymExpr| x.substitute_one(&b.name, v).simplify();
-        if step >= 0 {
-            lo = sub(&lo, &b.lo);
-            hi = sub(&hi, &b.hi);
-        } else {
-            lo = sub(&lo, &b.hi);
-            hi = sub(&hi, &b.lo);
-        }
+    let names: Vec<&str> = boxes
+        .iter()
+        .map(|b| b.name.as_str())
+        .filter(|n| e.mentions(n))
+        .collect();
+    if names.is_empty() {
+        let e = e.simplify();
+        return Some((e.clone(), e));
     }
-    Some((lo, hi))
+    let (coeffs, rest) = e.affine_in(&names)?;
+    let (mut lo, mut hi) = (rest.clone(), rest);
+    for b in boxes {
+        let Some(&c) = coeffs.get(&b.name) else {
+            continue;
+        };
+        let (at_lo, at_hi) = if c >= 0 {
+            (&b.lo, &b.hi)
+        } else {
+            (&b.hi, &b.lo)
+        };
+        let term = |x: &SymExpr| SymExpr::bin(SymOp::Mul, SymExpr::Int(c), x.clone());
+        lo = SymExpr::bin(SymOp::Add, lo, term(at_lo));
+        hi = SymExpr::bin(SymOp::Add, hi, term(at_hi));
+    }
+    Some((lo.simplify(), hi.simplify()))
 }
 
 /// Inclusive bounds of a subset dimension over the box (`None` for indirect or undecidable).

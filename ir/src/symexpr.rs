@@ -343,6 +343,28 @@ impl SymExpr {
         }
     }
 
+    /// Splits the expression into `Σ c_p·p + rest` over the given names, when it is affine
+    /// in them with constant coefficients: returns the non-zero coefficients and `rest`
+    /// (which mentions none of the names). `None` when a name occurs non-linearly (inside
+    /// a product of two non-constants, a `//`, a `min`, …).
+    pub fn affine_in(&self, names: &[&str]) -> Option<(BTreeMap<String, i64>, SymExpr)> {
+        let lin = Linear::of(self)?;
+        let mut coeffs = BTreeMap::new();
+        let mut rest = Linear::constant(lin.constant);
+        for (atom, c) in lin.terms {
+            match &atom {
+                SymExpr::Sym(s) if names.contains(&&**s) => {
+                    coeffs.insert(s.to_string(), c);
+                }
+                _ if names.iter().any(|n| atom.mentions(n)) => return None,
+                _ => {
+                    rest.terms.insert(atom, c);
+                }
+            }
+        }
+        Some((coeffs, rest.rebuild()))
+    }
+
     fn simplify_children(&self) -> SymExpr {
         match self {
             SymExpr::Neg(a) => SymExpr::Neg(Arc::new(a.simplify())),
@@ -619,6 +641,19 @@ mod tests {
             let once = s(t).simplify();
             assert_eq!(once.simplify(), once, "{t}");
         }
+    }
+
+    #[test]
+    fn affine_decomposition() {
+        let (c, rest) = s("2 * i - j + N - 3").affine_in(&["i", "j"]).unwrap();
+        assert_eq!(c, [("i".to_string(), 2), ("j".to_string(), -1)].into());
+        assert_eq!(rest, s("N - 3").simplify());
+        let (c, rest) = s("i - i + 4").affine_in(&["i"]).unwrap();
+        assert!(c.is_empty());
+        assert_eq!(rest, SymExpr::Int(4));
+        assert_eq!(s("i * j").affine_in(&["i"]), None);
+        assert_eq!(s("min(i, 3)").affine_in(&["i"]), None);
+        assert!(s("N * M + i").affine_in(&["i"]).is_some());
     }
 
     #[test]

@@ -666,3 +666,42 @@ impl Gen {
         b.build()
     }
 }
+
+/// A chain of `n` dependent 5-point stencils in one state, as the stencil-chain benchmark
+/// writes them: `t_k = 0.25 * (neighbours of t_{k-1})` over `k:N-k` (each step's domain
+/// one point inside the last), from input `a` to output `out`, through `n - 1` transients.
+/// `N` is symbolic, so the program's size does not depend on the grid's.
+pub fn stencil_chain(n: usize) -> Sdfg {
+    let mut b = crate::SdfgBuilder::new(&format!("stencil_chain_{n}"));
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"]);
+    let name = |k: usize| match k {
+        0 => "a".to_string(),
+        k if k == n => "out".to_string(),
+        k => format!("t{k}"),
+    };
+    for k in 1..n {
+        b.transient(&name(k), DType::F64, ["N", "N"]);
+    }
+    b.state("chain", |s| {
+        for k in 1..=n {
+            let (src, dst) = (name(k - 1), name(k));
+            let range = format!("{k}:N - {k}");
+            s.map(&format!("step{k}"), &["i", "j"], &[&range, &range], |m| {
+                m.tasklet(
+                    "avg",
+                    &[
+                        ("n", &format!("{src}[i - 1, j]")),
+                        ("s", &format!("{src}[i + 1, j]")),
+                        ("w", &format!("{src}[i, j - 1]")),
+                        ("e", &format!("{src}[i, j + 1]")),
+                    ],
+                    &[("o", &format!("{dst}[i, j]"))],
+                    "o = 0.25 * (n + s + w + e)",
+                );
+            });
+        }
+    });
+    b.build()
+}
