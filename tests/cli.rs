@@ -266,3 +266,37 @@ fn run_reports_bad_symbols_and_missing_values() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("expected NAME=VALUE"), "{}", stderr(&o));
 }
+
+#[test]
+fn every_command_works_on_every_example() {
+    let symbols: [(&str, &[&str]); 4] = [
+        ("laplace", &["N=8"]),
+        ("hyperdiffusion", &["N=8", "alpha=0.5"]),
+        ("tridiagonal", &["NX=2", "NY=3", "NZ=5"]),
+        ("flag_if", &["N=4", "mode=1"]),
+    ];
+    let outputs = [
+        "out: f64[8, 8] sum=",
+        "out: f64[8, 8] sum=",
+        "x: f64[2, 3, 5] sum=",
+        "out: f64[4] sum=",
+    ];
+    for ((ex, syms), expect) in symbols.iter().zip(outputs) {
+        let file = format!("examples/{ex}.sdfg.json");
+        let o = sdflow(&["stats", &file]);
+        assert!(o.status.success(), "{ex}: {}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with(&format!("name: {ex}\nstates: ")),
+            "{}",
+            stdout(&o)
+        );
+        let mut args = vec!["run", file.as_str()];
+        for s in syms.iter() {
+            args.extend(["-s", s]);
+        }
+        let o = sdflow(&args);
+        assert!(o.status.success(), "{ex}: {}", stderr(&o));
+        assert!(stdout(&o).starts_with(expect), "{ex}: {}", stdout(&o));
+        assert_eq!(stdout(&o).lines().count(), 1, "{ex}: one output");
+    }
+}
