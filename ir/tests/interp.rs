@@ -401,18 +401,20 @@ fn nested_sdfg_with_symbol_mapping_and_subsets() {
     let inner = inner.build();
     let mut b = SdfgBuilder::new("outer");
     b.symbol("N", DType::I64)
-        .symbol("alpha", DType::F64)
+        .symbol("dt", DType::F64)
         .array("u", DType::F64, ["N"])
         .array("v", DType::F64, ["N + 2"]);
     b.state("call", |s| {
         s.nested(
             inner,
-            &[("M", "N - 2")],
+            // A float parameter passes through from a caller symbol of its type.
+            &[("M", "N - 2"), ("alpha", "dt")],
             &[("x", "u[1:N-1]")],
             &[("y", "v[2:N]")],
         );
     });
     let sdfg = b.build();
+    assert_eq!(sdfg.validate(), Ok(()));
     let mut bi = bindings(
         vec![
             ("u", f64s(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0])),
@@ -420,7 +422,7 @@ fn nested_sdfg_with_symbol_mapping_and_subsets() {
         ],
         &[("N", 5)],
     );
-    bi.symbols.insert("alpha".into(), Value::F64(0.5));
+    bi.symbols.insert("dt".into(), Value::F64(0.5));
     run(&sdfg, &mut bi).unwrap();
     // M = 3: v[2..5] = 0.5 * u[1..4] + 3; the rest untouched.
     assert_eq!(

@@ -132,6 +132,62 @@ fn nested_sdfg_is_valid() {
     assert_ok(&outer_with_nested());
 }
 
+#[test]
+fn nested_connector_volume_must_match_the_callee() {
+    let mut s = outer_with_nested();
+    // The callee's 'a' holds N = M elements; the caller now passes M - 1.
+    let g = &mut s.states[0].graph;
+    let e = g.edge_ids()[0];
+    g.graph[e].memlet = Memlet::parse("x[1:M]");
+    let p = problems(&s);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].kind, ProblemKind::NestedSdfg);
+    assert_eq!(
+        p[0].to_string(),
+        "sdfg 'outer' > state 'call' (#0) > nested SDFG 'inner' (node 0): connector 'a' of nested SDFG 'inner' holds M element(s) but memlet 'x[1:M]' moves M - 1"
+    );
+}
+
+#[test]
+fn float_parameters_map_only_to_caller_symbols_of_their_type() {
+    let mut inner = SdfgBuilder::new("inner");
+    inner
+        .symbol("alpha", DType::F64)
+        .array("a", DType::F64, [4]);
+    inner.state("body", |s| {
+        s.map("m", &["i"], &["0:4"], |m| {
+            m.tasklet("sc", &[("x", "a[i]")], &[("y", "a[i]")], "y = alpha * x");
+        });
+    });
+    let inner = inner.build();
+    let outer = |value: &str| {
+        let mut b = SdfgBuilder::new("outer");
+        b.symbol("dt", DType::F64)
+            .symbol("n", DType::I64)
+            .array("u", DType::F64, [4]);
+        b.state("call", |s| {
+            s.nested(
+                inner.clone(),
+                &[("alpha", value)],
+                &[("a", "u[0:4]")],
+                &[("a", "u[0:4]")],
+            );
+        });
+        b.build()
+    };
+    assert_ok(&outer("dt"));
+    for bad in ["n", "dt + 1", "2"] {
+        let p = problems(&outer(bad));
+        assert_eq!(p.len(), 1, "{bad}: {p:?}");
+        assert_eq!(p[0].kind, ProblemKind::NestedSdfg);
+        assert!(
+            p[0].message.contains(&format!("symbol 'alpha' of nested SDFG 'inner' is f64: map it to a caller symbol of type f64, not '{bad}'")),
+            "{}",
+            p[0]
+        );
+    }
+}
+
 fn gather() -> Sdfg {
     let mut b = SdfgBuilder::new("gather");
     b.symbol("E", DType::I64)
@@ -689,4 +745,31 @@ fn transient_scalar_is_local_to_a_map_body() {
     );
     let p = find(&bad, ProblemKind::MapBoundary);
     assert!(p.message.contains("writes 'tmp'"), "{p}");
+}
+
+#[test]
+fn reduce_output_must_hold_the_kept_axes() {
+    let build = |out: &str, axes: Option<Vec<usize>>| {
+        let mut b = SdfgBuilder::new("red");
+        b.array("a", DType::F64, [4, 3]).array("c", DType::F64, [4]);
+        b.state("s", |s| {
+            s.reduce(
+                Wcr::Sum,
+                axes.clone(),
+                Some(Value::F64(0.0)),
+                "a[0:4, 0:3]",
+                out,
+            );
+        });
+        b.build()
+    };
+    assert_ok(&build("c[0:3]", Some(vec![0])));
+    assert_ok(&build("c[0]", None));
+    let p = problems(&build("c[0:4]", Some(vec![0])));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].kind, ProblemKind::LibraryNode);
+    assert_eq!(
+        p[0].to_string(),
+        "sdfg 'red' > state 's' (#0) > library node 'reduce' (node 0): reduce of 'a[0:4, 0:3]' keeps 3 element(s) but writes 'c[0:4]' (4)"
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::dataflow::{Dataflow, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Reduce, Tasklet};
 use crate::dtype::{DType, Value};
 use crate::memlet::Memlet;
+use crate::symexpr::SymExpr;
 
 use super::eval::eval_expr;
 use super::frame::{Frame, err, unravel};
@@ -216,17 +217,15 @@ fn exec_nested(
         }
     }
     for (k, e) in &ns.symbol_mapping {
-        let v = f.sym(e)?;
         let dt = inner.symbols.get(k).map_or(DType::I64, |s| s.dtype);
-        syms.insert(k.clone(), Value::I64(v).cast(dt));
-    }
-    // Symbols neither mapped nor static pass through by name (float parameters).
-    for (k, s) in &inner.symbols {
-        if !syms.contains_key(k)
-            && let Some(v) = f.value_of(k)
-        {
-            syms.insert(k.clone(), v.cast(s.dtype));
-        }
+        // A float or bool symbol is mapped to a caller symbol of its type, passed as is.
+        let v = match e {
+            SymExpr::Sym(name) if !dt.is_int() => f
+                .value_of(name)
+                .ok_or_else(|| err(format!("symbol '{name}' mapped to '{k}' has no value")))?,
+            _ => Value::I64(f.sym(e)?),
+        };
+        syms.insert(k.clone(), v.cast(dt));
     }
     let fresh = |c: &str| -> Result<HostArray, InterpError> {
         let desc = inner

@@ -34,8 +34,8 @@
 //!     mapped symbols), filled from the caller's memlet subsets (an output connector that
 //!     is not an input is filled from its out-edge subset, unless that edge has a wcr:
 //!     then it starts zero-filled); inner symbols are the evaluated `symbol_mapping`, the
-//!     inner static values, and, for inner symbols neither mapped nor static, the
-//!     caller's value of the same name. After the call each output connector's array is
+//!     inner static values (a float or bool symbol is mapped to a caller symbol of its
+//!     type and takes its value as is). After the call each output connector's array is
 //!     written back to the caller's subset (under the out-edge's wcr if any);
 //!   - a `Reduce` folds its input subset (connector `in`) over `axes` (all when `None`),
 //!     starting from `identity` or else from the first element, in the input's element

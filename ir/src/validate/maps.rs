@@ -8,6 +8,7 @@ use crate::data::DataDesc;
 use crate::dataflow::{Dataflow, MapScope, NestedSdfg, NodeId, Reduce};
 use crate::memlet::Subset;
 use crate::propagate::{ParamBox, covers};
+use crate::symexpr::SymExpr;
 
 /// Checks a map node: parameters, ranges, boundary and coverage, then its body.
 pub(super) fn check_map(
@@ -216,12 +217,50 @@ fn check_boundary(
 pub(super) fn check_nested(
     cx: &mut Cx,
     scope: &Scope<'_>,
-    _g: &Dataflow,
-    _n: NodeId,
+    g: &Dataflow,
+    n: NodeId,
     ns: &NestedSdfg,
     loc: &Location,
 ) {
     let inner = &ns.sdfg;
+    // Each connector's memlet moves as many elements as the callee's container holds
+    // (where decidable, with the callee's integer symbols mapped to the caller's).
+    let int_mapping: std::collections::BTreeMap<String, SymExpr> = ns
+        .symbol_mapping
+        .iter()
+        .filter(|(k, _)| inner.symbols.get(*k).is_none_or(|s| s.dtype.is_int()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for e in g.in_edges(n).into_iter().chain(g.out_edges(n)) {
+        let edge = g.edge(e);
+        let conn = if g.endpoints(e).1 == n {
+            &edge.dst_conn
+        } else {
+            &edge.src_conn
+        };
+        let Some(desc) = conn.as_ref().and_then(|c| inner.arrays.get(c)) else {
+            continue;
+        };
+        let inner_size = desc
+            .shape()
+            .iter()
+            .fold(SymExpr::Int(1), |a, s| a.mul(&s.substitute(&int_mapping)));
+        let moved = edge.memlet.subset.volume();
+        if matches!(moved.const_diff(&inner_size), Some(d) if d != 0) {
+            cx.push(
+                ProblemKind::NestedSdfg,
+                loc,
+                format!(
+                    "connector '{}' of nested SDFG '{}' holds {} element(s) but memlet '{}' moves {}",
+                    conn.as_deref().unwrap_or_default(),
+                    inner.name,
+                    inner_size,
+                    edge.memlet,
+                    moved
+                ),
+            );
+        }
+    }
     for (k, v) in &ns.symbol_mapping {
         if !inner.symbols.contains_key(k) {
             cx.push(
@@ -233,13 +272,35 @@ pub(super) fn check_nested(
                 ),
             );
         }
-        scope.check_expr(
-            cx,
-            loc,
-            v,
-            &format!("the value mapped to '{k}' of nested SDFG '{}'", inner.name),
-            false,
-        );
+        let callee = inner.symbols.get(k).map(|s| s.dtype);
+        match callee {
+            // A float or bool parameter passes through from a caller symbol of its type.
+            Some(dt) if !dt.is_int() => {
+                let caller = match v {
+                    SymExpr::Sym(name) => scope.sdfg.symbols.get(&**name).map(|s| s.dtype),
+                    _ => None,
+                };
+                if caller != Some(dt) {
+                    cx.push(
+                        ProblemKind::NestedSdfg,
+                        loc,
+                        format!(
+                            "symbol '{k}' of nested SDFG '{}' is {dt}: map it to a caller symbol of type {dt}, not '{v}'",
+                            inner.name
+                        ),
+                    );
+                }
+            }
+            _ => {
+                scope.check_expr(
+                    cx,
+                    loc,
+                    v,
+                    &format!("the value mapped to '{k}' of nested SDFG '{}'", inner.name),
+                    false,
+                );
+            }
+        }
     }
     let flow = inner.loop_and_assigned_symbols();
     for (s, sym) in &inner.symbols {
@@ -284,6 +345,28 @@ pub(super) fn check_reduce(
             loc,
             "output connector 'out' of reduce has no outgoing edge".to_string(),
         );
+    }
+    // The output holds the input's kept axes (where decidable).
+    if let (Some(i), Some(o)) = (ins.first(), outs.first()) {
+        let (inp, out) = (&g.edge(*i).memlet, &g.edge(*o).memlet);
+        let axes_ok = r.axes.as_ref().is_none_or(|a| a.iter().all(|k| *k < inp.subset.rank()));
+        let kept = inp
+            .subset
+            .sizes()
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| r.axes.as_ref().is_some_and(|a| !a.contains(k)))
+            .fold(SymExpr::Int(1), |acc, (_, s)| acc.mul(s));
+        if axes_ok && matches!(out.volume().const_diff(&kept), Some(d) if d != 0) {
+            cx.push(
+                ProblemKind::LibraryNode,
+                loc,
+                format!(
+                    "reduce of '{inp}' keeps {kept} element(s) but writes '{out}' ({})",
+                    out.volume()
+                ),
+            );
+        }
     }
     let Some(axes) = &r.axes else { return };
     let mut seen = BTreeSet::new();
