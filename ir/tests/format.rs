@@ -288,7 +288,7 @@ proptest! {
     }
 
     #[test]
-    fn structural_mutations_never_panic(which in 0usize..5, at in 0usize..4000, kind in 0usize..8) {
+    fn structural_mutations_never_panic(which in 0usize..5, at in 0usize..4000, kind in 0usize..14) {
         let files = corpus();
         let mut v: serde_json::Value = serde_json::from_str(&files[which % files.len()]).expect("valid");
         let with = [
@@ -300,12 +300,23 @@ proptest! {
             serde_json::json!({}),
             serde_json::json!(true),
             serde_json::json!({"seq": [{"state": 99}]}),
+            // Well-formed text that validation must judge without panicking.
+            serde_json::json!("N // 0"),
+            serde_json::json!("i * i - 9223372036854775807"),
+            serde_json::json!("0:0:0"),
+            serde_json::json!("u[i, j, k, l]"),
+            serde_json::json!("tbl[i]"),
+            serde_json::json!("o = o + undefined_name"),
         ][kind].clone();
         let mut k = at;
         replace_nth(&mut v, &mut k, &with);
         let text = v.to_string();
         if let Ok(s) = from_json(&text) {
-            // Whatever is accepted writes back and reads back the same.
+            // Whatever is accepted can be validated, drawn and counted without a panic,
+            // and writes back and reads back the same.
+            let _ = s.validate();
+            let _ = sdflow_ir::dot::to_dot(&s);
+            let _ = s.stats();
             prop_assert_eq!(from_json(&to_json(&s)).expect("round trip"), s);
         }
     }

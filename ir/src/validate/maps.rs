@@ -349,7 +349,10 @@ pub(super) fn check_reduce(
     // The output holds the input's kept axes (where decidable).
     if let (Some(i), Some(o)) = (ins.first(), outs.first()) {
         let (inp, out) = (&g.edge(*i).memlet, &g.edge(*o).memlet);
-        let axes_ok = r.axes.as_ref().is_none_or(|a| a.iter().all(|k| *k < inp.subset.rank()));
+        let axes_ok = r
+            .axes
+            .as_ref()
+            .is_none_or(|a| a.iter().all(|k| *k < inp.subset.rank()));
         let kept = inp
             .subset
             .sizes()
