@@ -1,11 +1,28 @@
-//! `sdflow-orchestration`: the front ends (Rust stencil DSL and program builder, DaCe
-//! `.sdfg` import), flattening into one SDFG, the workflow of cached steps, backend
-//! selection and configuration, and the persistent cache.
+//! `sdflow-orchestration`: the front ends of sdflow.
 //!
-//! Depends on `sdflow-codegen`, `sdflow-transforms` and `sdflow-ir`. The front ends arrive
-//! with their own work; today the crate exposes the workflow's step names.
+//! - [`Stencil`]: a stencil DSL that reads like the math — fields over `(I, J, K)` or
+//!   unstructured `(Cell|Edge|Vertex, K)` dimensions read at relative offsets or through
+//!   connectivity tables, scalar parameters, `select`, math functions, several outputs, and
+//!   vertical scans (forward or backward, with the previous level's values carried).
+//! - [`Program`]: a whole timestep — stencil calls with explicit domains, counted loops,
+//!   ifs on runtime flags, nested programs, temporaries, static symbols — flattened into
+//!   one validated SDFG by [`Program::build`] (a worklist, linear in program size).
+//!
+//! See `docs/full-program.md` for what a full program may contain, and why.
 
 #![warn(missing_docs)]
+
+mod error;
+mod expr;
+mod flatten;
+mod lower;
+mod program;
+mod stencil;
+
+pub use error::BuildError;
+pub use expr::{E, select};
+pub use program::{Body, Program};
+pub use stencil::{Dims, Field, Loc, ScanDir, Stencil, StencilBuilder, Table};
 
 /// The steps of the workflow from user code to a loaded program, in order.
 pub const WORKFLOW_STEPS: [&str; 6] = [
