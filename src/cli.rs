@@ -263,7 +263,8 @@ fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> 
             "false" | "0" => false,
             _ => return Err(bad()),
         }),
-        DType::I32 | DType::I64 => Value::I64(text.parse().map_err(|_| bad())?).cast(sym.dtype),
+        DType::I32 => Value::I32(text.parse().map_err(|_| bad())?),
+        DType::I64 => Value::I64(text.parse().map_err(|_| bad())?),
         DType::F32 | DType::F64 => Value::F64(text.parse().map_err(|_| bad())?).cast(sym.dtype),
     })
 }
@@ -323,7 +324,16 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
                     && !symbols.contains_key(name)
                     && let Some(v) = a.get(&[])
                 {
-                    symbols.insert(name.clone(), v.cast(sym.dtype));
+                    // Only exact conversions: no silent wrapping of out-of-range values.
+                    let c = v.cast(sym.dtype);
+                    if c.cast(v.dtype()) != v {
+                        return Err(CliError::Usage(format!(
+                            "{}: '{name}' = {v} does not fit the symbol's type {}",
+                            p.display(),
+                            sym.dtype
+                        )));
+                    }
+                    symbols.insert(name.clone(), c);
                 }
             }
             arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));

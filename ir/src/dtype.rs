@@ -194,27 +194,39 @@ impl PartialEq for Value {
 
 /// Writes a float so that parsing the text gives the same bits back.
 pub(crate) fn fmt_float(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
-    write_float(f, v.is_nan(), v.is_infinite(), v > 0.0, format!("{v:?}"))
+    write_float(
+        f,
+        v.is_nan(),
+        v.is_infinite(),
+        v.is_sign_negative(),
+        format!("{v:?}"),
+    )
 }
 
 /// Writes an `f32` so that parsing the text gives the same bits back.
 pub(crate) fn fmt_float32(f: &mut fmt::Formatter<'_>, v: f32) -> fmt::Result {
-    write_float(f, v.is_nan(), v.is_infinite(), v > 0.0, format!("{v:?}"))
+    write_float(
+        f,
+        v.is_nan(),
+        v.is_infinite(),
+        v.is_sign_negative(),
+        format!("{v:?}"),
+    )
 }
 
-/// `nan`, `inf`, `-inf`, or Rust's shortest round-trip text with a `.0` where it would
-/// otherwise read as an integer.
+/// `nan`, `-nan` (sign bit set), `inf`, `-inf`, or Rust's shortest round-trip text with a
+/// `.0` where it would otherwise read as an integer.
 fn write_float(
     f: &mut fmt::Formatter<'_>,
     nan: bool,
     infinite: bool,
-    positive: bool,
+    negative: bool,
     text: String,
 ) -> fmt::Result {
     if nan {
-        f.write_str("nan")
+        f.write_str(if negative { "-nan" } else { "nan" })
     } else if infinite {
-        f.write_str(if positive { "inf" } else { "-inf" })
+        f.write_str(if negative { "-inf" } else { "inf" })
     } else {
         f.write_str(&text)?;
         if !text.contains(['.', 'e', 'E']) {

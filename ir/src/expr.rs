@@ -583,6 +583,8 @@ mod tests {
             "pow(x, 2.0) / sqrt(y + 1e300)",
             "-inf",
             "nan",
+            "-nan",
+            "x * -nan",
             "x // 2 % 3",
             "-(-x)",
             "(a < b) == c",

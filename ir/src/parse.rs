@@ -165,7 +165,13 @@ struct Parser<'t> {
     text: &'t str,
     toks: Vec<(Tok, usize)>,
     pos: usize,
+    depth: usize,
 }
+
+/// The deepest expression text may nest (parentheses, prefix operators, calls) and the
+/// deepest tree it may build (operator chains count): deeper input is an error rather
+/// than a risk to the stack of every pass that walks the tree.
+pub const MAX_DEPTH: usize = 256;
 
 impl<'t> Parser<'t> {
     fn new(text: &'t str) -> Result<Self, ParseError> {
@@ -173,6 +179,7 @@ impl<'t> Parser<'t> {
             text,
             toks: lex(text)?,
             pos: 0,
+            depth: 0,
         })
     }
 
@@ -244,12 +251,44 @@ impl<'t> Parser<'t> {
     }
 
     fn expr(&mut self) -> Result<Expr, ParseError> {
-        self.or()
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error(format!("expression nests deeper than {MAX_DEPTH} levels")));
+        }
+        let e = self.or();
+        self.depth -= 1;
+        e
+    }
+
+    /// One more link of a left-leaning operator chain: each deepens the tree by one.
+    fn chain(&mut self, n: &mut usize) -> Result<(), ParseError> {
+        *n += 1;
+        if self.depth + *n > MAX_DEPTH {
+            return Err(self.error(format!(
+                "expression is deeper than {MAX_DEPTH} levels (split it into several statements)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn nested<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<T, ParseError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error(format!("expression nests deeper than {MAX_DEPTH} levels")));
+        }
+        let r = f(self);
+        self.depth -= 1;
+        r
     }
 
     fn or(&mut self) -> Result<Expr, ParseError> {
         let mut a = self.and()?;
+        let mut n = 0;
         while self.eat("||") || self.eat_word("or") {
+            self.chain(&mut n)?;
             a = Expr::bin(BinOp::Or, a, self.and()?);
         }
         Ok(a)
@@ -257,7 +296,9 @@ impl<'t> Parser<'t> {
 
     fn and(&mut self) -> Result<Expr, ParseError> {
         let mut a = self.not()?;
+        let mut n = 0;
         while self.eat("&&") || self.eat_word("and") {
+            self.chain(&mut n)?;
             a = Expr::bin(BinOp::And, a, self.not()?);
         }
         Ok(a)
@@ -265,7 +306,7 @@ impl<'t> Parser<'t> {
 
     fn not(&mut self) -> Result<Expr, ParseError> {
         if self.eat_word("not") {
-            return Ok(Expr::Unary(UnOp::Not, Box::new(self.not()?)));
+            return Ok(Expr::Unary(UnOp::Not, Box::new(self.nested(|p| p.not())?)));
         }
         self.cmp()
     }
@@ -297,6 +338,7 @@ impl<'t> Parser<'t> {
 
     fn add(&mut self) -> Result<Expr, ParseError> {
         let mut a = self.mul()?;
+        let mut n = 0;
         loop {
             let op = match self.peek() {
                 Tok::Punct("+") => BinOp::Add,
@@ -304,12 +346,14 @@ impl<'t> Parser<'t> {
                 _ => return Ok(a),
             };
             self.next();
+            self.chain(&mut n)?;
             a = Expr::bin(op, a, self.mul()?);
         }
     }
 
     fn mul(&mut self) -> Result<Expr, ParseError> {
         let mut a = self.unary()?;
+        let mut n = 0;
         loop {
             let op = match self.peek() {
                 Tok::Punct("*") => BinOp::Mul,
@@ -319,6 +363,7 @@ impl<'t> Parser<'t> {
                 _ => return Ok(a),
             };
             self.next();
+            self.chain(&mut n)?;
             a = Expr::bin(op, a, self.unary()?);
         }
     }
@@ -328,10 +373,16 @@ impl<'t> Parser<'t> {
             if matches!(self.peek(), Tok::Int(..) | Tok::Float(..)) {
                 return self.number(true);
             }
-            return Ok(Expr::Unary(UnOp::Neg, Box::new(self.unary()?)));
+            return Ok(Expr::Unary(
+                UnOp::Neg,
+                Box::new(self.nested(|p| p.unary())?),
+            ));
         }
         if self.eat("!") {
-            return Ok(Expr::Unary(UnOp::Not, Box::new(self.unary()?)));
+            return Ok(Expr::Unary(
+                UnOp::Not,
+                Box::new(self.nested(|p| p.unary())?),
+            ));
         }
         self.primary()
     }
@@ -440,6 +491,7 @@ impl<'t> Parser<'t> {
     fn sym(&mut self) -> Result<SymExpr, ParseError> {
         let start = self.pos;
         let e = self.expr()?;
+        check_depth(self, &e)?;
         to_sym(&e).map_err(|m| {
             let mut err = self.error(m);
             err.column = self.toks[start].1 + 1;
@@ -534,11 +586,64 @@ fn to_sym(e: &Expr) -> Result<SymExpr, String> {
     })
 }
 
+/// Depth of an expression tree, computed without recursion.
+fn tree_depth(e: &Expr) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(e, 1usize)];
+    while let Some((e, d)) = stack.pop() {
+        max = max.max(d);
+        match e {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push((a, d + 1)),
+            Expr::Binary(_, a, b) => {
+                stack.push((a, d + 1));
+                stack.push((b, d + 1));
+            }
+            Expr::Select(c, a, b) => {
+                stack.push((c, d + 1));
+                stack.push((a, d + 1));
+                stack.push((b, d + 1));
+            }
+            Expr::Call(_, args) => stack.extend(args.iter().map(|a| (a, d + 1))),
+        }
+    }
+    max
+}
+
+fn check_depth(p: &Parser<'_>, e: &Expr) -> Result<(), ParseError> {
+    if tree_depth(e) > MAX_DEPTH {
+        return Err(ParseError {
+            message: format!(
+                "expression is deeper than {MAX_DEPTH} levels (split it into several statements)"
+            ),
+            column: 1,
+            text: p.text.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Words the expression syntax reads as literals or operators, so they cannot name
+/// containers, symbols, connectors or parameters.
+pub const RESERVED: [&str; 11] = [
+    "true", "false", "True", "False", "and", "or", "not", "inf", "nan", "inff32", "nanf32",
+];
+
+/// True for a usable name: an identifier (`[A-Za-z_][A-Za-z0-9_]*`) that is not
+/// [`RESERVED`].
+pub fn is_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(x) if x.is_ascii_alphabetic() || x == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+        && !RESERVED.contains(&s)
+}
+
 /// Parses tasklet expression text.
 pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
     let mut p = Parser::new(text)?;
     let e = p.expr()?;
     p.expect_end()?;
+    check_depth(&p, &e)?;
     Ok(e)
 }
 
@@ -557,6 +662,7 @@ pub fn parse_stmt(text: &str) -> Result<Stmt, ParseError> {
     p.expect("=")?;
     let value = p.expr()?;
     p.expect_end()?;
+    check_depth(&p, &value)?;
     Ok(Stmt { target, value })
 }
 
@@ -619,6 +725,40 @@ mod tests {
         assert_eq!(m.to_string(), "u[i - 1, 0:N, 1:N:2, e2c[e, 0]]");
         assert_eq!(parse_memlet("s").unwrap().subset.0.len(), 0);
         assert!(parse_memlet("u[i").is_err());
+    }
+
+    #[test]
+    fn deep_text_is_an_error_not_a_stack_overflow() {
+        let parens = format!("{}N{}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(
+            parse_symexpr(&parens)
+                .unwrap_err()
+                .message
+                .contains("deeper than 256")
+        );
+        let negs = format!("{}N", "-".repeat(200_000));
+        assert!(
+            parse_symexpr(&negs)
+                .unwrap_err()
+                .message
+                .contains("deeper than 256")
+        );
+        let chain = vec!["N"; 300_000].join(" + ");
+        assert!(
+            parse_symexpr(&chain)
+                .unwrap_err()
+                .message
+                .contains("deeper than 256")
+        );
+        let code = format!("o = {}", vec!["c"; 300_000].join(" + "));
+        assert!(
+            parse_stmt(&code)
+                .unwrap_err()
+                .message
+                .contains("deeper than 256")
+        );
+        let ok = vec!["c"; 200].join(" + ");
+        assert!(parse_expr(&ok).is_ok());
     }
 
     #[test]

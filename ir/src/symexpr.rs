@@ -326,6 +326,10 @@ impl SymExpr {
     /// Simplifies to a canonical form: constants folded, sums and constant multiples
     /// gathered into `c1*a1 + c2*a2 + … + c0` with terms in a fixed order, comparisons
     /// whose sides differ by a constant decided. Deterministic and idempotent.
+    ///
+    /// Simplification assumes the expression is defined: a subterm that would fail to
+    /// evaluate (a division by zero) may cancel away (`x // 0 - x // 0` becomes `0`). Where
+    /// both evaluate, they give the same value.
     pub fn simplify(&self) -> SymExpr {
         match self {
             SymExpr::Int(_) | SymExpr::Sym(_) => self.clone(),
@@ -473,9 +477,14 @@ impl Linear {
                 }
             }
             _ => {
+                // A non-linear node may simplify into a linear one (`-max(-a, -a)`):
+                // gather that into the sum too, so simplification is idempotent.
                 let s = e.simplify();
                 match s {
                     SymExpr::Int(v) => Linear::constant(v),
+                    SymExpr::Neg(_) | SymExpr::Bin(SymOp::Add | SymOp::Sub | SymOp::Mul, _, _) => {
+                        Linear::of(&s)?
+                    }
                     s => Linear::atom(s),
                 }
             }

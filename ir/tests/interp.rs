@@ -629,3 +629,86 @@ fn transients_are_reset_each_run_and_scalars_drive_control_flow() {
     run(&sdfg, &mut bi).unwrap();
     assert_eq!(bi.arrays["x"].to_f64_vec(), vec![0.0]);
 }
+
+#[test]
+fn huge_shapes_and_ranges_are_errors_not_aborts() {
+    let sdfg = laplace();
+    let mut b = Bindings::default();
+    b.symbols.insert("N".into(), Value::I64(10_000_000));
+    let e = random_bindings(&sdfg, &b.symbols, 0).unwrap_err();
+    assert!(
+        e.to_string().contains("more than 1073741824 elements"),
+        "{e}"
+    );
+    b.symbols.insert("N".into(), Value::I64(4_000_000_000));
+    let e = random_bindings(&sdfg, &b.symbols, 0).unwrap_err();
+    assert!(e.to_string().contains("the interpreter's limit"), "{e}");
+    // A copy whose range is far larger than any array: an error before enumerating it.
+    let mut c = SdfgBuilder::new("copy");
+    c.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("v", DType::F64, ["N"]);
+    c.state("s", |s| {
+        s.copy("u[0:M]", "v[0:M]");
+    });
+    let c = c.build();
+    let mut b = bindings(
+        vec![("u", zeros(&[4])), ("v", zeros(&[4]))],
+        &[("N", 4), ("M", 4_000_000_000_000_000_000)],
+    );
+    let e = run(&c, &mut b).unwrap_err();
+    assert!(
+        e.to_string().contains("more indices than any array holds"),
+        "{e}"
+    );
+}
+
+#[test]
+fn nested_outputs_under_wcr_keep_unwritten_elements() {
+    for (wcr, expect) in [
+        (Wcr::Prod, vec![50.0, 3.0]),
+        (Wcr::Min, vec![-10.0, 3.0]),
+        (Wcr::Max, vec![-5.0, 3.0]),
+        (Wcr::Sum, vec![-15.0, 3.0]),
+    ] {
+        let mut inner = SdfgBuilder::new("inner");
+        inner.array("o", DType::F64, [2]);
+        inner.state("w", |s| {
+            s.tasklet("t", &[], &[("y", "o[0]")], "y = -5.0");
+        });
+        let inner = inner.build();
+        let mut b = SdfgBuilder::new("outer");
+        b.array("x", DType::F64, [2]);
+        let spec = format!("x[0:2] (wcr: {})", wcr.name());
+        b.state("call", |s| {
+            s.nested(inner, &[], &[], &[("o", &spec)]);
+        });
+        let sdfg = b.build();
+        let mut bi = bindings(vec![("x", f64s(&[2], vec![-10.0, 3.0]))], &[]);
+        run(&sdfg, &mut bi).unwrap();
+        assert_eq!(bi.arrays["x"].to_f64_vec(), expect, "{wcr}");
+    }
+}
+
+#[test]
+fn a_static_symbol_cannot_be_rebound() {
+    let mut b = SdfgBuilder::new("s");
+    b.static_symbol("N", Value::I64(4))
+        .array("u", DType::F64, ["N"]);
+    b.state("z", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[], &[("y", "u[i]")], "y = 1.0");
+        });
+    });
+    let sdfg = b.build();
+    let mut same = bindings(vec![("u", zeros(&[4]))], &[("N", 4)]);
+    run(&sdfg, &mut same).unwrap();
+    let mut other = bindings(vec![("u", zeros(&[4]))], &[("N", 64)]);
+    let e = run(&sdfg, &mut other).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("symbol 'N' is static (= 4) and cannot be bound to 64"),
+        "{e}"
+    );
+}

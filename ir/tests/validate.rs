@@ -773,3 +773,17 @@ fn reduce_output_must_hold_the_kept_axes() {
         "sdfg 'red' > state 's' (#0) > library node 'reduce' (node 0): reduce of 'a[0:4, 0:3]' keeps 3 element(s) but writes 'c[0:4]' (4)"
     );
 }
+
+#[test]
+fn reserved_words_are_not_names() {
+    for word in ["True", "nan", "and", "inf"] {
+        let mut s = laplace();
+        s.symbols.insert(word.to_string(), Symbol::new(DType::I64));
+        let p = problems(&s);
+        assert!(
+            p.iter().any(|p| p.kind == ProblemKind::BadName
+                && p.message.contains(&format!("'{word}' is a reserved word"))),
+            "{word}: {p:?}"
+        );
+    }
+}

@@ -61,9 +61,7 @@ struct List {
 }
 
 fn is_identifier(s: &str) -> bool {
-    let mut c = s.chars();
-    matches!(c.next(), Some(x) if x.is_ascii_alphabetic() || x == '_')
-        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+    sdflow_ir::parse::is_name(s)
 }
 
 pub(crate) fn flatten(top: &Program) -> Result<Sdfg, BuildError> {

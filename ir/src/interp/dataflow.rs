@@ -256,8 +256,10 @@ fn exec_nested(
             continue;
         }
         let mut a = fresh(c)?;
-        if edge.memlet.wcr.is_none() {
-            copy_in(f, &edge.memlet, &mut a, c)?;
+        match edge.memlet.wcr {
+            None => copy_in(f, &edge.memlet, &mut a, c)?,
+            // Elements the callee does not write then leave the caller's values unchanged.
+            Some(op) => a.fill(value::wcr_identity(op, a.dtype())),
         }
         arrays.insert(c.clone(), a);
     }

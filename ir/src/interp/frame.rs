@@ -136,6 +136,13 @@ impl Frame<'_> {
                         "range {dim} has step {st}; it must be positive"
                     )));
                 }
+                // An array holds at most MAX_ELEMENTS, so a longer range cannot be in bounds.
+                let count = (e as i128 - s as i128).max(0) / st as i128;
+                if count > super::MAX_ELEMENTS as i128 {
+                    return Err(err(format!(
+                        "range {dim} evaluates to {s}:{e}:{st}, more indices than any array holds"
+                    )));
+                }
                 let mut out = Vec::new();
                 let mut i = s;
                 while i < e {

@@ -97,6 +97,25 @@ impl HostArray {
         }
     }
 
+    /// Sets every element to `v` (converted to the element type).
+    pub fn fill(&mut self, v: Value) {
+        match self {
+            HostArray::Bool(a) => a.fill(v.as_bool()),
+            HostArray::I32(a) => a.fill(if let Value::I32(x) = v.cast(DType::I32) {
+                x
+            } else {
+                0
+            }),
+            HostArray::I64(a) => a.fill(v.as_i64()),
+            HostArray::F32(a) => a.fill(if let Value::F32(x) = v.cast(DType::F32) {
+                x
+            } else {
+                0.0
+            }),
+            HostArray::F64(a) => a.fill(v.as_f64()),
+        }
+    }
+
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
@@ -283,7 +302,8 @@ pub fn eval_shape(
     desc: &DataDesc,
     symbols: &BTreeMap<String, Value>,
 ) -> Result<Vec<usize>, InterpError> {
-    desc.shape()
+    let shape = desc
+        .shape()
         .iter()
         .map(|e| {
             let v = frame::eval_sym_with(e, &|n| symbols.get(n).copied())
@@ -291,8 +311,31 @@ pub fn eval_shape(
             usize::try_from(v)
                 .map_err(|_| InterpError::Other(format!("extent '{e}' evaluates to {v}")))
         })
-        .collect()
+        .collect::<Result<Vec<usize>, InterpError>>()?;
+    let too_big = || {
+        InterpError::Other(format!(
+            "shape [{}] has more than {MAX_ELEMENTS} elements, the interpreter's limit",
+            shape
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, s| a.checked_mul(*s))
+        .ok_or_else(too_big)?;
+    if n > MAX_ELEMENTS {
+        return Err(too_big());
+    }
+    Ok(shape)
 }
+
+/// The most elements one array (or one memlet range) may have in the interpreter, which
+/// is meant for tests and small grids: larger shapes are an error, not an allocation
+/// failure.
+pub const MAX_ELEMENTS: usize = 1 << 30;
 
 /// Runs the program, reading and updating the arrays in `b` (see the module
 /// documentation for the semantics). Arrays in `b` that the program does not declare are
@@ -305,6 +348,16 @@ pub fn run(sdfg: &Sdfg, b: &mut Bindings) -> Result<(), InterpError> {
     }
     for (k, s) in &sdfg.symbols {
         if let Some(v) = s.value {
+            if let Some(bound) = symbols.get(k)
+                && *bound != v
+            {
+                return Err(InterpError::BadArgument {
+                    name: k.clone(),
+                    message: format!(
+                        "symbol '{k}' is static (= {v}) and cannot be bound to {bound}"
+                    ),
+                });
+            }
             symbols.insert(k.clone(), v);
         }
     }

@@ -273,6 +273,12 @@ fn check_name(cx: &mut Cx, loc: &Location, what: &str, name: &str) {
             loc,
             format!("{what} name '{name}' is not an identifier"),
         );
+    } else if crate::parse::RESERVED.contains(&name) {
+        cx.push(
+            ProblemKind::BadName,
+            loc,
+            format!("{what} name '{name}' is a reserved word of the expression syntax"),
+        );
     }
 }
 
