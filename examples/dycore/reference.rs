@@ -476,7 +476,11 @@ pub fn step(cfg: &Config, s: &mut State) {
 /// [`step`], appending the name of every stencil call, in order, to `log`.
 pub fn step_traced(cfg: &Config, s: &mut State, log: &mut Log) {
     cfg.validate();
-    assert_eq!(s.h.len(), cfg.len(), "state does not match the configuration");
+    assert_eq!(
+        s.h.len(),
+        cfg.len(),
+        "state does not match the configuration"
+    );
     let mut w = Work::new(cfg);
     // The stage state (the RK3 intermediates φ⁽¹⁾, φ⁽²⁾).
     let mut st = State::zeros(cfg);
@@ -688,8 +692,8 @@ fn laplacian(cfg: &Config, a: &[f64], out: &mut [f64]) {
     let sy = cfg.px();
     let (rdx2, rdy2) = (1.0 / (cfg.dx * cfg.dx), 1.0 / (cfg.dy * cfg.dy));
     interior(cfg, |_, c| {
-        out[c] = (a[c - 1] - 2.0 * a[c] + a[c + 1]) * rdx2
-            + (a[c - sy] - 2.0 * a[c] + a[c + sy]) * rdy2;
+        out[c] =
+            (a[c - 1] - 2.0 * a[c] + a[c + 1]) * rdx2 + (a[c - sy] - 2.0 * a[c] + a[c + sy]) * rdy2;
     });
 }
 
