@@ -545,9 +545,9 @@ fn tendencies(cfg: &Config, s: &mut State, w: &mut Work, log: &mut Log) {
     let gr = cfg.reduced_gravity();
     columns(cfg, |c0| {
         w.m[c0] = gr[0] * w.e[c0];
-        for k in 1..cfg.nz {
+        for (k, &gk) in gr.iter().enumerate().skip(1) {
             let c = c0 + k * sz;
-            w.m[c] = w.m[c - sz] + gr[k] * w.e[c];
+            w.m[c] = w.m[c - sz] + gk * w.e[c];
         }
     });
     log.push("bernoulli");
@@ -598,7 +598,7 @@ fn rk_update(
     into_base: bool,
     log: &mut Log,
 ) {
-    let fields: [(&mut Vec<f64>, &mut Vec<f64>, &Vec<f64>, &'static str); 4] = [
+    let fields = [
         (&mut base.h, &mut st.h, &w.dh, "rk_update_h"),
         (&mut base.u, &mut st.u, &w.du, "rk_update_u"),
         (&mut base.v, &mut st.v, &w.dv, "rk_update_v"),
