@@ -253,6 +253,24 @@ pub fn combine(wcr: Wcr, old: Value, new: Value) -> Result<Value, String> {
     Ok(r.cast(t))
 }
 
+/// The identity of a write-conflict resolution in a type: `0` for sum, `1` for product,
+/// the largest value for min and the smallest for max (`±inf` for floats; for `bool`, sum
+/// and max are `||`, product and min are `&&`).
+pub fn wcr_identity(op: Wcr, dtype: DType) -> Value {
+    match (op, dtype) {
+        (Wcr::Sum, t) => Value::zero(t),
+        (Wcr::Prod, t) => Value::I64(1).cast(t),
+        (Wcr::Min, DType::Bool) => Value::Bool(true),
+        (Wcr::Max, DType::Bool) => Value::Bool(false),
+        (Wcr::Min, DType::I32) => Value::I32(i32::MAX),
+        (Wcr::Max, DType::I32) => Value::I32(i32::MIN),
+        (Wcr::Min, DType::I64) => Value::I64(i64::MAX),
+        (Wcr::Max, DType::I64) => Value::I64(i64::MIN),
+        (Wcr::Min, t) => Value::F64(f64::INFINITY).cast(t),
+        (Wcr::Max, t) => Value::F64(f64::NEG_INFINITY).cast(t),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,23 +305,5 @@ mod tests {
             binary(BinOp::Lt, Value::F64(f64::NAN), Value::F64(1.0)),
             Ok(Value::Bool(false))
         );
-    }
-}
-
-/// The identity of a write-conflict resolution in a type: `0` for sum, `1` for product,
-/// the largest value for min and the smallest for max (`±inf` for floats; for `bool`, sum
-/// and max are `||`, product and min are `&&`).
-pub fn wcr_identity(op: Wcr, dtype: DType) -> Value {
-    match (op, dtype) {
-        (Wcr::Sum, t) => Value::zero(t),
-        (Wcr::Prod, t) => Value::I64(1).cast(t),
-        (Wcr::Min, DType::Bool) => Value::Bool(true),
-        (Wcr::Max, DType::Bool) => Value::Bool(false),
-        (Wcr::Min, DType::I32) => Value::I32(i32::MAX),
-        (Wcr::Max, DType::I32) => Value::I32(i32::MIN),
-        (Wcr::Min, DType::I64) => Value::I64(i64::MAX),
-        (Wcr::Max, DType::I64) => Value::I64(i64::MIN),
-        (Wcr::Min, t) => Value::F64(f64::INFINITY).cast(t),
-        (Wcr::Max, t) => Value::F64(f64::NEG_INFINITY).cast(t),
     }
 }
