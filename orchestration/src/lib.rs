@@ -24,6 +24,11 @@ pub use expr::{E, select};
 pub use program::{Body, Program};
 pub use stencil::{Dims, Field, Loc, ScanDir, Stencil, StencilBuilder, Table};
 
+/// The examples of `docs/full-program.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/full-program.md")]
+pub struct FullProgramDoc;
+
 /// The steps of the workflow from user code to a loaded program, in order.
 pub const WORKFLOW_STEPS: [&str; 6] = [
     "build",
