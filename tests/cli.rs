@@ -42,7 +42,13 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-const EXAMPLES: [&str; 4] = ["laplace", "hyperdiffusion", "tridiagonal", "flag_if"];
+const EXAMPLES: [&str; 5] = [
+    "laplace",
+    "hyperdiffusion",
+    "tridiagonal",
+    "flag_if",
+    "dycore",
+];
 
 #[test]
 fn validate_accepts_every_example() {

@@ -6,7 +6,7 @@
 mod reference;
 
 use reference::{
-    Config, HALO, Log, State, gaussian_bump, interior_max_abs, lake_at_rest, random_smooth, step,
+    Config, Log, State, gaussian_bump, interior_max_abs, lake_at_rest, peak_x, random_smooth, step,
     step_traced, total_mass, total_tracer_mass,
 };
 
@@ -58,17 +58,6 @@ fn lake_at_rest_stays_at_rest() {
     eprintln!("lake at rest: max |u| = {u:e}, max |v| = {v:e}");
     assert!(u < 1e-13 && v < 1e-13, "|u| = {u:e}, |v| = {v:e}");
     assert!(max_abs_diff(&cfg, &s.h, &h0) < 1e-12 * 1500.0);
-}
-
-/// Sub-cell x-position (m, cell-centre coordinates) of the largest `h` among cells
-/// `from..to` of row `j = 0`, by a parabola through the maximum and its neighbours.
-fn peak_x(cfg: &Config, s: &State, from: usize, to: usize) -> f64 {
-    let at = |i: usize| s.h[cfg.idx(0, HALO, HALO + i)];
-    let imax = (from..to).max_by(|&a, &b| at(a).total_cmp(&at(b))).unwrap();
-    assert!(imax > from && imax + 1 < to, "peak at the window's edge");
-    let (l, c, r) = (at(imax - 1), at(imax), at(imax + 1));
-    let offset = 0.5 * (l - r) / (l - 2.0 * c + r);
-    (imax as f64 + 0.5 + offset) * cfg.dx
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! (`*.sdfg.json`) is read, and its DOT drawing, `sdflow stats` text and canonical JSON are
 //! compared with `tests/out/<name>.{dot,stats,json}`.
 //!
+//! `examples/dycore.sdfg.json` is generated (and checked against its generator by
+//! `tests/dycore.rs`): only its stats are a snapshot, not another 450 KiB of DOT and JSON.
+//!
 //! After an intended change, `UPDATE_EXPECT=1 cargo test --test snapshots` rewrites the
 //! files; review the diff before committing.
 
@@ -42,8 +45,11 @@ fn snapshots() {
             .to_string();
         let sdfg = cli::load_program(&path).unwrap_or_else(|e| panic!("{e}"));
         let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
-        expect_file![out.join(format!("{name}.dot"))].assert_eq(&dot::to_dot(&sdfg));
         expect_file![out.join(format!("{name}.stats"))].assert_eq(&cli::stats_text(&sdfg));
+        if name == "dycore" {
+            continue;
+        }
+        expect_file![out.join(format!("{name}.dot"))].assert_eq(&dot::to_dot(&sdfg));
         expect_file![out.join(format!("{name}.json"))].assert_eq(&format::to_json(&sdfg));
     }
 }

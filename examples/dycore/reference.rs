@@ -217,6 +217,18 @@ pub fn interior_max_abs(cfg: &Config, a: &[f64]) -> f64 {
     m
 }
 
+/// Sub-cell x-position (m, cell-centre coordinates) of the largest `h` among cells
+/// `from..to` of row `j = 0` of the top layer, by a parabola through the maximum and its
+/// neighbours. Panics when the maximum is at the window's edge.
+pub fn peak_x(cfg: &Config, s: &State, from: usize, to: usize) -> f64 {
+    let at = |i: usize| s.h[cfg.idx(0, HALO, HALO + i)];
+    let imax = (from..to).max_by(|&a, &b| at(a).total_cmp(&at(b))).unwrap();
+    assert!(imax > from && imax + 1 < to, "peak at the window's edge");
+    let (l, c, r) = (at(imax - 1), at(imax), at(imax + 1));
+    let offset = 0.5 * (l - r) / (l - 2.0 * c + r);
+    (imax as f64 + 0.5 + offset) * cfg.dx
+}
+
 // ----------------------------------------------------------------------------------------
 // Initial conditions. Cell centre of (i, j): x = (i + 1/2) dx, y = (j + 1/2) dy; u point:
 // x = i dx; v point: y = j dy. Halos are filled (periodic) on return.

@@ -7,7 +7,8 @@
 //! the body's sources and the body's sinks to its exit. Memlet edges are labelled `data[subset]`
 //! (with ` (wcr: sum)` etc.), connectors appear as head/tail labels. The control flow is a
 //! second cluster: one node per state block, loop headers (hexagons) with back edges, if
-//! diamonds with `then`/`else` edges and a join point, assignments as notes.
+//! diamonds with `then`/`else` edges and a join point, assignments as notes. Invisible
+//! edges stack the states top to bottom in state order.
 //!
 //! Output is deterministic: nodes and edges are emitted in index order and identifiers
 //! are derived from positions (`s0_n2_n1` is node 1 in the body of map node 2 of state 0).
@@ -99,8 +100,30 @@ pub fn to_dot(sdfg: &Sdfg) -> String {
     text
 }
 
+/// The clusters of the states, stacked top to bottom in state order by invisible edges
+/// from a sink of each state to a source of the next (without them Graphviz puts
+/// unconnected clusters side by side, and a program of a hundred states becomes a drawing
+/// a hundred states wide).
 fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
-    sdfg.states
+    // (a source's incoming end, a sink's outgoing end) of each state.
+    let anchors: Vec<(String, String)> = sdfg
+        .states
+        .iter()
+        .enumerate()
+        .map(|(i, st)| {
+            let id = format!("{prefix}{i}");
+            let g = &st.graph;
+            let ids = g.node_ids();
+            let source = ids.iter().find(|&&n| g.in_edges(n).is_empty());
+            let sink = ids.iter().rev().find(|&&n| g.out_edges(n).is_empty());
+            match (source.or(ids.first()), sink.or(ids.last())) {
+                (Some(&a), Some(&b)) => (ends(g, &id, a).0, ends(g, &id, b).1),
+                _ => (format!("{id}_empty"), format!("{id}_empty")),
+            }
+        })
+        .collect();
+    let mut stmts: Vec<Stmt> = sdfg
+        .states
         .iter()
         .enumerate()
         .map(|(i, st)| {
@@ -120,7 +143,13 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
                 inner,
             )
         })
-        .collect()
+        .collect();
+    stmts.extend(
+        anchors
+            .windows(2)
+            .map(|w| edge(&w[0].1, &w[1].0, vec![attr("style", "invis")])),
+    );
+    stmts
 }
 
 /// Where edges attach to a node: (incoming end, outgoing end).

@@ -174,6 +174,8 @@ impl<'c> Resolved<'c> {
                         )));
                     }
                 }
+                // Vertical-only fields are read at the level being computed by any stencil.
+                _ if fdims == Some(Dims::K) => {}
                 _ if fdims != Some(dims) => {
                     return Err(serr(format!(
                         "field '{}' is over {:?} and read at the same point, but the stencil iterates {dims:?}",
@@ -209,6 +211,7 @@ impl<'c> Resolved<'c> {
             dims,
         };
         r.check_bounds(sdfg)?;
+        r.check_races()?;
         Ok(r)
     }
 
@@ -284,6 +287,53 @@ impl<'c> Resolved<'c> {
             .collect()
     }
 
+    /// A pointwise stencil is a parallel map: a container it writes may be read at an
+    /// offset only where no point of the domain writes it (a periodic halo copy reads the
+    /// interior and writes the halo; a boundary level reads the level above). Otherwise the
+    /// result would depend on the order of the points.
+    fn check_races(&self) -> Result<(), BuildError> {
+        let Kind::Point(section) = &self.stencil.kind else {
+            return Ok(());
+        };
+        let written = self.written();
+        for rd in &section.reads {
+            let actual = &self.fields[&rd.field];
+            if !written.contains(actual) {
+                continue;
+            }
+            let off = offsets(&rd.index, self.dims);
+            let indirect = matches!(rd.index, Index::Neighbor { .. });
+            if !indirect && off.iter().all(|&o| o == 0) {
+                continue;
+            }
+            // Disjoint if, in some dimension, the read range ends before the written one
+            // starts or starts after it ends.
+            let disjoint = !indirect
+                && self.domain.iter().zip(&off).any(|((start, end), &o)| {
+                    let (lo, hi) = (start.add(&SymExpr::Int(o)), end.add(&SymExpr::Int(o)));
+                    matches!(hi.const_diff(start), Some(d) if d <= 0)
+                        || matches!(end.const_diff(&lo), Some(d) if d <= 0)
+                });
+            if !disjoint {
+                let at = if indirect {
+                    "through a table".to_string()
+                } else {
+                    format!("at offset {off:?}")
+                };
+                return Err(BuildError::Argument {
+                    program: self.program.clone(),
+                    stencil: self.stencil.name.clone(),
+                    argument: rd.field.clone(),
+                    message: format!(
+                        "'{actual}' is written by this call and read {at} where the call also writes it; \
+                         the points of a stencil run in parallel, so write the result to another field"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Every access must lie in its field (where decidable from the domain and shapes).
     fn check_bounds(&self, sdfg: &Sdfg) -> Result<(), BuildError> {
         let names = ["i", "j", "k"];
@@ -303,6 +353,12 @@ impl<'c> Resolved<'c> {
                     )
                 })
                 .collect();
+            let vertical_only = |formal: &str| {
+                self.stencil
+                    .fields
+                    .iter()
+                    .any(|f| f.name == formal && f.dims == Dims::K)
+            };
             accesses.extend(
                 s.writes
                     .iter()
@@ -311,14 +367,19 @@ impl<'c> Resolved<'c> {
             for (formal, off, indirect) in accesses {
                 let actual = &self.fields[&formal];
                 let shape = sdfg.arrays[actual].shape();
+                // The array dimension each domain dimension indexes (a field over K only
+                // has the last one).
+                let kdim = domain.len() - 1;
+                let vertical = vertical_only(&formal);
                 for (d, ((start, end), o)) in domain.iter().zip(&off).enumerate() {
-                    if indirect && d == 0 {
+                    if (indirect && d == 0) || (vertical && d != kdim) {
                         continue;
                     }
+                    let ad = if vertical { 0 } else { d };
                     let lo = start.add(&SymExpr::Int(*o));
                     let hi = end.add(&SymExpr::Int(*o));
                     let below = matches!(lo.as_int(), Some(v) if v < 0);
-                    let above = matches!(hi.const_diff(&shape[d]), Some(v) if v > 0);
+                    let above = matches!(hi.const_diff(&shape[ad]), Some(v) if v > 0);
                     if below || above {
                         let dim = if self.dims == Dims::Ijk {
                             names[d]
@@ -331,7 +392,7 @@ impl<'c> Resolved<'c> {
                             argument: formal.clone(),
                             message: format!(
                                 "domain {start}:{end} in {dim} with offset {o} reaches {}:{} of '{actual}', outside 0:{}",
-                                lo, hi, shape[d]
+                                lo, hi, shape[ad]
                             ),
                         });
                     }
@@ -363,7 +424,13 @@ fn tasklet_spec(r: &Resolved<'_>, s: &Section, k: &SymExpr) -> TaskletSpec {
     let (i, j) = (SymExpr::sym("i"), SymExpr::sym("j"));
     let memlet = |field: &str, index: &Index| -> String {
         let actual = &r.fields[field];
+        let vertical = r
+            .stencil
+            .fields
+            .iter()
+            .any(|f| f.name == field && f.dims == Dims::K);
         match (index, r.dims) {
+            (Index::Vertical { dk }, _) if vertical => format!("{actual}[{}]", at(k, *dk)),
             (Index::Offset { di, dj, dk }, _) => {
                 format!("{actual}[{}, {}, {}]", at(&i, *di), at(&j, *dj), at(k, *dk))
             }
@@ -385,7 +452,7 @@ fn tasklet_spec(r: &Resolved<'_>, s: &Section, k: &SymExpr) -> TaskletSpec {
             dj: 0,
             dk: 0,
         },
-        Dims::Unstructured(_) => Index::Vertical { dk: 0 },
+        Dims::Unstructured(_) | Dims::K => Index::Vertical { dk: 0 },
     };
     let outputs = s
         .writes

@@ -37,6 +37,10 @@ pub enum Dims {
     Ijk,
     /// Unstructured `(Loc, K)`.
     Unstructured(Loc),
+    /// Vertical only, `(K)`: per-level coefficients (layer densities, damping profiles,
+    /// vertical-coordinate weights), read at the level being computed with `.c()` or
+    /// `.k(dk)` by any stencil. Inputs only.
+    K,
 }
 
 impl Dims {
@@ -45,6 +49,7 @@ impl Dims {
         match self {
             Dims::Ijk => 3,
             Dims::Unstructured(_) => 2,
+            Dims::K => 1,
         }
     }
 }
@@ -162,10 +167,17 @@ impl Field {
     pub fn at(&self, di: i64, dj: i64, dk: i64) -> E {
         let mut cx = self.ctx.borrow_mut();
         if self.dims != Dims::Ijk {
-            let msg = format!(
-                "stencil '{}': field '{}' is unstructured; read it with .k(dk) or .nb(table, slot)",
-                cx.name, self.name
-            );
+            let msg = if self.dims == Dims::K {
+                format!(
+                    "stencil '{}': field '{}' is over K only; read it with .c() or .k(dk)",
+                    cx.name, self.name
+                )
+            } else {
+                format!(
+                    "stencil '{}': field '{}' is unstructured; read it with .k(dk) or .nb(table, slot)",
+                    cx.name, self.name
+                )
+            };
             cx.errors.push(msg);
         }
         if cx.scan.is_some() && (di, dj) != (0, 0) {
@@ -189,7 +201,7 @@ impl Field {
     pub fn c(&self) -> E {
         match self.dims {
             Dims::Ijk => self.at(0, 0, 0),
-            Dims::Unstructured(_) => self.k(0),
+            Dims::Unstructured(_) | Dims::K => self.k(0),
         }
     }
 
@@ -197,7 +209,7 @@ impl Field {
     pub fn k(&self, dk: i64) -> E {
         match self.dims {
             Dims::Ijk => self.at(0, 0, dk),
-            Dims::Unstructured(_) => self
+            Dims::Unstructured(_) | Dims::K => self
                 .ctx
                 .borrow_mut()
                 .read(&self.name, Index::Vertical { dk }),
@@ -246,7 +258,7 @@ impl Field {
         let dk = if dir == ScanDir::Forward { -1 } else { 1 };
         let index = match self.dims {
             Dims::Ijk => Index::Offset { di: 0, dj: 0, dk },
-            Dims::Unstructured(_) => Index::Vertical { dk },
+            Dims::Unstructured(_) | Dims::K => Index::Vertical { dk },
         };
         cx.read(&self.name, index)
     }
@@ -269,6 +281,14 @@ pub struct StencilBuilder {
 
 impl StencilBuilder {
     fn field(&mut self, name: &str, dims: Dims, output: bool) -> Field {
+        if output && dims == Dims::K {
+            let mut cx = self.ctx.borrow_mut();
+            let msg = format!(
+                "stencil '{}': output '{name}' is over K only; fields over K are inputs",
+                cx.name
+            );
+            cx.errors.push(msg);
+        }
         if self.fields.iter().any(|f| f.name == name) || self.params.iter().any(|p| p == name) {
             let mut cx = self.ctx.borrow_mut();
             let msg = format!("stencil '{}': '{name}' is declared twice", cx.name);
@@ -295,6 +315,11 @@ impl StencilBuilder {
     /// A Cartesian output field (written at the point being computed).
     pub fn output(&mut self, name: &str) -> Field {
         self.field(name, Dims::Ijk, true)
+    }
+
+    /// An input field over the vertical only (`Dims::K`): one value per level.
+    pub fn input_k(&mut self, name: &str) -> Field {
+        self.field(name, Dims::K, false)
     }
 
     /// An input field over the given dimensions.

@@ -700,3 +700,186 @@ fn flattened_programs_validate_and_round_trip() {
         "program 'bad name': 'bad name' is not a valid name (letters, digits, '_')"
     );
 }
+
+#[test]
+fn fields_over_k_are_per_level_coefficients() {
+    // out = a * w[k] + w[k+1]: a 3-D field scaled by a profile, on levels 0..NZ-1; and a
+    // column sum weighted by the profile (a scan reading a K field).
+    let scale = Stencil::new("scale", |s| {
+        let (a, w) = (s.input("a"), s.input_k("w"));
+        let out = s.output("out");
+        s.set(&out, a.c() * w.c() + w.k(1));
+    });
+    let weighted = Stencil::scan("weighted", ScanDir::Forward, |s| {
+        let (a, w) = (s.input("a"), s.input_k("w"));
+        let acc = s.output("acc");
+        s.first(|s| s.set(&acc, w.c() * a.c()));
+        s.step(|s| s.set(&acc, acc.prev() + w.c() * a.c()));
+    });
+    let mut p = Program::new("profile");
+    p.symbol("N", DType::I64).symbol("NZ", DType::I64);
+    p.field("a", ["N", "N", "NZ"])
+        .field("w", ["NZ"])
+        .field("out", ["N", "N", "NZ"])
+        .field("acc", ["N", "N", "NZ"]);
+    p.call(
+        &scale,
+        &[("a", "a"), ("w", "w"), ("out", "out")],
+        &[],
+        &["0:N", "0:N", "0:NZ-1"],
+    );
+    p.call(
+        &weighted,
+        &[("a", "a"), ("w", "w"), ("acc", "acc")],
+        &[],
+        &["0:N", "0:N", "0:NZ"],
+    );
+    let sdfg = p.build().unwrap();
+    assert_eq!(sdfg.validate(), Ok(()));
+    let (n, nz) = (3, 5);
+    let a = values(n * n * nz, 3);
+    let w = values(nz, 4);
+    let mut b = bind(
+        vec![
+            ("a", arr(&[n, n, nz], a.clone())),
+            ("w", arr(&[nz], w.clone())),
+            ("out", arr(&[n, n, nz], vec![0.0; n * n * nz])),
+            ("acc", arr(&[n, n, nz], vec![0.0; n * n * nz])),
+        ],
+        &[("N", Value::I64(n as i64)), ("NZ", Value::I64(nz as i64))],
+    );
+    run(&sdfg, &mut b).unwrap();
+    let (out, acc) = (get(&b, "out"), get(&b, "acc"));
+    let a = ArrayD::from_shape_vec(IxDyn(&[n, n, nz]), a).unwrap();
+    for i in 0..n {
+        for j in 0..n {
+            let mut sum = 0.0;
+            for k in 0..nz {
+                let expect = if k + 1 < nz {
+                    a[[i, j, k]] * w[k] + w[k + 1]
+                } else {
+                    0.0
+                };
+                assert_eq!(out[[i, j, k]], expect, "out at {i} {j} {k}");
+                sum = if k == 0 {
+                    w[k] * a[[i, j, k]]
+                } else {
+                    sum + w[k] * a[[i, j, k]]
+                };
+                assert_eq!(acc[[i, j, k]], sum, "acc at {i} {j} {k}");
+            }
+        }
+    }
+
+    // Reading one level past the profile is a bounds error on the K field.
+    let mut p = Program::new("past");
+    p.symbol("N", DType::I64).symbol("NZ", DType::I64);
+    p.field("a", ["N", "N", "NZ"])
+        .field("w", ["NZ"])
+        .field("out", ["N", "N", "NZ"]);
+    p.call(
+        &scale,
+        &[("a", "a"), ("w", "w"), ("out", "out")],
+        &[],
+        &["0:N", "0:N", "0:NZ"],
+    );
+    assert_eq!(
+        err_of(&p),
+        "program 'past', call of stencil 'scale', argument 'w': domain 0:NZ in k with offset 1 reaches 1:NZ + 1 of 'w', outside 0:NZ"
+    );
+    // A K field must be bound to a rank-1 array.
+    let mut p = Program::new("rank");
+    p.symbol("N", DType::I64).symbol("NZ", DType::I64);
+    p.field("a", ["N", "N", "NZ"])
+        .field("out", ["N", "N", "NZ"]);
+    p.call(
+        &scale,
+        &[("a", "a"), ("w", "a"), ("out", "out")],
+        &[],
+        &["0:N", "0:N", "0:NZ-1"],
+    );
+    assert_eq!(
+        err_of(&p),
+        "program 'rank', call of stencil 'scale', argument 'w': 'a' is f64[rank 3], the stencil needs a float field of rank 1"
+    );
+}
+
+#[test]
+fn fields_over_k_are_inputs_read_at_the_level() {
+    let out_k = Stencil::new("out_k", |s| {
+        let a = s.input("a");
+        let w = s.output_on("w", Dims::K);
+        s.set(&w, a.c());
+    });
+    assert_eq!(
+        out_k.errors()[0],
+        "stencil 'out_k': output 'w' is over K only; fields over K are inputs"
+    );
+    let shifted = Stencil::new("shifted", |s| {
+        let w = s.input_k("w");
+        let out = s.output("out");
+        s.set(&out, w.at(1, 0, 0));
+    });
+    assert_eq!(
+        shifted.errors()[0],
+        "stencil 'shifted': field 'w' is over K only; read it with .c() or .k(dk)"
+    );
+}
+
+#[test]
+fn reading_a_written_field_at_an_offset_is_a_race() {
+    let smooth = Stencil::new("smooth", |s| {
+        let a = s.input("a");
+        let out = s.output("out");
+        s.set(&out, 0.5 * (a.at(-1, 0, 0) + a.c()));
+    });
+    let mut p = Program::new("inplace");
+    p.symbol("N", DType::I64).field("u", ["N", "N", "1"]);
+    p.call(
+        &smooth,
+        &[("a", "u"), ("out", "u")],
+        &[],
+        &["1:N", "0:N", "0:1"],
+    );
+    assert_eq!(
+        err_of(&p),
+        "program 'inplace', call of stencil 'smooth', argument 'a': 'u' is written by this call and read at offset [-1, 0, 0] where the call also writes it; the points of a stencil run in parallel, so write the result to another field"
+    );
+    // Reading only where the call does not write is fine: a periodic copy of the last
+    // column into the first, and a pointwise in-place update.
+    let wrap = Stencil::new("wrap", |s| {
+        let a = s.input("a");
+        let out = s.output("out");
+        s.set(&out, a.at(4, 0, 0));
+    });
+    let scale = Stencil::new("scale", |s| {
+        let a = s.input("a");
+        let out = s.output("out");
+        s.set(&out, 2.0 * a.c());
+    });
+    let mut p = Program::new("disjoint");
+    p.field("u", [5, 3, 1]);
+    p.call(
+        &wrap,
+        &[("a", "u"), ("out", "u")],
+        &[],
+        &["0:1", "0:3", "0:1"],
+    );
+    p.call(
+        &scale,
+        &[("a", "u"), ("out", "u")],
+        &[],
+        &["0:5", "0:3", "0:1"],
+    );
+    let sdfg = p.build().unwrap();
+    let u: Vec<f64> = (0..15).map(f64::from).collect();
+    let mut b = bind(vec![("u", arr(&[5, 3, 1], u.clone()))], &[]);
+    run(&sdfg, &mut b).unwrap();
+    let out = get(&b, "u");
+    for i in 0..5 {
+        for j in 0..3 {
+            let src = if i == 0 { 4 * 3 + j } else { i * 3 + j };
+            assert_eq!(out[[i, j, 0]], 2.0 * u[src]);
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The dynamical core written with the stencil DSL (`examples/dycore/program.rs`), one
+//! flattened SDFG per time step, run on the reference interpreter: it conserves mass and
+//! tracer mass, agrees with the independent plain-loop reference, keeps a lake at rest,
+//! carries gravity waves at sqrt(g H), honours its static and runtime flags, and the
+//! committed `examples/dycore.sdfg.json` is the current flattened program.
+
+#[path = "../examples/dycore/program.rs"]
+mod program;
+#[path = "../examples/dycore/reference.rs"]
+mod reference;
+
+use std::collections::BTreeSet;
+
+use program::{Dycore, DycoreError};
+use reference::{
+    Config, State, gaussian_bump, interior_max_abs, lake_at_rest, peak_x, random_smooth, step,
+    total_mass, total_tracer_mass,
+};
+use sdflow::ir::{Block, Value, format};
+
+fn rel(a: f64, b: f64) -> f64 {
+    ((a - b) / b).abs()
+}
+
+/// Largest interior difference relative to the largest interior magnitude of `b`.
+fn rel_diff(cfg: &Config, a: &[f64], b: &[f64]) -> f64 {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    interior_max_abs(cfg, &d) / interior_max_abs(cfg, b)
+}
+
+fn small() -> Config {
+    Config {
+        nx: 8,
+        ny: 8,
+        ..Config::default()
+    }
+}
+
+fn reference_run(cfg: &Config, s: &mut State, steps: usize) {
+    for _ in 0..steps {
+        step(cfg, s);
+    }
+}
+
+fn assert_agrees(cfg: &Config, dsl: &State, reference: &State, what: &str) {
+    for (name, a, b) in [
+        ("h", &dsl.h, &reference.h),
+        ("u", &dsl.u, &reference.u),
+        ("v", &dsl.v, &reference.v),
+        ("qh", &dsl.qh, &reference.qh),
+    ] {
+        let d = rel_diff(cfg, a, b);
+        assert!(d < 1e-12, "{what}: {name} differs by {d:e} (relative)");
+    }
+}
+
+#[test]
+fn agrees_with_the_plain_loop_reference_after_ten_steps() {
+    // Non-square, with every term on: a transposed index or a wrong offset shows.
+    let cfg = Config {
+        nx: 12,
+        ny: 10,
+        ..Config::default()
+    };
+    let dycore = Dycore::new(&cfg).unwrap();
+    let s0 = random_smooth(&cfg, 21);
+    let mut dsl = s0.clone();
+    dycore.run_interpreted(&mut dsl, 10).unwrap();
+    let mut r = s0.clone();
+    reference_run(&cfg, &mut r, 10);
+    assert_agrees(&cfg, &dsl, &r, "all terms");
+    // The flow moved: the comparison is not between two copies of the initial state.
+    assert!(rel_diff(&cfg, &r.u, &s0.u) > 1e-3);
+    assert!(rel_diff(&cfg, &r.qh, &s0.qh) > 1e-6);
+}
+
+#[test]
+fn the_static_flag_builds_another_program_and_the_runtime_flag_does_not() {
+    let base = small();
+    let s0 = random_smooth(&base, 5);
+
+    // Static: hyperdiffusion off is a different program (the static symbol's value).
+    let bare = Config {
+        hyperdiffusion: false,
+        ..base.clone()
+    };
+    let without = Dycore::new(&bare).unwrap();
+    assert_eq!(
+        without.sdfg.symbols["hyperdiffusion"].value,
+        Some(Value::I64(0))
+    );
+    let with = Dycore::new(&base).unwrap();
+    assert_eq!(
+        with.sdfg.symbols["hyperdiffusion"].value,
+        Some(Value::I64(1))
+    );
+    let mut dsl = s0.clone();
+    without.run_interpreted(&mut dsl, 3).unwrap();
+    let mut r = s0.clone();
+    reference_run(&bare, &mut r, 3);
+    assert_agrees(&bare, &dsl, &r, "no hyperdiffusion");
+
+    // Runtime: the same program with `damping = 0` matches the reference without damping.
+    let undamped = Config {
+        damping: false,
+        ..base.clone()
+    };
+    let mut b = with.bindings(&s0, 3);
+    b.symbols.insert("damping".into(), Value::I64(0));
+    sdflow::ir::interp::run(&with.sdfg, &mut b).unwrap();
+    let mut dsl = s0.clone();
+    with.store(&b, &mut dsl);
+    let mut r = s0.clone();
+    reference_run(&undamped, &mut r, 3);
+    assert_agrees(&undamped, &dsl, &r, "damping off at run time");
+    let mut damped = s0.clone();
+    reference_run(&base, &mut damped, 3);
+    assert!(
+        rel_diff(&base, &dsl.u, &damped.u) > 1e-10,
+        "damping had no effect"
+    );
+}
+
+#[test]
+fn mass_and_tracer_mass_are_conserved_over_100_steps() {
+    let cfg = small();
+    assert!(cfg.hyperdiffusion && cfg.damping && cfg.kv > 0.0);
+    let dycore = Dycore::new(&cfg).unwrap();
+    let s0 = random_smooth(&cfg, 7);
+    let mut s = s0.clone();
+    dycore.run_interpreted(&mut s, 100).unwrap();
+    let dm = rel(total_mass(&cfg, &s), total_mass(&cfg, &s0));
+    let dq = rel(total_tracer_mass(&cfg, &s), total_tracer_mass(&cfg, &s0));
+    eprintln!("100 steps: mass drift {dm:e}, tracer mass drift {dq:e}");
+    assert!(dm < 1e-12, "mass drift {dm:e}");
+    assert!(dq < 1e-12, "tracer mass drift {dq:e}");
+    // Still a live, finite flow.
+    let (u0, u1) = (interior_max_abs(&cfg, &s0.u), interior_max_abs(&cfg, &s.u));
+    assert!(u1 > 0.1 * u0 && u1 < 10.0 * u0, "max |u| {u0} -> {u1}");
+    assert!(s.h.iter().chain(&s.qh).all(|x| x.is_finite()));
+}
+
+#[test]
+fn a_lake_at_rest_stays_at_rest() {
+    let cfg = small();
+    assert!(cfg.f0 != 0.0);
+    let dycore = Dycore::new(&cfg).unwrap();
+    let s0 = lake_at_rest(&cfg);
+    let mut s = s0.clone();
+    dycore.run_interpreted(&mut s, 50).unwrap();
+    let (u, v) = (interior_max_abs(&cfg, &s.u), interior_max_abs(&cfg, &s.v));
+    eprintln!("lake at rest after 50 steps: max |u| = {u:e}, max |v| = {v:e}");
+    assert!(u < 1e-13 && v < 1e-13, "|u| = {u:e}, |v| = {v:e}");
+    let d: Vec<f64> = s.h.iter().zip(&s0.h).map(|(a, b)| a - b).collect();
+    assert!(interior_max_abs(&cfg, &d) < 1e-12 * 1500.0);
+}
+
+#[test]
+fn a_linear_gravity_wave_travels_at_sqrt_g_h() {
+    // The reference's channel, two rows wide (the smallest the periodic halo allows).
+    let cfg = Config {
+        ny: 2,
+        ..Config::gravity_wave()
+    };
+    let dycore = Dycore::new(&cfg).unwrap();
+    let lx = cfg.nx as f64 * cfg.dx;
+    let mut s = gaussian_bump(&cfg, 0.01, 0.5 * lx, 8.0 * cfg.dx);
+    let c = (cfg.g * cfg.depth[0]).sqrt();
+    let (n1, n2) = (100, 300);
+    dycore.run_interpreted(&mut s, n1).unwrap();
+    let x1 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
+    dycore.run_interpreted(&mut s, n2 - n1).unwrap();
+    let x2 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
+    let speed = (x2 - x1) / ((n2 - n1) as f64 * cfg.dt);
+    eprintln!(
+        "wave speed {speed} m/s, sqrt(gH) = {c} m/s, error {:e}",
+        rel(speed, c)
+    );
+    assert!(rel(speed, c) < 0.02, "speed {speed} vs sqrt(gH) = {c}");
+    assert!(interior_max_abs(&cfg, &s.v) < 1e-14);
+}
+
+/// Names of the states a block runs, with loop bodies repeated `trips(var)` times.
+fn executed(
+    sdfg: &sdflow::ir::Sdfg,
+    block: &Block,
+    trips: &dyn Fn(&str) -> usize,
+    out: &mut Vec<String>,
+) {
+    match block {
+        Block::State(id) => out.push(sdfg.states[id.index()].name.clone()),
+        Block::Seq(blocks) => blocks.iter().for_each(|b| executed(sdfg, b, trips, out)),
+        Block::Loop(l) => {
+            for _ in 0..trips(&l.var) {
+                executed(sdfg, &l.body, trips, out);
+            }
+        }
+        // Both flags are on, so their `then` runs; the RK update's two branches (stage
+        // state or, in the last stage, the state itself) hold the same calls.
+        Block::If(i) => {
+            executed(sdfg, &i.then, trips, out);
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn a_time_step_is_one_sdfg_of_many_stencil_calls() {
+    let dycore = Dycore::new(&Config::default()).unwrap();
+    let sdfg = &dycore.sdfg;
+    assert_eq!(sdfg.validate(), Ok(()));
+    let names: BTreeSet<&str> = sdfg.states.iter().map(|s| s.name.as_str()).collect();
+    let kernels: Vec<&&str> = names.iter().filter(|n| !n.starts_with("halo_")).collect();
+    assert!(
+        kernels.len() >= 30,
+        "{} distinct compute stencils: {kernels:?}",
+        kernels.len()
+    );
+    for expected in [
+        "mass_flux_x",
+        "vorticity",
+        "kinetic_energy",
+        "interface_height",
+        "montgomery",
+        "tendency_u",
+        "tracer_flux_x",
+        "rk_update",
+        "hyperdiffusion_qh",
+        "thomas_forward_u",
+        "thomas_backward",
+        "damping",
+        "halo_west",
+        "halo_north",
+    ] {
+        assert!(names.contains(expected), "no state '{expected}'");
+    }
+    // One step: the stage loop's body three times, the rest once.
+    let mut calls = Vec::new();
+    let trips = |var: &str| if var == "stage" { 3 } else { 1 };
+    executed(sdfg, &sdfg.body, &trips, &mut calls);
+    let halos = calls.iter().filter(|n| n.starts_with("halo_")).count();
+    eprintln!(
+        "{} stencil calls per step ({halos} halo copies)",
+        calls.len()
+    );
+    assert!(
+        calls.len() - halos >= 30,
+        "{} compute calls per step",
+        calls.len() - halos
+    );
+    // The 39 halo updates of docs/dycore.md (10 per stage, 9 after the stages), four
+    // copies each.
+    assert_eq!(halos, 4 * (3 * 10 + 9));
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    let narrow = Config {
+        ny: 1,
+        ..Config::gravity_wave()
+    };
+    let Err(e) = Dycore::new(&narrow) else {
+        panic!("a one-row grid was accepted")
+    };
+    assert!(matches!(e, DycoreError::Config(_)));
+    assert_eq!(
+        e.to_string(),
+        "configuration: the grid is 256 x 1 x 1; the periodic halo of width 2 needs nx, ny >= 2 and nz >= 1"
+    );
+    let short = Config {
+        rho: vec![1025.0],
+        ..Config::default()
+    };
+    let Err(e) = Dycore::new(&short) else {
+        panic!("rho of the wrong length was accepted")
+    };
+    assert_eq!(
+        e.to_string(),
+        "configuration: rho has 1 entries and damping_layers is 1, for nz = 4"
+    );
+}
+
+#[test]
+fn the_committed_sdfg_is_the_current_time_step() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dycore.sdfg.json");
+    let committed = std::fs::read_to_string(&path).unwrap();
+    let current = format::to_json(&Dycore::new(&Config::default()).unwrap().sdfg);
+    assert!(
+        committed == current,
+        "examples/dycore.sdfg.json is stale: regenerate it with \
+         `cargo run --release --example dycore -- --emit sdfg -o examples/dycore.sdfg.json`"
+    );
+    // And the file is a program like any other: it loads, validates and runs.
+    let loaded = format::load(&committed).unwrap();
+    let dycore = Dycore::new(&Config::default()).unwrap();
+    assert_eq!(loaded, dycore.sdfg);
+}
+
+#[test]
+fn the_cli_runs_the_committed_time_step_on_npz_files() {
+    // `sdflow run examples/dycore.sdfg.json --inputs in.npz --outputs out.npz -s …`: two
+    // steps of a real state, compared with the reference.
+    let cfg = Config::default();
+    let dycore = Dycore::new(&cfg).unwrap();
+    let s0 = random_smooth(&cfg, 9);
+    let dir = std::env::temp_dir().join(format!("sdflow-dycore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (inp, outp) = (dir.join("in.npz"), dir.join("out.npz"));
+    let b = dycore.bindings(&s0, 2);
+    sdflow::npz::write_npz(&inp, &b.arrays).unwrap();
+    let symbols = b
+        .symbols
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    let opts = sdflow::cli::RunOptions {
+        inputs: Some(inp),
+        outputs: Some(outp.clone()),
+        seed: 0,
+        symbols,
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dycore.sdfg.json");
+    let printed = sdflow::cli::run(&path, &opts).unwrap();
+    assert!(printed.starts_with("h: f64[36, 36, 4] sum="), "{printed}");
+    let back = sdflow::ir::interp::Bindings {
+        arrays: sdflow::npz::read_npz(&outp).unwrap(),
+        symbols: Default::default(),
+    };
+    let mut dsl = s0.clone();
+    dycore.store(&back, &mut dsl);
+    let mut r = s0.clone();
+    reference_run(&cfg, &mut r, 2);
+    assert_agrees(&cfg, &dsl, &r, "sdflow run on npz files");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
