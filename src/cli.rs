@@ -55,6 +55,15 @@ pub enum CliError {
     /// Graphviz could not render.
     #[error("{0}")]
     Render(String),
+    /// The optimizer could not run (an unknown pass name, or a pass that broke the
+    /// program, which is a bug to report).
+    #[error("{path}: {source}")]
+    Transform {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: sdflow_transforms::TransformError,
+    },
 }
 
 fn list(problems: &[Problem]) -> String {
@@ -385,4 +394,52 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
         }
     }
     Ok(out)
+}
+
+/// What `sdflow opt` produced: the optimized program as JSON and the pipeline's report.
+pub struct Optimized {
+    /// The optimized SDFG in the JSON format.
+    pub json: String,
+    /// The per-pass report (rounds, time, counts, cost-model decisions).
+    pub report: String,
+}
+
+/// `sdflow opt FILE [--passes a,b,c] [--gpu]`: runs the default CPU pipeline (or the GPU
+/// one, or the passes named, in that order) to a fixed point. The result is validated.
+pub fn opt(path: &Path, passes: Option<&str>, gpu: bool) -> Result<Optimized, CliError> {
+    let mut sdfg = load_program(path)?;
+    let terr = |source| CliError::Transform {
+        path: path.display().to_string(),
+        source,
+    };
+    let pipeline = match passes {
+        Some(list) => {
+            let names: Vec<&str> = list.split(',').filter(|s| !s.trim().is_empty()).collect();
+            if names.is_empty() {
+                return Err(CliError::Usage(
+                    "--passes needs at least one pass name (e.g. --passes state_fusion,map_fusion)"
+                        .into(),
+                ));
+            }
+            sdflow_transforms::Pipeline::from_names(&names).map_err(terr)?
+        }
+        None if gpu => sdflow_transforms::Pipeline::gpu(),
+        None => sdflow_transforms::Pipeline::cpu(),
+    };
+    let report = pipeline.run(&mut sdfg).map_err(terr)?;
+    if let Err(problems) = sdfg.validate() {
+        return Err(terr(sdflow_transforms::TransformError::Invalid {
+            pass: "(pipeline)".into(),
+            problems: problems.iter().map(|p| p.to_string()).collect(),
+        }));
+    }
+    Ok(Optimized {
+        json: format::to_json(&sdfg),
+        report: report.to_string(),
+    })
+}
+
+/// Writes `bytes` to `path` (for commands whose output goes to a file).
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    write_bytes(path, bytes)
 }

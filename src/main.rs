@@ -55,10 +55,53 @@ enum Command {
         /// The program.
         file: PathBuf,
     },
+    /// Optimize a program: specialization, fusion, move-into-if, cleanup, to a fixed point.
+    Opt {
+        /// The program.
+        file: PathBuf,
+        /// Write the optimized program here (standard output when absent).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Run these passes, in this order, instead of the default pipeline
+        /// (e.g. `state_fusion,map_fusion`).
+        #[arg(long)]
+        passes: Option<String>,
+        /// Use the GPU pipeline (every top-level map becomes a kernel).
+        #[arg(long)]
+        gpu: bool,
+        /// Print the per-pass report (to standard output with -o, else to standard error).
+        #[arg(long)]
+        report: bool,
+    },
 }
 
 fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
     Ok(match cmd {
+        Command::Opt {
+            file,
+            output,
+            passes,
+            gpu,
+            report,
+        } => {
+            let o = cli::opt(&file, passes.as_deref(), gpu)?;
+            match output {
+                Some(path) => {
+                    cli::write_output(&path, o.json.as_bytes())?;
+                    if report {
+                        o.report.into_bytes()
+                    } else {
+                        Vec::new()
+                    }
+                }
+                None => {
+                    if report {
+                        eprint!("{}", o.report);
+                    }
+                    o.json.into_bytes()
+                }
+            }
+        }
         Command::Validate { file } => cli::validate(&file)?.into_bytes(),
         Command::Stats { file } => cli::stats(&file)?.into_bytes(),
         Command::Dot { file, output, svg } => {

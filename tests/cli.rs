@@ -306,3 +306,54 @@ fn every_command_works_on_every_example() {
         assert_eq!(stdout(&o).lines().count(), 1, "{ex}: one output");
     }
 }
+
+#[test]
+fn opt_writes_an_optimized_program_and_reports() {
+    let out = tmp("dycore_opt.sdfg.json");
+    let o = sdflow(&[
+        "opt",
+        "examples/dycore.sdfg.json",
+        "-o",
+        out.to_str().unwrap(),
+        "--report",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = stdout(&o);
+    assert!(report.contains("fixed point"), "{report}");
+    assert!(report.contains("state_fusion"), "{report}");
+    assert!(report.contains("maps_fused="), "{report}");
+    // The result is a valid program with fewer maps, and no static flag left.
+    let o = sdflow(&["stats", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let maps = |text: &str| -> usize {
+        text.lines()
+            .find_map(|l| l.strip_prefix("maps: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = stdout(&sdflow(&["stats", "examples/dycore.sdfg.json"]));
+    assert!(maps(&stdout(&o)) < maps(&before));
+    assert!(!stdout(&o).contains("symbol hyperdiffusion"));
+
+    // Without -o the program goes to standard output, the report to standard error.
+    let o = sdflow(&["opt", "examples/hyperdiffusion.sdfg.json", "--report"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with('{'), "{}", stdout(&o));
+    assert!(stderr(&o).contains("round(s)"), "{}", stderr(&o));
+    // The hyperdiffusion example's Laplacian of a Laplacian fuses by recomputation.
+    assert!(stderr(&o).contains("by recomputation"), "{}", stderr(&o));
+
+    let o = sdflow(&[
+        "opt",
+        "examples/laplace.sdfg.json",
+        "--passes",
+        "map_fusion,fuse_all",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("unknown pass 'fuse_all'; the passes are: specialize,"),
+        "{}",
+        stderr(&o)
+    );
+}

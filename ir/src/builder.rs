@@ -35,9 +35,9 @@ use crate::dataflow::{
 };
 use crate::dtype::{DType, Value};
 use crate::expr::Stmt;
-use crate::memlet::{Memlet, Subset, Wcr};
+use crate::memlet::{Memlet, Wcr};
 use crate::parse;
-use crate::propagate::{ParamBox, propagate, union};
+use crate::propagate::map_boundary;
 use crate::sdfg::{Sdfg, State};
 use crate::symexpr::SymExpr;
 
@@ -231,13 +231,6 @@ impl<'a> DataflowBuilder<'a> {
             .unwrap_or(DType::F64)
     }
 
-    fn shape_of(&self, data: &str) -> Vec<SymExpr> {
-        self.arrays
-            .get(data)
-            .map(|d| d.shape().to_vec())
-            .unwrap_or_default()
-    }
-
     /// The access node a read of `data` comes from (the latest one, or a new one).
     pub fn read_node(&mut self, data: &str) -> NodeId {
         if let Some(n) = self.last.get(data) {
@@ -331,8 +324,7 @@ impl<'a> DataflowBuilder<'a> {
         let params: Vec<String> = params.iter().map(|s| s.to_string()).collect();
         let mut body = Dataflow::new();
         f(&mut DataflowBuilder::new(self.arrays, &mut body));
-        let boxes = ParamBox::of_map(&params, &ranges);
-        let (reads, writes) = self.boundary(&body, &boxes);
+        let (reads, writes) = map_boundary(self.arrays, &body, &params, &ranges);
         let node = self.graph.add_node(Node::Map(MapScope {
             label: label.to_string(),
             params,
@@ -349,71 +341,6 @@ impl<'a> DataflowBuilder<'a> {
             self.graph.add_edge(node, None, dst, None, m);
         }
         node
-    }
-
-    /// What a map body reads from outside and writes to outside, propagated over the map.
-    fn boundary(&self, body: &Dataflow, boxes: &[ParamBox]) -> (Vec<Memlet>, Vec<Memlet>) {
-        let local = |d: &str| {
-            matches!(
-                self.arrays.get(d),
-                Some(DataDesc::Scalar {
-                    transient: true,
-                    ..
-                })
-            )
-        };
-        let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
-        let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
-        let add = |acc: &mut BTreeMap<String, Subset>, data: &str, s: Subset| {
-            let shape = self.shape_of(data);
-            let p = propagate(&s, boxes, &shape);
-            acc.entry(data.to_string())
-                .and_modify(|old| *old = union(old, &p, &shape))
-                .or_insert(p);
-        };
-        for e in body.edge_ids() {
-            let (src, dst) = body.endpoints(e);
-            let edge = body.edge(e);
-            let m = &edge.memlet;
-            for t in m.subset.tables() {
-                add(&mut reads, t, Subset::full(&self.shape_of(t)));
-            }
-            if let Some(d) = body.node(src).as_access()
-                && body.in_edges(src).is_empty()
-                && !local(d)
-            {
-                add(&mut reads, d, m.subset.clone());
-            }
-            if let Some(d) = body.node(dst).as_access()
-                && !local(d)
-            {
-                let sub = m
-                    .other_subset
-                    .clone()
-                    .filter(|_| body.node(src).as_access().is_some())
-                    .unwrap_or(m.subset.clone());
-                let shape = self.shape_of(d);
-                let p = propagate(&sub, boxes, &shape);
-                writes
-                    .entry(d.to_string())
-                    .and_modify(|(old, w)| {
-                        *old = union(old, &p, &shape);
-                        if *w != Some(m.wcr) {
-                            *w = Some(None);
-                        }
-                    })
-                    .or_insert((p, Some(m.wcr)));
-            }
-        }
-        let reads = reads.into_iter().map(|(d, s)| Memlet::new(&d, s)).collect();
-        let writes = writes
-            .into_iter()
-            .map(|(d, (s, w))| Memlet {
-                wcr: w.flatten(),
-                ..Memlet::new(&d, s)
-            })
-            .collect();
-        (reads, writes)
     }
 
     /// Adds a copy between two containers: `copy("a[0:N]", "b[1:N+1]")`.

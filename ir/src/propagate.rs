@@ -170,6 +170,90 @@ pub fn disjoint(a: &Subset, b: &Subset) -> bool {
     })
 }
 
+/// What a map body reads from outside and writes to outside, propagated over the map's
+/// parameters: the memlets of the map node's in-edges and out-edges, one per container
+/// (in name order). A read is an edge leaving a body access node without in-edges;
+/// tables of indirect subsets are read whole. Transient scalars are local to the body.
+/// A container written under one write-conflict resolution everywhere keeps it.
+pub fn map_boundary(
+    arrays: &std::collections::BTreeMap<String, crate::data::DataDesc>,
+    body: &crate::dataflow::Dataflow,
+    params: &[String],
+    ranges: &[Range],
+) -> (Vec<crate::memlet::Memlet>, Vec<crate::memlet::Memlet>) {
+    use crate::data::DataDesc;
+    use crate::memlet::{Memlet, Wcr};
+    use std::collections::BTreeMap;
+    let boxes = ParamBox::of_map(params, ranges);
+    let shape_of = |d: &str| {
+        arrays
+            .get(d)
+            .map(|a| a.shape().to_vec())
+            .unwrap_or_default()
+    };
+    let local = |d: &str| {
+        matches!(
+            arrays.get(d),
+            Some(DataDesc::Scalar {
+                transient: true,
+                ..
+            })
+        )
+    };
+    let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
+    let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
+    let add = |acc: &mut BTreeMap<String, Subset>, data: &str, s: Subset| {
+        let shape = shape_of(data);
+        let p = propagate(&s, &boxes, &shape);
+        acc.entry(data.to_string())
+            .and_modify(|old| *old = union(old, &p, &shape))
+            .or_insert(p);
+    };
+    for e in body.edge_ids() {
+        let (src, dst) = body.endpoints(e);
+        let edge = body.edge(e);
+        let m = &edge.memlet;
+        for t in m.subset.tables() {
+            add(&mut reads, t, Subset::full(&shape_of(t)));
+        }
+        if let Some(d) = body.node(src).as_access()
+            && body.in_edges(src).is_empty()
+            && !local(d)
+        {
+            add(&mut reads, d, m.subset.clone());
+        }
+        if let Some(d) = body.node(dst).as_access()
+            && !local(d)
+        {
+            let sub = m
+                .other_subset
+                .clone()
+                .filter(|_| body.node(src).as_access().is_some())
+                .unwrap_or(m.subset.clone());
+            let shape = shape_of(d);
+            let p = propagate(&sub, &boxes, &shape);
+            writes
+                .entry(d.to_string())
+                .and_modify(|(old, w)| {
+                    *old = union(old, &p, &shape);
+                    if *w != Some(m.wcr) {
+                        *w = Some(None);
+                    }
+                })
+                .or_insert((p, Some(m.wcr)));
+        }
+    }
+    let reads = reads.into_iter().map(|(d, s)| Memlet::new(&d, s)).collect();
+    let writes = writes
+        .into_iter()
+        .map(|(d, (s, w))| Memlet {
+            wcr: w.flatten(),
+            ..Memlet::new(&d, s)
+        })
+        .collect();
+    (reads, writes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,50 @@
+//! The default CPU pipeline (`Pipeline::cpu`, without validation between passes) on
+//! chains of n dependent 5-point stencils in one state (`testkit::stencil_chain`, n = 10 …
+//! 10 000) and on the dynamical core's whole time step. Growth should be no worse than
+//! n log n; the dycore step should optimize in well under 100 ms.
+
+#[path = "../examples/dycore/program.rs"]
+mod program;
+#[path = "../examples/dycore/reference.rs"]
+mod reference;
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use sdflow::ir::testkit::stencil_chain;
+use sdflow::transforms::Pipeline;
+
+fn bench_pipeline(c: &mut Criterion) {
+    let mut group = c.benchmark_group("Pipeline::cpu");
+    group.sample_size(10);
+    for n in [10, 100, 1000, 10000] {
+        let sdfg = stencil_chain(n);
+        group.bench_function(format!("stencil chain {n}"), |b| {
+            b.iter_batched(
+                || sdfg.clone(),
+                |mut s| {
+                    Pipeline::cpu().run(black_box(&mut s)).unwrap();
+                    s
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    let dycore = program::Dycore::new(&reference::Config::default())
+        .unwrap()
+        .sdfg;
+    group.bench_function("dycore time step 32x32x4", |b| {
+        b.iter_batched(
+            || dycore.clone(),
+            |mut s| {
+                Pipeline::cpu().run(black_box(&mut s)).unwrap();
+                s
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_pipeline);
+criterion_main!(benches);

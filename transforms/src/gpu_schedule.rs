@@ -1,0 +1,35 @@
+//! GPU scheduling: every top-level map of every state becomes a GPU kernel
+//! (`gpu_device`); maps inside them keep their schedule (a sequential level loop of a
+//! vertical scan stays sequential inside the kernel's thread). The last pass of the GPU
+//! pipeline, after fusion decided what a kernel is.
+
+use sdflow_ir::{Node, Schedule, Sdfg};
+
+use crate::pass::{Changes, Pass};
+
+/// See the module documentation.
+pub struct GpuSchedule;
+
+impl Pass for GpuSchedule {
+    fn name(&self) -> &'static str {
+        "gpu_schedule"
+    }
+
+    fn run(&self, sdfg: &mut Sdfg) -> Changes {
+        let mut ch = Changes::default();
+        let mut n = 0;
+        for s in sdfg.body.states() {
+            let g = &mut sdfg.states[s.index()].graph;
+            for id in g.node_ids() {
+                if let Node::Map(m) = &mut g.graph[id]
+                    && m.schedule != Schedule::GpuDevice
+                {
+                    m.schedule = Schedule::GpuDevice;
+                    n += 1;
+                }
+            }
+        }
+        ch.add("maps_scheduled", n);
+        ch
+    }
+}

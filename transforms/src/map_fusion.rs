@@ -1,0 +1,492 @@
+//! Producer–consumer map fusion. A map A writes a transient T that a map B reads:
+//!
+//! - **same point** (same ranges, B reads T where A wrote it in the same iteration): the
+//!   two bodies become one; T's value passes through a scalar local to the body when
+//!   nothing else reads T (T disappears), else through T itself;
+//! - **recomputation** (B reads T at offsets, or over a smaller range — a stencil after a
+//!   stencil): B computes each T value it needs with its own copy of A's body, shifted to
+//!   the point needed, when nothing else uses T and the cost model agrees: the extra
+//!   flops per point, `flops(A) · (r − 1)` for `r` distinct offsets, must not exceed
+//!   `balance` times the bytes per point no longer moved through T (`(r + 1) · size`).
+//!   Each decision is a note in the report.
+//!
+//! ```text
+//! u ─► map A ─► T ─► map B ─► out        u ─► map A+B ─► out
+//!      T[i,j] = f(u[i,j])            →        body: t = f(u[i,j]); out[i,j] = g(t)
+//!      out[i,j] = g(T[i,j])
+//! ```
+//!
+//! Legality: A is T's only writer (one access node, one in-edge); no other path leads
+//! from A to B; B writes nothing A reads or writes, and reads nothing else A writes;
+//! both have the same schedule. Across states, state fusion puts producer and consumer
+//! in one graph first.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, SymExpr};
+
+use crate::pass::{Changes, Pass};
+use crate::pattern::{
+    DataUse, code_mentions, copy_into, data_uses, flops, fresh_name, neighbours, node_reads_writes,
+    renamed_body, replace_map, same_ranges, scalar_memlet, substitute_params,
+};
+
+/// See the module documentation.
+pub struct MapFusion {
+    /// Flops one may recompute per byte of memory traffic saved (the machine balance the
+    /// cost model assumes). Default 1.0.
+    pub balance: f64,
+}
+
+impl Default for MapFusion {
+    fn default() -> Self {
+        MapFusion { balance: 1.0 }
+    }
+}
+
+/// Cost-model decisions spelled out per run (the rest are counted).
+const MAX_NOTES: usize = 16;
+
+/// A fusion found in a state.
+struct Candidate {
+    a: NodeId,
+    t_node: NodeId,
+    b: NodeId,
+    t: String,
+    private: bool,
+    /// Distinct offsets B reads T at (in B's parameters), `None` for same-point fusion.
+    offsets: Option<Vec<Vec<i64>>>,
+}
+
+impl Pass for MapFusion {
+    fn name(&self) -> &'static str {
+        "map_fusion"
+    }
+
+    fn run(&self, sdfg: &mut Sdfg) -> Changes {
+        let mut ch = Changes::default();
+        let mut uses = data_uses(sdfg);
+        for s in sdfg.body.states() {
+            let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
+            // One scan in node order; fusions that become possible behind the scan are
+            // found by the next round of the pipeline. Node positions in a topological
+            // order stay valid through fusions (a fused map keeps a later position than
+            // everything it reads), so most path checks cost nothing.
+            let positions = |g: &Dataflow| -> BTreeMap<NodeId, usize> {
+                g.topological_order()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, n)| (n, i))
+                    .collect()
+            };
+            let mut topo = positions(&graph);
+            let mut from = 0;
+            while let Some((c, at)) = self.find(sdfg, &graph, &uses, &topo, from, &mut ch) {
+                from = at + 1;
+                let created = match &c.offsets {
+                    None => {
+                        ch.add("maps_fused", 1);
+                        fuse_same_point(sdfg, &mut graph, &c)
+                    }
+                    Some(offsets) => {
+                        ch.add("maps_fused_recompute", 1);
+                        fuse_recompute(sdfg, &mut graph, &c, offsets)
+                    }
+                };
+                if created {
+                    topo = positions(&graph);
+                }
+                if c.private {
+                    uses.remove(&c.t);
+                    sdfg.arrays.remove(&c.t);
+                    ch.add("transients_removed", 1);
+                }
+            }
+            sdfg.states[s.index()].graph = graph;
+        }
+        ch
+    }
+}
+
+impl MapFusion {
+    /// The first fusion at or after node index `from`, with the index of its T node.
+    fn find(
+        &self,
+        sdfg: &Sdfg,
+        df: &Dataflow,
+        uses: &BTreeMap<String, DataUse>,
+        topo: &BTreeMap<NodeId, usize>,
+        from: usize,
+        ch: &mut Changes,
+    ) -> Option<(Candidate, usize)> {
+        use petgraph::visit::NodeIndexable as _;
+        for i in from..df.graph.node_bound() {
+            let t_node = NodeId::new(i);
+            let Some(t) = df.graph.node_weight(t_node).and_then(Node::as_access) else {
+                continue;
+            };
+            let Some(DataDesc::Array(arr)) = sdfg.arrays.get(t) else {
+                continue;
+            };
+            let ins = df.in_edges(t_node);
+            let [in_edge] = ins.as_slice() else { continue };
+            if !arr.transient || df.edge(*in_edge).memlet.wcr.is_some() {
+                continue;
+            }
+            let a = df.endpoints(*in_edge).0;
+            let Node::Map(ma) = df.node(a) else { continue };
+            let u = uses.get(t);
+            let private =
+                u.is_some_and(|u| u.access_nodes == 1 && u.states.len() == 1 && !u.in_control);
+            let mut consumers: Vec<NodeId> = df
+                .out_edges(t_node)
+                .into_iter()
+                .map(|e| df.endpoints(e).1)
+                .collect();
+            consumers.dedup();
+            for &b in &consumers {
+                let Node::Map(mb) = df.node(b) else { continue };
+                // A private T must be read by B alone.
+                let only_b = consumers.iter().all(|&c| c == b);
+                if b == a
+                    || ma.schedule != mb.schedule
+                    || !legal(df, a, b, t_node, t, topo)
+                    || shares_locals(sdfg, ma, mb)
+                {
+                    continue;
+                }
+                let Some(write) = identity_write(ma, t) else {
+                    continue;
+                };
+                let Some(offsets) = read_offsets(mb, t) else {
+                    continue;
+                };
+                let all_zero = offsets.iter().all(|o| o.iter().all(|&x| x == 0));
+                if all_zero && same_ranges(&ma.ranges, &mb.ranges) && write.len() == mb.params.len()
+                {
+                    let c = Candidate {
+                        a,
+                        t_node,
+                        b,
+                        t: t.to_string(),
+                        private: private && only_b,
+                        offsets: None,
+                    };
+                    return Some((c, t_node.index()));
+                }
+                if !(private && only_b && recomputable(ma, mb, &offsets)) {
+                    continue;
+                }
+                let r = offsets.len();
+                let extra = flops(&ma.body) * (r - 1);
+                let bytes = (r + 1) * arr.dtype.size_bytes();
+                let fuse = extra as f64 <= self.balance * bytes as f64;
+                if ch.notes.len() < MAX_NOTES {
+                    ch.notes.push(format!(
+                        "'{}' into '{}' by recomputation at {r} point(s): {extra} flop(s) more, {bytes} B less per point -> {} (limit {} flop/B)",
+                        ma.label,
+                        mb.label,
+                        if fuse { "fused" } else { "kept" },
+                        self.balance
+                    ));
+                }
+                if fuse {
+                    let c = Candidate {
+                        a,
+                        t_node,
+                        b,
+                        t: t.to_string(),
+                        private: true,
+                        offsets: Some(offsets),
+                    };
+                    return Some((c, t_node.index()));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// No other dependence between A and B forbids putting them in one map.
+fn legal(
+    df: &Dataflow,
+    a: NodeId,
+    b: NodeId,
+    t_node: NodeId,
+    t: &str,
+    topo: &BTreeMap<NodeId, usize>,
+) -> bool {
+    let (ra, wa) = node_reads_writes(df, a);
+    let (rb, wb) = node_reads_writes(df, b);
+    if wb.iter().any(|d| ra.contains(d) || wa.contains(d)) {
+        return false;
+    }
+    if wa.iter().any(|d| d != t && rb.contains(d)) {
+        return false;
+    }
+    // No path from A to B except through T (a node earlier than A in a topological order
+    // cannot be reached from it).
+    let before_a = |x: NodeId| matches!((topo.get(&x), topo.get(&a)), (Some(i), Some(j)) if i < j);
+    df.in_edges(b).into_iter().all(|e| {
+        let x = df.endpoints(e).0;
+        x == t_node || df.in_edges(x).is_empty() || before_a(x) || !df.reaches(a, x)
+    })
+}
+
+/// True when both bodies use one of the program's transient scalars (body locals): one
+/// body would overwrite the other's value.
+pub(crate) fn shares_locals(sdfg: &Sdfg, a: &MapScope, b: &MapScope) -> bool {
+    let da = a.body.accessed_data();
+    b.body.accessed_data().iter().any(|d| {
+        da.contains(d)
+            && matches!(
+                sdfg.arrays.get(d),
+                Some(DataDesc::Scalar {
+                    transient: true,
+                    ..
+                })
+            )
+    })
+}
+
+/// A's body writes T exactly once, at `T[p0, p1, …]` (its parameters in order); returns
+/// the parameters.
+fn identity_write(m: &MapScope, t: &str) -> Option<Vec<String>> {
+    let body = &m.body;
+    let mut found = None;
+    for e in body.edge_ids() {
+        let (src, dst) = body.endpoints(e);
+        if body.node(dst).as_access() != Some(t) {
+            continue;
+        }
+        let memlet = &body.edge(e).memlet;
+        let identity = matches!(body.node(src), Node::Tasklet(_))
+            && memlet.wcr.is_none()
+            && memlet.subset.rank() == m.params.len()
+            && memlet
+                .subset
+                .0
+                .iter()
+                .zip(&m.params)
+                .all(|(d, p)| matches!(d, Dim::Index(e) if *e == SymExpr::sym(p)));
+        if !identity || found.is_some() {
+            return None;
+        }
+        found = Some(m.params.clone());
+    }
+    // T is not also read inside A.
+    let reads_t = body
+        .node_ids()
+        .into_iter()
+        .any(|n| body.node(n).as_access() == Some(t) && !body.out_edges(n).is_empty());
+    found.filter(|_| !reads_t)
+}
+
+/// The distinct offsets (in B's parameters) at which B's body reads T, each read an edge
+/// from a body source access node of T to a tasklet with index `q_d + o_d` per dimension.
+fn read_offsets(m: &MapScope, t: &str) -> Option<Vec<Vec<i64>>> {
+    let body = &m.body;
+    let mut out: Vec<Vec<i64>> = Vec::new();
+    for n in body.node_ids() {
+        if body.node(n).as_access() != Some(t) {
+            continue;
+        }
+        if !body.in_edges(n).is_empty() {
+            return None;
+        }
+        for e in body.out_edges(n) {
+            let (_, dst) = body.endpoints(e);
+            if !matches!(body.node(dst), Node::Tasklet(_)) {
+                return None;
+            }
+            out.push(offset_of(&body.edge(e).memlet.subset, &m.params)?);
+        }
+    }
+    if out.is_empty() {
+        return None;
+    }
+    out.sort();
+    out.dedup();
+    Some(out)
+}
+
+fn offset_of(s: &Subset, params: &[String]) -> Option<Vec<i64>> {
+    if s.rank() != params.len() {
+        return None;
+    }
+    s.0.iter()
+        .zip(params)
+        .map(|(d, p)| match d {
+            Dim::Index(e) => e.const_diff(&SymExpr::sym(p)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A's body can be copied to other points: only access nodes and tasklets, no code that
+/// reads its parameters, T its only output; and every point B needs lies in A's range.
+fn recomputable(ma: &MapScope, mb: &MapScope, offsets: &[Vec<i64>]) -> bool {
+    let simple = ma
+        .body
+        .node_ids()
+        .into_iter()
+        .all(|n| matches!(ma.body.node(n), Node::Access(_) | Node::Tasklet(_)));
+    let params: BTreeSet<String> = ma.params.iter().cloned().collect();
+    let writes: BTreeSet<&str> = ma
+        .body
+        .node_ids()
+        .into_iter()
+        .filter(|&n| !ma.body.in_edges(n).is_empty())
+        .filter_map(|n| ma.body.node(n).as_access())
+        .collect();
+    let steps_one = ma
+        .ranges
+        .iter()
+        .chain(&mb.ranges)
+        .all(|r| r.step.as_int() == Some(1));
+    if !simple || code_mentions(&ma.body, &params) || writes.len() != 1 || !steps_one {
+        return false;
+    }
+    if ma.params.len() != mb.params.len() {
+        return false;
+    }
+    offsets.iter().all(|o| {
+        ma.ranges
+            .iter()
+            .zip(&mb.ranges)
+            .zip(o)
+            .all(|((ra, rb), &off)| {
+                let lo = rb.start.add(&SymExpr::Int(off)).const_diff(&ra.start);
+                let hi = ra.end.const_diff(&rb.end.add(&SymExpr::Int(off)));
+                matches!((lo, hi), (Some(l), Some(h)) if l >= 0 && h >= 0)
+            })
+    })
+}
+
+/// Declares a transient scalar for T's value inside a fused body.
+fn local_scalar(sdfg: &mut Sdfg, t: &str) -> String {
+    let dtype = sdfg.arrays[t].dtype();
+    let name = fresh_name(sdfg, &format!("{t}_v"));
+    sdfg.arrays.insert(
+        name.clone(),
+        DataDesc::Scalar {
+            dtype,
+            transient: true,
+        },
+    );
+    name
+}
+
+/// Makes body node `n` (written once by a tasklet) a local scalar, with its edges.
+fn make_local(body: &mut Dataflow, n: NodeId, scalar: &str) {
+    body.graph[n] = Node::Access(scalar.to_string());
+    for e in body.in_edges(n).into_iter().chain(body.out_edges(n)) {
+        body.graph[e].memlet = scalar_memlet(scalar);
+    }
+}
+
+fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
+    let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a).clone(), df.node(c.b).clone()) else {
+        return false;
+    };
+    let b_body = renamed_body(&mb.body, &mb.params, &ma.params);
+    let mut body = ma.body.clone();
+    let write = body
+        .node_ids()
+        .into_iter()
+        .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && !body.in_edges(n).is_empty())
+        .expect("A writes T");
+    let ids = copy_into(&mut body, &b_body);
+    for &n in ids.values() {
+        if body.node(n).as_access() == Some(c.t.as_str()) {
+            crate::pattern::move_out_edges(&mut body, n, write);
+            body.graph.remove_node(n);
+        }
+    }
+    if c.private {
+        let scalar = local_scalar(sdfg, &c.t);
+        make_local(&mut body, write, &scalar);
+    }
+    let (mut sources, mut dests) = neighbours(df, c.a);
+    let (sb, db) = neighbours(df, c.b);
+    for (k, v) in sb {
+        if v != c.t_node {
+            sources.entry(k).or_insert(v);
+        }
+    }
+    for (k, v) in db {
+        dests.entry(k).or_insert(v);
+    }
+    let mut gone = vec![c.b];
+    if c.private {
+        dests.remove(&c.t);
+        gone.push(c.t_node);
+    }
+    let label = format!("{}+{}", ma.label, mb.label);
+    let scope = MapScope { label, body, ..ma };
+    replace_map(&sdfg.arrays, df, c.a, scope, &gone, &sources, &dests)
+}
+
+fn fuse_recompute(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate, offsets: &[Vec<i64>]) -> bool {
+    let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a).clone(), df.node(c.b).clone()) else {
+        return false;
+    };
+    let mut body = mb.body.clone();
+    // One copy of A's body per offset, writing a local scalar.
+    let mut value_of: BTreeMap<Vec<i64>, (NodeId, String)> = BTreeMap::new();
+    for o in offsets {
+        let shift: BTreeMap<String, SymExpr> = ma
+            .params
+            .iter()
+            .zip(&mb.params)
+            .zip(o)
+            .map(|((p, q), &off)| (p.clone(), SymExpr::sym(q).add(&SymExpr::Int(off))))
+            .collect();
+        let mut copy = ma.body.clone();
+        substitute_params(&mut copy, &shift);
+        let ids = copy_into(&mut body, &copy);
+        let write = ids
+            .values()
+            .copied()
+            .find(|&n| {
+                body.node(n).as_access() == Some(c.t.as_str()) && !body.in_edges(n).is_empty()
+            })
+            .expect("A writes T");
+        let scalar = local_scalar(sdfg, &c.t);
+        make_local(&mut body, write, &scalar);
+        value_of.insert(o.clone(), (write, scalar));
+    }
+    // B's reads of T come from those scalars.
+    for n in body.node_ids() {
+        if body.node(n).as_access() != Some(c.t.as_str()) || !body.in_edges(n).is_empty() {
+            continue;
+        }
+        for e in body.out_edges(n) {
+            let o = offset_of(&body.edge(e).memlet.subset, &mb.params).expect("checked");
+            let (from, scalar) = &value_of[&o];
+            let (_, dst) = body.endpoints(e);
+            let mut edge = body.graph.remove_edge(e).expect("edge of the body");
+            edge.memlet = scalar_memlet(scalar);
+            body.graph.add_edge(*from, dst, edge);
+        }
+        body.graph.remove_node(n);
+    }
+    let (mut sources, dests) = neighbours(df, c.b);
+    sources.remove(&c.t);
+    let (sa, _) = neighbours(df, c.a);
+    for (k, v) in sa {
+        sources.entry(k).or_insert(v);
+    }
+    let label = format!("{}+{}", ma.label, mb.label);
+    let scope = MapScope { label, body, ..mb };
+    replace_map(
+        &sdfg.arrays,
+        df,
+        c.b,
+        scope,
+        &[c.a, c.t_node],
+        &sources,
+        &dests,
+    )
+}

@@ -1,0 +1,504 @@
+//! The graph plumbing passes share, so that each pass reads as its rule: who reads and
+//! writes which container (per state and in the whole program), renaming containers and
+//! map parameters inside bodies, copying one graph into another, re-deriving a map node's
+//! edges from its body, walking the control flow's sequences, and dropping unused states.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sdflow_ir::propagate::map_boundary;
+use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
+
+/// Containers a state-level graph reads and writes. Map and nested-SDFG nodes are
+/// summarized by their edges, so the access nodes of the graph say everything: an access
+/// node with out-edges is read, one with in-edges written; index tables are read.
+pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut reads, mut writes) = (BTreeSet::new(), BTreeSet::new());
+    for n in df.node_ids() {
+        if let Some(d) = df.node(n).as_access() {
+            if !df.out_edges(n).is_empty() {
+                reads.insert(d.to_string());
+            }
+            if !df.in_edges(n).is_empty() {
+                writes.insert(d.to_string());
+            }
+        }
+    }
+    for e in df.edge_ids() {
+        for t in df.edge(e).memlet.subset.tables() {
+            reads.insert(t.to_string());
+        }
+    }
+    (reads, writes)
+}
+
+/// Containers a node reads (sources of its in-edges, tables) and writes (destinations of
+/// its out-edges), at the level of `df`.
+pub fn node_reads_writes(df: &Dataflow, n: NodeId) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut reads: BTreeSet<String> = df
+        .in_edges(n)
+        .into_iter()
+        .map(|e| df.edge(e).memlet.data.clone())
+        .collect();
+    for e in df.in_edges(n).into_iter().chain(df.out_edges(n)) {
+        reads.extend(
+            df.edge(e)
+                .memlet
+                .subset
+                .tables()
+                .iter()
+                .map(|t| t.to_string()),
+        );
+    }
+    let writes = df
+        .out_edges(n)
+        .into_iter()
+        .map(|e| df.edge(e).memlet.data.clone())
+        .collect();
+    (reads, writes)
+}
+
+/// Names mentioned by the control flow (conditions, loop bounds, assignments): symbols,
+/// and scalar containers read by the host.
+pub fn control_names(block: &Block) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    block.visit(&mut |b| match b {
+        Block::Loop(l) => {
+            for e in [&l.init, &l.cond, &l.update] {
+                out.extend(e.free_symbols());
+            }
+        }
+        Block::If(i) => out.extend(i.cond.free_symbols()),
+        Block::Assign(a) => {
+            for (_, e) in a {
+                out.extend(e.free_symbols());
+            }
+        }
+        _ => {}
+    });
+    out
+}
+
+/// Where a container is used in the whole program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DataUse {
+    /// States with an access node of it (or a table read of it).
+    pub states: BTreeSet<usize>,
+    /// Access nodes of it, over all state-level graphs.
+    pub access_nodes: usize,
+    /// States that read it.
+    pub read_in: BTreeSet<usize>,
+    /// States that write it.
+    pub written_in: BTreeSet<usize>,
+    /// The control flow reads it (a host scalar in a condition).
+    pub in_control: bool,
+}
+
+/// [`DataUse`] of every container of the program, over the states the control flow runs.
+pub fn data_uses(sdfg: &Sdfg) -> BTreeMap<String, DataUse> {
+    let mut out: BTreeMap<String, DataUse> = BTreeMap::new();
+    for s in sdfg.body.states() {
+        let Some(state) = sdfg.state(s) else { continue };
+        let df = &state.graph;
+        let i = s.index();
+        for n in df.node_ids() {
+            if let Some(d) = df.node(n).as_access() {
+                let u = out.entry(d.to_string()).or_default();
+                u.states.insert(i);
+                u.access_nodes += 1;
+            }
+        }
+        let (reads, writes) = reads_writes(df);
+        for d in reads {
+            let u = out.entry(d).or_default();
+            u.states.insert(i);
+            u.read_in.insert(i);
+        }
+        for d in writes {
+            let u = out.entry(d).or_default();
+            u.states.insert(i);
+            u.written_in.insert(i);
+        }
+    }
+    for name in control_names(&sdfg.body) {
+        if sdfg.arrays.contains_key(&name) {
+            out.entry(name).or_default().in_control = true;
+        }
+    }
+    out
+}
+
+/// Renames container `from` to `to` in every access node and memlet (data and index
+/// tables) of `df` and of the bodies of its maps. Nested SDFGs keep their own names; only
+/// their edges here are renamed.
+pub fn rename_data(df: &mut Dataflow, from: &str, to: &str) {
+    for n in df.node_ids() {
+        match &mut df.graph[n] {
+            Node::Access(d) if d == from => *d = to.to_string(),
+            Node::Map(m) => rename_data(&mut m.body, from, to),
+            _ => {}
+        }
+    }
+    for e in df.edge_ids() {
+        let m = &mut df.graph[e].memlet;
+        if m.data == from {
+            m.data = to.to_string();
+        }
+        rename_tables(&mut m.subset, from, to);
+        if let Some(o) = &mut m.other_subset {
+            rename_tables(o, from, to);
+        }
+    }
+}
+
+fn rename_tables(s: &mut Subset, from: &str, to: &str) {
+    for d in &mut s.0 {
+        if let Dim::Indirect { table, .. } = d
+            && table == from
+        {
+            *table = to.to_string();
+        }
+    }
+}
+
+/// Substitutes map parameters (or any integer names) in every memlet, nested map range and
+/// nested-SDFG symbol mapping of `df`, recursively (inner parameters shadow), and renames
+/// them in tasklet code where the value is a plain name. Tasklet code that reads a name
+/// substituted by a non-name expression is left alone: callers that shift parameters
+/// check [`code_mentions`] first.
+pub fn substitute_params(df: &mut Dataflow, map: &BTreeMap<String, SymExpr>) {
+    let f = |e: &SymExpr| e.substitute(map).simplify();
+    let renames: BTreeMap<String, String> = map
+        .iter()
+        .filter_map(|(k, v)| match v {
+            SymExpr::Sym(s) => Some((k.clone(), s.to_string())),
+            _ => None,
+        })
+        .collect();
+    for n in df.node_ids() {
+        match &mut df.graph[n] {
+            Node::Map(m) => {
+                // Inner parameters shadow outer ones.
+                let mut inner = map.clone();
+                for p in &m.params {
+                    inner.remove(p);
+                }
+                for r in &mut m.ranges {
+                    r.start = f(&r.start);
+                    r.end = f(&r.end);
+                    r.step = f(&r.step);
+                }
+                substitute_params(&mut m.body, &inner);
+            }
+            Node::Tasklet(t) => {
+                for st in &mut t.code {
+                    st.value = st.value.rename(&renames);
+                }
+            }
+            Node::Nested(ns) => {
+                for v in ns.symbol_mapping.values_mut() {
+                    *v = f(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    for e in df.edge_ids() {
+        let m = &mut df.graph[e].memlet;
+        m.subset = m.subset.map_exprs(&f);
+        if let Some(o) = &mut m.other_subset {
+            *o = o.map_exprs(&f);
+        }
+    }
+}
+
+/// True when tasklet code in `df` (or nested map bodies) reads one of `names` as a
+/// variable that is not one of its own connectors or locals.
+pub fn code_mentions(df: &Dataflow, names: &BTreeSet<String>) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Tasklet(t) => {
+            let own: BTreeSet<&str> = t
+                .inputs
+                .keys()
+                .chain(t.outputs.keys())
+                .map(String::as_str)
+                .chain(t.code.iter().map(|s| s.target.as_str()))
+                .collect();
+            t.code.iter().any(|s| {
+                s.value
+                    .vars()
+                    .iter()
+                    .any(|v| names.contains(v) && !own.contains(v.as_str()))
+            })
+        }
+        Node::Map(m) => code_mentions(&m.body, names),
+        Node::Nested(ns) => ns
+            .symbol_mapping
+            .values()
+            .any(|e| e.free_symbols().iter().any(|s| names.contains(s))),
+        _ => false,
+    })
+}
+
+/// Copies every node and edge of `src` into `dst`; returns where each node went.
+pub fn copy_into(dst: &mut Dataflow, src: &Dataflow) -> BTreeMap<NodeId, NodeId> {
+    let mut ids = BTreeMap::new();
+    for n in src.node_ids() {
+        ids.insert(n, dst.add_node(src.node(n).clone()));
+    }
+    for e in src.edge_ids() {
+        let (a, b) = src.endpoints(e);
+        let edge = src.edge(e).clone();
+        dst.graph.add_edge(ids[&a], ids[&b], edge);
+    }
+    ids
+}
+
+/// Moves every edge leaving `from` so that it leaves `to` instead (same memlet and
+/// connectors).
+pub fn move_out_edges(df: &mut Dataflow, from: NodeId, to: NodeId) {
+    for e in df.out_edges(from) {
+        let (_, dst) = df.endpoints(e);
+        let edge = df.graph.remove_edge(e).expect("edge of the graph");
+        df.graph.add_edge(to, dst, edge);
+    }
+}
+
+/// Moves every edge entering `from` so that it enters `to` instead.
+pub fn move_in_edges(df: &mut Dataflow, from: NodeId, to: NodeId) {
+    for e in df.in_edges(from) {
+        let (src, _) = df.endpoints(e);
+        let edge = df.graph.remove_edge(e).expect("edge of the graph");
+        df.graph.add_edge(src, to, edge);
+    }
+}
+
+/// Replaces the edges of map node `map` with the memlets its body implies (as the builder
+/// derives them): each read from `sources[data]`, each write to `dests[data]`, or from/to
+/// a new access node where none is given. Returns true when it added access nodes.
+pub fn connect_map(
+    sdfg_arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
+    df: &mut Dataflow,
+    map: NodeId,
+    sources: &BTreeMap<String, NodeId>,
+    dests: &BTreeMap<String, NodeId>,
+) -> bool {
+    for e in df.in_edges(map).into_iter().chain(df.out_edges(map)) {
+        df.graph.remove_edge(e);
+    }
+    let Node::Map(m) = df.node(map) else {
+        return false;
+    };
+    let (reads, writes) = map_boundary(sdfg_arrays, &m.body, &m.params, &m.ranges);
+    let mut created = false;
+    for r in reads {
+        let src = match sources.get(&r.data) {
+            Some(&n) => n,
+            None => {
+                created = true;
+                df.add_access(&r.data)
+            }
+        };
+        df.add_edge(src, None, map, None, r);
+    }
+    for w in writes {
+        let dst = match dests.get(&w.data) {
+            Some(&n) => n,
+            None => {
+                created = true;
+                df.add_access(&w.data)
+            }
+        };
+        df.add_edge(map, None, dst, None, w);
+    }
+    created
+}
+
+/// Removes access nodes without edges.
+pub fn remove_isolated_access_nodes(df: &mut Dataflow) -> usize {
+    let mut n = 0;
+    for id in df.node_ids() {
+        if df.node(id).as_access().is_some()
+            && df.in_edges(id).is_empty()
+            && df.out_edges(id).is_empty()
+        {
+            df.graph.remove_node(id);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Removes those of `nodes` that are access nodes without edges (after a rewrite that may
+/// have left them so).
+pub fn remove_isolated(df: &mut Dataflow, nodes: &[NodeId]) {
+    for &n in nodes {
+        let isolated = df
+            .graph
+            .node_weight(n)
+            .is_some_and(|x| x.as_access().is_some())
+            && df.in_edges(n).is_empty()
+            && df.out_edges(n).is_empty();
+        if isolated {
+            df.graph.remove_node(n);
+        }
+    }
+}
+
+/// Calls `f` on every sequence of blocks (top-level body included), innermost last, until
+/// `f` returns true; returns whether it did. Sequences are visited in program order.
+pub fn find_in_seqs(block: &mut Block, f: &mut dyn FnMut(&mut Vec<Block>) -> bool) -> bool {
+    match block {
+        Block::Seq(items) => {
+            if f(items) {
+                return true;
+            }
+            items.iter_mut().any(|b| find_in_seqs(b, f))
+        }
+        Block::Loop(l) => find_in_seqs(&mut l.body, f),
+        Block::If(i) => find_in_seqs(&mut i.then, f) || find_in_seqs(&mut i.otherwise, f),
+        Block::State(_) | Block::Assign(_) => false,
+    }
+}
+
+/// Drops states the control flow does not run and renumbers the rest in order, so that
+/// state ids stay dense. Returns how many were dropped.
+pub fn compact_states(sdfg: &mut Sdfg) -> usize {
+    let used: BTreeSet<StateId> = sdfg.body.states().into_iter().collect();
+    if used.len() == sdfg.states.len() {
+        return 0;
+    }
+    let mut new_id = BTreeMap::new();
+    let old = std::mem::take(&mut sdfg.states);
+    let dropped = old.len() - used.len();
+    for (i, st) in old.into_iter().enumerate() {
+        let id = StateId(i as u32);
+        if used.contains(&id) {
+            new_id.insert(id, StateId(sdfg.states.len() as u32));
+            sdfg.states.push(st);
+        }
+    }
+    renumber(&mut sdfg.body, &new_id);
+    dropped
+}
+
+fn renumber(block: &mut Block, map: &BTreeMap<StateId, StateId>) {
+    match block {
+        Block::State(s) => *s = map[s],
+        Block::Seq(items) => items.iter_mut().for_each(|b| renumber(b, map)),
+        Block::Loop(l) => renumber(&mut l.body, map),
+        Block::If(i) => {
+            renumber(&mut i.then, map);
+            renumber(&mut i.otherwise, map);
+        }
+        Block::Assign(_) => {}
+    }
+}
+
+/// Arithmetic operations of the tasklets in `df` and its map bodies: a flop count for
+/// cost models (calls of math functions count 8).
+pub fn flops(df: &Dataflow) -> usize {
+    df.node_ids()
+        .into_iter()
+        .map(|n| match df.node(n) {
+            Node::Tasklet(t) => t.code.iter().map(|s| expr_flops(&s.value)).sum(),
+            Node::Map(m) => flops(&m.body),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn expr_flops(e: &Expr) -> usize {
+    let mut n = 0;
+    e.visit(&mut |x| {
+        n += match x {
+            Expr::Binary(..) | Expr::Unary(..) | Expr::Select(..) => 1,
+            Expr::Call(..) => 8,
+            _ => 0,
+        }
+    });
+    n
+}
+
+/// The memlet of a whole scalar container (a body-local value).
+pub fn scalar_memlet(data: &str) -> Memlet {
+    Memlet::new(data, Subset::default())
+}
+
+/// True when two ranges are the same after simplification.
+pub fn same_ranges(a: &[sdflow_ir::Range], b: &[sdflow_ir::Range]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.start.simplify() == y.start.simplify()
+                && x.end.simplify() == y.end.simplify()
+                && x.step.simplify() == y.step.simplify()
+        })
+}
+
+/// A fresh container name `base`, `base_1`, `base_2`, … not yet declared.
+pub fn fresh_name(sdfg: &Sdfg, base: &str) -> String {
+    if !sdfg.arrays.contains_key(base) && !sdfg.symbols.contains_key(base) {
+        return base.to_string();
+    }
+    (1..)
+        .map(|i| format!("{base}_{i}"))
+        .find(|n| !sdfg.arrays.contains_key(n) && !sdfg.symbols.contains_key(n))
+        .expect("an unused name exists")
+}
+
+/// A copy of a map body with the parameters `from` renamed to `to` (position by
+/// position), to merge it into a map whose parameters are `to`.
+pub fn renamed_body(body: &Dataflow, from: &[String], to: &[String]) -> Dataflow {
+    let mut b = body.clone();
+    let renames: BTreeMap<String, SymExpr> = from
+        .iter()
+        .zip(to)
+        .filter(|(q, p)| q != p)
+        .map(|(q, p)| (q.clone(), SymExpr::sym(p)))
+        .collect();
+    if !renames.is_empty() {
+        substitute_params(&mut b, &renames);
+    }
+    b
+}
+
+/// The in-edge sources and out-edge destinations of a state node, by container (the
+/// first of each).
+pub fn neighbours(
+    df: &Dataflow,
+    n: NodeId,
+) -> (BTreeMap<String, NodeId>, BTreeMap<String, NodeId>) {
+    let mut src = BTreeMap::new();
+    let mut dst = BTreeMap::new();
+    for e in df.in_edges(n) {
+        src.entry(df.edge(e).memlet.data.clone())
+            .or_insert(df.endpoints(e).0);
+    }
+    for e in df.out_edges(n) {
+        dst.entry(df.edge(e).memlet.data.clone())
+            .or_insert(df.endpoints(e).1);
+    }
+    (src, dst)
+}
+
+/// Puts `scope` in place of map node `keep`, removes the nodes `gone` (the maps merged
+/// into it, a transient that disappeared), reconnects `keep` from `sources` to `dests`
+/// ([`connect_map`]) and drops access nodes left without edges. Returns true when
+/// access nodes were added.
+pub fn replace_map(
+    arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
+    df: &mut Dataflow,
+    keep: NodeId,
+    scope: sdflow_ir::MapScope,
+    gone: &[NodeId],
+    sources: &BTreeMap<String, NodeId>,
+    dests: &BTreeMap<String, NodeId>,
+) -> bool {
+    df.graph[keep] = Node::Map(scope);
+    for &n in gone {
+        df.graph.remove_node(n);
+    }
+    let touched: Vec<NodeId> = sources.values().chain(dests.values()).copied().collect();
+    let created = connect_map(arrays, df, keep, sources, dests);
+    remove_isolated(df, &touched);
+    created
+}

@@ -1,0 +1,258 @@
+//! [`Pipeline`]: passes run in order, the whole list repeated until a round changes nothing
+//! (a fixed point) or an iteration bound is hit, with a [`Report`] of what each pass did
+//! and how long it took.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use sdflow_ir::Sdfg;
+
+use crate::pass::{Changes, Pass, TransformError};
+use crate::{
+    DeadDataflow, GpuSchedule, MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion, Specialize,
+    StateFusion,
+};
+
+/// What one pass did over a whole pipeline run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassReport {
+    /// The pass.
+    pub name: &'static str,
+    /// How many times it ran (once per round).
+    pub runs: usize,
+    /// Its changes, summed over the runs.
+    pub changes: Changes,
+    /// Time spent in it (validation between passes not included).
+    pub time: Duration,
+}
+
+/// What a pipeline run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// One entry per pass, in pipeline order.
+    pub passes: Vec<PassReport>,
+    /// Rounds run (a round runs every enabled pass once).
+    pub rounds: usize,
+    /// True when the last round changed nothing; false when the round bound (or a
+    /// `stop_after`) ended the run first.
+    pub fixed_point: bool,
+    /// Total time, validation included.
+    pub time: Duration,
+}
+
+impl Report {
+    /// The summed changes of the pass called `name`.
+    pub fn changes(&self, name: &str) -> Changes {
+        self.passes
+            .iter()
+            .filter(|p| p.name == name)
+            .fold(Changes::default(), |mut acc, p| {
+                acc.merge(&p.changes);
+                acc
+            })
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} round(s), {}, {:.3} ms",
+            self.rounds,
+            if self.fixed_point {
+                "fixed point"
+            } else {
+                "stopped before a fixed point"
+            },
+            self.time.as_secs_f64() * 1e3
+        )?;
+        for p in &self.passes {
+            writeln!(
+                f,
+                "  {:<16} {:>9.3} ms  {}",
+                p.name,
+                p.time.as_secs_f64() * 1e3,
+                p.changes
+            )?;
+            for n in &p.changes.notes {
+                writeln!(f, "      {n}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An ordered list of passes run to a fixed point.
+pub struct Pipeline {
+    passes: Vec<Box<dyn Pass>>,
+    max_rounds: usize,
+    validate: bool,
+    disabled: BTreeSet<String>,
+    stop_after: Option<usize>,
+}
+
+/// Every pass by name, with its default settings.
+pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
+    let p: Box<dyn Pass> = match name {
+        "specialize" => Box::new(Specialize),
+        "dead_dataflow" => Box::new(DeadDataflow),
+        "redundant_copy" => Box::new(RedundantCopy),
+        "state_fusion" => Box::new(StateFusion),
+        "map_fusion" => Box::new(MapFusion::default()),
+        "sibling_fusion" => Box::new(SiblingFusion),
+        "move_into_if" => Box::new(MoveIntoIf),
+        "gpu_schedule" => Box::new(GpuSchedule),
+        _ => return None,
+    };
+    Some(p)
+}
+
+/// Names of every pass, in the default CPU pipeline's order, then the GPU-only ones.
+pub const PASS_NAMES: [&str; 8] = [
+    "specialize",
+    "dead_dataflow",
+    "redundant_copy",
+    "state_fusion",
+    "map_fusion",
+    "sibling_fusion",
+    "move_into_if",
+    "gpu_schedule",
+];
+
+impl Pipeline {
+    /// A pipeline of the given passes, at most 16 rounds, validating between passes in
+    /// debug builds.
+    pub fn new(passes: Vec<Box<dyn Pass>>) -> Pipeline {
+        Pipeline {
+            passes,
+            max_rounds: 16,
+            validate: cfg!(debug_assertions),
+            disabled: BTreeSet::new(),
+            stop_after: None,
+        }
+    }
+
+    /// A pipeline of the passes named, in that order.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Pipeline, TransformError> {
+        let passes = names
+            .iter()
+            .map(|n| {
+                let n = n.as_ref().trim();
+                pass_by_name(n).ok_or_else(|| TransformError::UnknownPass {
+                    name: n.to_string(),
+                    known: PASS_NAMES.iter().map(|s| s.to_string()).collect(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Pipeline::new(passes))
+    }
+
+    /// The default pipeline for the CPU backend: specialization, cleanup, state fusion,
+    /// producer–consumer and sibling map fusion, move-into-if.
+    pub fn cpu() -> Pipeline {
+        Pipeline::from_names(&PASS_NAMES[..7]).expect("the default passes exist")
+    }
+
+    /// The default pipeline for the GPU backend: the CPU pipeline, then every top-level
+    /// map becomes a GPU kernel.
+    pub fn gpu() -> Pipeline {
+        Pipeline::from_names(&PASS_NAMES).expect("the default passes exist")
+    }
+
+    /// Sets the round bound.
+    pub fn max_rounds(mut self, n: usize) -> Pipeline {
+        self.max_rounds = n.max(1);
+        self
+    }
+
+    /// Validates after every pass (default: in debug builds only).
+    pub fn validate_each(mut self, on: bool) -> Pipeline {
+        self.validate = on;
+        self
+    }
+
+    /// Skips the pass called `name` (unknown names are an error).
+    pub fn disable(mut self, name: &str) -> Result<Pipeline, TransformError> {
+        if !self.passes.iter().any(|p| p.name() == name) {
+            return Err(TransformError::UnknownPass {
+                name: name.to_string(),
+                known: self.names().iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        self.disabled.insert(name.to_string());
+        Ok(self)
+    }
+
+    /// Stops after `n` pass runs in total (to bisect a miscompile: the first `n` that
+    /// changes a result names the pass).
+    pub fn stop_after(mut self, n: usize) -> Pipeline {
+        self.stop_after = Some(n);
+        self
+    }
+
+    /// The pass names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+
+    /// Runs the pipeline on `sdfg` in place. The input must validate.
+    pub fn run(&self, sdfg: &mut Sdfg) -> Result<Report, TransformError> {
+        let start = Instant::now();
+        if let Err(problems) = sdfg.validate() {
+            return Err(TransformError::InvalidInput(
+                problems.iter().map(|p| p.to_string()).collect(),
+            ));
+        }
+        let mut reports: Vec<PassReport> = self
+            .passes
+            .iter()
+            .map(|p| PassReport {
+                name: p.name(),
+                runs: 0,
+                changes: Changes::default(),
+                time: Duration::ZERO,
+            })
+            .collect();
+        let mut rounds = 0;
+        let mut fixed_point = false;
+        let mut total_runs = 0;
+        'rounds: while rounds < self.max_rounds {
+            rounds += 1;
+            let mut changed = false;
+            for (i, pass) in self.passes.iter().enumerate() {
+                if self.disabled.contains(pass.name()) {
+                    continue;
+                }
+                if self.stop_after.is_some_and(|n| total_runs >= n) {
+                    break 'rounds;
+                }
+                total_runs += 1;
+                let t = Instant::now();
+                let c = pass.run(sdfg);
+                reports[i].time += t.elapsed();
+                reports[i].runs += 1;
+                changed |= !c.is_empty();
+                reports[i].changes.merge(&c);
+                if self.validate
+                    && let Err(problems) = sdfg.validate()
+                {
+                    return Err(TransformError::Invalid {
+                        pass: pass.name().to_string(),
+                        problems: problems.iter().map(|p| p.to_string()).collect(),
+                    });
+                }
+            }
+            if !changed {
+                fixed_point = true;
+                break;
+            }
+        }
+        Ok(Report {
+            passes: reports,
+            rounds,
+            fixed_point,
+            time: start.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! Redundant copies: a transient written whole by one producer and then copied whole into
+//! another container of the same type and shape, and used nowhere else, is a detour: the
+//! producer writes the destination directly and the transient disappears. (Front ends
+//! that translate `b[:] = a + c` produce exactly this; DaCe calls it a redundant array.)
+//!
+//! ```text
+//! u ─► map f ─► tmp ──copy──► out          u ─► map f ─► out
+//! ```
+
+use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg, Subset};
+
+use crate::pass::{Changes, Pass};
+use crate::pattern::{DataUse, data_uses, move_in_edges, node_reads_writes, rename_data};
+
+/// See the module documentation.
+pub struct RedundantCopy;
+
+impl Pass for RedundantCopy {
+    fn name(&self) -> &'static str {
+        "redundant_copy"
+    }
+
+    fn run(&self, sdfg: &mut Sdfg) -> Changes {
+        let mut ch = Changes::default();
+        let uses = data_uses(sdfg);
+        for s in sdfg.body.states() {
+            let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
+            while let Some((t1, t2, producer)) = find(sdfg, &graph, &uses) {
+                let from = graph.node(t1).as_access().unwrap_or_default().to_string();
+                let to = graph.node(t2).as_access().unwrap_or_default().to_string();
+                let in_edge = graph.in_edges(t1)[0];
+                match &mut graph.graph[producer] {
+                    Node::Map(m) => rename_data(&mut m.body, &from, &to),
+                    Node::Access(_) => {}
+                    _ => {}
+                }
+                if graph.node(producer).as_access().is_none() {
+                    graph.graph[in_edge].memlet.data = to.clone();
+                }
+                for e in graph.out_edges(t1) {
+                    graph.graph.remove_edge(e);
+                }
+                move_in_edges(&mut graph, t1, t2);
+                graph.graph.remove_node(t1);
+                sdfg.arrays.remove(&from);
+                ch.add("copies_removed", 1);
+            }
+            sdfg.states[s.index()].graph = graph;
+        }
+        ch
+    }
+}
+
+fn is_full(s: &Subset, shape: &[sdflow_ir::SymExpr]) -> bool {
+    s.0.is_empty()
+        || (s.rank() == shape.len()
+            && s.0.iter().zip(shape).all(|(d, n)| {
+                matches!(d, sdflow_ir::Dim::Range { start, end, step }
+                    if start.as_int() == Some(0)
+                        && step.as_int() == Some(1)
+                        && end.simplify() == n.simplify())
+            }))
+}
+
+/// (t1, t2, producer of t1) where `t1 ─copy─► t2` is redundant.
+fn find(
+    sdfg: &Sdfg,
+    df: &Dataflow,
+    uses: &std::collections::BTreeMap<String, DataUse>,
+) -> Option<(NodeId, NodeId, NodeId)> {
+    for t1 in df.node_ids() {
+        let Some(a) = df.node(t1).as_access() else {
+            continue;
+        };
+        let (Some(DataDesc::Array(da)), Some(u)) = (sdfg.arrays.get(a), uses.get(a)) else {
+            continue;
+        };
+        let (outs, ins) = (df.out_edges(t1), df.in_edges(t1));
+        let ([copy], [write]) = (outs.as_slice(), ins.as_slice()) else {
+            continue;
+        };
+        let t2 = df.endpoints(*copy).1;
+        let Some(b) = df.node(t2).as_access() else {
+            continue;
+        };
+        let Some(DataDesc::Array(db)) = sdfg.arrays.get(b) else {
+            continue;
+        };
+        let same_type = da.dtype == db.dtype
+            && da.shape.len() == db.shape.len()
+            && da
+                .shape
+                .iter()
+                .zip(&db.shape)
+                .all(|(x, y)| x.simplify() == y.simplify());
+        let cm: &Memlet = &df.edge(*copy).memlet;
+        let wm: &Memlet = &df.edge(*write).memlet;
+        let copies_all = cm.data == a
+            && cm.wcr.is_none()
+            && is_full(&cm.subset, &da.shape)
+            && cm
+                .other_subset
+                .as_ref()
+                .is_none_or(|o| is_full(o, &db.shape));
+        let producer = df.endpoints(*write).0;
+        let written_whole = wm.wcr.is_none()
+            && (is_full(&wm.subset, &da.shape)
+                || (df.node(producer).as_access().is_some()
+                    && wm
+                        .other_subset
+                        .as_ref()
+                        .is_some_and(|o| is_full(o, &da.shape))));
+        let producer_ok = !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
+            && !node_reads_writes(df, producer).0.contains(b)
+            && !node_reads_writes(df, producer).1.contains(b);
+        if da.transient
+            && a != b
+            && same_type
+            && copies_all
+            && written_whole
+            && producer_ok
+            && u.access_nodes == 1
+            && !u.in_control
+            && df.in_edges(t2).len() == 1
+        {
+            return Some((t1, t2, producer));
+        }
+    }
+    None
+}

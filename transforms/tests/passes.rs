@@ -1,0 +1,494 @@
+//! Each pass on hand-written programs, with the exact structure expected afterwards (map
+//! and transient counts, which branch a map ended up in) and the interpreter's outputs
+//! compared with the original program's.
+
+use std::collections::BTreeMap;
+
+use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::{Block, DType, Node, Sdfg, SdfgBuilder, Value};
+use sdflow_transforms::{
+    DeadDataflow, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion, Specialize,
+    StateFusion, TransformError,
+};
+
+fn symbols(pairs: &[(&str, i64)]) -> BTreeMap<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::I64(*v)))
+        .collect()
+}
+
+/// Runs both programs on the same random inputs; every argument must be bitwise equal.
+fn same_results(a: &Sdfg, b: &Sdfg, syms: &[(&str, i64)]) {
+    let inputs = random_bindings(a, &symbols(syms), 3).unwrap();
+    let run = |s: &Sdfg| {
+        let mut x: Bindings = inputs.clone();
+        interp::run(s, &mut x).unwrap();
+        x
+    };
+    let (x, y) = (run(a), run(b));
+    for (name, _) in a.non_transients() {
+        let bits = |h: &HostArray| {
+            h.to_f64_vec()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            bits(&x.arrays[name]),
+            bits(&y.arrays[name]),
+            "'{name}' differs"
+        );
+    }
+}
+
+fn maps(s: &Sdfg) -> usize {
+    s.stats().maps
+}
+
+fn transient_arrays(s: &Sdfg) -> Vec<String> {
+    s.arrays
+        .iter()
+        .filter(|(_, d)| d.transient() && d.rank() > 0)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// `t = 2 u` then `out = t + 1` over the same range, in one state.
+fn pointwise_pair() -> Sdfg {
+    let mut b = SdfgBuilder::new("pair");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"])
+        .transient("t", DType::F64, ["N", "N"]);
+    b.state("s", |s| {
+        s.map("a", &["i", "j"], &["0:N", "0:N"], |m| {
+            m.tasklet("a", &[("x", "u[i, j]")], &[("y", "t[i, j]")], "y = 2.0 * x");
+        });
+        s.map("b", &["p", "q"], &["0:N", "0:N"], |m| {
+            m.tasklet(
+                "b",
+                &[("x", "t[p, q]")],
+                &[("y", "out[p, q]")],
+                "y = x + 1.0",
+            );
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn map_fusion_same_point_removes_the_transient() {
+    let s0 = pointwise_pair();
+    let mut s = s0.clone();
+    let c = MapFusion::default().run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!((c.get("maps_fused"), c.get("transients_removed")), (1, 1));
+    assert_eq!(maps(&s), 1);
+    assert!(transient_arrays(&s).is_empty());
+    // The value passes through a scalar local to the body.
+    assert!(matches!(
+        s.arrays["t_v"],
+        sdflow_ir::DataDesc::Scalar {
+            transient: true,
+            ..
+        }
+    ));
+    same_results(&s0, &s, &[("N", 5)]);
+    assert!(MapFusion::default().run(&mut s).is_empty());
+}
+
+/// `lap = Laplacian(u)` on `1:N-1`, then `out = Laplacian(lap)` on `2:N-2`.
+fn lap_of_lap() -> Sdfg {
+    let mut b = SdfgBuilder::new("lap2");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"])
+        .transient("lap", DType::F64, ["N", "N"]);
+    let code = "o = n + s + w + e - 4.0 * c";
+    b.state("s", |s| {
+        s.map("lap1", &["i", "j"], &["1:N-1", "1:N-1"], |m| {
+            m.tasklet(
+                "lap1",
+                &[
+                    ("c", "u[i, j]"),
+                    ("n", "u[i-1, j]"),
+                    ("s", "u[i+1, j]"),
+                    ("w", "u[i, j-1]"),
+                    ("e", "u[i, j+1]"),
+                ],
+                &[("o", "lap[i, j]")],
+                code,
+            );
+        });
+        s.map("lap2", &["i", "j"], &["2:N-2", "2:N-2"], |m| {
+            m.tasklet(
+                "lap2",
+                &[
+                    ("c", "lap[i, j]"),
+                    ("n", "lap[i-1, j]"),
+                    ("s", "lap[i+1, j]"),
+                    ("w", "lap[i, j-1]"),
+                    ("e", "lap[i, j+1]"),
+                ],
+                &[("o", "out[i, j]")],
+                code,
+            );
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn map_fusion_recomputes_a_stencil_when_the_cost_model_agrees() {
+    let s0 = lap_of_lap();
+    let mut s = s0.clone();
+    let c = MapFusion::default().run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("maps_fused_recompute"), 1);
+    assert_eq!(maps(&s), 1);
+    assert!(transient_arrays(&s).is_empty());
+    // Five copies of the inner Laplacian (5 flops each): 20 more per point, and 6 × 8 B
+    // (one write, five reads of `lap`) less.
+    assert_eq!(
+        c.notes,
+        [
+            "'lap1' into 'lap2' by recomputation at 5 point(s): 20 flop(s) more, 48 B less per point -> fused (limit 1 flop/B)"
+        ]
+    );
+    assert_eq!(s.stats().tasklets, 6);
+    same_results(&s0, &s, &[("N", 9)]);
+
+    // A machine with little bandwidth to spare keeps the two maps, and says why.
+    let mut s = s0.clone();
+    let c = MapFusion { balance: 0.25 }.run(&mut s);
+    assert!(c.is_empty());
+    assert_eq!(maps(&s), 2);
+    assert!(
+        c.notes[0].ends_with("-> kept (limit 0.25 flop/B)"),
+        "{:?}",
+        c.notes
+    );
+}
+
+#[test]
+fn fusion_across_states_goes_through_state_fusion() {
+    let mut b = SdfgBuilder::new("two_states");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("t", DType::F64, ["N"]);
+    let s1 = b.state("first", |s| {
+        s.map("a", &["i"], &["0:N"], |m| {
+            m.tasklet("a", &[("x", "u[i]")], &[("y", "t[i]")], "y = x * x");
+        });
+    });
+    let s2 = b.state("second", |s| {
+        s.map("b", &["i"], &["0:N"], |m| {
+            m.tasklet("b", &[("x", "t[i]")], &[("y", "out[i]")], "y = x - 3.0");
+        });
+    });
+    b.body(Block::seq([Block::State(s1), Block::State(s2)]));
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let report = Pipeline::from_names(&["state_fusion", "map_fusion"])
+        .unwrap()
+        .validate_each(true)
+        .run(&mut s)
+        .unwrap();
+    assert_eq!(report.changes("state_fusion").get("states_fused"), 1);
+    assert_eq!(report.changes("map_fusion").get("maps_fused"), 1);
+    assert_eq!((s.states.len(), maps(&s)), (1, 1));
+    assert_eq!(s.states[0].name, "first+second");
+    same_results(&s0, &s, &[("N", 7)]);
+}
+
+#[test]
+fn state_fusion_keeps_conflicting_states_apart() {
+    // The second state overwrites what the first reads: fusing would race.
+    let mut b = SdfgBuilder::new("war");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("v", DType::F64, ["N"]);
+    let s1 = b.state("read_u", |s| {
+        s.map("a", &["i"], &["0:N"], |m| {
+            m.tasklet("a", &[("x", "u[i]")], &[("y", "v[i]")], "y = x");
+        });
+    });
+    let s2 = b.state("write_u", |s| {
+        s.map("b", &["i"], &["0:N"], |m| {
+            m.tasklet("b", &[("x", "v[i]")], &[("y", "u[i]")], "y = x + 1.0");
+        });
+    });
+    b.body(Block::seq([Block::State(s1), Block::State(s2)]));
+    let mut s = b.build();
+    assert!(StateFusion.run(&mut s).is_empty());
+    assert_eq!(s.states.len(), 2);
+}
+
+#[test]
+fn sibling_fusion_loads_shared_inputs_once() {
+    let mut b = SdfgBuilder::new("siblings");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("x", DType::F64, ["N", "N"])
+        .array("y", DType::F64, ["N", "N"]);
+    b.state("s", |s| {
+        s.map("fx", &["i", "j"], &["1:N", "0:N"], |m| {
+            m.tasklet(
+                "fx",
+                &[("a", "u[i, j]"), ("b", "u[i-1, j]")],
+                &[("o", "x[i, j]")],
+                "o = a - b",
+            );
+        });
+        s.map("fy", &["p", "q"], &["1:N", "0:N"], |m| {
+            m.tasklet(
+                "fy",
+                &[("a", "u[p, q]")],
+                &[("o", "y[p, q]")],
+                "o = 2.0 * a",
+            );
+        });
+    });
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let c = SiblingFusion.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("maps_fused"), 1);
+    assert_eq!(maps(&s), 1);
+    let Node::Map(m) = s.states[0]
+        .graph
+        .node_ids()
+        .into_iter()
+        .map(|n| s.states[0].graph.node(n))
+        .find(|n| matches!(n, Node::Map(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        m.body.access_nodes("u").len(),
+        1,
+        "u is read through one access node"
+    );
+    same_results(&s0, &s, &[("N", 6)]);
+}
+
+/// `tmp = u * u` before `if flag != 0 { out = tmp + 1 } else { out = u }`.
+fn branchy() -> Sdfg {
+    let mut b = SdfgBuilder::new("branchy");
+    b.symbol("N", DType::I64)
+        .symbol("flag", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    let pre = b.state("pre", |s| {
+        s.map("square", &["i"], &["0:N"], |m| {
+            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
+        });
+    });
+    let then = b.state("then", |s| {
+        s.map("use", &["i"], &["0:N"], |m| {
+            m.tasklet("use", &[("x", "tmp[i]")], &[("y", "out[i]")], "y = x + 1.0");
+        });
+    });
+    let other = b.state("else", |s| {
+        s.map("copy", &["i"], &["0:N"], |m| {
+            m.tasklet("copy", &[("x", "u[i]")], &[("y", "out[i]")], "y = x");
+        });
+    });
+    b.body(Block::seq([
+        Block::State(pre),
+        Block::if_else("flag != 0", Block::State(then), Block::State(other)),
+    ]));
+    b.build()
+}
+
+#[test]
+fn move_into_if_moves_the_producer_into_its_branch() {
+    let s0 = branchy();
+    let mut s = s0.clone();
+    let c = MoveIntoIf.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("nodes_moved"), 1);
+    let Block::Seq(items) = &s.body else { panic!() };
+    let Block::If(i) = &items[1] else { panic!() };
+    let then_states: Vec<&str> = i
+        .then
+        .states()
+        .iter()
+        .map(|id| s.states[id.index()].name.as_str())
+        .collect();
+    assert_eq!(then_states, ["pre_moved", "then"]);
+    let Block::State(pre) = items[0] else {
+        panic!()
+    };
+    assert_eq!(
+        s.states[pre.index()].graph.node_count(),
+        0,
+        "nothing left before the if"
+    );
+    for flag in [0, 1] {
+        same_results(&s0, &s, &[("N", 5), ("flag", flag)]);
+    }
+    assert!(MoveIntoIf.run(&mut s).is_empty());
+    // The cleanup drops the empty state.
+    let c = DeadDataflow.run(&mut s);
+    assert_eq!(c.get("empty_states_removed"), 1);
+    assert_eq!(s.validate(), Ok(()));
+}
+
+#[test]
+fn move_into_if_leaves_values_read_after_the_if() {
+    let mut s = branchy();
+    // `tmp` is also read after the if: it must be computed on both paths.
+    let after = s.add_state("after");
+    let mut g = sdflow_ir::Dataflow::new();
+    let t = g.add_access("tmp");
+    let o = g.add_access("out");
+    g.add_edge(t, None, o, None, sdflow_ir::Memlet::parse("tmp[0:N]"));
+    s.states[after.index()].graph = g;
+    let Block::Seq(items) = &mut s.body else {
+        panic!()
+    };
+    items.push(Block::State(after));
+    assert_eq!(s.validate(), Ok(()));
+    assert!(MoveIntoIf.run(&mut s).is_empty());
+}
+
+#[test]
+fn dead_dataflow_removes_unread_transients_and_their_writers() {
+    let mut b = SdfgBuilder::new("dead");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("unused", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("waste", &["i"], &["0:N"], |m| {
+            m.tasklet(
+                "w",
+                &[("x", "u[i]")],
+                &[("y", "unused[i]")],
+                "y = sqrt(x * x)",
+            );
+        });
+        s.map("keep", &["i"], &["0:N"], |m| {
+            m.tasklet("k", &[("x", "u[i]")], &[("y", "out[i]")], "y = x + x");
+        });
+    });
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let c = DeadDataflow.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(maps(&s), 1);
+    assert_eq!(c.get("transients_removed"), 1);
+    assert!(!s.arrays.contains_key("unused"));
+    same_results(&s0, &s, &[("N", 4)]);
+}
+
+#[test]
+fn redundant_copies_disappear() {
+    let mut b = SdfgBuilder::new("copy");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("f", &["i"], &["0:N"], |m| {
+            m.tasklet("f", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = 3.0 * x");
+        });
+        s.copy("tmp[0:N]", "out[0:N]");
+    });
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let c = RedundantCopy.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("copies_removed"), 1);
+    assert!(!s.arrays.contains_key("tmp"));
+    assert_eq!(s.states[0].graph.node_count(), 3, "u -> map -> out");
+    same_results(&s0, &s, &[("N", 4)]);
+}
+
+#[test]
+fn specialization_folds_static_sizes_and_flags() {
+    let mut b = SdfgBuilder::new("static");
+    b.static_symbol("NZ", Value::I64(3))
+        .static_symbol("smooth", Value::I64(0))
+        .static_symbol("w", Value::F64(0.5))
+        .array("u", DType::F64, ["NZ"])
+        .array("out", DType::F64, ["NZ"]);
+    let a = b.state("scale", |s| {
+        s.map("scale", &["k"], &["0:NZ"], |m| {
+            m.tasklet("s", &[("x", "u[k]")], &[("y", "out[k]")], "y = w * x");
+        });
+    });
+    let c = b.state("smooth", |s| {
+        s.map("smooth", &["k"], &["1:NZ"], |m| {
+            m.tasklet("s", &[("x", "u[k-1]")], &[("y", "out[k]")], "y = x");
+        });
+    });
+    b.body(Block::seq([
+        Block::State(a),
+        Block::if_else("smooth != 0", Block::State(c), Block::empty()),
+    ]));
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let ch = Specialize.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(
+        (ch.get("symbols_specialized"), ch.get("branches_folded")),
+        (3, 1)
+    );
+    assert!(s.symbols.is_empty());
+    assert_eq!(s.states.len(), 1, "the branch not taken is gone");
+    assert_eq!(s.arrays["u"].shape(), [sdflow_ir::SymExpr::Int(3)]);
+    let text = sdflow_ir::format::to_json(&s);
+    assert!(text.contains("\"0:3\""), "{text}");
+    assert!(text.contains("y = 0.5 * x"), "{text}");
+    same_results(&s0, &s, &[]);
+}
+
+#[test]
+fn pipelines_report_bisect_and_reject_unknown_passes() {
+    let s0 = lap_of_lap();
+    let mut s = s0.clone();
+    let report = Pipeline::cpu().validate_each(true).run(&mut s).unwrap();
+    assert!(report.fixed_point);
+    assert_eq!(report.rounds, 2);
+    let text = report.to_string();
+    assert!(text.contains("map_fusion"), "{text}");
+    assert!(text.contains("maps_fused_recompute=1"), "{text}");
+    same_results(&s0, &s, &[("N", 8)]);
+
+    // Stopping after the first two pass runs (specialize, dead_dataflow) leaves two maps.
+    let mut s = s0.clone();
+    let r = Pipeline::cpu().stop_after(2).run(&mut s).unwrap();
+    assert!(!r.fixed_point);
+    assert_eq!(maps(&s), 2);
+    // Disabling map fusion by name, too.
+    let mut s = s0.clone();
+    Pipeline::cpu()
+        .disable("map_fusion")
+        .unwrap()
+        .run(&mut s)
+        .unwrap();
+    assert_eq!(maps(&s), 2);
+
+    let Err(e) = Pipeline::from_names(&["specialize", "fuse_everything"]) else {
+        panic!("an unknown pass was accepted")
+    };
+    assert!(matches!(e, TransformError::UnknownPass { .. }));
+    assert_eq!(
+        e.to_string(),
+        "unknown pass 'fuse_everything'; the passes are: specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, move_into_if, gpu_schedule"
+    );
+    // The same input gives the same output, byte for byte.
+    let (mut a, mut b) = (s0.clone(), s0.clone());
+    Pipeline::cpu().run(&mut a).unwrap();
+    Pipeline::cpu().run(&mut b).unwrap();
+    assert_eq!(
+        sdflow_ir::format::to_json(&a),
+        sdflow_ir::format::to_json(&b)
+    );
+}
