@@ -28,6 +28,7 @@ mod dead_dataflow;
 mod gpu_schedule;
 mod map_fusion;
 mod move_into_if;
+mod move_into_nested_if;
 mod pass;
 pub mod pattern;
 mod pipeline;

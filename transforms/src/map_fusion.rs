@@ -27,8 +27,8 @@ use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, S
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUse, code_mentions, copy_into, data_uses, flops, fresh_name, neighbours, node_reads_writes,
-    renamed_body, replace_map, same_ranges, scalar_memlet, substitute_params,
+    DataUse, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name, neighbours,
+    node_reads_writes, renamed_body, replace_map, same_ranges, scalar_memlet, substitute_params,
 };
 
 /// See the module documentation.
@@ -129,23 +129,16 @@ impl MapFusion {
             let Some(DataDesc::Array(arr)) = sdfg.arrays.get(t) else {
                 continue;
             };
-            let ins = df.in_edges(t_node);
-            let [in_edge] = ins.as_slice() else { continue };
-            if !arr.transient || df.edge(*in_edge).memlet.wcr.is_some() {
+            let Some(chain) = chain_at(df, t_node).filter(|_| arr.transient) else {
                 continue;
-            }
-            let a = df.endpoints(*in_edge).0;
+            };
+            let a = chain.producer;
             let Node::Map(ma) = df.node(a) else { continue };
             let u = uses.get(t);
             let private =
                 u.is_some_and(|u| u.access_nodes == 1 && u.states.len() == 1 && !u.in_control);
-            let mut consumers: Vec<NodeId> = df
-                .out_edges(t_node)
-                .into_iter()
-                .map(|e| df.endpoints(e).1)
-                .collect();
-            consumers.dedup();
-            for &b in &consumers {
+            let consumers = &chain.consumers;
+            for &b in consumers {
                 let Node::Map(mb) = df.node(b) else { continue };
                 // A private T must be read by B alone.
                 let only_b = consumers.iter().all(|&c| c == b);

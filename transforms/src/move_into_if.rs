@@ -1,7 +1,8 @@
 //! Move dataflow into if: a node of the state right before a conditional, all of whose
 //! results are transients read only inside one branch (and nowhere else in the program),
 //! moves into a new state at the start of that branch, so it runs only when the branch
-//! does. Repeated until nothing moves.
+//! does. The same for the dataflow form of a conditional, a nested SDFG whose body is an
+//! `if` (see `move_into_nested_if.rs`). Repeated until nothing moves.
 //!
 //! ```text
 //! state: u ─► map A ─► t                     if flag != 0:
@@ -90,10 +91,11 @@ impl Pass for MoveIntoIf {
                 }
                 false
             });
-            if !found {
+            if found || crate::move_into_nested_if::move_one(sdfg) {
+                ch.add("nodes_moved", 1);
+            } else {
                 break;
             }
-            ch.add("nodes_moved", 1);
         }
         ch
     }

@@ -31,6 +31,42 @@ pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
     (reads, writes)
 }
 
+/// A producer → access node → consumers chain: the access node has exactly one
+/// in-edge, from a node that is not an access node (a map, tasklet, nested SDFG or library
+/// node), without write-conflict resolution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The writer.
+    pub producer: NodeId,
+    /// The access node it writes.
+    pub access: NodeId,
+    /// Nodes reading the access node, in edge order, without repeats.
+    pub consumers: Vec<NodeId>,
+}
+
+/// The chain through access node `access`, if it is one.
+pub fn chain_at(df: &Dataflow, access: NodeId) -> Option<Chain> {
+    df.node(access).as_access()?;
+    let ins = df.in_edges(access);
+    let [w] = ins.as_slice() else { return None };
+    let producer = df.endpoints(*w).0;
+    if df.node(producer).as_access().is_some() || df.edge(*w).memlet.wcr.is_some() {
+        return None;
+    }
+    let mut consumers: Vec<NodeId> = Vec::new();
+    for e in df.out_edges(access) {
+        let c = df.endpoints(e).1;
+        if !consumers.contains(&c) {
+            consumers.push(c);
+        }
+    }
+    Some(Chain {
+        producer,
+        access,
+        consumers,
+    })
+}
+
 /// Containers a node reads (sources of its in-edges, tables) and writes (destinations of
 /// its out-edges), at the level of `df`.
 pub fn node_reads_writes(df: &Dataflow, n: NodeId) -> (BTreeSet<String>, BTreeSet<String>) {

@@ -492,3 +492,87 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
         sdflow_ir::format::to_json(&b)
     );
 }
+
+/// `tmp = u * u` feeds a nested SDFG whose body is `if flag != 0 { out = tmp + 1 } else
+/// { out = 0 }`: the dataflow form of a conditional.
+fn nested_branchy() -> Sdfg {
+    let mut inner = SdfgBuilder::new("cond");
+    inner
+        .symbol("n", DType::I64)
+        .symbol("f", DType::I64)
+        .array("c", DType::F64, ["n"])
+        .array("o", DType::F64, ["n"]);
+    let t = inner.state("use", |s| {
+        s.map("use", &["i"], &["0:n"], |m| {
+            m.tasklet("use", &[("x", "c[i]")], &[("y", "o[i]")], "y = x + 1.0");
+        });
+    });
+    let e = inner.state("zero", |s| {
+        s.map("zero", &["i"], &["0:n"], |m| {
+            m.tasklet("zero", &[], &[("y", "o[i]")], "y = 0.0");
+        });
+    });
+    inner.body(Block::if_else("f != 0", Block::State(t), Block::State(e)));
+    let inner = inner.build();
+    let mut b = SdfgBuilder::new("nested_branchy");
+    b.symbol("N", DType::I64)
+        .symbol("flag", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("square", &["i"], &["0:N"], |m| {
+            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
+        });
+        s.nested(
+            inner,
+            &[("n", "N"), ("f", "flag")],
+            &[("c", "tmp[0:N]")],
+            &[("o", "out[0:N]")],
+        );
+    });
+    b.build()
+}
+
+#[test]
+fn move_into_if_enters_a_nested_sdfg_with_an_if_body() {
+    let s0 = nested_branchy();
+    assert_eq!(s0.validate(), Ok(()));
+    let mut s = s0.clone();
+    let c = MoveIntoIf.run(&mut s);
+    assert_eq!(s.validate(), Ok(()), "{}", sdflow_ir::format::to_json(&s));
+    assert_eq!(c.get("nodes_moved"), 1);
+    // Outside: only the nested SDFG is left, reading u directly; tmp is gone.
+    assert_eq!(
+        maps(&s),
+        3,
+        "the square map is now inside, with use and zero"
+    );
+    assert!(!s.arrays.contains_key("tmp"));
+    let Node::Nested(ns) = s.states[0]
+        .graph
+        .node_ids()
+        .into_iter()
+        .map(|n| s.states[0].graph.node(n))
+        .find(|n| matches!(n, Node::Nested(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let inner = &ns.sdfg;
+    let Block::If(i) = &inner.body else { panic!() };
+    let then_states: Vec<&str> = i
+        .then
+        .states()
+        .iter()
+        .map(|id| inner.states[id.index()].name.as_str())
+        .collect();
+    assert_eq!(then_states, ["moved", "use"]);
+    assert!(inner.arrays["tmp"].transient() && !inner.arrays["u"].transient());
+    assert!(!inner.arrays.contains_key("c"));
+    assert_eq!(ns.symbol_mapping["N"], sdflow_ir::SymExpr::sym("N"));
+    for flag in [0, 1] {
+        same_results(&s0, &s, &[("N", 6), ("flag", flag)]);
+    }
+    assert!(MoveIntoIf.run(&mut s).is_empty());
+}
