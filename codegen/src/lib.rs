@@ -1,10 +1,54 @@
-//! `sdflow-codegen`: whole-program code generators (C/OpenMP for CPUs, CUDA for GPUs),
-//! their compilers, loaders and runtime ABI.
+//! `sdflow-codegen`: whole-program code generators, their compilers, loaders and runtime
+//! ABI.
 //!
-//! Depends on `sdflow-transforms` and `sdflow-ir`. The backends arrive with their own
-//! work; today the crate names the backends so configuration can refer to them.
+//! - [`cpu`]: C with OpenMP for the whole program (`sdflow_init` allocates transients
+//!   once, `sdflow_run` runs the whole control flow in one parallel region,
+//!   `sdflow_finalize`), compiled by the system C compiler ([`compile`]), kept in a
+//!   content-addressed, multi-process-safe [`cache`], and loaded as a
+//!   [`CompiledProgram`].
+//! - [`program`]: binding arguments once ([`CompiledProgram::bind`]) and calling through
+//!   one FFI call ([`BoundCall::call`]).
+//!
+//! Depends on `sdflow-transforms` and `sdflow-ir`. See `docs/backend-cpu.md`.
 
 #![warn(missing_docs)]
+
+pub mod cache;
+pub mod compile;
+pub mod cpu;
+pub mod program;
+
+pub use cache::{Cache, Origin};
+pub use compile::CompilerOptions;
+pub use cpu::{CpuBackend, EmitOptions, Signature};
+pub use program::{Args, BoundCall, CallError, CompiledProgram, Element};
+
+use std::path::PathBuf;
+
+/// Why a program could not be generated, compiled or loaded.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    /// The program does not validate.
+    #[error("the SDFG is invalid:\n{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+    /// A construct the backend does not generate code for.
+    #[error("cannot generate code: {0}")]
+    Unsupported(String),
+    /// The C compiler failed or could not run.
+    #[error("{message}{}", .source_file.as_ref().map(|p| format!("\n(generated source: {})", p.display())).unwrap_or_default())]
+    Compiler {
+        /// What the compiler said.
+        message: String,
+        /// The generated file it compiled.
+        source_file: Option<PathBuf>,
+    },
+    /// The cache directory could not be used.
+    #[error("build cache: {0}")]
+    Cache(String),
+    /// The library could not be loaded.
+    #[error("cannot load the compiled program: {0}")]
+    Load(String),
+}
 
 /// A code-generation target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

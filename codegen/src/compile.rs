@@ -1,0 +1,122 @@
+//! The system C compiler: which one, with which flags, and its identity (part of every
+//! cache key).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::CodegenError;
+
+/// How generated C is compiled.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompilerOptions {
+    /// The compiler: `$SDFLOW_CC`, else `cc`.
+    pub cc: String,
+    /// Flags. Default: `-O3 -march=native -fopenmp -ffp-contract=off -fno-math-errno
+    /// -fPIC -shared -std=c11`. `-ffp-contract=off` keeps results bitwise equal to the
+    /// interpreter (no fused multiply-add); there is no fast-math unless a program opts in
+    /// by adding flags here.
+    pub flags: Vec<String>,
+}
+
+impl Default for CompilerOptions {
+    fn default() -> Self {
+        CompilerOptions {
+            cc: std::env::var("SDFLOW_CC").unwrap_or_else(|_| "cc".to_string()),
+            flags: [
+                "-O3",
+                "-march=native",
+                "-fopenmp",
+                "-ffp-contract=off",
+                "-fno-math-errno",
+                "-fPIC",
+                "-shared",
+                "-std=c11",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        }
+    }
+}
+
+impl CompilerOptions {
+    /// The same options without OpenMP (a sequential build).
+    pub fn without_openmp(mut self) -> Self {
+        self.flags.retain(|f| f != "-fopenmp");
+        self
+    }
+
+    /// What identifies the compiler for caching: its `--version` text, and for
+    /// `-march=native` the host CPU's model, so a cache shared between machines never
+    /// hands out a library built for other instructions.
+    pub fn identity(&self) -> Result<String, CodegenError> {
+        let out = Command::new(&self.cc)
+            .arg("--version")
+            .output()
+            .map_err(|e| CodegenError::Compiler {
+                message: format!(
+                    "cannot run the C compiler '{}': {e}; install one (e.g. `apt-get install gcc`) or set SDFLOW_CC",
+                    self.cc
+                ),
+                source_file: None,
+            })?;
+        let mut id = String::from_utf8_lossy(&out.stdout).into_owned();
+        if self.flags.iter().any(|f| f == "-march=native") {
+            id.push_str(host_cpu());
+        }
+        Ok(id)
+    }
+
+    /// Compiles `source` into the shared library `output`.
+    pub fn compile(&self, source: &Path, output: &Path) -> Result<(), CodegenError> {
+        let out = Command::new(&self.cc)
+            .args(&self.flags)
+            .arg("-o")
+            .arg(output)
+            .arg(source)
+            .arg("-lm")
+            .output()
+            .map_err(|e| CodegenError::Compiler {
+                message: format!("cannot run the C compiler '{}': {e}", self.cc),
+                source_file: Some(source.to_path_buf()),
+            })?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(CodegenError::Compiler {
+                message: format!(
+                    "'{} {}' failed ({}):\n{}",
+                    self.cc,
+                    self.flags.join(" "),
+                    out.status,
+                    stderr.trim_end()
+                ),
+                source_file: Some(source.to_path_buf()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The host CPU's model name (Linux), or the architecture.
+fn host_cpu() -> &'static str {
+    static CPU: OnceLock<String> = OnceLock::new();
+    CPU.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("model name") || l.starts_with("CPU part"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+    })
+}
+
+/// Where a program's files go when they are not cached: a fresh directory under the
+/// system temporary directory.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("sdflow-{tag}-{}-{n}", std::process::id()))
+}

@@ -1,0 +1,128 @@
+//! The CPU backend: whole-program C with OpenMP ([`emit`]), compiled by the system C
+//! compiler into a shared library, cached, and loaded.
+
+pub mod cexpr;
+pub mod emit;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use rayon::prelude::*;
+use sdflow_ir::Sdfg;
+
+pub use emit::{ArgSpec, EmitOptions, Signature};
+
+use crate::CodegenError;
+use crate::cache::{Cache, Origin};
+use crate::compile::{CompilerOptions, scratch_dir};
+use crate::program::{CompiledProgram, static_ints};
+
+/// Code generation, compilation and caching for the CPU.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    /// Emitter options.
+    pub emit: EmitOptions,
+    /// Compiler and flags.
+    pub compiler: CompilerOptions,
+    /// Where libraries are cached (`None`: build in a scratch directory every time).
+    pub cache: Option<Cache>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend {
+            emit: EmitOptions::default(),
+            compiler: CompilerOptions::default(),
+            cache: Some(Cache::from_env()),
+        }
+    }
+}
+
+impl CpuBackend {
+    /// The C source of `sdfg` (validated first).
+    pub fn generate(&self, sdfg: &Sdfg) -> Result<String, CodegenError> {
+        if let Err(problems) = sdfg.validate() {
+            return Err(CodegenError::Invalid(
+                problems.iter().map(|p| p.to_string()).collect(),
+            ));
+        }
+        emit::emit_program(sdfg, &self.emit)
+    }
+
+    /// The cache key of `sdfg` under these options.
+    pub fn key(&self, sdfg: &Sdfg) -> Result<String, CodegenError> {
+        let json = sdflow_ir::format::to_json(sdfg);
+        let id = self.compiler.identity()?;
+        let opts = format!("{:?}|{:?}", self.emit, self.compiler);
+        Ok(Cache::key(&[&json, &opts, &id, env!("CARGO_PKG_VERSION")]))
+    }
+
+    /// Generates, compiles (or finds in the cache) and loads `sdfg`.
+    pub fn build(&self, sdfg: &Sdfg) -> Result<CompiledProgram, CodegenError> {
+        let source = self.generate(sdfg)?;
+        let signature = Signature::of(sdfg);
+        let compile = |src: &std::path::Path, lib: &std::path::Path| {
+            let spinner = spinner(&sdfg.name);
+            let r = self.compiler.compile(src, lib);
+            if let Some(s) = spinner {
+                s.finish_and_clear();
+            }
+            r
+        };
+        let (lib, origin) = match &self.cache {
+            Some(cache) => {
+                let key = self.key(sdfg)?;
+                cache.get_or_build(&key, &source, compile)?
+            }
+            None => {
+                let dir = scratch_dir("build");
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
+                let src = dir.join("program.c");
+                std::fs::write(&src, &source)
+                    .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
+                let lib = dir.join("libprogram.so");
+                compile(&src, &lib)?;
+                (lib, Origin::Built)
+            }
+        };
+        CompiledProgram::load(&lib, signature, static_ints(sdfg), &sdfg.name, origin)
+    }
+
+    /// Builds many programs at once (in parallel with `rayon`; identical programs are
+    /// compiled once, through the cache's lock), with a progress bar on a terminal.
+    pub fn build_all(&self, sdfgs: &[Sdfg]) -> Vec<Result<CompiledProgram, CodegenError>> {
+        let bar = if std::io::stderr().is_terminal() && sdfgs.len() > 1 {
+            let b = indicatif::ProgressBar::new(sdfgs.len() as u64);
+            b.set_message("building");
+            Some(b)
+        } else {
+            None
+        };
+        let out = sdfgs
+            .par_iter()
+            .map(|s| {
+                let r = self.build(s);
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
+                r
+            })
+            .collect();
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        out
+    }
+}
+
+/// A spinner on standard error while a compile runs, when that is a terminal.
+fn spinner(name: &str) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let s = indicatif::ProgressBar::new_spinner();
+    s.set_message(format!("compiling '{name}'"));
+    s.enable_steady_tick(Duration::from_millis(120));
+    Some(s)
+}

@@ -1,0 +1,477 @@
+//! A compiled, loaded program and its calling paths: [`CompiledProgram::bind`] checks
+//! names, element types, shapes, strides and aliasing once and precomputes the argument
+//! vectors; [`BoundCall::call`] is then one FFI call. [`CompiledProgram::call_checked`]
+//! does both every time.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use sdflow_ir::interp::{Bindings, HostArray};
+use sdflow_ir::{DType, SymExpr, Value};
+
+use crate::CodegenError;
+use crate::cache::Origin;
+use crate::cpu::Signature;
+
+type InitFn = unsafe extern "C" fn(*const i64, *const f64) -> *mut c_void;
+type RunFn = unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const i64, *const f64) -> i32;
+type FinalizeFn = unsafe extern "C" fn(*mut c_void);
+
+/// A program compiled to a shared library and loaded.
+pub struct CompiledProgram {
+    // The function pointers point into the library. It is never unloaded: the OpenMP
+    // runtime it pulls in keeps worker threads alive after a call, and unloading the
+    // library (and with it the runtime) under them crashes the process.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
+    init: InitFn,
+    run: RunFn,
+    finalize: FinalizeFn,
+    /// The calling convention.
+    pub signature: Signature,
+    /// Static symbol values (for shape checks).
+    statics: BTreeMap<String, i64>,
+    /// The program's name.
+    pub name: String,
+    /// The loaded library.
+    pub library: PathBuf,
+    /// Whether this load compiled the library or found it in the cache.
+    pub origin: Origin,
+}
+
+/// Why a call could not be bound or made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// An argument is missing, unknown, of the wrong type or shape, or aliases another.
+    #[error("program '{program}': {message}")]
+    Bind {
+        /// The program.
+        program: String,
+        /// What is wrong, naming the argument.
+        message: String,
+    },
+    /// The program reported an error while running.
+    #[error("program '{program}': {message}")]
+    Run {
+        /// The program.
+        program: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Element types that can be passed as arrays.
+pub trait Element: Copy + 'static {
+    /// The IR element type.
+    const DTYPE: DType;
+}
+
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+}
+
+#[derive(Clone, Debug)]
+struct RawArray {
+    ptr: *mut u8,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// In elements.
+    strides: Vec<isize>,
+}
+
+impl RawArray {
+    /// The byte range the array's elements span.
+    fn span(&self) -> (usize, usize) {
+        let size = self.dtype.size_bytes() as isize;
+        if self.shape.contains(&0) {
+            return (self.ptr as usize, self.ptr as usize);
+        }
+        let (mut lo, mut hi) = (0isize, 0isize);
+        for (n, s) in self.shape.iter().zip(&self.strides) {
+            let reach = (*n as isize - 1) * s;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        let base = self.ptr as isize;
+        (
+            (base + lo * size) as usize,
+            (base + (hi + 1) * size) as usize,
+        )
+    }
+}
+
+/// Arguments of a call, by name: arrays (borrowed mutably for as long as the call is
+/// bound) and symbol values.
+#[derive(Default)]
+pub struct Args<'a> {
+    arrays: Vec<(String, RawArray)>,
+    ints: BTreeMap<String, i64>,
+    floats: BTreeMap<String, f64>,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> Args<'a> {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Args::default()
+    }
+
+    /// An array argument from an `ndarray` view (any layout; the program checks it).
+    pub fn view<T: Element, D: ndarray::Dimension>(
+        mut self,
+        name: &str,
+        mut a: ndarray::ArrayViewMut<'a, T, D>,
+    ) -> Self {
+        let raw = RawArray {
+            ptr: a.as_mut_ptr() as *mut u8,
+            dtype: T::DTYPE,
+            shape: a.shape().to_vec(),
+            strides: a.strides().to_vec(),
+        };
+        self.arrays.push((name.to_string(), raw));
+        self
+    }
+
+    /// An array argument from an owned `ndarray` array.
+    pub fn array<T: Element, D: ndarray::Dimension>(
+        self,
+        name: &str,
+        a: &'a mut ndarray::Array<T, D>,
+    ) -> Self {
+        self.view(name, a.view_mut())
+    }
+
+    /// An array argument from a raw host buffer.
+    ///
+    /// # Safety
+    /// `ptr` must point to memory valid for reads and writes of every element that
+    /// `shape` and `strides` (in elements) describe, of type `dtype`, for as long as the
+    /// call stays bound, and nothing else may access it during a call.
+    pub unsafe fn raw(
+        mut self,
+        name: &str,
+        ptr: *mut u8,
+        dtype: DType,
+        shape: &[usize],
+        strides: &[isize],
+    ) -> Self {
+        let raw = RawArray {
+            ptr,
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        };
+        self.arrays.push((name.to_string(), raw));
+        self
+    }
+
+    /// An integer symbol's value.
+    pub fn int(mut self, name: &str, v: i64) -> Self {
+        self.ints.insert(name.to_string(), v);
+        self
+    }
+
+    /// A float symbol's value.
+    pub fn float(mut self, name: &str, v: f64) -> Self {
+        self.floats.insert(name.to_string(), v);
+        self
+    }
+}
+
+/// A call with its arguments checked and laid out: [`BoundCall::call`] is one FFI call.
+/// It owns the program's state (its transients, allocated once by `init`).
+pub struct BoundCall<'a> {
+    program: &'a CompiledProgram,
+    state: *mut c_void,
+    ptrs: Vec<*mut c_void>,
+    ints: Vec<i64>,
+    floats: Vec<f64>,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl BoundCall<'_> {
+    /// Runs the program once on the bound arguments.
+    pub fn call(&mut self) -> Result<(), CallError> {
+        debug_assert_eq!(self.ptrs.len(), self.program.signature.arrays.len());
+        // SAFETY: `bind` checked every array against the program's signature (element
+        // type, shape, strides, no aliasing) and holds the borrows for this call's
+        // lifetime; the vectors have the lengths `run` reads; `state` came from `init`.
+        let rc = unsafe {
+            (self.program.run)(
+                self.state,
+                self.ptrs.as_ptr(),
+                self.ints.as_ptr(),
+                self.floats.as_ptr(),
+            )
+        };
+        match rc {
+            0 => Ok(()),
+            2 => Err(CallError::Run {
+                program: self.program.name.clone(),
+                message: "integer division by zero, or an allocation failure, in the program"
+                    .into(),
+            }),
+            other => Err(CallError::Run {
+                program: self.program.name.clone(),
+                message: format!("status {other}"),
+            }),
+        }
+    }
+}
+
+impl Drop for BoundCall<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `state` came from this library's `init` and is finalized once.
+        unsafe { (self.program.finalize)(self.state) }
+    }
+}
+
+impl CompiledProgram {
+    /// Loads a library built from a program with `signature`.
+    pub(crate) fn load(
+        library: &Path,
+        signature: Signature,
+        statics: BTreeMap<String, i64>,
+        name: &str,
+        origin: Origin,
+    ) -> Result<CompiledProgram, CodegenError> {
+        let err = |e: libloading::Error| CodegenError::Load(format!("{}: {e}", library.display()));
+        // SAFETY: the library is one sdflow generated; loading it runs no initializers
+        // of ours beyond the C runtime's.
+        let lib = unsafe { libloading::Library::new(library) }.map_err(err)?;
+        // SAFETY: the generated code defines these three functions with these types.
+        let (init, run, finalize) = unsafe {
+            (
+                *lib.get::<InitFn>(b"sdflow_init\0").map_err(err)?,
+                *lib.get::<RunFn>(b"sdflow_run\0").map_err(err)?,
+                *lib.get::<FinalizeFn>(b"sdflow_finalize\0").map_err(err)?,
+            )
+        };
+        Ok(CompiledProgram {
+            _lib: std::mem::ManuallyDrop::new(lib),
+            init,
+            run,
+            finalize,
+            signature,
+            statics,
+            name: name.to_string(),
+            library: library.to_path_buf(),
+            origin,
+        })
+    }
+
+    fn bind_err(&self, message: String) -> CallError {
+        CallError::Bind {
+            program: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Checks the arguments once and lays them out for [`BoundCall::call`].
+    pub fn bind<'a>(&'a self, args: Args<'a>) -> Result<BoundCall<'a>, CallError> {
+        let sig = &self.signature;
+        for (name, _) in &args.arrays {
+            if !sig.arrays.iter().any(|a| a.name == *name) {
+                return Err(self.bind_err(format!("it has no array argument '{name}'")));
+            }
+        }
+        for name in args.ints.keys().chain(args.floats.keys()) {
+            if !sig.ints.contains(name) && !sig.floats.contains(name) {
+                return Err(self.bind_err(format!("it has no runtime symbol '{name}'")));
+            }
+        }
+        let find = |name: &str| args.arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a);
+        // Symbol values: given, or read off a dimension declared as a bare symbol.
+        let mut values: BTreeMap<String, i64> = self.statics.clone();
+        values.extend(args.ints.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut inferred_from: BTreeMap<String, String> = BTreeMap::new();
+        for spec in &sig.arrays {
+            let Some(a) = find(&spec.name) else { continue };
+            for (d, e) in spec.shape.iter().enumerate() {
+                if let (SymExpr::Sym(s), Some(&n)) = (e, a.shape.get(d)) {
+                    let s = s.to_string();
+                    match values.get(&s) {
+                        Some(&v) if v != n as i64 => {
+                            let from = inferred_from
+                                .get(&s)
+                                .map_or("its given value".to_string(), |x| format!("'{x}'"));
+                            return Err(self.bind_err(format!(
+                                "symbol '{s}' is {v} from {from} but '{}' has {n} in dimension {d}",
+                                spec.name
+                            )));
+                        }
+                        Some(_) => {}
+                        None => {
+                            values.insert(s.clone(), n as i64);
+                            inferred_from.insert(s, spec.name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut ints = Vec::new();
+        for s in &sig.ints {
+            let v = values.get(s).ok_or_else(|| {
+                self.bind_err(format!(
+                    "symbol '{s}' has no value (give it, or pass an array whose shape names it)"
+                ))
+            })?;
+            ints.push(*v);
+        }
+        let mut floats = Vec::new();
+        for s in &sig.floats {
+            let v = args
+                .floats
+                .get(s)
+                .copied()
+                .or_else(|| args.ints.get(s).map(|&i| i as f64))
+                .ok_or_else(|| self.bind_err(format!("float symbol '{s}' has no value")))?;
+            floats.push(v);
+        }
+        let eval = |e: &SymExpr| {
+            e.eval_map(&values)
+                .map_err(|x| self.bind_err(format!("cannot evaluate '{e}': {x}")))
+        };
+        let mut ptrs = Vec::new();
+        let mut spans: Vec<(usize, usize, &str)> = Vec::new();
+        for spec in &sig.arrays {
+            let a = find(&spec.name)
+                .ok_or_else(|| self.bind_err(format!("missing argument '{}'", spec.name)))?;
+            if a.dtype != spec.dtype {
+                return Err(self.bind_err(format!(
+                    "'{}' is {}, the program needs {}",
+                    spec.name, a.dtype, spec.dtype
+                )));
+            }
+            let want: Vec<i64> = spec.shape.iter().map(eval).collect::<Result<_, _>>()?;
+            let have: Vec<i64> = a.shape.iter().map(|&n| n as i64).collect();
+            let scalar_ok = want.is_empty() && have.iter().product::<i64>() == 1;
+            if want != have && !scalar_ok {
+                return Err(self.bind_err(format!(
+                    "'{}' has shape {have:?}, the program needs {want:?}",
+                    spec.name
+                )));
+            }
+            if !want.is_empty() {
+                let strides: Vec<i64> = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
+                for (d, (&w, &h)) in strides.iter().zip(&a.strides).enumerate() {
+                    if want[d] > 1 && w != h as i64 {
+                        return Err(self.bind_err(format!(
+                            "'{}' has strides {:?}, the program needs {strides:?} (dimension {d})",
+                            spec.name, a.strides
+                        )));
+                    }
+                }
+            }
+            let (lo, hi) = a.span();
+            if let Some((_, _, other)) = spans.iter().find(|(l, h, _)| lo < *h && *l < hi) {
+                return Err(self.bind_err(format!(
+                    "'{}' and '{other}' overlap in memory; pass distinct arrays",
+                    spec.name
+                )));
+            }
+            if lo < hi {
+                spans.push((lo, hi, &spec.name));
+            }
+            ptrs.push(a.ptr as *mut c_void);
+        }
+        // SAFETY: `ints` and `floats` hold one value per symbol of the signature.
+        let state = unsafe { (self.init)(ints.as_ptr(), floats.as_ptr()) };
+        if state.is_null() {
+            return Err(CallError::Run {
+                program: self.name.clone(),
+                message: "could not allocate the program's transients".into(),
+            });
+        }
+        if ints.is_empty() {
+            ints.push(0);
+        }
+        if floats.is_empty() {
+            floats.push(0.0);
+        }
+        Ok(BoundCall {
+            program: self,
+            state,
+            ptrs,
+            ints,
+            floats,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Binds and calls once.
+    pub fn call_checked(&self, args: Args<'_>) -> Result<(), CallError> {
+        self.bind(args)?.call()
+    }
+
+    /// Runs on interpreter-style bindings (arrays updated in place, as
+    /// `sdflow_ir::interp::run` does), for comparing the two.
+    pub fn run_bindings(&self, b: &mut Bindings) -> Result<(), CallError> {
+        let mut args = Args::new();
+        let mut ints = BTreeMap::new();
+        for (k, v) in &b.symbols {
+            if self.signature.floats.contains(k) {
+                args = args.float(k, v.as_f64());
+            } else if self.signature.ints.contains(k) {
+                ints.insert(k.clone(), v.as_i64());
+            }
+        }
+        for (k, v) in ints {
+            args = args.int(&k, v);
+        }
+        for spec in &self.signature.arrays {
+            if !b.arrays.contains_key(&spec.name) {
+                return Err(self.bind_err(format!("missing argument '{}'", spec.name)));
+            }
+        }
+        for (name, h) in b.arrays.iter_mut() {
+            if !self.signature.arrays.iter().any(|a| a.name == *name) {
+                continue;
+            }
+            args = match h {
+                HostArray::F64(a) => args.view(name, standard(a)),
+                HostArray::F32(a) => args.view(name, standard(a)),
+                HostArray::I64(a) => args.view(name, standard(a)),
+                HostArray::I32(a) => args.view(name, standard(a)),
+                HostArray::Bool(a) => args.view(name, standard(a)),
+            };
+        }
+        self.call_checked(args)
+    }
+}
+
+/// A mutable view of `a`, made C-contiguous first if it is not.
+fn standard<T: Element>(a: &mut ndarray::ArrayD<T>) -> ndarray::ArrayViewMutD<'_, T> {
+    if !a.is_standard_layout() {
+        *a = a.as_standard_layout().into_owned();
+    }
+    a.view_mut()
+}
+
+/// Values of static integer symbols, for binding.
+pub(crate) fn static_ints(sdfg: &sdflow_ir::Sdfg) -> BTreeMap<String, i64> {
+    sdfg.symbols
+        .iter()
+        .filter_map(|(k, s)| {
+            s.value
+                .filter(|v| !matches!(v, Value::F32(_) | Value::F64(_)))
+                .map(|v| (k.clone(), v.as_i64()))
+        })
+        .collect()
+}
