@@ -55,6 +55,14 @@ pub enum CliError {
     /// Graphviz could not render.
     #[error("{0}")]
     Render(String),
+    /// Code could not be generated, compiled or loaded.
+    #[error("{path}: {source}")]
+    Codegen {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: sdflow_codegen::CodegenError,
+    },
     /// The optimizer could not run (an unknown pass name, or a pass that broke the
     /// program, which is a bug to report).
     #[error("{path}: {source}")]
@@ -242,6 +250,8 @@ pub struct RunOptions {
     pub seed: u64,
     /// Symbol values given on the command line (`N=64`).
     pub symbols: Vec<(String, String)>,
+    /// Where to run: the reference interpreter or compiled code.
+    pub backend: sdflow_codegen::Backend,
 }
 
 /// Parses `NAME=VALUE`.
@@ -369,10 +379,29 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
             })?
         }
     };
-    interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run {
-        path: path.display().to_string(),
-        source,
-    })?;
+    match opts.backend {
+        sdflow_codegen::Backend::Interp => {
+            interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        sdflow_codegen::Backend::Cpu => {
+            let prog = sdflow_codegen::CpuBackend::default()
+                .build(&sdfg)
+                .map_err(|source| CliError::Codegen {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            prog.run_bindings(&mut bindings)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+        }
+        sdflow_codegen::Backend::Gpu => {
+            return Err(CliError::Usage(
+                "the GPU backend is not available yet; use --backend cpu or interp".into(),
+            ));
+        }
+    }
     if let Some(o) = &opts.outputs {
         npz::write_npz(o, &bindings.arrays)?;
     }
@@ -442,4 +471,32 @@ pub fn opt(path: &Path, passes: Option<&str>, gpu: bool) -> Result<Optimized, Cl
 /// Writes `bytes` to `path` (for commands whose output goes to a file).
 pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     write_bytes(path, bytes)
+}
+
+/// `sdflow show FILE --emit c|sdfg|dot [--opt]`: an intermediate form of the program —
+/// the generated C, the SDFG as JSON, or its drawing — optionally after the default CPU
+/// pipeline.
+pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError> {
+    let mut sdfg = load_program(path)?;
+    if optimize {
+        sdflow_transforms::Pipeline::cpu()
+            .run(&mut sdfg)
+            .map_err(|source| CliError::Transform {
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    match emit {
+        "c" => sdflow_codegen::CpuBackend::default()
+            .generate(&sdfg)
+            .map_err(|source| CliError::Codegen {
+                path: path.display().to_string(),
+                source,
+            }),
+        "sdfg" => Ok(format::to_json(&sdfg)),
+        "dot" => Ok(sdflow_ir::dot::to_dot(&sdfg)),
+        other => Err(CliError::Usage(format!(
+            "--emit {other}: expected one of c, sdfg, dot"
+        ))),
+    }
 }

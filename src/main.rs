@@ -49,6 +49,21 @@ enum Command {
         /// A symbol value, NAME=VALUE (repeatable).
         #[arg(short = 's', long = "symbol", value_parser = cli::parse_assignment)]
         symbols: Vec<(String, String)>,
+        /// Where to run: `interp` (the reference interpreter) or `cpu` (compiled C/OpenMP,
+        /// through the build cache).
+        #[arg(long, default_value = "interp", value_parser = parse_backend)]
+        backend: sdflow::codegen::Backend,
+    },
+    /// Print an intermediate form: the generated C, the SDFG, or its drawing.
+    Show {
+        /// The program.
+        file: PathBuf,
+        /// What to print: `c`, `sdfg` or `dot`.
+        #[arg(long, default_value = "c")]
+        emit: String,
+        /// After the default CPU optimization pipeline.
+        #[arg(long)]
+        opt: bool,
     },
     /// Print counts (states, nodes, maps, tasklets, transients) and every container.
     Stats {
@@ -113,6 +128,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             outputs,
             seed,
             symbols,
+            backend,
         } => cli::run(
             &file,
             &RunOptions {
@@ -120,10 +136,17 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 outputs,
                 seed,
                 symbols,
+                backend,
             },
         )?
         .into_bytes(),
+        Command::Show { file, emit, opt } => cli::show(&file, &emit, opt)?.into_bytes(),
     })
+}
+
+fn parse_backend(s: &str) -> Result<sdflow::codegen::Backend, String> {
+    sdflow::codegen::Backend::from_tag(s)
+        .ok_or_else(|| format!("unknown backend '{s}'; expected interp, cpu or gpu"))
 }
 
 fn main() -> ExitCode {

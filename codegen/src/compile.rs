@@ -51,6 +51,13 @@ impl CompilerOptions {
     /// `-march=native` the host CPU's model, so a cache shared between machines never
     /// hands out a library built for other instructions.
     pub fn identity(&self) -> Result<String, CodegenError> {
+        // One `--version` run per compiler and process.
+        static IDS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+        if let Ok(ids) = IDS.lock()
+            && let Some((_, id)) = ids.iter().find(|(cc, _)| *cc == self.cc)
+        {
+            return Ok(self.with_cpu(id.clone()));
+        }
         let out = Command::new(&self.cc)
             .arg("--version")
             .output()
@@ -61,11 +68,24 @@ impl CompilerOptions {
                 ),
                 source_file: None,
             })?;
-        let mut id = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(CodegenError::Compiler {
+                message: format!("'{} --version' failed ({})", self.cc, out.status),
+                source_file: None,
+            });
+        }
+        let id = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Ok(mut ids) = IDS.lock() {
+            ids.push((self.cc.clone(), id.clone()));
+        }
+        Ok(self.with_cpu(id))
+    }
+
+    fn with_cpu(&self, mut id: String) -> String {
         if self.flags.iter().any(|f| f == "-march=native") {
             id.push_str(host_cpu());
         }
-        Ok(id)
+        id
     }
 
     /// Compiles `source` into the shared library `output`.

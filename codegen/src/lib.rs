@@ -51,9 +51,10 @@ pub enum CodegenError {
 }
 
 /// A code-generation target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// The reference interpreter of `sdflow-ir` (no code generated).
+    #[default]
     Interp,
     /// C with OpenMP, compiled by the system C compiler.
     Cpu,

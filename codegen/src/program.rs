@@ -18,6 +18,7 @@ use crate::cpu::Signature;
 type InitFn = unsafe extern "C" fn(*const i64, *const f64) -> *mut c_void;
 type RunFn = unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const i64, *const f64) -> i32;
 type FinalizeFn = unsafe extern "C" fn(*mut c_void);
+type ThreadsFn = unsafe extern "C" fn(i32);
 
 /// A program compiled to a shared library and loaded.
 pub struct CompiledProgram {
@@ -28,6 +29,7 @@ pub struct CompiledProgram {
     init: InitFn,
     run: RunFn,
     finalize: FinalizeFn,
+    set_threads: ThreadsFn,
     /// The calling convention.
     pub signature: Signature,
     /// Static symbol values (for shape checks).
@@ -256,11 +258,13 @@ impl CompiledProgram {
         // of ours beyond the C runtime's.
         let lib = unsafe { libloading::Library::new(library) }.map_err(err)?;
         // SAFETY: the generated code defines these three functions with these types.
-        let (init, run, finalize) = unsafe {
+        let (init, run, finalize, set_threads) = unsafe {
             (
                 *lib.get::<InitFn>(b"sdflow_init\0").map_err(err)?,
                 *lib.get::<RunFn>(b"sdflow_run\0").map_err(err)?,
                 *lib.get::<FinalizeFn>(b"sdflow_finalize\0").map_err(err)?,
+                *lib.get::<ThreadsFn>(b"sdflow_set_num_threads\0")
+                    .map_err(err)?,
             )
         };
         Ok(CompiledProgram {
@@ -268,12 +272,20 @@ impl CompiledProgram {
             init,
             run,
             finalize,
+            set_threads,
             signature,
             statics,
             name: name.to_string(),
             library: library.to_path_buf(),
             origin,
         })
+    }
+
+    /// Sets the number of threads its parallel region uses (0: the OpenMP default,
+    /// `OMP_NUM_THREADS` or the core count). Affects every call of this library.
+    pub fn set_threads(&self, n: usize) {
+        // SAFETY: a plain setter in the generated library.
+        unsafe { (self.set_threads)(n.min(i32::MAX as usize) as i32) }
     }
 
     fn bind_err(&self, message: String) -> CallError {

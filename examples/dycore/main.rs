@@ -2,15 +2,17 @@
 //! (three RK stages, hyperdiffusion, implicit vertical diffusion, damping) is one SDFG.
 //!
 //! ```sh
-//! cargo run --release --example dycore                        # 32x32x4, 3 steps
-//! cargo run --release --example dycore -- --size 16x16x4 --steps 10
+//! cargo run --release --example dycore                        # 32x32x4, 100 steps, compiled
+//! cargo run --release --example dycore -- --size 128x128x8 --steps 20
+//! cargo run --release --example dycore -- --backend interp --steps 3
 //! cargo run --release --example dycore -- --emit sdfg -o examples/dycore.sdfg.json
 //! ```
 //!
-//! It builds the program, runs it on the reference interpreter, and prints the grid, the
-//! steps, the relative drift of total mass and tracer mass, the time per step and the
-//! largest difference to the plain-loop reference. It writes the time step's drawing to
-//! `target/dycore.dot` (and `target/dycore.svg` when Graphviz is installed).
+//! It builds the program, optimizes and compiles it (C/OpenMP, through the build cache)
+//! or runs it on the reference interpreter, and prints the grid, the steps, the relative
+//! drift of total mass and tracer mass, the time per step and the largest difference to
+//! the plain-loop reference. It writes the time step's drawing to `target/dycore.dot`
+//! (and `target/dycore.svg` when Graphviz is installed).
 
 mod program;
 mod reference;
@@ -23,6 +25,15 @@ use clap::{Parser, ValueEnum};
 
 use program::Dycore;
 use reference::{Config, interior_max_abs, random_smooth, total_mass, total_tracer_mass};
+use sdflow::codegen::{CpuBackend, Origin};
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Backend {
+    /// Optimized, compiled C/OpenMP.
+    Cpu,
+    /// The reference interpreter.
+    Interp,
+}
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Emit {
@@ -40,8 +51,12 @@ struct Args {
     #[arg(long, default_value = "32x32x4", value_parser = parse_size)]
     size: (usize, usize, usize),
     /// Time steps to run.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 100)]
     steps: usize,
+    /// Where to run: compiled C/OpenMP, or the reference interpreter (slow: about a
+    /// second per step at the default size).
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: Backend,
     /// Turn the (static) hyperdiffusion off.
     #[arg(long)]
     no_hyperdiffusion: bool,
@@ -157,9 +172,33 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let s0 = random_smooth(&cfg, args.seed);
     let mut s = s0.clone();
-    let t = Instant::now();
-    dycore.run_interpreted(&mut s, args.steps)?;
-    let per_step = t.elapsed().as_secs_f64() / args.steps.max(1) as f64;
+    let per_step = match args.backend {
+        Backend::Interp => {
+            let t = Instant::now();
+            dycore.run_interpreted(&mut s, args.steps)?;
+            t.elapsed().as_secs_f64() / args.steps.max(1) as f64
+        }
+        Backend::Cpu => {
+            let t = Instant::now();
+            let prog = dycore.compile(&CpuBackend::default())?;
+            println!(
+                "optimized and compiled in {:.0} ms ({}: {})",
+                t.elapsed().as_secs_f64() * 1e3,
+                match prog.origin {
+                    Origin::Built => "built",
+                    Origin::Cached => "loaded from the build cache",
+                },
+                prog.library.display()
+            );
+            let t = Instant::now();
+            dycore.run_compiled(&prog, &mut s, args.steps)?;
+            t.elapsed().as_secs_f64() / args.steps.max(1) as f64
+        }
+    };
+    let where_ = match args.backend {
+        Backend::Interp => "the reference interpreter",
+        Backend::Cpu => "compiled C/OpenMP",
+    };
 
     let mut r = s0.clone();
     for _ in 0..args.steps {
@@ -170,13 +209,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
         interior_max_abs(&cfg, &d) / interior_max_abs(&cfg, b).max(f64::MIN_POSITIVE)
     };
-    println!("steps {} on the reference interpreter", args.steps);
+    println!("steps {} on {where_}", args.steps);
     println!(
         "mass drift {:.3e}, tracer mass drift {:.3e} (relative)",
         rel(total_mass(&cfg, &s), total_mass(&cfg, &s0)),
         rel(total_tracer_mass(&cfg, &s), total_tracer_mass(&cfg, &s0))
     );
-    println!("time per step {:.3} s (interpreter)", per_step);
+    println!("time per step {:.3} ms", per_step * 1e3);
     println!(
         "largest difference to the plain-loop reference (relative to max |field|): h {:.2e}, u {:.2e}, v {:.2e}, qh {:.2e}",
         diff(&s.h, &r.h),

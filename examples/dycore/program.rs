@@ -38,6 +38,8 @@
 
 #![allow(dead_code)]
 
+use sdflow::codegen::{CallError, CodegenError, CompiledProgram, CpuBackend};
+use sdflow::transforms::Pipeline;
 use sdflow_ir::interp::{Bindings, HostArray, InterpError, run};
 use sdflow_ir::{DType, Sdfg, Value};
 use sdflow_orchestration::{Body, BuildError, E, Program, ScanDir, Stencil, StencilBuilder};
@@ -433,6 +435,12 @@ pub enum DycoreError {
     /// The interpreter stopped.
     #[error(transparent)]
     Run(#[from] InterpError),
+    /// The compiled program could not be built.
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+    /// The compiled program could not be called.
+    #[error(transparent)]
+    Call(#[from] CallError),
 }
 
 /// The whole time step as a [`Program`] (`nsteps` steps per call).
@@ -780,6 +788,29 @@ impl Dycore {
     pub fn run_interpreted(&self, s: &mut State, nsteps: usize) -> Result<(), DycoreError> {
         let mut b = self.bindings(s, nsteps);
         run(&self.sdfg, &mut b)?;
+        self.store(&b, s);
+        Ok(())
+    }
+
+    /// Optimizes the time step with the default CPU pipeline and compiles it (through
+    /// the persistent cache unless `backend.cache` is `None`).
+    pub fn compile(&self, backend: &CpuBackend) -> Result<CompiledProgram, DycoreError> {
+        let mut sdfg = self.sdfg.clone();
+        Pipeline::cpu()
+            .run(&mut sdfg)
+            .map_err(|e| DycoreError::Config(format!("optimizer: {e}")))?;
+        Ok(backend.build(&sdfg)?)
+    }
+
+    /// Runs `nsteps` time steps of the compiled program, updating `s`.
+    pub fn run_compiled(
+        &self,
+        prog: &CompiledProgram,
+        s: &mut State,
+        nsteps: usize,
+    ) -> Result<(), DycoreError> {
+        let mut b = self.bindings(s, nsteps);
+        prog.run_bindings(&mut b)?;
         self.store(&b, s);
         Ok(())
     }

@@ -70,6 +70,7 @@ pub struct SymNames<'a> {
 /// C text of a symbolic (int64) expression.
 pub fn sym(e: &SymExpr, names: &SymNames<'_>) -> String {
     match e {
+        SymExpr::Int(v) if *v >= 0 => format!("{v}LL"),
         SymExpr::Int(v) => literal(Value::I64(*v)),
         SymExpr::Sym(n) => {
             if (names.is_symbol)(n) {
@@ -80,14 +81,17 @@ pub fn sym(e: &SymExpr, names: &SymNames<'_>) -> String {
                 format!("s_{n}")
             }
         }
-        SymExpr::Neg(a) => format!("sdf_neg64({})", sym(a, names)),
+        // Symbolic arithmetic is plain signed C: the interpreter rejects overflow in
+        // symbolic expressions, and plain operators keep index expressions affine for
+        // the C compiler's loop analysis (contiguous vector loads, not gathers).
+        SymExpr::Neg(a) => format!("(-({}))", sym(a, names)),
         SymExpr::Not(a) => format!("((int64_t)!({}))", sym(a, names)),
         SymExpr::Bin(op, a, b) => {
             let (x, y) = (sym(a, names), sym(b, names));
             match op {
-                SymOp::Add => format!("sdf_add64({x}, {y})"),
-                SymOp::Sub => format!("sdf_sub64({x}, {y})"),
-                SymOp::Mul => format!("sdf_mul64({x}, {y})"),
+                SymOp::Add => format!("({x} + {y})"),
+                SymOp::Sub => format!("({x} - {y})"),
+                SymOp::Mul => format!("({x} * {y})"),
                 SymOp::FloorDiv => format!("sdf_floordiv64({x}, {y})"),
                 SymOp::Mod => format!("sdf_mod64({x}, {y})"),
                 SymOp::Min => format!("sdf_min64({x}, {y})"),

@@ -118,6 +118,14 @@ pub fn emit_program(sdfg: &Sdfg, opts: &EmitOptions) -> Result<String, CodegenEr
         "#ifndef SDF_PAR_MIN\n#define SDF_PAR_MIN {}\n#endif\n",
         opts.parallel_min_points
     );
+    out.push_str(
+        "static int sdf_num_threads = 0;\n\
+         /* Threads of the parallel region (0: the OpenMP default). */\n\
+         void sdflow_set_num_threads(int n) { sdf_num_threads = n > 0 ? n : 0; }\n\
+         static inline int sdf_threads(void) {\n\
+         #ifdef _OPENMP\n    return sdf_num_threads > 0 ? sdf_num_threads : omp_get_max_threads();\n\
+         #else\n    return 1;\n#endif\n}\n\n",
+    );
     for f in fns {
         out.push_str(&f);
         out.push('\n');
@@ -320,7 +328,9 @@ fn emit_function(
             let t = ctype(d.dtype());
             let _ = writeln!(out, "    {t}* restrict a_{n} = st->t_{n};");
         }
-        out.push_str("    sdf_error_flag = 0;\n#pragma omp parallel\n    {\n");
+        out.push_str(
+            "    sdf_error_flag = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n",
+        );
         symbol_decls(&mut out, "        ");
     } else {
         *counter += 1;

@@ -49,12 +49,13 @@ impl CpuBackend {
         emit::emit_program(sdfg, &self.emit)
     }
 
-    /// The cache key of `sdfg` under these options.
-    pub fn key(&self, sdfg: &Sdfg) -> Result<String, CodegenError> {
-        let json = sdflow_ir::format::to_json(sdfg);
+    /// The cache key of a program whose generated C is `source`: the source itself (so a
+    /// change of the program, the options or the code generator is a new key), the
+    /// compiler flags and the compiler's identity, and the sdflow version.
+    pub fn key(&self, source: &str) -> Result<String, CodegenError> {
         let id = self.compiler.identity()?;
-        let opts = format!("{:?}|{:?}", self.emit, self.compiler);
-        Ok(Cache::key(&[&json, &opts, &id, env!("CARGO_PKG_VERSION")]))
+        let opts = format!("{:?}", self.compiler.flags);
+        Ok(Cache::key(&[source, &opts, &id, env!("CARGO_PKG_VERSION")]))
     }
 
     /// Generates, compiles (or finds in the cache) and loads `sdfg`.
@@ -71,7 +72,7 @@ impl CpuBackend {
         };
         let (lib, origin) = match &self.cache {
             Some(cache) => {
-                let key = self.key(sdfg)?;
+                let key = self.key(&source)?;
                 cache.get_or_build(&key, &source, compile)?
             }
             None => {
