@@ -3,22 +3,9 @@
 use std::path::Path;
 
 use sdflow_codegen::CpuBackend;
-use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::interp::{self, Bindings, random_bindings};
 use sdflow_ir::testkit::sample_symbols;
 use sdflow_ir::{Sdfg, Value};
-
-fn bits(a: &HostArray) -> Vec<u64> {
-    a.values()
-        .into_iter()
-        .map(|v| match v {
-            Value::F64(x) => x.to_bits(),
-            Value::F32(x) => x.to_bits() as u64,
-            Value::I64(x) => x as u64,
-            Value::I32(x) => x as u64,
-            Value::Bool(x) => x as u64,
-        })
-        .collect()
-}
 
 fn backend() -> CpuBackend {
     CpuBackend {
@@ -37,7 +24,7 @@ fn compare(sdfg: &Sdfg, inputs: &Bindings) {
     prog.run_bindings(&mut got).unwrap();
     for (name, _) in sdfg.non_transients() {
         assert!(
-            bits(&expected.arrays[name]) == bits(&got.arrays[name]),
+            expected.arrays[name].bits() == got.arrays[name].bits(),
             "{}: '{name}' differs\nexpected {:?}\n     got {:?}",
             sdfg.name,
             expected.arrays[name].to_f64_vec(),

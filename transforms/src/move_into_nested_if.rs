@@ -20,7 +20,7 @@ use sdflow_ir::{
 };
 
 use crate::pattern::{
-    DataUse, chain_at, control_names, data_uses, fresh_name, remove_isolated, rename_data,
+    DataUse, chain_at, control_names, data_uses, fresh_name, is_full, remove_isolated, rename_data,
 };
 
 /// Finds and applies one move; returns whether it did.
@@ -58,17 +58,6 @@ fn inner_if(inner: &Sdfg) -> Option<&sdflow_ir::If> {
         },
         _ => None,
     }
-}
-
-fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {
-    s.0.is_empty()
-        || (s.rank() == shape.len()
-            && s.0.iter().zip(shape).all(|(d, n)| {
-                matches!(d, sdflow_ir::Dim::Range { start, end, step }
-                    if start.as_int() == Some(0)
-                        && step.as_int() == Some(1)
-                        && end.simplify() == n.simplify())
-            }))
 }
 
 fn collect_names(node: &Node, out: &mut BTreeSet<String>) {

@@ -538,3 +538,16 @@ pub fn replace_map(
     remove_isolated(df, &touched);
     created
 }
+
+/// True when `s` covers the whole of a container of this shape (`0:n` in every
+/// dimension with step 1, or the empty subset, which means the whole container).
+pub fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {
+    s.0.is_empty()
+        || (s.rank() == shape.len()
+            && s.0.iter().zip(shape).all(|(d, n)| {
+                matches!(d, Dim::Range { start, end, step }
+                    if start.as_int() == Some(0)
+                        && step.as_int() == Some(1)
+                        && end.simplify() == n.simplify())
+            }))
+}

@@ -7,10 +7,10 @@
 //! u ─► map f ─► tmp ──copy──► out          u ─► map f ─► out
 //! ```
 
-use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg, Subset};
+use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{DataUse, data_uses, move_in_edges, node_reads_writes, rename_data};
+use crate::pattern::{DataUse, data_uses, is_full, move_in_edges, node_reads_writes, rename_data};
 
 /// See the module documentation.
 pub struct RedundantCopy;
@@ -49,17 +49,6 @@ impl Pass for RedundantCopy {
         }
         ch
     }
-}
-
-fn is_full(s: &Subset, shape: &[sdflow_ir::SymExpr]) -> bool {
-    s.0.is_empty()
-        || (s.rank() == shape.len()
-            && s.0.iter().zip(shape).all(|(d, n)| {
-                matches!(d, sdflow_ir::Dim::Range { start, end, step }
-                    if start.as_int() == Some(0)
-                        && step.as_int() == Some(1)
-                        && end.simplify() == n.simplify())
-            }))
 }
 
 /// (t1, t2, producer of t1) where `t1 ─copy─► t2` is redundant.

@@ -4,9 +4,9 @@
 //! `PROPTEST_CASES` raises the number.
 
 use proptest::prelude::*;
-use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::Sdfg;
+use sdflow_ir::interp::{self, Bindings, random_bindings};
 use sdflow_ir::testkit::{GenConfig, arb_sdfg, generate, sample_symbols};
-use sdflow_ir::{Sdfg, Value};
 use sdflow_transforms::{PASS_NAMES, Pipeline, pass_by_name};
 
 fn cases() -> u32 {
@@ -15,19 +15,6 @@ fn cases() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(256)
         .max(256)
-}
-
-fn bits(a: &HostArray) -> Vec<u64> {
-    a.values()
-        .into_iter()
-        .map(|v| match v {
-            Value::F64(x) => x.to_bits(),
-            Value::F32(x) => x.to_bits() as u64,
-            Value::I64(x) => x as u64,
-            Value::I32(x) => x as u64,
-            Value::Bool(x) => x as u64,
-        })
-        .collect()
 }
 
 fn run(sdfg: &Sdfg, b: &Bindings) -> Bindings {
@@ -58,7 +45,7 @@ fn check(sdfg: &Sdfg, names: &[&str]) -> Result<(), TestCaseError> {
             continue;
         }
         prop_assert!(
-            bits(&before.arrays[name]) == bits(&after.arrays[name]),
+            before.arrays[name].bits() == after.arrays[name].bits(),
             "{}: '{name}' differs after {names:?}\n{report}",
             sdfg.name
         );

@@ -1110,31 +1110,14 @@ impl Emitter<'_> {
                         .find(|e| e.src_conn.as_deref() == Some(&a.name) && e.memlet.wcr.is_none())
                 });
             if let Some(e) = src {
-                let data = &e.memlet.data;
-                let dt = sc.sdfg.arrays.get(data).map_or(a.dtype, DataDesc::dtype);
-                let sub = if e.memlet.subset.0.is_empty() {
-                    Subset::full(sc.sdfg.arrays.get(data).map(|x| x.shape()).unwrap_or(&[]))
-                } else {
-                    e.memlet.subset.clone()
+                let el = |em: &mut Self, sub_el: &str, dt: DType| {
+                    em.line(&format!(
+                        "sdf_c_{}[sdf_q] = {};",
+                        a.name,
+                        convert(sub_el, dt, a.dtype)
+                    ));
                 };
-                self.line("{");
-                self.indent += 1;
-                self.line(&format!(
-                    "const int64_t sdf_n = {};",
-                    subset_volume(sc, &sub)
-                ));
-                self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
-                self.indent += 1;
-                let el = self.decompose(sc, data, &sub, "sdf_q", "sdf_s");
-                self.line(&format!(
-                    "sdf_c_{}[sdf_q] = {};",
-                    a.name,
-                    convert(&el, dt, a.dtype)
-                ));
-                self.indent -= 1;
-                self.line("}");
-                self.indent -= 1;
-                self.line("}");
+                self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_s", &el);
             }
         }
         self.line(&format!(
@@ -1152,28 +1135,12 @@ impl Emitter<'_> {
             let Some(a) = isig.arrays.iter().find(|a| a.name == *c) else {
                 continue;
             };
-            let data = &e.memlet.data;
-            let dt = sc.sdfg.arrays.get(data).map_or(a.dtype, DataDesc::dtype);
-            let sub = if e.memlet.subset.0.is_empty() {
-                Subset::full(sc.sdfg.arrays.get(data).map(|x| x.shape()).unwrap_or(&[]))
-            } else {
-                e.memlet.subset.clone()
+            let wcr = e.memlet.wcr;
+            let st = |em: &mut Self, el: &str, dt: DType| {
+                let v = convert(&format!("sdf_c_{c}[sdf_q]"), a.dtype, dt);
+                em.store(sc, el, &v, dt, wcr);
             };
-            self.line("{");
-            self.indent += 1;
-            self.line(&format!(
-                "const int64_t sdf_n = {};",
-                subset_volume(sc, &sub)
-            ));
-            self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
-            self.indent += 1;
-            let el = self.decompose(sc, data, &sub, "sdf_q", "sdf_d");
-            let v = convert(&format!("sdf_c_{c}[sdf_q]"), a.dtype, dt);
-            self.store(sc, &el, &v, dt, e.memlet.wcr);
-            self.indent -= 1;
-            self.line("}");
-            self.indent -= 1;
-            self.line("}");
+            self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_d", &st);
         }
         for a in &isig.arrays {
             self.line(&format!("free(sdf_c_{});", a.name));
@@ -1181,6 +1148,42 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
         Ok(())
+    }
+}
+
+impl Emitter<'_> {
+    /// A loop over the elements of `data[subset]` (the whole container for an empty
+    /// subset) in row-major order, with counter `sdf_q`; `body` gets each element's
+    /// lvalue and the container's type.
+    fn element_loop(
+        &mut self,
+        sc: &Scope<'_>,
+        data: &str,
+        subset: &Subset,
+        prefix: &str,
+        body: &dyn Fn(&mut Self, &str, DType),
+    ) {
+        let desc = sc.sdfg.arrays.get(data);
+        let dt = desc.map_or(DType::F64, DataDesc::dtype);
+        let sub = if subset.0.is_empty() {
+            Subset::full(desc.map(|x| x.shape()).unwrap_or(&[]))
+        } else {
+            subset.clone()
+        };
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t sdf_n = {};",
+            subset_volume(sc, &sub)
+        ));
+        self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
+        self.indent += 1;
+        let el = self.decompose(sc, data, &sub, "sdf_q", prefix);
+        body(self, &el, dt);
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
     }
 }
 

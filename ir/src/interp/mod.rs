@@ -85,6 +85,21 @@ pub enum HostArray {
 }
 
 impl HostArray {
+    /// The elements' bit patterns in row-major order (floats by their IEEE bits, so
+    /// `-0.0` and `0.0` differ and NaNs compare), for bitwise comparisons of results.
+    pub fn bits(&self) -> Vec<u64> {
+        self.values()
+            .into_iter()
+            .map(|v| match v {
+                Value::F64(x) => x.to_bits(),
+                Value::F32(x) => x.to_bits() as u64,
+                Value::I64(x) => x as u64,
+                Value::I32(x) => x as u64,
+                Value::Bool(x) => x as u64,
+            })
+            .collect()
+    }
+
     /// Zero-filled (false-filled) array.
     pub fn zeros(dtype: DType, shape: &[usize]) -> HostArray {
         let s = ndarray::IxDyn(shape);
