@@ -34,6 +34,26 @@ fn compare(sdfg: &Sdfg, inputs: &Bindings) {
 }
 
 #[test]
+fn snapshot_inputs_match_the_interpreter() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/in");
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".sdfg.json") {
+            continue;
+        }
+        let sdfg = sdflow_ir::format::load(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut symbols = sample_symbols(&sdfg);
+        for (k, s) in &sdfg.symbols {
+            if s.dtype.is_float() && s.value.is_none() {
+                symbols.insert(k.clone(), Value::F64(0.75));
+            }
+        }
+        let inputs = random_bindings(&sdfg, &symbols, 9).unwrap();
+        compare(&sdfg, &inputs);
+    }
+}
+
+#[test]
 fn examples_match_the_interpreter() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     for (file, syms) in [
