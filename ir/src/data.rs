@@ -11,6 +11,10 @@ pub enum Storage {
     Host,
     /// GPU global memory.
     Device,
+    /// Private to one iteration of the outermost map whose body accesses it (a tile
+    /// buffer, a line buffer): only transients, accessed only inside map bodies, never
+    /// at state level. Compiled code gives each thread its own copy.
+    Local,
 }
 
 impl Storage {
@@ -19,6 +23,7 @@ impl Storage {
         match self {
             Storage::Host => "host",
             Storage::Device => "device",
+            Storage::Local => "local",
         }
     }
 }
@@ -113,6 +118,15 @@ impl DataDesc {
     /// Number of dimensions (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.shape().len()
+    }
+
+    /// True for data private to a map body's iteration: transient scalars, and arrays
+    /// with [`Storage::Local`].
+    pub fn is_body_local(&self) -> bool {
+        match self {
+            DataDesc::Scalar { transient, .. } => *transient,
+            DataDesc::Array(a) => a.transient && a.storage == Storage::Local,
+        }
     }
 
     /// The array, if this is one.

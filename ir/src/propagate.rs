@@ -173,7 +173,8 @@ pub fn disjoint(a: &Subset, b: &Subset) -> bool {
 /// What a map body reads from outside and writes to outside, propagated over the map's
 /// parameters: the memlets of the map node's in-edges and out-edges, one per container
 /// (in name order). A read is an edge leaving a body access node without in-edges;
-/// tables of indirect subsets are read whole. Transient scalars are local to the body.
+/// tables of indirect subsets are read whole. Transient scalars and `local` arrays are
+/// private to the body.
 /// A container written under one write-conflict resolution everywhere keeps it.
 pub fn map_boundary(
     arrays: &std::collections::BTreeMap<String, crate::data::DataDesc>,
@@ -191,15 +192,7 @@ pub fn map_boundary(
             .map(|a| a.shape().to_vec())
             .unwrap_or_default()
     };
-    let local = |d: &str| {
-        matches!(
-            arrays.get(d),
-            Some(DataDesc::Scalar {
-                transient: true,
-                ..
-            })
-        )
-    };
+    let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
     let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
     let add = |acc: &mut BTreeMap<String, Subset>, data: &str, s: Subset| {

@@ -36,6 +36,7 @@ mod redundant_copy;
 mod sibling_fusion;
 mod specialize;
 mod state_fusion;
+mod tiled_fusion;
 
 pub use dead_dataflow::DeadDataflow;
 pub use gpu_schedule::GpuSchedule;

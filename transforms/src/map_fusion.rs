@@ -30,17 +30,24 @@ use crate::pattern::{
     DataUse, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name, neighbours,
     node_reads_writes, renamed_body, replace_map, same_ranges, scalar_memlet, substitute_params,
 };
+use crate::tiled_fusion::{Tiled, fuse_tiled};
 
 /// See the module documentation.
 pub struct MapFusion {
     /// Flops one may recompute per byte of memory traffic saved (the machine balance the
     /// cost model assumes). Default 1.0.
     pub balance: f64,
+    /// Rows of the consumer per tile when fusing through a tile buffer (see
+    /// `tiled_fusion.rs`); 0 never tiles. Default 16.
+    pub tile_rows: i64,
 }
 
 impl Default for MapFusion {
     fn default() -> Self {
-        MapFusion { balance: 1.0 }
+        MapFusion {
+            balance: 1.0,
+            tile_rows: 16,
+        }
     }
 }
 
@@ -56,6 +63,8 @@ struct Candidate {
     private: bool,
     /// Distinct offsets B reads T at (in B's parameters), `None` for same-point fusion.
     offsets: Option<Vec<Vec<i64>>>,
+    /// Fuse through a tile buffer instead of recomputing.
+    tiled: bool,
 }
 
 impl Pass for MapFusion {
@@ -88,6 +97,22 @@ impl Pass for MapFusion {
                     None => {
                         ch.add("maps_fused", 1);
                         fuse_same_point(sdfg, &mut graph, &c)
+                    }
+                    Some(offsets) if c.tiled => {
+                        ch.add("maps_fused_tiled", 1);
+                        let (Node::Map(ma), Node::Map(mb)) =
+                            (graph.node(c.a).clone(), graph.node(c.b).clone())
+                        else {
+                            continue;
+                        };
+                        let p = Tiled {
+                            a: &ma,
+                            b: &mb,
+                            t: &c.t,
+                            offsets,
+                            rows: self.tile_rows,
+                        };
+                        fuse_tiled(sdfg, &mut graph, (c.a, c.t_node, c.b), &p)
                     }
                     Some(offsets) => {
                         ch.add("maps_fused_recompute", 1);
@@ -165,6 +190,7 @@ impl MapFusion {
                         t: t.to_string(),
                         private: private && only_b,
                         offsets: None,
+                        tiled: false,
                     };
                     return Some((c, t_node.index()));
                 }
@@ -172,6 +198,30 @@ impl MapFusion {
                     continue;
                 }
                 let r = offsets.len();
+                let span = offsets.iter().map(|o| o[0]).max().unwrap_or(0)
+                    - offsets.iter().map(|o| o[0]).min().unwrap_or(0);
+                if self.tile_rows > 0
+                    && r >= 2
+                    && mb.params.len() >= 2
+                    && span <= self.tile_rows / 2
+                {
+                    if ch.notes.len() < MAX_NOTES {
+                        ch.notes.push(format!(
+                            "'{}' into '{}' through a tile buffer of {} + {span} rows: {r} reads per point from the buffer instead of {r} recomputations",
+                            ma.label, mb.label, self.tile_rows
+                        ));
+                    }
+                    let c = Candidate {
+                        a,
+                        t_node,
+                        b,
+                        t: t.to_string(),
+                        private: true,
+                        offsets: Some(offsets),
+                        tiled: true,
+                    };
+                    return Some((c, t_node.index()));
+                }
                 let extra = flops(&ma.body) * (r - 1);
                 let bytes = (r + 1) * arr.dtype.size_bytes();
                 let fuse = extra as f64 <= self.balance * bytes as f64;
@@ -192,6 +242,7 @@ impl MapFusion {
                         t: t.to_string(),
                         private: true,
                         offsets: Some(offsets),
+                        tiled: false,
                     };
                     return Some((c, t_node.index()));
                 }

@@ -143,7 +143,11 @@ fn lap_of_lap() -> Sdfg {
 fn map_fusion_recomputes_a_stencil_when_the_cost_model_agrees() {
     let s0 = lap_of_lap();
     let mut s = s0.clone();
-    let c = MapFusion::default().run(&mut s);
+    let recompute = MapFusion {
+        tile_rows: 0,
+        ..MapFusion::default()
+    };
+    let c = recompute.run(&mut s);
     assert_eq!(s.validate(), Ok(()));
     assert_eq!(c.get("maps_fused_recompute"), 1);
     assert_eq!(maps(&s), 1);
@@ -161,7 +165,11 @@ fn map_fusion_recomputes_a_stencil_when_the_cost_model_agrees() {
 
     // A machine with little bandwidth to spare keeps the two maps, and says why.
     let mut s = s0.clone();
-    let c = MapFusion { balance: 0.25 }.run(&mut s);
+    let c = MapFusion {
+        balance: 0.25,
+        tile_rows: 0,
+    }
+    .run(&mut s);
     assert!(c.is_empty());
     assert_eq!(maps(&s), 2);
     assert!(
@@ -169,6 +177,42 @@ fn map_fusion_recomputes_a_stencil_when_the_cost_model_agrees() {
         "{:?}",
         c.notes
     );
+}
+
+#[test]
+fn map_fusion_through_a_tile_buffer() {
+    let s0 = lap_of_lap();
+    let mut s = s0.clone();
+    let c = MapFusion::default().run(&mut s);
+    assert_eq!(s.validate(), Ok(()), "{}", sdflow_ir::format::to_json(&s));
+    assert_eq!(c.get("maps_fused_tiled"), 1);
+    assert_eq!(
+        c.notes,
+        [
+            "'lap1' into 'lap2' through a tile buffer of 16 + 2 rows: 5 reads per point from the buffer instead of 5 recomputations"
+        ]
+    );
+    // One map over tiles at the top, holding the two stencils; lap is gone, and the
+    // buffer is private to a tile.
+    assert_eq!(maps(&s), 3);
+    assert_eq!(s.states[0].graph.node_ids().len(), 3, "u -> tiles -> out");
+    assert!(!s.arrays.contains_key("lap"));
+    let buf = &s.arrays["lap_tile"];
+    assert_eq!(buf.as_array().unwrap().storage, sdflow_ir::Storage::Local);
+    assert_eq!(buf.shape()[0], sdflow_ir::SymExpr::Int(18));
+    assert_eq!(s.stats().tasklets, 2, "each stencil once: no recomputation");
+    // Grids smaller than, equal to and larger than a tile, and not a multiple of it.
+    for n in [5, 8, 20, 21, 37] {
+        same_results(&s0, &s, &[("N", n)]);
+    }
+    let mut small = s0.clone();
+    MapFusion {
+        tile_rows: 2,
+        ..MapFusion::default()
+    }
+    .run(&mut small);
+    same_results(&s0, &small, &[("N", 11)]);
+    assert!(MapFusion::default().run(&mut s).is_empty());
 }
 
 #[test]
@@ -458,7 +502,7 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert_eq!(report.rounds, 2);
     let text = report.to_string();
     assert!(text.contains("map_fusion"), "{text}");
-    assert!(text.contains("maps_fused_recompute=1"), "{text}");
+    assert!(text.contains("maps_fused_tiled=1"), "{text}");
     same_results(&s0, &s, &[("N", 8)]);
 
     // Stopping after the first two pass runs (specialize, dead_dataflow) leaves two maps.

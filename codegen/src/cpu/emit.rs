@@ -226,9 +226,25 @@ fn emit_function(
 ) -> Result<String, CodegenError> {
     let sig = Signature::of(sdfg);
     let flow = sdfg.loop_and_assigned_symbols();
-    let transients: Vec<(&String, &DataDesc)> =
+    let all_transients: Vec<(&String, &DataDesc)> =
         sdfg.arrays.iter().filter(|(_, d)| d.transient()).collect();
-    for (name, d) in &transients {
+    let is_local = |d: &DataDesc| {
+        d.as_array()
+            .is_some_and(|a| a.storage == sdflow_ir::Storage::Local)
+    };
+    // At the top level, `local` arrays are allocated by each thread of the parallel
+    // region; every other transient once, in `init`. Nested functions allocate all.
+    let transients: Vec<(&String, &DataDesc)> = all_transients
+        .iter()
+        .copied()
+        .filter(|(_, d)| !top || !is_local(d))
+        .collect();
+    let thread_locals: Vec<(&String, &DataDesc)> = all_transients
+        .iter()
+        .copied()
+        .filter(|(_, d)| top && is_local(d))
+        .collect();
+    for (name, d) in &all_transients {
         for e in d.shape() {
             if let Some(s) = e.free_symbols().iter().find(|s| flow.contains(*s)) {
                 return Err(CodegenError::Unsupported(format!(
@@ -323,15 +339,25 @@ fn emit_function(
         }
         out.push_str("    return st;\n}\n\n");
         out.push_str("int sdflow_run(void* handle, void* const* args, const int64_t* ints, const double* floats) {\n    sdflow_state* st = (sdflow_state*)handle;\n    (void)ints; (void)floats; (void)args; (void)st;\n");
+        out.push_str(
+            "    sdf_error_flag = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n",
+        );
+        // The pointers are declared inside the parallel region, so that the function the
+        // compiler outlines for it holds them as `restrict` locals.
         arg_decls(&mut out);
         for (n, d) in &transients {
             let t = ctype(d.dtype());
             let _ = writeln!(out, "    {t}* restrict a_{n} = st->t_{n};");
         }
-        out.push_str(
-            "    sdf_error_flag = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n",
-        );
         symbol_decls(&mut out, "        ");
+        for (n, d) in &thread_locals {
+            let t = ctype(d.dtype());
+            let _ = writeln!(
+                out,
+                "        const int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t})); if (!a_{n}) sdf_fail();",
+                size_of(d)
+            );
+        }
     } else {
         *counter += 1;
         let name = format!("sdf_nested_{}", *counter);
@@ -373,6 +399,9 @@ fn emit_function(
     };
     out.push_str(&text);
     if top {
+        for (n, _) in &thread_locals {
+            let _ = writeln!(out, "        free(a_{n});");
+        }
         out.push_str("    }\n    return sdf_error_flag ? 2 : 0;\n}\n");
     } else {
         out.push_str("    }\n");
@@ -625,7 +654,15 @@ impl Emitter<'_> {
             }
         }
         self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
-        self.line(&format!("if ({points} >= SDF_PAR_MIN) {{"));
+        // A map whose body holds maps (tiles, scan columns) does much more than one point
+        // of work per iteration: it runs in parallel whenever it has two iterations.
+        let nested = m
+            .body
+            .node_ids()
+            .into_iter()
+            .any(|x| matches!(m.body.node(x), Node::Map(_)));
+        let threshold = if nested { "2" } else { "SDF_PAR_MIN" };
+        self.line(&format!("if ({points} >= {threshold}) {{"));
         self.indent += 1;
         if collapse > 1 {
             self.line(&format!(

@@ -93,6 +93,7 @@ pub(crate) enum StorageDoc {
     #[default]
     Host,
     Device,
+    Local,
 }
 
 impl StorageDoc {
@@ -106,6 +107,7 @@ impl From<Storage> for StorageDoc {
         match s {
             Storage::Host => StorageDoc::Host,
             Storage::Device => StorageDoc::Device,
+            Storage::Local => StorageDoc::Local,
         }
     }
 }
@@ -115,6 +117,7 @@ impl From<StorageDoc> for Storage {
         match s {
             StorageDoc::Host => Storage::Host,
             StorageDoc::Device => Storage::Device,
+            StorageDoc::Local => Storage::Local,
         }
     }
 }

@@ -94,13 +94,11 @@ fn check_boundary(
     let label = &m.label;
     let body = &m.body;
     let local = |d: &str| {
-        matches!(
-            scope.sdfg.arrays.get(d),
-            Some(DataDesc::Scalar {
-                transient: true,
-                ..
-            })
-        )
+        scope
+            .sdfg
+            .arrays
+            .get(d)
+            .is_some_and(DataDesc::is_body_local)
     };
     let outer_in: Vec<(&str, &Subset)> = g
         .in_edges(n)

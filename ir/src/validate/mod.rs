@@ -35,7 +35,8 @@
 //!   parameter, and have one range each. In the body, an access node without incoming body
 //!   edges is an input and needs an edge into the map carrying that data; one with incoming
 //!   edges is an output and needs an edge out of the map for that data — except transient
-//!   scalars, which are local to the body. Conversely each map in-edge's data is read in
+//!   scalars and `local` arrays, which are private to the body's iteration (a `local`
+//!   array must be transient and is never accessed outside map bodies). Conversely each map in-edge's data is read in
 //!   the body (or used there as an indirection table) and each out-edge's data is written
 //!   there. Every body memlet of an input or output, over the map's parameters, lies within
 //!   the map edge's memlet of the same data where decidable.
@@ -311,6 +312,21 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
             );
         }
         if let DataDesc::Array(a) = desc {
+            if a.storage == crate::data::Storage::Local {
+                let at_state_level = sdfg
+                    .states
+                    .iter()
+                    .any(|s| !s.graph.access_nodes(name).is_empty());
+                if !a.transient || at_state_level {
+                    cx.push(
+                        ProblemKind::BadArray,
+                        &aloc,
+                        format!(
+                            "'{name}' has local storage: it must be transient and accessed only inside map bodies"
+                        ),
+                    );
+                }
+            }
             if a.shape.len() != a.strides.len() {
                 cx.push(
                     ProblemKind::BadArray,
