@@ -55,6 +55,14 @@ pub enum CliError {
     /// Graphviz could not render.
     #[error("{0}")]
     Render(String),
+    /// A DaCe file could not be imported.
+    #[error("{path}: {source}")]
+    Import {
+        /// The file.
+        path: String,
+        /// What and where.
+        source: sdflow_orchestration::dace::ImportError,
+    },
     /// Code could not be generated, compiled or loaded.
     #[error("{path}: {source}")]
     Codegen {
@@ -82,13 +90,6 @@ fn list(problems: &[Problem]) -> String {
         .join("\n")
 }
 
-fn read_text(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|source| CliError::Io {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     std::fs::write(path, bytes).map_err(|source| CliError::Io {
         path: path.display().to_string(),
@@ -96,13 +97,33 @@ fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     })
 }
 
-/// Reads a program file (sdflow JSON) without validating it.
+/// Reads a program file without validating it: sdflow JSON, or a DaCe `.sdfg` (JSON)
+/// or `.sdfgz` (gzip), recognised by content.
 pub fn read_program(path: &Path) -> Result<Sdfg, CliError> {
-    let text = read_text(path)?;
+    let bytes = std::fs::read(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if sdflow_orchestration::dace::is_dace(&bytes) {
+        return sdflow_orchestration::dace::import_bytes(&bytes).map_err(|source| {
+            CliError::Import {
+                path: path.display().to_string(),
+                source,
+            }
+        });
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| CliError::Usage(format!("{}: not UTF-8 text", path.display())))?;
     format::from_json(&text).map_err(|source| CliError::Format {
         path: path.display().to_string(),
         source,
     })
+}
+
+/// `sdflow import FILE`: a DaCe SDFG as sdflow JSON (validated).
+pub fn import(path: &Path) -> Result<String, CliError> {
+    let sdfg = load_program(path)?;
+    Ok(format::to_json(&sdfg))
 }
 
 /// Reads a program file and validates it.

@@ -54,6 +54,14 @@ enum Command {
         #[arg(long, default_value = "interp", value_parser = parse_backend)]
         backend: sdflow::codegen::Backend,
     },
+    /// Convert a DaCe SDFG file (.sdfg JSON or .sdfgz) into sdflow's JSON format.
+    Import {
+        /// The DaCe file.
+        file: PathBuf,
+        /// Output file (standard output when absent).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Print an intermediate form: the generated C, the SDFG, or its drawing.
     Show {
         /// The program.
@@ -141,6 +149,16 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
         )?
         .into_bytes(),
         Command::Show { file, emit, opt } => cli::show(&file, &emit, opt)?.into_bytes(),
+        Command::Import { file, output } => {
+            let json = cli::import(&file)?;
+            match output {
+                Some(p) => {
+                    cli::write_output(&p, json.as_bytes())?;
+                    Vec::new()
+                }
+                None => json.into_bytes(),
+            }
+        }
     })
 }
 

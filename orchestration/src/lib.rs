@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod dace;
 mod error;
 mod expr;
 mod flatten;

@@ -1,0 +1,733 @@
+//! Reading DaCe SDFG files (`.sdfg` JSON, `.sdfgz` gzip) into sdflow's IR.
+//!
+//! Supported today (see `docs/dace-import.md`): arrays and scalars, symbols, `arg_names`;
+//! states whose control flow is a chain of unconditional interstate edges; access nodes,
+//! `MapEntry`/`MapExit` pairs with their `scope_dict` (converted into hierarchical maps,
+//! DaCe's inclusive range ends made half-open), Python tasklets of the arithmetic subset,
+//! copies, write-conflict resolution lambdas (sum, product, min, max) and the `Reduce`
+//! library node. Everything else is refused with an error that names the element.
+
+pub mod python;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use serde_json::Value as J;
+
+use sdflow_ir::{
+    Array, Block, DType, DataDesc, Dataflow, Dim, LibraryNode, MapScope, Memlet, Node, NodeId,
+    Range, Reduce, Schedule, Sdfg, StateId, Subset, SymExpr, Symbol, Tasklet, Value, Wcr,
+};
+
+/// Why a DaCe file could not be imported: what, and where in the file.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct ImportError {
+    /// The element: SDFG, state, node (with its DaCe id and label).
+    pub location: String,
+    /// What is wrong or not supported.
+    pub message: String,
+}
+
+fn err(location: &str, message: impl Into<String>) -> ImportError {
+    ImportError {
+        location: location.to_string(),
+        message: message.into(),
+    }
+}
+
+/// True when `bytes` look like a DaCe SDFG: gzip data, or JSON whose top-level `type` is
+/// `"SDFG"`.
+pub fn is_dace(bytes: &[u8]) -> bool {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return true;
+    }
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+    let compact: String = head.chars().filter(|c| !c.is_whitespace()).collect();
+    compact.starts_with("{\"type\":\"SDFG\"") || compact.contains("\"dace_version\"")
+}
+
+/// Imports a DaCe file's bytes (JSON, or gzip-compressed JSON).
+pub fn import_bytes(bytes: &[u8]) -> Result<Sdfg, ImportError> {
+    let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(bytes)
+            .read_to_string(&mut s)
+            .map_err(|e| err("file", format!("not readable gzip-compressed JSON: {e}")))?;
+        s
+    } else {
+        String::from_utf8(bytes.to_vec()).map_err(|_| err("file", "not UTF-8 text"))?
+    };
+    import(&text)
+}
+
+/// Imports DaCe SDFG JSON text.
+pub fn import(text: &str) -> Result<Sdfg, ImportError> {
+    let j: J = serde_json::from_str(text).map_err(|e| err("file", format!("not JSON: {e}")))?;
+    convert_sdfg(&j, "sdfg")
+}
+
+fn s<'a>(j: &'a J, key: &str) -> Option<&'a str> {
+    j.get(key).and_then(J::as_str)
+}
+
+fn attrs(j: &J) -> &J {
+    j.get("attributes").unwrap_or(&J::Null)
+}
+
+fn dtype(name: Option<&str>, loc: &str) -> Result<DType, ImportError> {
+    // DaCe omits properties equal to their default; a descriptor's default is int32.
+    Ok(match name.unwrap_or("int32").trim_start_matches("dace.") {
+        "float64" | "double" => DType::F64,
+        "float32" | "float" => DType::F32,
+        "int64" | "long long" => DType::I64,
+        "int32" | "int" => DType::I32,
+        "bool" | "bool_" => DType::Bool,
+        other => return Err(err(loc, format!("unsupported data type '{other}'"))),
+    })
+}
+
+fn sym_of(j: &J, loc: &str) -> Result<SymExpr, ImportError> {
+    let text = match j {
+        J::String(t) => t.clone(),
+        J::Number(n) => n.to_string(),
+        other => return Err(err(loc, format!("expected an expression, found {other}"))),
+    };
+    python::sym(&text).map_err(|e| err(loc, format!("expression '{text}': {e}")))
+}
+
+fn name_of(raw: &str) -> String {
+    let mut n: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if n.is_empty() || n.starts_with(|c: char| c.is_ascii_digit()) {
+        n.insert(0, '_');
+    }
+    n
+}
+
+fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
+    let a = attrs(j);
+    let name = name_of(s(a, "name").unwrap_or("sdfg"));
+    let loc = format!("{parent} '{name}'");
+    let mut sdfg = Sdfg::new(&name);
+    if let Some(arrays) = a.get("_arrays").and_then(J::as_object) {
+        for (n, d) in arrays {
+            let dloc = format!("{loc} > container '{n}'");
+            let da = attrs(d);
+            let transient = da.get("transient").and_then(J::as_bool).unwrap_or(false);
+            let dt = dtype(s(da, "dtype"), &dloc)?;
+            let desc = match s(d, "type") {
+                Some("Scalar") => DataDesc::Scalar {
+                    dtype: dt,
+                    transient,
+                },
+                Some("Array") => {
+                    let shape = da
+                        .get("shape")
+                        .and_then(J::as_array)
+                        .ok_or_else(|| err(&dloc, "an array without a shape"))?
+                        .iter()
+                        .map(|x| sym_of(x, &dloc))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut arr = Array::new(dt, shape);
+                    if let Some(st) = da.get("strides").and_then(J::as_array) {
+                        arr.strides = st
+                            .iter()
+                            .map(|x| sym_of(x, &dloc))
+                            .collect::<Result<Vec<_>, _>>()?;
+                    }
+                    if let Some(off) = da.get("offset").and_then(J::as_array)
+                        && off
+                            .iter()
+                            .any(|x| x.as_str().is_some_and(|t| t.trim() != "0"))
+                    {
+                        return Err(err(
+                            &dloc,
+                            "arrays with a non-zero offset are not supported",
+                        ));
+                    }
+                    arr.transient = transient;
+                    DataDesc::Array(arr)
+                }
+                Some(other) => {
+                    return Err(err(
+                        &dloc,
+                        format!(
+                            "data descriptors of type '{other}' (views, streams, …) are not supported yet"
+                        ),
+                    ));
+                }
+                None => return Err(err(&dloc, "a data descriptor without a type")),
+            };
+            sdfg.arrays.insert(name_of(n), desc);
+        }
+    }
+    if let Some(syms) = a.get("symbols").and_then(J::as_object) {
+        for (n, t) in syms {
+            let dt = dtype(t.as_str(), &format!("{loc} > symbol '{n}'"))?;
+            sdfg.symbols.insert(name_of(n), Symbol::new(dt));
+        }
+    }
+    // Symbols used in shapes and strides but not declared are integers.
+    let mut used = std::collections::BTreeSet::new();
+    for d in sdfg.arrays.values() {
+        for e in d.shape() {
+            used.extend(e.free_symbols());
+        }
+        if let Some(arr) = d.as_array() {
+            for e in &arr.strides {
+                used.extend(e.free_symbols());
+            }
+        }
+    }
+    for u in used {
+        sdfg.symbols.entry(u).or_insert(Symbol::new(DType::I64));
+    }
+    if let Some(args) = a.get("arg_names").and_then(J::as_array) {
+        sdfg.arg_order = args
+            .iter()
+            .filter_map(J::as_str)
+            .map(name_of)
+            .filter(|n| sdfg.arrays.get(n).is_some_and(|d| !d.transient()))
+            .collect();
+    }
+    // States and the control flow between them.
+    let nodes = j
+        .get("nodes")
+        .and_then(J::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut ids: BTreeMap<String, StateId> = BTreeMap::new();
+    for (k, st) in nodes.iter().enumerate() {
+        let label = s(st, "label").unwrap_or("state");
+        let sloc = format!("{loc} > state '{label}' (id {k})");
+        match s(st, "type") {
+            Some("SDFGState") => {
+                let id = sdfg.add_state(&name_of(label));
+                let graph = convert_state(&sdfg, st, &sloc)?;
+                sdfg.states[id.index()].graph = graph;
+                let key = st
+                    .get("id")
+                    .map(|x| x.to_string().trim_matches('"').to_string());
+                ids.insert(key.unwrap_or_else(|| k.to_string()), id);
+            }
+            Some(other) => {
+                return Err(err(
+                    &sloc,
+                    format!("control-flow blocks of type '{other}' are not supported yet"),
+                ));
+            }
+            None => return Err(err(&sloc, "a block without a type")),
+        }
+    }
+    sdfg.body = chain(j, &ids, &loc)?;
+    Ok(sdfg)
+}
+
+/// The control flow of states joined by unconditional edges without assignments, in
+/// order from the start.
+fn chain(j: &J, ids: &BTreeMap<String, StateId>, loc: &str) -> Result<Block, ImportError> {
+    let edges = j
+        .get("edges")
+        .and_then(J::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut next: BTreeMap<String, String> = BTreeMap::new();
+    let mut has_in = std::collections::BTreeSet::new();
+    for e in &edges {
+        let (src, dst) = (
+            e.get("src")
+                .map(|x| x.to_string().trim_matches('"').to_string())
+                .unwrap_or_default(),
+            e.get("dst")
+                .map(|x| x.to_string().trim_matches('"').to_string())
+                .unwrap_or_default(),
+        );
+        let d = attrs(attrs(e).get("data").unwrap_or(&J::Null));
+        let cond = d
+            .get("condition")
+            .and_then(|c| c.get("string_data"))
+            .and_then(J::as_str)
+            .unwrap_or("1");
+        let assigns = d
+            .get("assignments")
+            .and_then(J::as_object)
+            .is_some_and(|m| !m.is_empty());
+        if !matches!(cond.trim(), "1" | "True" | "(1)") || assigns {
+            return Err(err(
+                loc,
+                format!(
+                    "the interstate edge {src} -> {dst} has a condition '{cond}' or assignments: loops and branches as state machines are not supported yet"
+                ),
+            ));
+        }
+        if next.insert(src.clone(), dst.clone()).is_some() {
+            return Err(err(
+                loc,
+                format!(
+                    "state {src} has two successors: branching control flow is not supported yet"
+                ),
+            ));
+        }
+        has_in.insert(dst);
+    }
+    let start = ids
+        .keys()
+        .find(|k| !has_in.contains(*k))
+        .cloned()
+        .ok_or_else(|| err(loc, "no start state (every state has a predecessor)"))?;
+    let mut order = Vec::new();
+    let mut cur = Some(start);
+    while let Some(k) = cur {
+        let id = *ids
+            .get(&k)
+            .ok_or_else(|| err(loc, format!("an edge leads to unknown state {k}")))?;
+        if order.contains(&Block::State(id)) {
+            return Err(err(loc, "a cycle of unconditional edges"));
+        }
+        order.push(Block::State(id));
+        cur = next.get(&k).cloned();
+    }
+    if order.len() != ids.len() {
+        return Err(err(loc, "states not reachable from the start"));
+    }
+    Ok(Block::Seq(order))
+}
+
+fn wcr_of(text: Option<&str>, loc: &str) -> Result<Option<Wcr>, ImportError> {
+    let Some(t) = text else { return Ok(None) };
+    let body: String = t
+        .split_once(':')
+        .map(|(_, b)| b)
+        .unwrap_or(t)
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '(' && *c != ')')
+        .collect();
+    Ok(Some(match body.as_str() {
+        "x+y" | "y+x" => Wcr::Sum,
+        "x*y" | "y*x" => Wcr::Prod,
+        "minx,y" | "miny,x" => Wcr::Min,
+        "maxx,y" | "maxy,x" => Wcr::Max,
+        _ => {
+            return Err(err(
+                loc,
+                format!("unsupported write-conflict resolution '{t}'"),
+            ));
+        }
+    }))
+}
+
+/// A DaCe subset (inclusive range ends) as an sdflow subset (half-open; single indices
+/// as indices).
+fn subset_of(j: Option<&J>, loc: &str) -> Result<Option<Subset>, ImportError> {
+    let Some(j) = j.filter(|x| !x.is_null()) else {
+        return Ok(None);
+    };
+    let ranges = j
+        .get("ranges")
+        .and_then(J::as_array)
+        .ok_or_else(|| err(loc, format!("unsupported subset {j}")))?;
+    let mut dims = Vec::new();
+    for r in ranges {
+        let start = sym_of(r.get("start").unwrap_or(&J::Null), loc)?;
+        let end = sym_of(r.get("end").unwrap_or(&J::Null), loc)?;
+        let step = sym_of(r.get("step").unwrap_or(&J::String("1".into())), loc)?;
+        if r.get("tile")
+            .and_then(J::as_str)
+            .is_some_and(|t| t.trim() != "1")
+        {
+            return Err(err(loc, "tiled subset ranges are not supported"));
+        }
+        if start == end {
+            dims.push(Dim::Index(start));
+        } else {
+            dims.push(Dim::Range {
+                start,
+                end: end.add(&SymExpr::Int(1)).simplify(),
+                step,
+            });
+        }
+    }
+    Ok(Some(Subset(dims)))
+}
+
+struct Edge<'a> {
+    src: String,
+    dst: String,
+    src_conn: Option<&'a str>,
+    dst_conn: Option<&'a str>,
+    data: Option<String>,
+    subset: Option<Subset>,
+    other: Option<Subset>,
+    is_data_src: Option<bool>,
+    wcr: Option<Wcr>,
+}
+
+fn convert_state(sdfg: &Sdfg, st: &J, loc: &str) -> Result<Dataflow, ImportError> {
+    let nodes: Vec<&J> = st
+        .get("nodes")
+        .and_then(J::as_array)
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let by_id: BTreeMap<String, &J> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.get("id")
+                    .map(|x| x.to_string().trim_matches('"').to_string())
+                    .unwrap_or_default(),
+                *n,
+            )
+        })
+        .collect();
+    let mut edges = Vec::new();
+    for e in st.get("edges").and_then(J::as_array).into_iter().flatten() {
+        let m = attrs(attrs(e).get("data").unwrap_or(&J::Null));
+        let eloc = format!(
+            "{loc} > edge {} -> {}",
+            e.get("src").unwrap_or(&J::Null),
+            e.get("dst").unwrap_or(&J::Null)
+        );
+        edges.push(Edge {
+            src: e
+                .get("src")
+                .map(|x| x.to_string().trim_matches('"').to_string())
+                .unwrap_or_default(),
+            dst: e
+                .get("dst")
+                .map(|x| x.to_string().trim_matches('"').to_string())
+                .unwrap_or_default(),
+            src_conn: s(e, "src_connector"),
+            dst_conn: s(e, "dst_connector"),
+            data: s(m, "data").map(name_of),
+            subset: subset_of(m.get("subset"), &eloc)?,
+            other: subset_of(m.get("other_subset"), &eloc)?,
+            is_data_src: m.get("is_data_src").and_then(J::as_bool),
+            wcr: wcr_of(s(m, "wcr"), &eloc)?,
+        });
+    }
+    let scopes: BTreeMap<String, Vec<String>> = st
+        .get("scope_dict")
+        .and_then(J::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|x| x.to_string().trim_matches('"').to_string())
+                            .collect(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let cx = StateCx {
+        sdfg,
+        by_id,
+        edges,
+        scopes,
+        loc: loc.to_string(),
+    };
+    let mut df = Dataflow::new();
+    cx.build("-1", &mut df)?;
+    Ok(df)
+}
+
+struct StateCx<'a> {
+    sdfg: &'a Sdfg,
+    by_id: BTreeMap<String, &'a J>,
+    edges: Vec<Edge<'a>>,
+    scopes: BTreeMap<String, Vec<String>>,
+    loc: String,
+}
+
+impl StateCx<'_> {
+    fn node_loc(&self, id: &str) -> String {
+        let n = self.by_id.get(id);
+        format!(
+            "{} > node {id} ({} '{}')",
+            self.loc,
+            n.and_then(|n| s(n, "type")).unwrap_or("?"),
+            n.and_then(|n| s(n, "label")).unwrap_or("?")
+        )
+    }
+
+    fn kind(&self, id: &str) -> &str {
+        self.by_id.get(id).and_then(|n| s(n, "type")).unwrap_or("")
+    }
+
+    /// The map entry a map exit belongs to.
+    fn entry_of_exit(&self, exit: &str) -> Option<String> {
+        self.by_id
+            .get(exit)
+            .and_then(|n| n.get("scope_entry"))
+            .and_then(J::as_str)
+            .map(str::to_string)
+    }
+
+    fn dtype_of(&self, data: &str) -> DType {
+        self.sdfg
+            .arrays
+            .get(data)
+            .map_or(DType::F64, DataDesc::dtype)
+    }
+
+    /// Builds the graph of scope `key` (`-1`: the state) into `df`.
+    fn build(&self, key: &str, df: &mut Dataflow) -> Result<(), ImportError> {
+        let members: Vec<String> = self.scopes.get(key).cloned().unwrap_or_default();
+        let mut ids: BTreeMap<String, NodeId> = BTreeMap::new();
+        for id in &members {
+            let n = self.by_id[id.as_str()];
+            let nl = self.node_loc(id);
+            let a = attrs(n);
+            let node = match s(n, "type").unwrap_or("") {
+                "AccessNode" => Node::Access(name_of(s(a, "data").unwrap_or_default())),
+                "MapExit" => continue,
+                "MapEntry" => {
+                    let params: Vec<String> = a
+                        .get("params")
+                        .and_then(J::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(J::as_str)
+                        .map(name_of)
+                        .collect();
+                    let sub = subset_of(a.get("range"), &nl)?.unwrap_or_default();
+                    let ranges = sub
+                        .0
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Index(e) => {
+                                Ok(Range::new(e.clone(), e.add(&SymExpr::Int(1)).simplify()))
+                            }
+                            Dim::Range { start, end, step } => Ok(Range {
+                                start: start.clone(),
+                                end: end.clone(),
+                                step: step.clone(),
+                            }),
+                            Dim::Indirect { .. } => Err(err(&nl, "an indirect map range")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut body = Dataflow::new();
+                    self.build(id, &mut body)?;
+                    Node::Map(MapScope {
+                        label: name_of(s(a, "label").unwrap_or("map")),
+                        params,
+                        ranges,
+                        schedule: Schedule::default(),
+                        body,
+                    })
+                }
+                "Tasklet" => {
+                    let code = a.get("code").unwrap_or(&J::Null);
+                    let lang = s(code, "language").unwrap_or("Python");
+                    if lang != "Python" {
+                        return Err(err(&nl, format!("tasklets in {lang} are not supported")));
+                    }
+                    let text = s(code, "string_data").unwrap_or("");
+                    let stmts = python::statements(text)
+                        .map_err(|e| err(&nl, format!("tasklet code '{text}': {e}")))?;
+                    let conns = |k: &str| -> Vec<String> {
+                        a.get(k)
+                            .and_then(J::as_object)
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default()
+                    };
+                    let mut inputs = BTreeMap::new();
+                    for c in conns("in_connectors") {
+                        let dt = self
+                            .edges
+                            .iter()
+                            .find(|e| e.dst == *id && e.dst_conn == Some(c.as_str()))
+                            .and_then(|e| e.data.as_deref())
+                            .map_or(DType::F64, |d| self.dtype_of(d));
+                        inputs.insert(c, dt);
+                    }
+                    let mut outputs = BTreeMap::new();
+                    for c in conns("out_connectors") {
+                        let dt = self
+                            .edges
+                            .iter()
+                            .find(|e| e.src == *id && e.src_conn == Some(c.as_str()))
+                            .and_then(|e| e.data.as_deref())
+                            .map_or(DType::F64, |d| self.dtype_of(d));
+                        outputs.insert(c, dt);
+                    }
+                    Node::Tasklet(Tasklet {
+                        name: name_of(s(a, "label").unwrap_or("tasklet")),
+                        inputs,
+                        outputs,
+                        code: stmts,
+                    })
+                }
+                "LibraryNode" if s(n, "classpath").is_some_and(|c| c.ends_with("Reduce")) => {
+                    let op = wcr_of(s(a, "wcr"), &nl)?
+                        .ok_or_else(|| err(&nl, "a Reduce without wcr"))?;
+                    let axes = match a.get("axes") {
+                        Some(J::Array(v)) => {
+                            Some(v.iter().filter_map(J::as_u64).map(|x| x as usize).collect())
+                        }
+                        _ => None,
+                    };
+                    let identity = a.get("identity").and_then(J::as_f64).map(Value::F64);
+                    Node::Library(LibraryNode::Reduce(Reduce { op, axes, identity }))
+                }
+                other => {
+                    return Err(err(
+                        &nl,
+                        format!("nodes of type '{other}' are not supported yet"),
+                    ));
+                }
+            };
+            ids.insert(id.clone(), df.add_node(node));
+        }
+        // Where an edge endpoint lands at this level: a node, the map node of a map exit,
+        // or (for the scope's own entry and exit) a body access node of the data.
+        let mut sources: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
+        let mut dests: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
+        let mut body_in: BTreeMap<String, NodeId> = BTreeMap::new();
+        let mut body_out: BTreeMap<String, NodeId> = BTreeMap::new();
+        for e in &self.edges {
+            let Some(data) = e.data.clone() else { continue };
+            let resolve_src = |id: &str| -> Option<NodeId> {
+                if self.kind(id) == "MapExit" {
+                    self.entry_of_exit(id).and_then(|en| ids.get(&en).copied())
+                } else {
+                    ids.get(id).copied()
+                }
+            };
+            let src_here = resolve_src(&e.src);
+            let dst_here = ids.get(&e.dst).copied();
+            let src_is_scope = e.src == key;
+            let dst_is_scope_exit = self.kind(&e.dst) == "MapExit"
+                && self.entry_of_exit(&e.dst).as_deref() == Some(key);
+            let dst_is_entry = self.kind(&e.dst) == "MapEntry";
+            let src_is_exit = self.kind(&e.src) == "MapExit";
+            let (from, to) = match (src_here, dst_here, src_is_scope, dst_is_scope_exit) {
+                (Some(a), Some(b), _, _) => (a, b),
+                (None, Some(b), true, _) => {
+                    let a = *body_in
+                        .entry(data.clone())
+                        .or_insert_with(|| df.add_access(&data));
+                    (a, b)
+                }
+                (Some(a), None, _, true) => {
+                    let b = *body_out
+                        .entry(data.clone())
+                        .or_insert_with(|| df.add_access(&data));
+                    (a, b)
+                }
+                (None, None, true, true) => {
+                    let a = *body_in
+                        .entry(data.clone())
+                        .or_insert_with(|| df.add_access(&data));
+                    let b = *body_out
+                        .entry(data.clone())
+                        .or_insert_with(|| df.add_access(&data));
+                    (a, b)
+                }
+                _ => continue,
+            };
+            // Edges into a map entry or out of a map exit: the map's edges are derived
+            // from its body below; remember which access node they attach to.
+            if dst_is_entry && dst_here.is_some() {
+                sources.entry(e.dst.clone()).or_default().insert(data, from);
+                continue;
+            }
+            if src_is_exit && src_here.is_some() {
+                let entry = self.entry_of_exit(&e.src).unwrap_or_default();
+                dests.entry(entry).or_default().insert(data, to);
+                continue;
+            }
+            let is_access = |n: NodeId| df.node(n).as_access().is_some();
+            // DaCe addresses scalars as `x[0]`; sdflow's scalars have no subset.
+            let scalar = |d: &str| matches!(self.sdfg.arrays.get(d), Some(DataDesc::Scalar { .. }));
+            let sub = |d: &str, x: &Option<Subset>| {
+                if scalar(d) { None } else { x.clone() }
+            };
+            let mut memlet = Memlet::new(&data, sub(&data, &e.subset).unwrap_or_default());
+            memlet.wcr = e.wcr;
+            if is_access(from) && is_access(to) {
+                // A copy: sdflow's memlet names the source's data.
+                let src_data = df.node(from).as_access().unwrap_or_default().to_string();
+                let dst_data = df.node(to).as_access().unwrap_or_default().to_string();
+                let (src_sub, dst_sub) = if data == src_data && e.is_data_src != Some(false) {
+                    (e.subset.clone(), e.other.clone())
+                } else if data == dst_data {
+                    (e.other.clone(), e.subset.clone())
+                } else {
+                    (e.subset.clone(), e.other.clone())
+                };
+                memlet = Memlet {
+                    subset: sub(&src_data, &src_sub).unwrap_or_default(),
+                    other_subset: sub(&dst_data, &dst_sub),
+                    data: src_data,
+                    wcr: e.wcr,
+                };
+            }
+            // The Reduce library node's connectors are `_in`/`_out` in DaCe.
+            let lib = |n: NodeId| matches!(df.node(n), Node::Library(_));
+            let src_conn = if lib(from) {
+                Some("out")
+            } else {
+                e.src_conn.filter(|_| !is_access(from))
+            };
+            let dst_conn = if lib(to) {
+                Some("in")
+            } else {
+                e.dst_conn.filter(|_| !is_access(to))
+            };
+            df.add_edge(from, src_conn, to, dst_conn, memlet);
+        }
+        // Each map's edges from its body, attached to the access nodes DaCe used.
+        for id in &members {
+            if self.kind(id) != "MapEntry" {
+                continue;
+            }
+            let n = ids[id];
+            let src = sources.remove(id).unwrap_or_default();
+            let dst = dests.remove(id).unwrap_or_default();
+            connect_map_node(self.sdfg, df, n, &src, &dst);
+        }
+        Ok(())
+    }
+}
+
+/// The map node's edges derived from its body (as the builder does), attached to the
+/// given access nodes.
+fn connect_map_node(
+    sdfg: &Sdfg,
+    df: &mut Dataflow,
+    map: NodeId,
+    sources: &BTreeMap<String, NodeId>,
+    dests: &BTreeMap<String, NodeId>,
+) {
+    let Node::Map(m) = df.node(map) else { return };
+    let (reads, writes) =
+        sdflow_ir::propagate::map_boundary(&sdfg.arrays, &m.body, &m.params, &m.ranges);
+    for r in reads {
+        let src = match sources.get(&r.data) {
+            Some(&n) => n,
+            None => df.add_access(&r.data),
+        };
+        df.add_edge(src, None, map, None, r);
+    }
+    for w in writes {
+        let dst = match dests.get(&w.data) {
+            Some(&n) => n,
+            None => df.add_access(&w.data),
+        };
+        df.add_edge(map, None, dst, None, w);
+    }
+}

@@ -1,0 +1,475 @@
+//! The subset of Python (tasklet code, interstate conditions) and SymPy (shapes, ranges,
+//! subsets) text that DaCe files use, parsed into sdflow's `Expr` and `SymExpr`.
+//! Anything outside the subset is an error naming the text, never a guess.
+
+use sdflow_ir::{BinOp, DType, Expr, MathFn, Stmt, SymExpr, SymOp, UnOp, Value};
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Num(String),
+    Name(String),
+    Op(String),
+}
+
+fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
+    let cs: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cs.len() {
+        let c = cs[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit()
+            || (c == '.' && cs.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
+            let start = i;
+            while i < cs.len() && (cs[i].is_ascii_alphanumeric() || cs[i] == '.') {
+                // exponent sign
+                if (cs[i] == 'e' || cs[i] == 'E') && matches!(cs.get(i + 1), Some('+') | Some('-'))
+                {
+                    i += 2;
+                    continue;
+                }
+                i += 1;
+            }
+            out.push(Tok::Num(cs[start..i].iter().collect()));
+        } else if c.is_alphabetic() || c == '_' || c == '$' {
+            let start = i;
+            i += 1;
+            while i < cs.len() && (cs[i].is_alphanumeric() || cs[i] == '_' || cs[i] == '.') {
+                i += 1;
+            }
+            let s: String = cs[start..i].iter().collect();
+            out.push(Tok::Name(s.trim_start_matches('$').to_string()));
+        } else {
+            let two: String = cs[i..(i + 2).min(cs.len())].iter().collect();
+            if ["**", "//", "==", "!=", "<=", ">="].contains(&two.as_str()) {
+                out.push(Tok::Op(two));
+                i += 2;
+            } else if "+-*/%<>()=,:".contains(c) {
+                out.push(Tok::Op(c.to_string()));
+                i += 1;
+            } else {
+                return Err(format!("unexpected character '{c}'"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Parser {
+    toks: Vec<Tok>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos)
+    }
+
+    fn is_op(&self, s: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Op(o)) if o == s)
+    }
+
+    fn is_name(&self, s: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Name(o)) if o == s)
+    }
+
+    fn expect(&mut self, s: &str) -> Result<(), String> {
+        if self.is_op(s) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(format!("expected '{s}'"))
+        }
+    }
+
+    /// `a if c else b` (lowest), then `or`, `and`, `not`, comparisons, `+ -`, `* / // %`,
+    /// unary `-`, `**`, atoms.
+    fn ternary(&mut self) -> Result<Expr, String> {
+        let a = self.or()?;
+        if self.is_name("if") {
+            self.pos += 1;
+            let c = self.or()?;
+            if !self.is_name("else") {
+                return Err("expected 'else'".into());
+            }
+            self.pos += 1;
+            let b = self.ternary()?;
+            return Ok(Expr::Select(Box::new(c), Box::new(a), Box::new(b)));
+        }
+        Ok(a)
+    }
+
+    fn or(&mut self) -> Result<Expr, String> {
+        let mut a = self.and()?;
+        while self.is_name("or") {
+            self.pos += 1;
+            a = Expr::bin(BinOp::Or, a, self.and()?);
+        }
+        Ok(a)
+    }
+
+    fn and(&mut self) -> Result<Expr, String> {
+        let mut a = self.not()?;
+        while self.is_name("and") {
+            self.pos += 1;
+            a = Expr::bin(BinOp::And, a, self.not()?);
+        }
+        Ok(a)
+    }
+
+    fn not(&mut self) -> Result<Expr, String> {
+        if self.is_name("not") {
+            self.pos += 1;
+            return Ok(Expr::Unary(UnOp::Not, Box::new(self.not()?)));
+        }
+        self.comparison()
+    }
+
+    fn comparison(&mut self) -> Result<Expr, String> {
+        let a = self.sum()?;
+        let op = match self.peek() {
+            Some(Tok::Op(o)) => match o.as_str() {
+                "==" => BinOp::Eq,
+                "!=" => BinOp::Ne,
+                "<" => BinOp::Lt,
+                "<=" => BinOp::Le,
+                ">" => BinOp::Gt,
+                ">=" => BinOp::Ge,
+                _ => return Ok(a),
+            },
+            _ => return Ok(a),
+        };
+        self.pos += 1;
+        let b = self.sum()?;
+        if matches!(self.peek(), Some(Tok::Op(o)) if ["==", "!=", "<", "<=", ">", ">="].contains(&o.as_str()))
+        {
+            return Err("chained comparisons are not supported".into());
+        }
+        Ok(Expr::bin(op, a, b))
+    }
+
+    fn sum(&mut self) -> Result<Expr, String> {
+        let mut a = self.product()?;
+        loop {
+            let op = if self.is_op("+") {
+                BinOp::Add
+            } else if self.is_op("-") {
+                BinOp::Sub
+            } else {
+                return Ok(a);
+            };
+            self.pos += 1;
+            a = Expr::bin(op, a, self.product()?);
+        }
+    }
+
+    fn product(&mut self) -> Result<Expr, String> {
+        let mut a = self.unary()?;
+        loop {
+            let op = if self.is_op("*") {
+                BinOp::Mul
+            } else if self.is_op("/") {
+                BinOp::Div
+            } else if self.is_op("//") {
+                BinOp::FloorDiv
+            } else if self.is_op("%") {
+                BinOp::Mod
+            } else {
+                return Ok(a);
+            };
+            self.pos += 1;
+            a = Expr::bin(op, a, self.unary()?);
+        }
+    }
+
+    fn unary(&mut self) -> Result<Expr, String> {
+        if self.is_op("-") {
+            self.pos += 1;
+            let x = self.unary()?;
+            // A negative literal stays a literal (as Python's constant folding does).
+            return Ok(match x {
+                Expr::Const(Value::F64(v)) => Expr::Const(Value::F64(-v)),
+                Expr::Const(Value::I64(v)) => Expr::Const(Value::I64(v.wrapping_neg())),
+                other => Expr::Unary(UnOp::Neg, Box::new(other)),
+            });
+        }
+        if self.is_op("+") {
+            self.pos += 1;
+            return self.unary();
+        }
+        self.power()
+    }
+
+    fn power(&mut self) -> Result<Expr, String> {
+        let a = self.atom()?;
+        if self.is_op("**") {
+            self.pos += 1;
+            let b = self.unary()?;
+            return Ok(Expr::Call(MathFn::Pow, vec![a, b]));
+        }
+        Ok(a)
+    }
+
+    fn args(&mut self) -> Result<Vec<Expr>, String> {
+        self.expect("(")?;
+        let mut v = Vec::new();
+        if !self.is_op(")") {
+            loop {
+                v.push(self.ternary()?);
+                if self.is_op(",") {
+                    self.pos += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        self.expect(")")?;
+        Ok(v)
+    }
+
+    fn atom(&mut self) -> Result<Expr, String> {
+        match self.peek().cloned() {
+            Some(Tok::Num(n)) => {
+                self.pos += 1;
+                if n.contains(['.', 'e', 'E']) {
+                    n.parse::<f64>()
+                        .map(|v| Expr::Const(Value::F64(v)))
+                        .map_err(|_| format!("bad number '{n}'"))
+                } else {
+                    n.parse::<i64>()
+                        .map(|v| Expr::Const(Value::I64(v)))
+                        .map_err(|_| format!("bad number '{n}'"))
+                }
+            }
+            Some(Tok::Op(o)) if o == "(" => {
+                self.pos += 1;
+                let e = self.ternary()?;
+                self.expect(")")?;
+                Ok(e)
+            }
+            Some(Tok::Name(n)) => {
+                self.pos += 1;
+                match n.as_str() {
+                    "True" | "true" => return Ok(Expr::Const(Value::Bool(true))),
+                    "False" | "false" => return Ok(Expr::Const(Value::Bool(false))),
+                    _ => {}
+                }
+                if !self.is_op("(") {
+                    return Ok(Expr::Var(n));
+                }
+                let args = self.args()?;
+                call(&n, args)
+            }
+            other => Err(format!("unexpected {}", describe(other.as_ref()))),
+        }
+    }
+}
+
+fn describe(t: Option<&Tok>) -> String {
+    match t {
+        None => "end of text".into(),
+        Some(Tok::Num(n)) | Some(Tok::Name(n)) | Some(Tok::Op(n)) => format!("'{n}'"),
+    }
+}
+
+/// A function call of the supported subset.
+fn call(name: &str, mut args: Vec<Expr>) -> Result<Expr, String> {
+    let base = name
+        .trim_start_matches("math.")
+        .trim_start_matches("numpy.")
+        .trim_start_matches("np.")
+        .trim_start_matches("dace.");
+    let cast = match base {
+        "float64" | "float" => Some(DType::F64),
+        "float32" => Some(DType::F32),
+        "int64" | "int" => Some(DType::I64),
+        "int32" => Some(DType::I32),
+        "bool" | "bool_" => Some(DType::Bool),
+        _ => None,
+    };
+    if let Some(t) = cast {
+        if args.len() != 1 {
+            return Err(format!("'{name}' takes one argument"));
+        }
+        return Ok(Expr::Cast(t, Box::new(args.remove(0))));
+    }
+    let f = match base {
+        "abs" | "Abs" | "fabs" => MathFn::Abs,
+        "sqrt" => MathFn::Sqrt,
+        "cbrt" => MathFn::Cbrt,
+        "exp" => MathFn::Exp,
+        "log" => MathFn::Log,
+        "log10" => MathFn::Log10,
+        "sin" => MathFn::Sin,
+        "cos" => MathFn::Cos,
+        "tan" => MathFn::Tan,
+        "asin" | "arcsin" => MathFn::Asin,
+        "acos" | "arccos" => MathFn::Acos,
+        "atan" | "arctan" => MathFn::Atan,
+        "sinh" => MathFn::Sinh,
+        "cosh" => MathFn::Cosh,
+        "tanh" => MathFn::Tanh,
+        "floor" => MathFn::Floor,
+        "ceil" | "ceiling" => MathFn::Ceil,
+        "trunc" => MathFn::Trunc,
+        "round" => MathFn::Round,
+        "pow" | "power" | "Pow" => MathFn::Pow,
+        "atan2" | "arctan2" => MathFn::Atan2,
+        "min" | "Min" | "fmin" | "minimum" => MathFn::Min,
+        "max" | "Max" | "fmax" | "maximum" => MathFn::Max,
+        "int_floor" | "floordiv" if args.len() == 2 => {
+            let b = args.pop().unwrap_or(Expr::Const(Value::I64(1)));
+            let a = args.pop().unwrap_or(Expr::Const(Value::I64(0)));
+            return Ok(Expr::bin(BinOp::FloorDiv, a, b));
+        }
+        "Mod" if args.len() == 2 => {
+            let b = args.pop().unwrap_or(Expr::Const(Value::I64(1)));
+            let a = args.pop().unwrap_or(Expr::Const(Value::I64(0)));
+            return Ok(Expr::bin(BinOp::Mod, a, b));
+        }
+        _ => return Err(format!("unsupported function '{name}'")),
+    };
+    // min/max with more than two arguments fold left.
+    if matches!(f, MathFn::Min | MathFn::Max) && args.len() > 2 {
+        let mut it = args.into_iter();
+        let first = it.next().unwrap_or(Expr::Const(Value::I64(0)));
+        return Ok(it.fold(first, |acc, x| Expr::Call(f, vec![acc, x])));
+    }
+    if args.len() != f.arity() {
+        return Err(format!("'{name}' takes {} argument(s)", f.arity()));
+    }
+    Ok(Expr::Call(f, args))
+}
+
+/// A Python expression.
+pub fn expr(text: &str) -> Result<Expr, String> {
+    let toks = tokenize(text)?;
+    let mut p = Parser { toks, pos: 0 };
+    let e = p.ternary()?;
+    if p.pos != p.toks.len() {
+        return Err(format!(
+            "unexpected {} after the expression",
+            describe(p.peek())
+        ));
+    }
+    Ok(e)
+}
+
+/// Python tasklet code: assignments `name = expr`, one per line (or `;`-separated).
+pub fn statements(code: &str) -> Result<Vec<Stmt>, String> {
+    let mut out = Vec::new();
+    for line in code.split(['\n', ';']) {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((target, value)) = split_assignment(line) else {
+            return Err(format!("'{line}' is not an assignment 'name = expression'"));
+        };
+        let target = target.trim();
+        if !target.chars().all(|c| c.is_alphanumeric() || c == '_') || target.is_empty() {
+            return Err(format!("assignment target '{target}' is not a plain name"));
+        }
+        out.push(Stmt {
+            target: target.to_string(),
+            value: expr(value).map_err(|e| format!("in '{line}': {e}"))?,
+        });
+    }
+    Ok(out)
+}
+
+/// Splits at the first `=` that is not part of `==`, `!=`, `<=`, `>=`.
+fn split_assignment(line: &str) -> Option<(&str, &str)> {
+    let b = line.as_bytes();
+    for i in 0..b.len() {
+        if b[i] == b'='
+            && b.get(i + 1) != Some(&b'=')
+            && (i == 0 || !matches!(b[i - 1], b'=' | b'!' | b'<' | b'>'))
+        {
+            return Some((&line[..i], &line[i + 1..]));
+        }
+    }
+    None
+}
+
+/// A symbolic integer expression (shapes, ranges, subsets, conditions).
+pub fn sym(text: &str) -> Result<SymExpr, String> {
+    to_sym(&expr(text)?)
+}
+
+fn to_sym(e: &Expr) -> Result<SymExpr, String> {
+    Ok(match e {
+        Expr::Const(Value::I64(v)) => SymExpr::Int(*v),
+        Expr::Const(Value::I32(v)) => SymExpr::Int(*v as i64),
+        Expr::Const(Value::Bool(b)) => SymExpr::Int(*b as i64),
+        Expr::Const(Value::F64(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+            SymExpr::Int(*v as i64)
+        }
+        Expr::Var(n) => SymExpr::sym(n),
+        Expr::Unary(UnOp::Neg, a) => SymExpr::Neg(std::sync::Arc::new(to_sym(a)?)),
+        Expr::Unary(UnOp::Not, a) => SymExpr::Not(std::sync::Arc::new(to_sym(a)?)),
+        Expr::Binary(op, a, b) => {
+            let op = match op {
+                BinOp::Add => SymOp::Add,
+                BinOp::Sub => SymOp::Sub,
+                BinOp::Mul => SymOp::Mul,
+                BinOp::FloorDiv => SymOp::FloorDiv,
+                BinOp::Mod => SymOp::Mod,
+                BinOp::Eq => SymOp::Eq,
+                BinOp::Ne => SymOp::Ne,
+                BinOp::Lt => SymOp::Lt,
+                BinOp::Le => SymOp::Le,
+                BinOp::Gt => SymOp::Gt,
+                BinOp::Ge => SymOp::Ge,
+                BinOp::And => SymOp::And,
+                BinOp::Or => SymOp::Or,
+                BinOp::Div => return Err("'/' in a symbolic expression (use '//')".into()),
+            };
+            SymExpr::bin(op, to_sym(a)?, to_sym(b)?)
+        }
+        Expr::Call(MathFn::Min, args) if args.len() == 2 => {
+            SymExpr::bin(SymOp::Min, to_sym(&args[0])?, to_sym(&args[1])?)
+        }
+        Expr::Call(MathFn::Max, args) if args.len() == 2 => {
+            SymExpr::bin(SymOp::Max, to_sym(&args[0])?, to_sym(&args[1])?)
+        }
+        Expr::Cast(t, a) if t.is_int() => to_sym(a)?,
+        other => return Err(format!("'{other}' is not an integer expression")),
+    }
+    .simplify())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasklets_and_symbols() {
+        let s = statements("__out = (__in1 + 0.25)").unwrap();
+        assert_eq!(s[0].to_string(), "__out = __in1 + 0.25");
+        let s = statements("a = x if c > 0 else -y\nb = math.sqrt(abs(a)) ** 2").unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].value.to_string(), "select(c > 0, x, -y)");
+        assert_eq!(sym("N - 1").unwrap().to_string(), "N - 1");
+        assert_eq!(
+            sym("Max(0, $horizontal_end - $horizontal_start)")
+                .unwrap()
+                .to_string(),
+            "max(0, horizontal_end - horizontal_start)"
+        );
+        assert_eq!(sym("(not (k > (- 1)))").unwrap().to_string(), "!(k > -1)");
+        assert!(
+            statements("x[i] = 1")
+                .unwrap_err()
+                .contains("not a plain name")
+        );
+        assert!(
+            expr("foo(1)")
+                .unwrap_err()
+                .contains("unsupported function 'foo'")
+        );
+        assert!(sym("a / 2").unwrap_err().contains("'/'"));
+    }
+}
