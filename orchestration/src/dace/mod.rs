@@ -7,6 +7,7 @@
 //! copies, write-conflict resolution lambdas (sum, product, min, max) and the `Reduce`
 //! library node. Everything else is refused with an error that names the element.
 
+mod control;
 pub mod python;
 
 use std::collections::BTreeMap;
@@ -232,74 +233,50 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     Ok(sdfg)
 }
 
-/// The control flow of states joined by unconditional edges without assignments, in
-/// order from the start.
+/// The control flow: the state machine of interstate edges, structured.
 fn chain(j: &J, ids: &BTreeMap<String, StateId>, loc: &str) -> Result<Block, ImportError> {
-    let edges = j
-        .get("edges")
-        .and_then(J::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut next: BTreeMap<String, String> = BTreeMap::new();
-    let mut has_in = std::collections::BTreeSet::new();
-    for e in &edges {
-        let (src, dst) = (
-            e.get("src")
+    let mut edges = Vec::new();
+    for e in j.get("edges").and_then(J::as_array).into_iter().flatten() {
+        let id = |k: &str| {
+            e.get(k)
                 .map(|x| x.to_string().trim_matches('"').to_string())
-                .unwrap_or_default(),
-            e.get("dst")
-                .map(|x| x.to_string().trim_matches('"').to_string())
-                .unwrap_or_default(),
-        );
+                .unwrap_or_default()
+        };
+        let (src, dst) = (id("src"), id("dst"));
+        let eloc = format!("{loc} > interstate edge {src} -> {dst}");
         let d = attrs(attrs(e).get("data").unwrap_or(&J::Null));
-        let cond = d
+        let cond_text = d
             .get("condition")
             .and_then(|c| c.get("string_data"))
             .and_then(J::as_str)
-            .unwrap_or("1");
-        let assigns = d
+            .unwrap_or("1")
+            .trim();
+        let cond = match cond_text {
+            "1" | "True" | "(1)" | "" => None,
+            t => Some(python::sym(t).map_err(|x| err(&eloc, format!("condition '{t}': {x}")))?),
+        };
+        let mut assigns = Vec::new();
+        for (k, v) in d
             .get("assignments")
             .and_then(J::as_object)
-            .is_some_and(|m| !m.is_empty());
-        if !matches!(cond.trim(), "1" | "True" | "(1)") || assigns {
-            return Err(err(
-                loc,
-                format!(
-                    "the interstate edge {src} -> {dst} has a condition '{cond}' or assignments: loops and branches as state machines are not supported yet"
-                ),
-            ));
+            .into_iter()
+            .flatten()
+        {
+            assigns.push((name_of(k), sym_of(v, &eloc)?));
         }
-        if next.insert(src.clone(), dst.clone()).is_some() {
-            return Err(err(
-                loc,
-                format!(
-                    "state {src} has two successors: branching control flow is not supported yet"
-                ),
-            ));
-        }
-        has_in.insert(dst);
+        edges.push(control::IEdge {
+            src,
+            dst,
+            cond,
+            assigns,
+        });
     }
-    let start = ids
-        .keys()
-        .find(|k| !has_in.contains(*k))
-        .cloned()
-        .ok_or_else(|| err(loc, "no start state (every state has a predecessor)"))?;
-    let mut order = Vec::new();
-    let mut cur = Some(start);
-    while let Some(k) = cur {
-        let id = *ids
-            .get(&k)
-            .ok_or_else(|| err(loc, format!("an edge leads to unknown state {k}")))?;
-        if order.contains(&Block::State(id)) {
-            return Err(err(loc, "a cycle of unconditional edges"));
-        }
-        order.push(Block::State(id));
-        cur = next.get(&k).cloned();
+    control::Machine {
+        states: ids,
+        edges,
+        loc: loc.to_string(),
     }
-    if order.len() != ids.len() {
-        return Err(err(loc, "states not reachable from the start"));
-    }
-    Ok(Block::Seq(order))
+    .structure()
 }
 
 fn wcr_of(text: Option<&str>, loc: &str) -> Result<Option<Wcr>, ImportError> {
@@ -569,6 +546,47 @@ impl StateCx<'_> {
                         inputs,
                         outputs,
                         code: stmts,
+                    })
+                }
+                "NestedSDFG" => {
+                    // DaCe's connectors are views of the caller's memory; sdflow's nested
+                    // SDFGs copy their connectors in and out. The two agree unless one
+                    // container is written through one connector and read or written
+                    // through another: refuse that rather than compute something else.
+                    let mut per_data: BTreeMap<&str, (usize, bool)> = BTreeMap::new();
+                    for e in &self.edges {
+                        let (Some(d), true) = (e.data.as_deref(), e.src == *id || e.dst == *id)
+                        else {
+                            continue;
+                        };
+                        let entry = per_data.entry(d).or_default();
+                        entry.0 += 1;
+                        entry.1 |= e.src == *id;
+                    }
+                    if let Some((d, _)) = per_data.iter().find(|(_, (n, w))| *n > 1 && *w) {
+                        return Err(err(
+                            &nl,
+                            format!(
+                                "container '{d}' is written through one connector and accessed through another; DaCe's connectors alias the caller's memory and sdflow's copy in and out, so this nested SDFG is not supported yet"
+                            ),
+                        ));
+                    }
+                    let inner = a
+                        .get("sdfg")
+                        .ok_or_else(|| err(&nl, "a nested SDFG without its SDFG"))?;
+                    let inner = convert_sdfg(inner, &format!("{nl} > nested sdfg"))?;
+                    let mut symbol_mapping = BTreeMap::new();
+                    for (k, v) in a
+                        .get("symbol_mapping")
+                        .and_then(J::as_object)
+                        .into_iter()
+                        .flatten()
+                    {
+                        symbol_mapping.insert(name_of(k), sym_of(v, &nl)?);
+                    }
+                    Node::Nested(sdflow_ir::NestedSdfg {
+                        sdfg: Box::new(inner),
+                        symbol_mapping,
                     })
                 }
                 "LibraryNode" if s(n, "classpath").is_some_and(|c| c.ends_with("Reduce")) => {
