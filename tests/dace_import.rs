@@ -97,12 +97,18 @@ fn dace_programs_reproduce_their_outputs() {
         let prog = backend.build(&opt).unwrap();
         let mut bc = b0.clone();
         prog.run_bindings(&mut bc).unwrap();
-        for (arg, _) in sdfg.non_transients() {
-            assert_eq!(
-                bc.arrays[arg].bits(),
-                bo.arrays[arg].bits(),
-                "{file}: compiled differs from interpreted '{arg}'"
-            );
+        // Compiled: bitwise equal to the interpreter, except where parallel float
+        // write-conflict resolution combines in another order (wcr_reduce).
+        let w = worst(&sdfg, &bc, &mut npz);
+        assert!(w < 1e-12, "{file}: compiled {w:e}");
+        if name != "wcr_reduce" {
+            for (arg, _) in sdfg.non_transients() {
+                assert_eq!(
+                    bc.arrays[arg].bits(),
+                    bo.arrays[arg].bits(),
+                    "{file}: compiled differs from interpreted '{arg}'"
+                );
+            }
         }
     }
 }

@@ -27,8 +27,9 @@ use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, S
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUse, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name, neighbours,
-    node_reads_writes, renamed_body, replace_map, same_ranges, scalar_memlet, substitute_params,
+    DataUse, binds_any, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name,
+    neighbours, node_reads_writes, renamed_body, replace_map, same_ranges, scalar_memlet,
+    substitute_params, tables_read,
 };
 use crate::tiled_fusion::{Tiled, fuse_tiled};
 
@@ -171,6 +172,8 @@ impl MapFusion {
                     || ma.schedule != mb.schedule
                     || !legal(df, a, b, t_node, t, topo)
                     || shares_locals(sdfg, ma, mb)
+                    || binds_any(&mb.body, &ma.params)
+                    || tables_read(&mb.body).contains(t)
                 {
                     continue;
                 }

@@ -551,3 +551,33 @@ pub fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {
                         && end.simplify() == n.simplify())
             }))
 }
+
+/// True when a map inside `df` (at any depth) binds one of `names` as a parameter:
+/// renaming a body's parameters to `names` would then be captured by that inner map.
+pub fn binds_any(df: &Dataflow, names: &[String]) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Map(m) => m.params.iter().any(|p| names.contains(p)) || binds_any(&m.body, names),
+        _ => false,
+    })
+}
+
+/// Index tables read by any memlet of `df` or its map bodies.
+pub fn tables_read(df: &Dataflow) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in df.edge_ids() {
+        out.extend(
+            df.edge(e)
+                .memlet
+                .subset
+                .tables()
+                .iter()
+                .map(|t| t.to_string()),
+        );
+    }
+    for n in df.node_ids() {
+        if let Node::Map(m) = df.node(n) {
+            out.extend(tables_read(&m.body));
+        }
+    }
+    out
+}

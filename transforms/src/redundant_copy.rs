@@ -99,7 +99,15 @@ fn find(
                         .other_subset
                         .as_ref()
                         .is_some_and(|o| is_full(o, &da.shape))));
-        let producer_ok = !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
+        // The producer's summary memlet over-approximates what a map body writes: require
+        // the body to write T at its parameters (shifted by constants), one per dimension,
+        // so "the whole of T" really is written.
+        let exact = match df.node(producer) {
+            Node::Map(m) => exact_write(m, a),
+            _ => true,
+        };
+        let producer_ok = exact
+            && !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
             && !node_reads_writes(df, producer).0.contains(b)
             && !node_reads_writes(df, producer).1.contains(b);
         if da.transient
@@ -116,4 +124,33 @@ fn find(
         }
     }
     None
+}
+
+/// Every write of `t` in the map's body is `t[p_0 + c_0, p_1 + c_1, …]` with distinct
+/// parameters (an injective, affine write), with no nested maps.
+fn exact_write(m: &sdflow_ir::MapScope, t: &str) -> bool {
+    let body = &m.body;
+    let mut any = false;
+    for e in body.edge_ids() {
+        let (_, dst) = body.endpoints(e);
+        if body.node(dst).as_access() != Some(t) {
+            continue;
+        }
+        any = true;
+        let sub = &body.edge(e).memlet.subset;
+        let mut used = std::collections::BTreeSet::new();
+        let ok = sub.0.iter().all(|d| match d {
+            sdflow_ir::Dim::Index(x) => m.params.iter().any(|p| {
+                x.const_diff(&sdflow_ir::SymExpr::sym(p)).is_some() && used.insert(p.clone())
+            }),
+            _ => false,
+        });
+        if !ok || m.ranges.iter().any(|r| r.step.as_int() != Some(1)) {
+            return false;
+        }
+    }
+    any && !body
+        .node_ids()
+        .into_iter()
+        .any(|n| matches!(body.node(n), Node::Map(_)))
 }

@@ -17,7 +17,7 @@ use sdflow_ir::{Dataflow, MapScope, Node, NodeId, Sdfg};
 use crate::map_fusion::shares_locals;
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    copy_into, move_out_edges, neighbours, node_reads_writes, renamed_body, replace_map,
+    binds_any, copy_into, move_out_edges, neighbours, node_reads_writes, renamed_body, replace_map,
     same_ranges,
 };
 
@@ -77,7 +77,11 @@ fn find(sdfg: &Sdfg, df: &Dataflow) -> Option<(NodeId, NodeId)> {
                 let shares_input = ra.iter().any(|d| rb.contains(d));
                 let conflict = wa.iter().any(|d| rb.contains(d) || wb.contains(d))
                     || wb.iter().any(|d| ra.contains(d));
-                if shares_input && !conflict && !shares_locals(sdfg, ma, mb) {
+                if shares_input
+                    && !conflict
+                    && !shares_locals(sdfg, ma, mb)
+                    && !binds_any(&mb.body, &ma.params)
+                {
                     return Some((a, b));
                 }
             }

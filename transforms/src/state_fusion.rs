@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use sdflow_ir::{Block, Dataflow, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{compact_states, copy_into, find_in_seqs, move_out_edges, reads_writes};
+use crate::pattern::{
+    compact_states, copy_into, find_in_seqs, move_out_edges, reads_writes, tables_read,
+};
 
 /// See the module documentation.
 pub struct StateFusion;
@@ -63,6 +65,11 @@ fn fusable(first: &Dataflow, second: &Dataflow) -> Option<BTreeMap<String, NodeI
     let (r1, w1) = reads_writes(first);
     let (r2, w2) = reads_writes(second);
     if w2.iter().any(|d| r1.contains(d) || w1.contains(d)) {
+        return None;
+    }
+    // A table the second state reads through a memlet has no access node to link to the
+    // first state's write: keep the states apart.
+    if tables_read(second).iter().any(|t| w1.contains(t)) {
         return None;
     }
     let mut links = BTreeMap::new();

@@ -620,3 +620,52 @@ fn move_into_if_enters_a_nested_sdfg_with_an_if_body() {
     }
     assert!(MoveIntoIf.run(&mut s).is_empty());
 }
+
+#[test]
+fn fusion_never_lets_an_inner_map_capture_a_renamed_parameter() {
+    // B's parameter j would become A's i, which B's inner map binds.
+    let mut b = SdfgBuilder::new("capture");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("v", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N"])
+        .array("out2", DType::F64, ["N", "N"])
+        .transient("T", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("A", &["i"], &["0:N"], |m| {
+            m.tasklet("a", &[("x", "u[i]")], &[("y", "T[i]")], "y = x + 1.0");
+        });
+        s.map("B", &["j"], &["0:N"], |m| {
+            m.tasklet("b", &[("x", "T[j]")], &[("y", "out[j]")], "y = 2.0 * x");
+            m.map("inner", &["i"], &["0:N"], |m2| {
+                m2.tasklet("c", &[("x", "v[j, i]")], &[("y", "out2[j, i]")], "y = x");
+            });
+        });
+    });
+    let s0 = b.build();
+    let mut s = s0.clone();
+    let c = MapFusion::default().run(&mut s);
+    assert!(c.is_empty(), "{c}");
+    assert_eq!(s.validate(), Ok(()));
+    same_results(&s0, &s, &[("N", 4)]);
+}
+
+#[test]
+fn redundant_copy_keeps_a_transient_written_through_a_table() {
+    // The map's summary says T[0:N] but the body writes two elements through idx.
+    let mut b = SdfgBuilder::new("sparse");
+    b.symbol("N", DType::I64)
+        .array("idx", DType::I64, [2, 1])
+        .array("out", DType::F64, ["N"])
+        .transient("T", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:2"], |m| {
+            m.tasklet("t", &[], &[("o", "T[idx[i, 0]]")], "o = 1.0");
+        });
+        s.copy("T[0:N]", "out[0:N]");
+    });
+    let s0 = b.build();
+    let mut s = s0.clone();
+    assert!(RedundantCopy.run(&mut s).is_empty());
+    assert!(s.arrays.contains_key("T"));
+}

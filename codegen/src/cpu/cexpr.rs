@@ -263,13 +263,10 @@ pub const PRELUDE: &str = r#"#include <stdint.h>
 #include <omp.h>
 #endif
 
-static int sdf_error_flag = 0;
-static inline void sdf_fail(void) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-    sdf_error_flag = 1;
-}
+/* Raised by integer division by zero; per thread, so concurrent calls of the same
+   library never see each other's errors; `run` gathers it from its threads. */
+static _Thread_local int sdf_error_flag = 0;
+static inline void sdf_fail(void) { sdf_error_flag = 1; }
 #define SDF_INT_OPS(W, T, UT, MIN)                                                        \
 static inline T sdf_add##W(T a, T b) { return (T)((UT)a + (UT)b); }                      \
 static inline T sdf_sub##W(T a, T b) { return (T)((UT)a - (UT)b); }                      \

@@ -152,6 +152,16 @@ impl Scope<'_> {
         self.params.contains(n) || self.sdfg.symbols.contains_key(n)
     }
 
+    /// True when the expressions read a scalar container (a host value that dataflow
+    /// may write), not only symbols.
+    fn reads_scalars(&self, es: &[&SymExpr]) -> bool {
+        es.iter().any(|e| {
+            e.free_symbols()
+                .iter()
+                .any(|n| !self.is_symbol(n) && self.scalar_lvalue(n).is_some())
+        })
+    }
+
     fn scalar_lvalue(&self, n: &str) -> Option<String> {
         match self.sdfg.arrays.get(n)? {
             DataDesc::Scalar { .. } if self.locals.contains(n) => Some(format!("a_{n}")),
@@ -162,7 +172,19 @@ impl Scope<'_> {
 
     fn sym(&self, e: &SymExpr) -> String {
         let names = SymNames {
-            scalar: &|n| self.scalar_lvalue(n),
+            scalar: &|n| {
+                let lv = self.scalar_lvalue(n)?;
+                let float = self
+                    .sdfg
+                    .arrays
+                    .get(n)
+                    .is_some_and(|d| d.dtype().is_float());
+                Some(if float {
+                    format!("sdf_f2i64({lv})")
+                } else {
+                    lv
+                })
+            },
             is_symbol: &|n| self.is_symbol(n),
         };
         cexpr::sym(e, &names)
@@ -340,7 +362,7 @@ fn emit_function(
         out.push_str("    return st;\n}\n\n");
         out.push_str("int sdflow_run(void* handle, void* const* args, const int64_t* ints, const double* floats) {\n    sdflow_state* st = (sdflow_state*)handle;\n    (void)ints; (void)floats; (void)args; (void)st;\n");
         out.push_str(
-            "    sdf_error_flag = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n",
+            "    int sdf_status = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n",
         );
         // The pointers are declared inside the parallel region, so that the function the
         // compiler outlines for it holds them as `restrict` locals.
@@ -402,7 +424,7 @@ fn emit_function(
         for (n, _) in &thread_locals {
             let _ = writeln!(out, "        free(a_{n});");
         }
-        out.push_str("    }\n    return sdf_error_flag ? 2 : 0;\n}\n");
+        out.push_str("        if (sdf_error_flag) {\n#pragma omp atomic write\n            sdf_status = 2;\n        }\n    }\n    return sdf_status;\n}\n");
     } else {
         out.push_str("    }\n");
         for (n, _) in &transients {
@@ -446,6 +468,9 @@ impl Emitter<'_> {
             }
             Block::Loop(l) => {
                 let v = &l.var;
+                // Every thread evaluates the condition; when it reads a host scalar that
+                // the body writes, all must have read it before anyone writes it.
+                let host = sc.parallel && sc.reads_scalars(&[&l.init, &l.cond, &l.update]);
                 self.line(&format!(
                     "for (s_{v} = {}; ({}) != 0; s_{v} = {}) {{",
                     sc.sym(&l.init),
@@ -453,17 +478,30 @@ impl Emitter<'_> {
                     sc.sym(&l.update)
                 ));
                 self.indent += 1;
+                if host {
+                    self.line("#pragma omp barrier");
+                }
                 self.block(sc, &l.body)?;
                 self.indent -= 1;
                 self.line("}");
+                if host {
+                    self.line("#pragma omp barrier");
+                }
             }
             Block::If(i) => {
+                let host = sc.parallel && sc.reads_scalars(&[&i.cond]);
                 self.line(&format!("if (({}) != 0) {{", sc.sym(&i.cond)));
                 self.indent += 1;
+                if host {
+                    self.line("#pragma omp barrier");
+                }
                 self.block(sc, &i.then)?;
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
+                if host {
+                    self.line("#pragma omp barrier");
+                }
                 self.block(sc, &i.otherwise)?;
                 self.indent -= 1;
                 self.line("}");
@@ -476,6 +514,10 @@ impl Emitter<'_> {
                 }
                 for (k, (n, _)) in a.iter().enumerate() {
                     self.line(&format!("s_{n} = sdf_tmp{k};"));
+                }
+                let exprs: Vec<&SymExpr> = a.iter().map(|(_, e)| e).collect();
+                if sc.parallel && sc.reads_scalars(&exprs) {
+                    self.line("#pragma omp barrier");
                 }
                 self.indent -= 1;
                 self.line("}");
@@ -516,10 +558,13 @@ impl Emitter<'_> {
                     }
                     self.line("{");
                     self.indent += 1;
+                    // A `single nowait` block may run beside other nodes of the state:
+                    // its write-conflict resolutions are atomic.
                     let inner = Scope {
                         parallel: false,
                         params: sc.params.clone(),
                         locals: sc.locals.clone(),
+                        in_parallel_map: sc.in_parallel_map || sc.parallel,
                         ..*sc
                     };
                     self.node(&inner, df, n)?;
@@ -678,7 +723,8 @@ impl Emitter<'_> {
         self.line("#pragma omp single nowait");
         self.line("{");
         self.indent += 1;
-        self.map_loops(sc, m, false)?;
+        // Beside other nodes of the state: write-conflict resolutions stay atomic.
+        self.map_loops(sc, m, true)?;
         self.indent -= 1;
         self.line("}");
         self.indent -= 1;
@@ -803,7 +849,7 @@ impl Emitter<'_> {
         let combined = combine(w, lv, value, dt);
         if sc.in_parallel_map {
             match (w, dt) {
-                (Wcr::Sum, t) if t != DType::Bool && t.is_float() => {
+                (Wcr::Sum, t) if t.is_float() => {
                     self.line("#pragma omp atomic update");
                     self.line(&format!("{lv} += {value};"));
                 }
@@ -1155,6 +1201,18 @@ impl Emitter<'_> {
                     ));
                 };
                 self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_s", &el);
+            } else if let Some(w) = out_edges
+                .iter()
+                .find(|e| e.src_conn.as_deref() == Some(&a.name))
+                .and_then(|e| e.memlet.wcr)
+            {
+                // An output combined under a wcr starts from the operation's identity.
+                let id = sdflow_ir::interp::value::wcr_identity(w, a.dtype);
+                self.line(&format!(
+                    "for (int64_t sdf_q = 0; sdf_q < ({size}); sdf_q++) sdf_c_{}[sdf_q] = {};",
+                    a.name,
+                    literal(id)
+                ));
             }
         }
         self.line(&format!(

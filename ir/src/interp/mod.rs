@@ -33,7 +33,7 @@
 //!   - a nested SDFG gets fresh inner arrays (shape from the inner descriptor with the
 //!     mapped symbols), filled from the caller's memlet subsets (an output connector that
 //!     is not an input is filled from its out-edge subset, unless that edge has a wcr:
-//!     then it starts zero-filled); inner symbols are the evaluated `symbol_mapping`, the
+//!     then it starts from the wcr's identity); inner symbols are the evaluated `symbol_mapping`, the
 //!     inner static values (a float or bool symbol is mapped to a caller symbol of its
 //!     type and takes its value as is). After the call each output connector's array is
 //!     written back to the caller's subset (under the out-edge's wcr if any);

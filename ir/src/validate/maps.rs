@@ -75,6 +75,7 @@ pub(super) fn check_map(
     }
     let own = ParamBox::of_map(&m.params, &m.ranges);
     check_boundary(cx, scope, g, n, m, &own, loc);
+    check_private_scalars(cx, scope, m, loc);
     let mut inner = scope.clone();
     inner.params.extend(m.params.iter().cloned());
     inner.boxes.extend(own);
@@ -82,6 +83,52 @@ pub(super) fn check_map(
 }
 
 /// The boundary rule and coverage of body memlets by the map's edges.
+/// Transient scalars in a map body are private to one iteration: each read in the body
+/// must be of a value the body wrote (an access node written before it is read), and the
+/// scalar must not be used outside map bodies.
+fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Location) {
+    let body = &m.body;
+    for n in body.node_ids() {
+        let Some(d) = body.node(n).as_access() else {
+            continue;
+        };
+        if !matches!(
+            scope.sdfg.arrays.get(d),
+            Some(DataDesc::Scalar {
+                transient: true,
+                ..
+            })
+        ) {
+            continue;
+        }
+        if body.in_edges(n).is_empty() && !body.out_edges(n).is_empty() {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!(
+                    "transient scalar '{d}' is read in map '{}' before the body writes it; transient scalars in map bodies are private to one iteration",
+                    m.label
+                ),
+            );
+        }
+        let at_state_level = scope
+            .sdfg
+            .states
+            .iter()
+            .any(|st| !st.graph.access_nodes(d).is_empty());
+        if at_state_level {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!(
+                    "transient scalar '{d}' is used both inside map '{}' and outside map bodies; a scalar in a map body is private to one iteration",
+                    m.label
+                ),
+            );
+        }
+    }
+}
+
 fn check_boundary(
     cx: &mut Cx,
     scope: &Scope<'_>,

@@ -36,7 +36,9 @@
 //!   edges is an input and needs an edge into the map carrying that data; one with incoming
 //!   edges is an output and needs an edge out of the map for that data — except transient
 //!   scalars and `local` arrays, which are private to the body's iteration (a `local`
-//!   array must be transient and is never accessed outside map bodies). Conversely each map in-edge's data is read in
+//!   array must be transient and is never accessed outside map bodies; a transient scalar
+//!   in a body is written by the body before it is read there, and is not used outside
+//!   map bodies). Conversely each map in-edge's data is read in
 //!   the body (or used there as an indirection table) and each out-edge's data is written
 //!   there. Every body memlet of an input or output, over the map's parameters, lies within
 //!   the map edge's memlet of the same data where decidable.
