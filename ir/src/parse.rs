@@ -541,7 +541,13 @@ impl<'t> Parser<'t> {
     }
 }
 
-/// Converts the integer part of the expression language to a [`SymExpr`].
+/// Converts the integer part of the expression language to a [`SymExpr`] (integer
+/// literals, names, `+ - * // %`, comparisons, `&& || !`, `min`, `max`); anything else is
+/// an error saying what.
+pub fn symexpr_of(e: &Expr) -> Result<SymExpr, String> {
+    to_sym(e)
+}
+
 fn to_sym(e: &Expr) -> Result<SymExpr, String> {
     Ok(match e {
         Expr::Const(Value::I64(v)) => SymExpr::Int(*v),

@@ -716,36 +716,8 @@ impl StateCx<'_> {
             let n = ids[id];
             let src = sources.remove(id).unwrap_or_default();
             let dst = dests.remove(id).unwrap_or_default();
-            connect_map_node(self.sdfg, df, n, &src, &dst);
+            sdflow_transforms::pattern::connect_map(&self.sdfg.arrays, df, n, &src, &dst);
         }
         Ok(())
-    }
-}
-
-/// The map node's edges derived from its body (as the builder does), attached to the
-/// given access nodes.
-fn connect_map_node(
-    sdfg: &Sdfg,
-    df: &mut Dataflow,
-    map: NodeId,
-    sources: &BTreeMap<String, NodeId>,
-    dests: &BTreeMap<String, NodeId>,
-) {
-    let Node::Map(m) = df.node(map) else { return };
-    let (reads, writes) =
-        sdflow_ir::propagate::map_boundary(&sdfg.arrays, &m.body, &m.params, &m.ranges);
-    for r in reads {
-        let src = match sources.get(&r.data) {
-            Some(&n) => n,
-            None => df.add_access(&r.data),
-        };
-        df.add_edge(src, None, map, None, r);
-    }
-    for w in writes {
-        let dst = match dests.get(&w.data) {
-            Some(&n) => n,
-            None => df.add_access(&w.data),
-        };
-        df.add_edge(map, None, dst, None, w);
     }
 }

@@ -2,7 +2,7 @@
 //! subsets) text that DaCe files use, parsed into sdflow's `Expr` and `SymExpr`.
 //! Anything outside the subset is an error naming the text, never a guess.
 
-use sdflow_ir::{BinOp, DType, Expr, MathFn, Stmt, SymExpr, SymOp, UnOp, Value};
+use sdflow_ir::{BinOp, DType, Expr, MathFn, Stmt, SymExpr, UnOp, Value};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
@@ -400,45 +400,21 @@ pub fn sym(text: &str) -> Result<SymExpr, String> {
 }
 
 fn to_sym(e: &Expr) -> Result<SymExpr, String> {
-    Ok(match e {
-        Expr::Const(Value::I64(v)) => SymExpr::Int(*v),
-        Expr::Const(Value::I32(v)) => SymExpr::Int(*v as i64),
-        Expr::Const(Value::Bool(b)) => SymExpr::Int(*b as i64),
-        Expr::Const(Value::F64(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
-            SymExpr::Int(*v as i64)
+    // SymPy writes integral floats (`2.0`) and integer casts where sdflow's integer
+    // expressions need neither.
+    fn normalize(e: &Expr) -> Expr {
+        match e {
+            Expr::Const(Value::F64(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+                Expr::Const(Value::I64(*v as i64))
+            }
+            Expr::Cast(t, a) if t.is_int() => normalize(a),
+            Expr::Unary(op, a) => Expr::Unary(*op, Box::new(normalize(a))),
+            Expr::Binary(op, a, b) => Expr::bin(*op, normalize(a), normalize(b)),
+            Expr::Call(f, args) => Expr::Call(*f, args.iter().map(normalize).collect()),
+            other => other.clone(),
         }
-        Expr::Var(n) => SymExpr::sym(n),
-        Expr::Unary(UnOp::Neg, a) => SymExpr::Neg(std::sync::Arc::new(to_sym(a)?)),
-        Expr::Unary(UnOp::Not, a) => SymExpr::Not(std::sync::Arc::new(to_sym(a)?)),
-        Expr::Binary(op, a, b) => {
-            let op = match op {
-                BinOp::Add => SymOp::Add,
-                BinOp::Sub => SymOp::Sub,
-                BinOp::Mul => SymOp::Mul,
-                BinOp::FloorDiv => SymOp::FloorDiv,
-                BinOp::Mod => SymOp::Mod,
-                BinOp::Eq => SymOp::Eq,
-                BinOp::Ne => SymOp::Ne,
-                BinOp::Lt => SymOp::Lt,
-                BinOp::Le => SymOp::Le,
-                BinOp::Gt => SymOp::Gt,
-                BinOp::Ge => SymOp::Ge,
-                BinOp::And => SymOp::And,
-                BinOp::Or => SymOp::Or,
-                BinOp::Div => return Err("'/' in a symbolic expression (use '//')".into()),
-            };
-            SymExpr::bin(op, to_sym(a)?, to_sym(b)?)
-        }
-        Expr::Call(MathFn::Min, args) if args.len() == 2 => {
-            SymExpr::bin(SymOp::Min, to_sym(&args[0])?, to_sym(&args[1])?)
-        }
-        Expr::Call(MathFn::Max, args) if args.len() == 2 => {
-            SymExpr::bin(SymOp::Max, to_sym(&args[0])?, to_sym(&args[1])?)
-        }
-        Expr::Cast(t, a) if t.is_int() => to_sym(a)?,
-        other => return Err(format!("'{other}' is not an integer expression")),
     }
-    .simplify())
+    sdflow_ir::parse::symexpr_of(&normalize(e)).map(|x| x.simplify())
 }
 
 #[cfg(test)]
@@ -470,6 +446,10 @@ mod tests {
                 .unwrap_err()
                 .contains("unsupported function 'foo'")
         );
-        assert!(sym("a / 2").unwrap_err().contains("'/'"));
+        assert!(
+            sym("a / 2")
+                .unwrap_err()
+                .contains("'/' in an integer expression")
+        );
     }
 }
