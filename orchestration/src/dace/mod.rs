@@ -158,11 +158,27 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
                     arr.transient = transient;
                     DataDesc::Array(arr)
                 }
+                Some("ArrayView" | "View") => {
+                    // A view becomes a transient array of the view's shape, filled from
+                    // (or written back to) the viewed window by the copy edge DaCe
+                    // connects it with (connector `views`). Written views must be
+                    // written whole (checked with the edges).
+                    let shape = da
+                        .get("shape")
+                        .and_then(J::as_array)
+                        .ok_or_else(|| err(&dloc, "a view without a shape"))?
+                        .iter()
+                        .map(|x| sym_of(x, &dloc))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut arr = Array::new(dt, shape);
+                    arr.transient = true;
+                    DataDesc::Array(arr)
+                }
                 Some(other) => {
                     return Err(err(
                         &dloc,
                         format!(
-                            "data descriptors of type '{other}' (views, streams, …) are not supported yet"
+                            "data descriptors of type '{other}' (streams, references, …) are not supported yet"
                         ),
                     ));
                 }
@@ -615,6 +631,7 @@ impl StateCx<'_> {
         let mut sources: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
         let mut dests: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
         let mut body_in: BTreeMap<String, NodeId> = BTreeMap::new();
+        let mut write_backs: Vec<NodeId> = Vec::new();
         let mut body_out: BTreeMap<String, NodeId> = BTreeMap::new();
         for e in &self.edges {
             let Some(data) = e.data.clone() else { continue };
@@ -706,6 +723,9 @@ impl StateCx<'_> {
             } else {
                 e.dst_conn.filter(|_| !is_access(to))
             };
+            if e.src_conn == Some("views") {
+                write_backs.push(from);
+            }
             df.add_edge(from, src_conn, to, dst_conn, memlet);
         }
         // Each map's edges from its body, attached to the access nodes DaCe used.
@@ -718,6 +738,72 @@ impl StateCx<'_> {
             let dst = dests.remove(id).unwrap_or_default();
             sdflow_transforms::pattern::connect_map(&self.sdfg.arrays, df, n, &src, &dst);
         }
+        // A written view is copied back whole: it must be written whole, by maps that
+        // write each of its points (affine, one parameter per dimension, over ranges that
+        // cover its shape), or the copy would put stale values into the viewed array.
+        for v in write_backs {
+            let name = df.node(v).as_access().unwrap_or_default().to_string();
+            let shape = self
+                .sdfg
+                .arrays
+                .get(&name)
+                .map(|d| d.shape().to_vec())
+                .unwrap_or_default();
+            let whole = df.in_edges(v).into_iter().all(|e| {
+                let (w, _) = df.endpoints(e);
+                matches!(df.node(w), Node::Map(m) if writes_whole(m, &name, &shape))
+            });
+            if df.in_edges(v).is_empty() || !whole {
+                return Err(err(
+                    &self.loc,
+                    format!(
+                        "view '{name}' is written back to the array it views but not provably written whole; partially written views are not supported yet"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// The map's body writes every element of `data` (shape `shape`): each write is
+/// `data[p_0 + c_0, …]` with distinct parameters, step 1, and the shifted ranges are
+/// exactly `0:shape`.
+fn writes_whole(m: &MapScope, data: &str, shape: &[SymExpr]) -> bool {
+    let body = &m.body;
+    let mut any = false;
+    for e in body.edge_ids() {
+        let (_, dst) = body.endpoints(e);
+        if body.node(dst).as_access() != Some(data) {
+            continue;
+        }
+        any = true;
+        let sub = &body.edge(e).memlet.subset;
+        if sub.rank() != shape.len() {
+            return false;
+        }
+        let mut used = std::collections::BTreeSet::new();
+        for (d, dim) in sub.0.iter().enumerate() {
+            let Dim::Index(x) = dim else { return false };
+            let Some((k, c)) = m
+                .params
+                .iter()
+                .enumerate()
+                .find_map(|(k, p)| x.const_diff(&SymExpr::sym(p)).map(|c| (k, c)))
+            else {
+                return false;
+            };
+            let r = &m.ranges[k];
+            let lo = r.start.add(&SymExpr::Int(c)).simplify();
+            let hi = r.end.add(&SymExpr::Int(c)).simplify();
+            if !used.insert(k)
+                || r.step.as_int() != Some(1)
+                || lo.as_int() != Some(0)
+                || hi.const_diff(&shape[d]) != Some(0)
+            {
+                return false;
+            }
+        }
+    }
+    any
 }
