@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::{Block, Loop, StateId, SymExpr};
+use sdflow_ir::{Block, Loop, SymExpr};
 
 use super::{ImportError, err};
 
@@ -22,7 +22,7 @@ pub(crate) struct IEdge {
 }
 
 pub(crate) struct Machine<'a> {
-    pub states: &'a BTreeMap<String, StateId>,
+    pub states: &'a BTreeMap<String, Block>,
     pub edges: Vec<IEdge>,
     pub loc: String,
 }
@@ -93,18 +93,18 @@ impl Machine<'_> {
                     ),
                 ));
             }
-            let id = *self
-                .states
-                .get(&cur)
-                .ok_or_else(|| err(&self.loc, format!("an edge leads to unknown state {cur}")))?;
+            let id =
+                self.states.get(&cur).cloned().ok_or_else(|| {
+                    err(&self.loc, format!("an edge leads to unknown state {cur}"))
+                })?;
             let edges = self.out(&cur);
             match edges.as_slice() {
                 [] => {
-                    out.push(Block::State(id));
+                    out.push(id.clone());
                     return Ok((out, Vec::new()));
                 }
                 [e] if e.cond.is_none() => {
-                    out.push(Block::State(id));
+                    out.push(id.clone());
                     if Some(e.dst.as_str()) == stop {
                         return Ok((out, e.assigns.clone()));
                     }
@@ -142,7 +142,7 @@ impl Machine<'_> {
                     let back_b = self.reachable(&b.dst, avoid).contains(&cur);
                     if back_a || back_b {
                         let (body, exit, cond) = if back_a { (a, b, ca) } else { (b, a, cb) };
-                        out.push(Block::State(id));
+                        out.push(id.clone());
                         let (inner, update) = self.seq(&body.dst, Some(&cur), visited)?;
                         let [(var, upd)] = update.as_slice() else {
                             return Err(err(
@@ -164,7 +164,7 @@ impl Machine<'_> {
                     }
                     // An if: both branches meet again at the first state the then-branch
                     // reaches along the else-branch.
-                    out.push(Block::State(id));
+                    out.push(id.clone());
                     let from_a = self.reachable(&a.dst, &cur);
                     let join = self.first_common(&b.dst, &from_a, &cur);
                     let (t, _) = self.seq(&a.dst, join.as_deref().or(stop), visited)?;

@@ -17,7 +17,7 @@ use serde_json::Value as J;
 
 use sdflow_ir::{
     Array, Block, DType, DataDesc, Dataflow, Dim, LibraryNode, MapScope, Memlet, Node, NodeId,
-    Range, Reduce, Schedule, Sdfg, StateId, Subset, SymExpr, Symbol, Tasklet, Value, Wcr,
+    Range, Reduce, Schedule, Sdfg, Subset, SymExpr, Symbol, Tasklet, Value, Wcr,
 };
 
 /// Why a DaCe file could not be imported: what, and where in the file.
@@ -217,24 +217,95 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
             .collect();
     }
     // States and the control flow between them.
+    sdfg.body = convert_region(&mut sdfg, j, &loc)?;
+    Ok(sdfg)
+}
+
+/// A control-flow region (the SDFG itself, a `ControlFlowRegion`, a `LoopRegion`'s body,
+/// a branch of a `ConditionalBlock`): its blocks, structured along its interstate edges.
+fn convert_region(sdfg: &mut Sdfg, j: &J, loc: &str) -> Result<Block, ImportError> {
     let nodes = j
         .get("nodes")
         .and_then(J::as_array)
         .cloned()
         .unwrap_or_default();
-    let mut ids: BTreeMap<String, StateId> = BTreeMap::new();
+    let mut ids: BTreeMap<String, Block> = BTreeMap::new();
     for (k, st) in nodes.iter().enumerate() {
         let label = s(st, "label").unwrap_or("state");
         let sloc = format!("{loc} > state '{label}' (id {k})");
-        match s(st, "type") {
+        let a = attrs(st);
+        let block = match s(st, "type") {
             Some("SDFGState") => {
                 let id = sdfg.add_state(&name_of(label));
-                let graph = convert_state(&sdfg, st, &sloc)?;
+                let graph = convert_state(sdfg, st, &sloc)?;
                 sdfg.states[id.index()].graph = graph;
-                let key = st
-                    .get("id")
-                    .map(|x| x.to_string().trim_matches('"').to_string());
-                ids.insert(key.unwrap_or_else(|| k.to_string()), id);
+                Block::State(id)
+            }
+            Some("ControlFlowRegion") => convert_region(sdfg, st, &sloc)?,
+            Some("LoopRegion") => {
+                let code = |key: &str| -> Option<String> {
+                    a.get(key)
+                        .and_then(|c| c.get("string_data").or(Some(c)))
+                        .and_then(J::as_str)
+                        .map(str::to_string)
+                };
+                if a.get("inverted").and_then(J::as_bool).unwrap_or(false) {
+                    return Err(err(
+                        &sloc,
+                        "do-while loops (inverted LoopRegion) are not supported yet",
+                    ));
+                }
+                let var = name_of(s(a, "loop_variable").unwrap_or(""));
+                let rhs = |stmt: Option<String>, what: &str| -> Result<SymExpr, ImportError> {
+                    let text =
+                        stmt.ok_or_else(|| err(&sloc, format!("a loop without its {what}")))?;
+                    let value = text.split_once('=').map(|(_, v)| v).unwrap_or(&text);
+                    python::sym(value).map_err(|e| err(&sloc, format!("{what} '{text}': {e}")))
+                };
+                let init = rhs(code("init_statement"), "init statement")?;
+                let update = rhs(code("update_statement"), "update statement")?;
+                let cond_text = code("loop_condition").unwrap_or_else(|| "1".into());
+                let cond = python::sym(&cond_text)
+                    .map_err(|e| err(&sloc, format!("loop condition '{cond_text}': {e}")))?;
+                sdfg.symbols
+                    .entry(var.clone())
+                    .or_insert(Symbol::new(DType::I64));
+                let body = convert_region(sdfg, st, &sloc)?;
+                Block::Loop(sdflow_ir::Loop {
+                    var,
+                    init,
+                    cond,
+                    update,
+                    body: Box::new(body),
+                })
+            }
+            Some("ConditionalBlock") => {
+                let branches = st
+                    .get("branches")
+                    .and_then(J::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut otherwise = Block::empty();
+                let mut conds = Vec::new();
+                for br in &branches {
+                    let (Some(c), Some(region)) = (br.get(0), br.get(1)) else {
+                        return Err(err(&sloc, "a branch is not a (condition, region) pair"));
+                    };
+                    let body = convert_region(sdfg, region, &sloc)?;
+                    match c.get("string_data").and_then(J::as_str) {
+                        None => otherwise = body,
+                        Some(t) => {
+                            let cond = python::sym(t)
+                                .map_err(|e| err(&sloc, format!("condition '{t}': {e}")))?;
+                            conds.push((cond, body));
+                        }
+                    }
+                }
+                let mut block = otherwise;
+                for (cond, body) in conds.into_iter().rev() {
+                    block = Block::if_else(cond, body, block);
+                }
+                block
             }
             Some(other) => {
                 return Err(err(
@@ -243,14 +314,17 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
                 ));
             }
             None => return Err(err(&sloc, "a block without a type")),
-        }
+        };
+        let key = st
+            .get("id")
+            .map(|x| x.to_string().trim_matches('"').to_string());
+        ids.insert(key.unwrap_or_else(|| k.to_string()), block);
     }
-    sdfg.body = chain(j, &ids, &loc)?;
-    Ok(sdfg)
+    chain(j, &ids, loc)
 }
 
 /// The control flow: the state machine of interstate edges, structured.
-fn chain(j: &J, ids: &BTreeMap<String, StateId>, loc: &str) -> Result<Block, ImportError> {
+fn chain(j: &J, ids: &BTreeMap<String, Block>, loc: &str) -> Result<Block, ImportError> {
     let mut edges = Vec::new();
     for e in j.get("edges").and_then(J::as_array).into_iter().flatten() {
         let id = |k: &str| {
