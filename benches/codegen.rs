@@ -46,6 +46,15 @@ fn thirty_args() -> Sdfg {
     b.build()
 }
 
+/// The name of [`thirty_args`]'s `k`-th array: inputs and outputs alternate.
+fn arg_name(k: usize) -> String {
+    if k.is_multiple_of(2) {
+        format!("in{}", k / 2)
+    } else {
+        format!("out{}", k / 2)
+    }
+}
+
 fn bench_calls(c: &mut Criterion) {
     let mut g = c.benchmark_group("call");
     // The floor: an empty C function with run's signature, through the same FFI.
@@ -100,12 +109,7 @@ fn bench_calls(c: &mut Criterion) {
         {
             let mut args = Args::new();
             for (k, a) in arrays.iter_mut().enumerate() {
-                let name = if k % 2 == 0 {
-                    format!("in{}", k / 2)
-                } else {
-                    format!("out{}", k / 2)
-                };
-                args = args.array(&name, a);
+                args = args.array(&arg_name(k), a);
             }
             let mut bound = prog.bind(args).unwrap();
             g.bench_function(format!("bound call, 30 arrays, N = 1 ({label})"), |b| {
@@ -116,12 +120,7 @@ fn bench_calls(c: &mut Criterion) {
             b.iter(|| {
                 let mut args = Args::new();
                 for (k, a) in arrays.iter_mut().enumerate() {
-                    let name = if k % 2 == 0 {
-                        format!("in{}", k / 2)
-                    } else {
-                        format!("out{}", k / 2)
-                    };
-                    args = args.array(&name, a);
+                    args = args.array(&arg_name(k), a);
                 }
                 prog.call_checked(args).unwrap()
             })

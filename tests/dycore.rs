@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 
 use program::{Dycore, DycoreError};
 use reference::{
-    Config, State, gaussian_bump, interior_max_abs, lake_at_rest, peak_x, random_smooth, step,
-    total_mass, total_tracer_mass,
+    Config, State, gaussian_bump, interior_max_abs, lake_at_rest, random_smooth, step, total_mass,
+    total_tracer_mass, wave_speed,
 };
 use sdflow::ir::{Block, Value, format};
 
@@ -166,12 +166,9 @@ fn a_linear_gravity_wave_travels_at_sqrt_g_h() {
     let lx = cfg.nx as f64 * cfg.dx;
     let mut s = gaussian_bump(&cfg, 0.01, 0.5 * lx, 8.0 * cfg.dx);
     let c = (cfg.g * cfg.depth[0]).sqrt();
-    let (n1, n2) = (100, 300);
-    dycore.run_interpreted(&mut s, n1).unwrap();
-    let x1 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
-    dycore.run_interpreted(&mut s, n2 - n1).unwrap();
-    let x2 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
-    let speed = (x2 - x1) / ((n2 - n1) as f64 * cfg.dt);
+    let speed = wave_speed(&cfg, &mut s, (100, 300), |s, n| {
+        dycore.run_interpreted(s, n).unwrap()
+    });
     eprintln!(
         "wave speed {speed} m/s, sqrt(gH) = {c} m/s, error {:e}",
         rel(speed, c)

@@ -6,8 +6,8 @@
 mod reference;
 
 use reference::{
-    Config, Log, State, gaussian_bump, interior_max_abs, lake_at_rest, peak_x, random_smooth, step,
-    step_traced, total_mass, total_tracer_mass,
+    Config, Log, State, gaussian_bump, interior_max_abs, lake_at_rest, random_smooth, step,
+    step_traced, total_mass, total_tracer_mass, wave_speed,
 };
 
 fn run(cfg: &Config, s: &mut State, steps: usize) {
@@ -66,13 +66,7 @@ fn linear_gravity_wave_travels_at_sqrt_g_h() {
     let lx = cfg.nx as f64 * cfg.dx;
     let mut s = gaussian_bump(&cfg, 0.01, 0.5 * lx, 8.0 * cfg.dx);
     let c = (cfg.g * cfg.depth[0]).sqrt();
-    // The right-going half, searched for in the right half of the channel.
-    let (n1, n2) = (100, 300);
-    run(&cfg, &mut s, n1);
-    let x1 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
-    run(&cfg, &mut s, n2 - n1);
-    let x2 = peak_x(&cfg, &s, cfg.nx / 2, cfg.nx);
-    let speed = (x2 - x1) / ((n2 - n1) as f64 * cfg.dt);
+    let speed = wave_speed(&cfg, &mut s, (100, 300), |s, n| run(&cfg, s, n));
     eprintln!(
         "wave speed {speed} m/s, sqrt(gH) = {c} m/s, error {:e}",
         rel(speed, c)

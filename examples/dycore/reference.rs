@@ -229,6 +229,23 @@ pub fn peak_x(cfg: &Config, s: &State, from: usize, to: usize) -> f64 {
     (imax as f64 + 0.5 + offset) * cfg.dx
 }
 
+/// Speed (m/s) of the right-going half of the gravity wave from [`gaussian_bump`] at half
+/// the channel: the travel of its peak, searched for in the right half of the channel,
+/// between steps `n1` and `n2`. `advance(s, n)` runs `n` steps on `s`; `s` is left at step
+/// `n2`.
+pub fn wave_speed(
+    cfg: &Config,
+    s: &mut State,
+    (n1, n2): (usize, usize),
+    mut advance: impl FnMut(&mut State, usize),
+) -> f64 {
+    advance(s, n1);
+    let x1 = peak_x(cfg, s, cfg.nx / 2, cfg.nx);
+    advance(s, n2 - n1);
+    let x2 = peak_x(cfg, s, cfg.nx / 2, cfg.nx);
+    (x2 - x1) / ((n2 - n1) as f64 * cfg.dt)
+}
+
 // ----------------------------------------------------------------------------------------
 // Initial conditions. Cell centre of (i, j): x = (i + 1/2) dx, y = (j + 1/2) dy; u point:
 // x = i dx; v point: y = j dy. Halos are filled (periodic) on return.

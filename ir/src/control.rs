@@ -92,6 +92,17 @@ impl Block {
         })
     }
 
+    /// Makes `first` run before what this block runs (a sequence keeps its other items).
+    pub fn prepend(&mut self, first: Block) {
+        match self {
+            Block::Seq(v) => v.insert(0, first),
+            other => {
+                let old = std::mem::replace(other, Block::empty());
+                *other = Block::Seq(vec![first, old]);
+            }
+        }
+    }
+
     /// Every state the block runs, in program order.
     pub fn states(&self) -> Vec<StateId> {
         let mut out = Vec::new();
@@ -115,5 +126,23 @@ impl Block {
                 i.otherwise.visit(f);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_runs_first_and_keeps_a_sequence_flat() {
+        let mut b = Block::seq([Block::State(StateId(1)), Block::State(StateId(2))]);
+        b.prepend(Block::State(StateId(0)));
+        assert_eq!(b.states(), vec![StateId(0), StateId(1), StateId(2)]);
+        assert!(matches!(&b, Block::Seq(v) if v.len() == 3));
+
+        let mut single = Block::State(StateId(5));
+        single.prepend(Block::State(StateId(4)));
+        assert_eq!(single.states(), vec![StateId(4), StateId(5)]);
+        assert!(matches!(&single, Block::Seq(v) if v.len() == 2));
     }
 }

@@ -147,6 +147,38 @@ pub struct MapScope {
     pub body: Dataflow,
 }
 
+impl MapScope {
+    /// The writes of `data` in the body, each as one `(parameter index, offset)` per
+    /// dimension: `data[p_a + c_0, p_b + c_1, …]` with distinct parameters. `None` when a
+    /// write of `data` has another form (a range, an index that is not a parameter plus a
+    /// constant, a parameter used twice).
+    pub fn affine_writes(&self, data: &str) -> Option<Vec<Vec<(usize, i64)>>> {
+        let body = &self.body;
+        let mut writes = Vec::new();
+        for e in body.edge_ids() {
+            if body.node(body.endpoints(e).1).as_access() != Some(data) {
+                continue;
+            }
+            let mut used = BTreeSet::new();
+            let mut dims = Vec::new();
+            for dim in &body.edge(e).memlet.subset.0 {
+                let Dim::Index(x) = dim else { return None };
+                let (k, c) = self
+                    .params
+                    .iter()
+                    .enumerate()
+                    .find_map(|(k, p)| x.const_diff(&SymExpr::sym(p)).map(|c| (k, c)))?;
+                if !used.insert(k) {
+                    return None;
+                }
+                dims.push((k, c));
+            }
+            writes.push(dims);
+        }
+        Some(writes)
+    }
+}
+
 /// An SDFG called from a state; its non-transient containers are its connectors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NestedSdfg {
@@ -461,5 +493,37 @@ mod tests {
         }
         g.add_edge(c, None, a, None, m("c"));
         assert!(g.reachability().is_none(), "a cycle has no closure");
+    }
+
+    #[test]
+    fn affine_writes_are_parameter_plus_constant_per_dimension() {
+        let mut b = crate::builder::SdfgBuilder::new("w");
+        b.array("a", DType::F64, ["N", "N"]);
+        b.array("b", DType::F64, ["N", "N"]);
+        b.array("c", DType::F64, ["N", "N"]);
+        b.state("s", |s| {
+            s.map("m", &["i", "j"], &["0:N-1", "1:N"], |m| {
+                m.tasklet(
+                    "t",
+                    &[("x", "a[i, j]")],
+                    &[("y", "b[j - 1, i + 1]")],
+                    "y = x",
+                );
+                m.tasklet("u", &[("x", "a[i, j]")], &[("y", "c[i, i]")], "y = x");
+            });
+        });
+        let sdfg = b.build();
+        let df = &sdfg.states[0].graph;
+        let map = df
+            .node_ids()
+            .into_iter()
+            .find_map(|n| match df.node(n) {
+                Node::Map(m) => Some(m.clone()),
+                _ => None,
+            })
+            .expect("one map");
+        assert_eq!(map.affine_writes("b"), Some(vec![vec![(1, -1), (0, 1)]]));
+        assert_eq!(map.affine_writes("a"), Some(vec![]), "read only");
+        assert_eq!(map.affine_writes("c"), None, "a parameter twice");
     }
 }

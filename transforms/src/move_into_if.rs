@@ -78,14 +78,7 @@ impl Pass for MoveIntoIf {
                         } else {
                             &mut cond.otherwise
                         };
-                        let old = std::mem::replace(branch.as_mut(), Block::empty());
-                        **branch = match old {
-                            Block::Seq(mut v) => {
-                                v.insert(0, Block::State(id));
-                                Block::Seq(v)
-                            }
-                            other => Block::Seq(vec![Block::State(id), other]),
-                        };
+                        branch.prepend(Block::State(id));
                         return true;
                     }
                 }

@@ -293,14 +293,7 @@ fn apply(sdfg: &mut Sdfg, s: usize, mv: Move) {
     } else {
         &mut cond.otherwise
     };
-    let old = std::mem::replace(branch.as_mut(), Block::empty());
-    **branch = match old {
-        Block::Seq(mut v) => {
-            v.insert(0, Block::State(new_state));
-            Block::Seq(v)
-        }
-        other => Block::Seq(vec![Block::State(new_state), other]),
-    };
+    branch.prepend(Block::State(new_state));
     // Outside: the node and the transient go; the inputs feed the nested SDFG.
     let touched: Vec<NodeId> = inputs.iter().map(|(n, _)| *n).collect();
     df.graph.remove_node(mv.m);

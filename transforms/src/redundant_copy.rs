@@ -129,28 +129,11 @@ fn find(
 /// Every write of `t` in the map's body is `t[p_0 + c_0, p_1 + c_1, …]` with distinct
 /// parameters (an injective, affine write), with no nested maps.
 fn exact_write(m: &sdflow_ir::MapScope, t: &str) -> bool {
-    let body = &m.body;
-    let mut any = false;
-    for e in body.edge_ids() {
-        let (_, dst) = body.endpoints(e);
-        if body.node(dst).as_access() != Some(t) {
-            continue;
-        }
-        any = true;
-        let sub = &body.edge(e).memlet.subset;
-        let mut used = std::collections::BTreeSet::new();
-        let ok = sub.0.iter().all(|d| match d {
-            sdflow_ir::Dim::Index(x) => m.params.iter().any(|p| {
-                x.const_diff(&sdflow_ir::SymExpr::sym(p)).is_some() && used.insert(p.clone())
-            }),
-            _ => false,
-        });
-        if !ok || m.ranges.iter().any(|r| r.step.as_int() != Some(1)) {
-            return false;
-        }
-    }
-    any && !body
-        .node_ids()
-        .into_iter()
-        .any(|n| matches!(body.node(n), Node::Map(_)))
+    m.affine_writes(t).is_some_and(|w| !w.is_empty())
+        && m.ranges.iter().all(|r| r.step.as_int() == Some(1))
+        && !m
+            .body
+            .node_ids()
+            .into_iter()
+            .any(|n| matches!(m.body.node(n), Node::Map(_)))
 }

@@ -650,18 +650,7 @@ impl Emitter<'_> {
 
     fn sequential_map(&mut self, sc: &Scope<'_>, m: &MapScope) -> Result<(), CodegenError> {
         self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
-        for k in 0..m.params.len() {
-            let h = self.loop_header(sc, m, k);
-            self.line(&h);
-            self.indent += 1;
-        }
-        let inner = self.body_scope(sc, m, false);
-        self.body(&inner, &m.body)?;
-        for _ in 0..m.params.len() {
-            self.indent -= 1;
-            self.line("}");
-        }
-        Ok(())
+        self.map_loops(sc, m, false)
     }
 
     fn parallel_map(
@@ -732,25 +721,20 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
+    /// caller's to schedule); `parallel`: the body runs in a parallel map's iterations.
     fn map_loops(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
     ) -> Result<(), CodegenError> {
-        let outer = Scope {
-            sdfg: sc.sdfg,
-            params: sc.params.clone(),
-            locals: sc.locals.clone(),
-            parallel: false,
-            in_parallel_map: sc.in_parallel_map,
-        };
         for k in 0..m.params.len() {
-            let h = self.loop_header(&outer, m, k);
+            let h = self.loop_header(sc, m, k);
             self.line(&h);
             self.indent += 1;
         }
-        let inner = self.body_scope(&outer, m, parallel);
+        let inner = self.body_scope(sc, m, parallel);
         self.body(&inner, &m.body)?;
         for _ in 0..m.params.len() {
             self.indent -= 1;

@@ -844,40 +844,19 @@ impl StateCx<'_> {
 /// `data[p_0 + c_0, …]` with distinct parameters, step 1, and the shifted ranges are
 /// exactly `0:shape`.
 fn writes_whole(m: &MapScope, data: &str, shape: &[SymExpr]) -> bool {
-    let body = &m.body;
-    let mut any = false;
-    for e in body.edge_ids() {
-        let (_, dst) = body.endpoints(e);
-        if body.node(dst).as_access() != Some(data) {
-            continue;
-        }
-        any = true;
-        let sub = &body.edge(e).memlet.subset;
-        if sub.rank() != shape.len() {
-            return false;
-        }
-        let mut used = std::collections::BTreeSet::new();
-        for (d, dim) in sub.0.iter().enumerate() {
-            let Dim::Index(x) = dim else { return false };
-            let Some((k, c)) = m
-                .params
-                .iter()
-                .enumerate()
-                .find_map(|(k, p)| x.const_diff(&SymExpr::sym(p)).map(|c| (k, c)))
-            else {
-                return false;
-            };
-            let r = &m.ranges[k];
-            let lo = r.start.add(&SymExpr::Int(c)).simplify();
-            let hi = r.end.add(&SymExpr::Int(c)).simplify();
-            if !used.insert(k)
-                || r.step.as_int() != Some(1)
-                || lo.as_int() != Some(0)
-                || hi.const_diff(&shape[d]) != Some(0)
-            {
-                return false;
-            }
-        }
-    }
-    any
+    let Some(writes) = m.affine_writes(data) else {
+        return false;
+    };
+    !writes.is_empty()
+        && writes.iter().all(|w| {
+            w.len() == shape.len()
+                && w.iter().zip(shape).all(|(&(k, c), extent)| {
+                    let r = &m.ranges[k];
+                    let lo = r.start.add(&SymExpr::Int(c)).simplify();
+                    let hi = r.end.add(&SymExpr::Int(c)).simplify();
+                    r.step.as_int() == Some(1)
+                        && lo.as_int() == Some(0)
+                        && hi.const_diff(extent) == Some(0)
+                })
+        })
 }
