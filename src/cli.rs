@@ -309,38 +309,53 @@ fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> 
     })
 }
 
-/// Symbol values implied by array shapes: a dimension declared as a bare symbol takes the
-/// extent of the array passed. Two arrays implying different values is an error.
+/// Symbol values implied by the arrays passed (their extents and C-order strides against
+/// the declared shapes and strides; see [`sdflow_ir::bind`]). Two arrays implying
+/// different values is an error naming both.
 pub fn infer_symbols(
     sdfg: &Sdfg,
     arrays: &BTreeMap<String, HostArray>,
     known: &mut BTreeMap<String, Value>,
 ) -> Result<(), CliError> {
-    let mut origin: BTreeMap<String, String> = BTreeMap::new();
-    for (name, a) in arrays {
-        let Some(desc) = sdfg.arrays.get(name) else {
-            continue;
-        };
-        for (d, (extent, actual)) in desc.shape().iter().zip(a.shape()).enumerate() {
-            let SymExpr::Sym(s) = extent else { continue };
-            let s = s.to_string();
-            if sdfg.symbols.get(&s).is_none_or(|sym| sym.value.is_some()) {
-                continue;
-            }
-            let v = Value::I64(*actual as i64).cast(sdfg.symbols[&s].dtype);
-            match (known.get(&s), origin.get(&s)) {
-                (Some(old), Some(from)) if *old != v => {
-                    return Err(CliError::Usage(format!(
-                        "symbol '{s}': array '{from}' implies {old} but array '{name}' (dimension {d}) implies {v}"
-                    )));
-                }
-                (Some(_), _) => {}
-                (None, _) => {
-                    known.insert(s.clone(), v);
-                    origin.insert(s, name.clone());
-                }
-            }
+    let mut ints: BTreeMap<String, i64> = known
+        .iter()
+        .filter(|(_, v)| v.dtype().is_int())
+        .map(|(k, v)| (k.clone(), v.as_i64()))
+        .collect();
+    for (k, s) in &sdfg.symbols {
+        if let Some(v) = s.value {
+            ints.insert(k.clone(), v.as_i64());
         }
+    }
+    let strides: BTreeMap<&String, Vec<isize>> = arrays
+        .iter()
+        .map(|(k, a)| (k, sdflow_ir::bind::c_strides(a.shape())))
+        .collect();
+    let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = arrays
+        .iter()
+        .filter_map(|(name, a)| {
+            let desc = sdfg.arrays.get(name)?;
+            Some(sdflow_ir::bind::ArgLayout {
+                name,
+                shape: desc.shape(),
+                strides: desc.as_array().map_or(&[][..], |x| &x.strides[..]),
+                extents: a.shape(),
+                elem_strides: strides.get(name).map(|v| &v[..]),
+            })
+        })
+        .collect();
+    let inferable = |s: &str| {
+        sdfg.symbols
+            .get(s)
+            .is_some_and(|sym| sym.value.is_none() && sym.dtype.is_int())
+    };
+    sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut ints)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    for (k, v) in ints {
+        if known.contains_key(&k) || sdfg.symbols.get(&k).is_none_or(|s| s.value.is_some()) {
+            continue;
+        }
+        known.insert(k.clone(), Value::I64(v).cast(sdfg.symbols[&k].dtype));
     }
     Ok(())
 }

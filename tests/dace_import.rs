@@ -155,3 +155,197 @@ fn unsupported_constructs_are_refused_with_their_location() {
         "{e}"
     );
 }
+
+/// The arguments of a GT4Py program from its npz: fields `in__<name>`, the neighbour
+/// table `conn__<O>` as `gt_conn_<O>`, scalars as symbols, `gt_compute_time` (the
+/// metrics output of the final files) zero and `gt_metrics_level` 0; every shape and
+/// stride symbol inferred from the arrays.
+fn gt4py_inputs(sdfg: &Sdfg, npz: &mut NpzReader<std::fs::File>) -> Bindings {
+    let names = npz.names().unwrap();
+    let mut b = Bindings::default();
+    for (arg, desc) in sdfg.non_transients() {
+        let a = if let Some(o) = arg.strip_prefix("gt_conn_") {
+            let a: ArrayD<i32> = npz.by_name(&format!("conn__{o}")).unwrap();
+            HostArray::I32(a)
+        } else if arg == "gt_compute_time" {
+            HostArray::zeros(desc.dtype(), &[1])
+        } else {
+            let a: ArrayD<f64> = npz.by_name(&format!("in__{arg}")).unwrap();
+            HostArray::F64(a)
+        };
+        b.arrays.insert(arg.clone(), a);
+    }
+    for (name, sym) in &sdfg.symbols {
+        let key = format!("in__{name}");
+        if !names.iter().any(|n| n.trim_end_matches(".npy") == key) {
+            continue;
+        }
+        let v = match sym.dtype {
+            sdflow::ir::DType::F64 => {
+                let a: ArrayD<f64> = npz.by_name(&key).unwrap();
+                sdflow::ir::Value::F64(a.iter().copied().next().unwrap())
+            }
+            _ => {
+                let a: ArrayD<i32> = npz.by_name(&key).unwrap();
+                sdflow::ir::Value::I32(a.iter().copied().next().unwrap())
+            }
+        };
+        b.symbols.insert(name.clone(), v);
+    }
+    if sdfg.symbols.contains_key("gt_metrics_level") {
+        b.symbols
+            .insert("gt_metrics_level".into(), sdflow::ir::Value::I32(0));
+    }
+    sdflow::cli::infer_symbols(sdfg, &b.arrays, &mut b.symbols).unwrap();
+    b
+}
+
+/// Largest absolute difference of `field` to the npz's `out__<backend>__<field>`.
+fn gt4py_diff(
+    got: &Bindings,
+    npz: &mut NpzReader<std::fs::File>,
+    backend: &str,
+    field: &str,
+) -> f64 {
+    let want: ArrayD<f64> = npz.by_name(&format!("out__{backend}__{field}")).unwrap();
+    got.arrays[field]
+        .to_f64_vec()
+        .iter()
+        .zip(want.iter())
+        .fold(0.0, |m, (g, x)| m.max((g - x).abs()))
+}
+
+#[test]
+fn gt4py_programs_reproduce_their_outputs() {
+    let backend = CpuBackend {
+        cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
+        ..CpuBackend::default()
+    };
+    for (stencil, field) in [
+        ("calculate_nabla2_for_w", "z_nabla2_c"),
+        ("apply_nabla2_to_w", "w"),
+    ] {
+        for variant in [
+            "dace.lowered",
+            "dace_noopt.lowered",
+            "dace_noopt.final",
+            "dace.final",
+        ] {
+            let file = format!("{stencil}.simple.{variant}.sdfg");
+            let sdfg =
+                sdflow::cli::load_program(&dir().join(&file)).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(sdfg.validate(), Ok(()), "{file}");
+            let mut npz = NpzReader::new(
+                std::fs::File::open(dir().join(format!("{stencil}.simple.npz"))).unwrap(),
+            )
+            .unwrap();
+            let b0 = gt4py_inputs(&sdfg, &mut npz);
+            // Bitwise equal to GT4Py's own embedded run, the fused final file too:
+            // DaCe's replay of it differs by up to 1.3e-15 only through its compiler
+            // flags (reassociation), and sdflow evaluates tasklets in IEEE order.
+            let tol = 0.0;
+            let mut b = b0.clone();
+            interp::run(&sdfg, &mut b).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let d = gt4py_diff(&b, &mut npz, "embedded", field);
+            eprintln!("{file}: interpreter vs embedded {d:e}");
+            assert!(d <= tol, "{file}: interpreter {d:e}");
+            let mut opt = sdfg.clone();
+            Pipeline::cpu().validate_each(true).run(&mut opt).unwrap();
+            let mut bo = b0.clone();
+            interp::run(&opt, &mut bo).unwrap();
+            let d = gt4py_diff(&bo, &mut npz, "embedded", field);
+            assert!(d <= tol, "{file}: optimized {d:e}");
+            let prog = backend.build(&opt).unwrap();
+            let mut bc = b0.clone();
+            prog.run_bindings(&mut bc).unwrap();
+            assert_eq!(
+                bc.arrays[field].bits(),
+                bo.arrays[field].bits(),
+                "{file}: compiled differs from interpreted"
+            );
+        }
+    }
+}
+
+#[test]
+fn gt4py_neighbour_access_is_an_indirect_memlet() {
+    let sdfg =
+        sdflow::cli::load_program(&dir().join("calculate_nabla2_for_w.simple.dace.lowered.sdfg"))
+            .unwrap();
+    let json = sdflow::ir::format::to_json(&sdfg);
+    assert!(
+        json.contains(
+            "w[gt_conn_C2E2CO[i_Cell_gtx_horizontal, i_C2E2CO_gtx_localdim] - __w_Cell_range_0, -__w_K_range_0 + i_K_gtx_vertical]"
+        ),
+        "{json}"
+    );
+    // Views are gone (resolved into accesses of the fields), GT4Py's per-point
+    // neighbour buffer is private to an iteration.
+    assert!(!sdfg.arrays.keys().any(|k| k.starts_with("view_")));
+    assert_eq!(
+        sdfg.arrays["gtir_tmp_0"].as_array().unwrap().storage,
+        sdflow::ir::Storage::Local
+    );
+    // A subscript that is not a table entry plus an offset is refused, naming it.
+    let text =
+        std::fs::read_to_string(dir().join("calculate_nabla2_for_w.simple.dace.lowered.sdfg"))
+            .unwrap()
+            .replace(
+                "__tlet_field[(__tlet_index - __w_Cell_range_0)]",
+                "__tlet_field[(__tlet_index * 2)]",
+            );
+    let e = sdflow::orchestration::dace::import(&text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("(Tasklet 'tlet_0_C2E2CO_neighbors'): tasklet code '__tlet_val = __tlet_field[(__tlet_index * 2)]': in '__tlet_field[__tlet_index * 2]': index '__tlet_index * 2' is not '__tlet_index' plus an offset; only a table entry plus a symbolic offset can select an element"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gt4py_metrics_time_the_program_when_enabled() {
+    let backend = CpuBackend {
+        cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
+        ..CpuBackend::default()
+    };
+    let sdfg =
+        sdflow::cli::load_program(&dir().join("apply_nabla2_to_w.simple.dace.final.sdfg")).unwrap();
+    let mut npz =
+        NpzReader::new(std::fs::File::open(dir().join("apply_nabla2_to_w.simple.npz")).unwrap())
+            .unwrap();
+    let mut b0 = gt4py_inputs(&sdfg, &mut npz);
+    b0.symbols
+        .insert("gt_metrics_level".into(), sdflow::ir::Value::I32(10));
+    let mut b = b0.clone();
+    interp::run(&sdfg, &mut b).unwrap();
+    let prog = backend.build(&sdfg).unwrap();
+    let mut bc = b0.clone();
+    prog.run_bindings(&mut bc).unwrap();
+    for (what, got) in [("interpreter", &b), ("compiled", &bc)] {
+        let t = got.arrays["gt_compute_time"].to_f64_vec()[0];
+        assert!(t > 0.0 && t < 60.0, "{what}: gt_compute_time {t}");
+        assert_eq!(gt4py_diff(got, &mut npz, "embedded", "w"), 0.0, "{what}");
+    }
+    // At level 0 the timer does not run: the output keeps its value.
+    let mut b = gt4py_inputs(&sdfg, &mut npz);
+    interp::run(&sdfg, &mut b).unwrap();
+    assert_eq!(b.arrays["gt_compute_time"].to_f64_vec(), vec![0.0]);
+}
+
+#[test]
+fn symbols_are_inferred_from_arrays_and_conflicts_name_both() {
+    let sdfg = sdflow::cli::load_program(&dir().join("cf_demo.simplified.sdfg")).unwrap();
+    let mut npz = NpzReader::new(std::fs::File::open(dir().join("cf_demo.npz")).unwrap()).unwrap();
+    let b = inputs(&sdfg, &mut npz);
+    assert_eq!(b.symbols["N"], sdflow::ir::Value::I32(64));
+    let mut arrays = b.arrays.clone();
+    arrays.insert("b".into(), HostArray::zeros(sdflow::ir::DType::F64, &[65]));
+    let e = sdflow::cli::infer_symbols(&sdfg, &arrays, &mut Default::default())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "'b' has extent 65 in dimension 0, but the program's 'N' is 64 there (N = 64 from 'a' (extent 64 in dimension 0))"
+    );
+}

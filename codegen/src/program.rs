@@ -226,7 +226,7 @@ impl BoundCall<'_> {
             0 => Ok(()),
             2 => Err(CallError::Run {
                 program: self.program.name.clone(),
-                message: "integer division by zero, or an allocation failure, in the program"
+                message: "integer division by zero, an index-table entry out of bounds, or an allocation failure, in the program"
                     .into(),
             }),
             other => Err(CallError::Run {
@@ -312,31 +312,23 @@ impl CompiledProgram {
         // Symbol values: given, or read off a dimension declared as a bare symbol.
         let mut values: BTreeMap<String, i64> = self.statics.clone();
         values.extend(args.ints.iter().map(|(k, v)| (k.clone(), *v)));
-        let mut inferred_from: BTreeMap<String, String> = BTreeMap::new();
-        for spec in &sig.arrays {
-            let Some(a) = find(&spec.name) else { continue };
-            for (d, e) in spec.shape.iter().enumerate() {
-                if let (SymExpr::Sym(s), Some(&n)) = (e, a.shape.get(d)) {
-                    let s = s.to_string();
-                    match values.get(&s) {
-                        Some(&v) if v != n as i64 => {
-                            let from = inferred_from
-                                .get(&s)
-                                .map_or("its given value".to_string(), |x| format!("'{x}'"));
-                            return Err(self.bind_err(format!(
-                                "symbol '{s}' is {v} from {from} but '{}' has {n} in dimension {d}",
-                                spec.name
-                            )));
-                        }
-                        Some(_) => {}
-                        None => {
-                            values.insert(s.clone(), n as i64);
-                            inferred_from.insert(s, spec.name.clone());
-                        }
-                    }
-                }
-            }
-        }
+        let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
+            .arrays
+            .iter()
+            .filter_map(|spec| {
+                let a = find(&spec.name)?;
+                Some(sdflow_ir::bind::ArgLayout {
+                    name: &spec.name,
+                    shape: &spec.shape,
+                    strides: &spec.strides,
+                    extents: &a.shape,
+                    elem_strides: Some(&a.strides),
+                })
+            })
+            .collect();
+        let inferable = |s: &str| sig.ints.iter().any(|x| x == s);
+        sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
+            .map_err(|e| self.bind_err(e.0))?;
         let mut ints = Vec::new();
         for s in &sig.ints {
             let v = values.get(s).ok_or_else(|| {

@@ -182,3 +182,64 @@ fn transient_scalars_in_map_bodies_are_private_to_an_iteration() {
         "{text:?}"
     );
 }
+
+/// `c[e2c[e, n] - r]`: a gather through a neighbour table whose entries are absolute
+/// indices of a field that starts at `r` (GT4Py's layout).
+fn gather_with_offset() -> Sdfg {
+    let mut b = SdfgBuilder::new("gather_off");
+    b.symbol("NC", DType::I64)
+        .symbol("NE", DType::I64)
+        .symbol("r", DType::I64)
+        .array("c", DType::F64, ["NC"])
+        .array("e2c", DType::I32, ["NE", "2"])
+        .array("out", DType::F64, ["NE"]);
+    b.state("edges", |s| {
+        s.map("edge", &["e"], &["0:NE"], |m| {
+            m.tasklet(
+                "gather",
+                &[("a", "c[e2c[e, 0] - r]"), ("b", "c[e2c[e, 1] - r]")],
+                &[("o", "out[e]")],
+                "o = a - b",
+            );
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn indirect_accesses_with_an_offset_agree_and_bad_entries_are_errors() {
+    let s = gather_with_offset();
+    assert_eq!(s.validate(), Ok(()));
+    let sy = syms(&[("NC", 7), ("NE", 50), ("r", 3)]);
+    let inputs = random_bindings(&s, &sy, 5).unwrap();
+    let table: Vec<i64> = inputs.arrays["e2c"]
+        .values()
+        .iter()
+        .map(|v| v.as_i64())
+        .collect();
+    assert!(table.iter().all(|v| (3..10).contains(v)), "{table:?}");
+    check(&s, &inputs);
+
+    // An entry that points outside the field: the interpreter names it, compiled code
+    // reports an error instead of reading outside the array.
+    let mut bad = inputs.clone();
+    let mut values = bad.arrays["e2c"].values();
+    values[17] = Value::I64(10);
+    bad.arrays.insert(
+        "e2c".into(),
+        HostArray::from_values(DType::I32, &[50, 2], &values).unwrap(),
+    );
+    let e = interp::run(&s, &mut bad.clone()).unwrap_err().to_string();
+    assert!(
+        e.contains("index 7 out of bounds for dimension 0 of 'c'"),
+        "{e}"
+    );
+    let prog = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    }
+    .build(&s)
+    .unwrap();
+    let e = prog.run_bindings(&mut bad).unwrap_err().to_string();
+    assert!(e.contains("index-table entry out of bounds"), "{e}");
+}

@@ -147,10 +147,13 @@ pub enum MathFn {
     Min,
     /// `max(a, b)`: on floats C's `fmax`.
     Max,
+    /// `wall_ns()`: a clock in nanoseconds (i64) whose differences time a region (GT4Py's
+    /// metrics); the one function that is not pure, so not in [`MathFn::ALL`].
+    WallNs,
 }
 
 impl MathFn {
-    /// Every function, for parsing and generators.
+    /// Every pure function, for parsing and generators.
     pub const ALL: [MathFn; 23] = [
         MathFn::Abs,
         MathFn::Sqrt,
@@ -203,18 +206,23 @@ impl MathFn {
             MathFn::Atan2 => "atan2",
             MathFn::Min => "min",
             MathFn::Max => "max",
+            MathFn::WallNs => "wall_ns",
         }
     }
 
     /// Looks a function up by name.
     pub fn from_name(s: &str) -> Option<MathFn> {
-        MathFn::ALL.into_iter().find(|f| f.name() == s)
+        MathFn::ALL
+            .into_iter()
+            .chain([MathFn::WallNs])
+            .find(|f| f.name() == s)
     }
 
     /// Number of arguments.
     pub fn arity(self) -> usize {
         match self {
             MathFn::Pow | MathFn::Atan2 | MathFn::Min | MathFn::Max => 2,
+            MathFn::WallNs => 0,
             _ => 1,
         }
     }
@@ -440,7 +448,9 @@ impl Expr {
                     }
                     t = DType::promote(t, ta);
                 }
-                if t.is_int() && !func.keeps_int() {
+                if *func == MathFn::WallNs {
+                    DType::I64
+                } else if t.is_int() && !func.keeps_int() {
                     DType::F64
                 } else {
                     t

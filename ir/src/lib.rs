@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bind;
 pub mod builder;
 pub mod control;
 pub mod data;

@@ -19,12 +19,16 @@ pub enum Dim {
         step: SymExpr,
     },
     /// A single index read from an integer array at run time: `e2c[e, 0]` means the index
-    /// is the value of `e2c` at `(e, 0)` (neighbour tables of unstructured grids).
+    /// is the value of `e2c` at `(e, 0)` (neighbour tables of unstructured grids);
+    /// `e2c[e, 0] - r` adds a symbolic offset to that value (GT4Py's fields start at a
+    /// domain index `r`, its tables hold absolute indices).
     Indirect {
         /// The index array (integer dtype).
         table: String,
         /// Where to read it, one expression per dimension of `table`.
         index: Vec<SymExpr>,
+        /// Added to the value read (0 for a plain table lookup).
+        offset: SymExpr,
     },
 }
 
@@ -99,7 +103,7 @@ impl Dim {
         match self {
             Dim::Index(e) => vec![e],
             Dim::Range { start, end, step } => vec![start, end, step],
-            Dim::Indirect { index, .. } => index.iter().collect(),
+            Dim::Indirect { index, offset, .. } => index.iter().chain([offset]).collect(),
         }
     }
 
@@ -112,9 +116,14 @@ impl Dim {
                 end: f(end),
                 step: f(step),
             },
-            Dim::Indirect { table, index } => Dim::Indirect {
+            Dim::Indirect {
+                table,
+                index,
+                offset,
+            } => Dim::Indirect {
                 table: table.clone(),
                 index: index.iter().map(f).collect(),
+                offset: f(offset),
             },
         }
     }
@@ -130,7 +139,11 @@ impl fmt::Display for Dim {
                 write!(f, "{start}:{end}")
             }
             Dim::Range { start, end, step } => write!(f, "{start}:{end}:{step}"),
-            Dim::Indirect { table, index } => {
+            Dim::Indirect {
+                table,
+                index,
+                offset,
+            } => {
                 write!(f, "{table}[")?;
                 for (i, e) in index.iter().enumerate() {
                     if i > 0 {
@@ -138,7 +151,18 @@ impl fmt::Display for Dim {
                     }
                     write!(f, "{e}")?;
                 }
-                f.write_str("]")
+                f.write_str("]")?;
+                // Written so that the subset parser reads it back: `+ term` / `- term`
+                // with compound offsets in parentheses.
+                match offset {
+                    SymExpr::Int(0) => Ok(()),
+                    SymExpr::Int(v) if *v < 0 => write!(f, " - {}", v.unsigned_abs()),
+                    SymExpr::Int(_) | SymExpr::Sym(_) => write!(f, " + {offset}"),
+                    SymExpr::Neg(a) if matches!(**a, SymExpr::Sym(_) | SymExpr::Int(_)) => {
+                        write!(f, " - {a}")
+                    }
+                    _ => write!(f, " + ({offset})"),
+                }
             }
         }
     }

@@ -525,7 +525,33 @@ impl<'t> Parser<'t> {
                 }
                 self.expect(",")?;
             }
-            return Ok(Dim::Indirect { table, index });
+            // An offset added to the value read: `e2c[e, 0] - r + 1`.
+            let mut offset = SymExpr::Int(0);
+            loop {
+                let neg = match self.peek() {
+                    Tok::Punct("+") => false,
+                    Tok::Punct("-") => true,
+                    _ => break,
+                };
+                self.next();
+                let start = self.pos;
+                let term = self.mul()?;
+                let term = to_sym(&term).map_err(|m| {
+                    let mut err = self.error(m);
+                    err.column = self.toks[start].1 + 1;
+                    err
+                })?;
+                offset = if neg {
+                    offset.sub(&term)
+                } else {
+                    offset.add(&term)
+                };
+            }
+            return Ok(Dim::Indirect {
+                table,
+                index,
+                offset: offset.simplify(),
+            });
         }
         let start = self.sym()?;
         if !self.eat(":") {
@@ -726,10 +752,39 @@ mod tests {
         assert_eq!(m.data, "u");
         assert_eq!(m.subset.0.len(), 4);
         assert!(
-            matches!(&m.subset.0[3], Dim::Indirect { table, index } if table == "e2c" && index.len() == 2)
+            matches!(&m.subset.0[3], Dim::Indirect { table, index, .. } if table == "e2c" && index.len() == 2)
         );
         assert_eq!(m.to_string(), "u[i - 1, 0:N, 1:N:2, e2c[e, 0]]");
+        assert!(
+            matches!(&m.subset.0[3], Dim::Indirect { offset, .. } if *offset == SymExpr::Int(0))
+        );
         assert_eq!(parse_memlet("s").unwrap().subset.0.len(), 0);
+        assert!(parse_memlet("u[i").is_err());
+    }
+
+    #[test]
+    fn indirect_offsets_read_back() {
+        // `t - a + b` is `t + (b - a)`, not `t - (a + b)`.
+        let s = parse_subset("c2e[c, n] - a + b, k").unwrap();
+        let Dim::Indirect { offset, .. } = &s.0[0] else {
+            panic!("{s}")
+        };
+        let expect = SymExpr::parse("b - a").unwrap().simplify();
+        assert_eq!(offset.sub(&expect).simplify(), SymExpr::Int(0), "{offset}");
+        for text in [
+            "c2e[c, n] - r",
+            "c2e[c, n] + 2",
+            "c2e[c, n] - 3",
+            "c2e[c, n] + 2 * r",
+            "c2e[c, n] - a + b",
+            "c2e[c, n] - (a + b)",
+        ] {
+            let once = parse_subset(text).unwrap();
+            let again = parse_subset(&once.to_string()).unwrap();
+            assert_eq!(once, again, "{text} printed as {once}");
+        }
+        let e = parse_subset("c2e[c, n] - 1.5").unwrap_err();
+        assert!(e.message.contains("floating-point"), "{e}");
         assert!(parse_memlet("u[i").is_err());
     }
 

@@ -208,6 +208,7 @@ pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) 
                 t,
             )
         }
+        Expr::Call(MathFn::WallNs, _) => ("sdf_wall_ns()".to_string(), DType::I64),
         Expr::Call(f, args) => {
             let parts: Vec<(String, DType)> = args.iter().map(|a| expr(a, var)).collect();
             let t = parts
@@ -259,6 +260,7 @@ pub const PRELUDE: &str = r#"#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -289,6 +291,15 @@ static inline T sdf_min##W(T a, T b) { return a < b ? a : b; }                  
 static inline T sdf_max##W(T a, T b) { return a > b ? a : b; }
 SDF_INT_OPS(32, int32_t, uint32_t, INT32_MIN)
 SDF_INT_OPS(64, int64_t, uint64_t, INT64_MIN)
+/* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
+static inline int64_t sdf_wall_ns(void) {
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec; }
+/* A value read from an index table, checked against the extent it indexes. */
+static inline int64_t sdf_ind(int64_t v, int64_t n) {
+    if (v < 0 || v >= n) { sdf_fail(); return 0; }
+    return v; }
 static inline int32_t sdf_f2i32(double x) {
     if (x != x) return 0;
     if (x <= -2147483648.0) return INT32_MIN;

@@ -198,17 +198,29 @@ impl Scope<'_> {
         match desc {
             DataDesc::Scalar { .. } => self.scalar_lvalue(data).unwrap_or_default(),
             DataDesc::Array(a) => {
-                let idx: Vec<String> = subset.0.iter().map(|d| self.index(d)).collect();
+                let idx: Vec<String> = subset
+                    .0
+                    .iter()
+                    .enumerate()
+                    .map(|(k, d)| self.index(d, a.shape.get(k)))
+                    .collect();
                 format!("a_{data}[{}]", self.flat(&idx, &a.strides))
             }
         }
     }
 
-    fn index(&self, d: &Dim) -> String {
+    /// The C index of one dimension; `extent` is the dimension's size, against which a
+    /// value read from an index table is checked (a bad entry raises the error flag and
+    /// reads index 0 instead of memory outside the array).
+    fn index(&self, d: &Dim, extent: Option<&SymExpr>) -> String {
         match d {
             Dim::Index(e) => self.sym(e),
             Dim::Range { start, .. } => self.sym(start),
-            Dim::Indirect { table, index } => {
+            Dim::Indirect {
+                table,
+                index,
+                offset,
+            } => {
                 let idx: Vec<String> = index.iter().map(|e| self.sym(e)).collect();
                 let strides = self
                     .sdfg
@@ -217,7 +229,15 @@ impl Scope<'_> {
                     .and_then(|d| d.as_array())
                     .map(|a| a.strides.clone())
                     .unwrap_or_default();
-                format!("((int64_t)a_{table}[{}])", self.flat(&idx, &strides))
+                let value = format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides));
+                let value = match offset.as_int() {
+                    Some(0) => value,
+                    _ => format!("sdf_add64({value}, {})", self.sym(offset)),
+                };
+                match extent {
+                    Some(n) => format!("sdf_ind({value}, {})", self.sym(n)),
+                    None => format!("({value})"),
+                }
             }
         }
     }
@@ -929,7 +949,10 @@ impl Emitter<'_> {
             let size = sc.sym(&d.size());
             let (start, step) = match d {
                 Dim::Range { start, step, .. } => (sc.sym(start), sc.sym(step)),
-                other => (sc.index(other), "1".to_string()),
+                other => (
+                    sc.index(other, desc.and_then(|d| d.shape().get(k))),
+                    "1".to_string(),
+                ),
             };
             self.line(&format!(
                 "const int64_t {prefix}{k} = ({start}) + ({prefix}_r % ({size})) * ({step}); {prefix}_r /= ({size});"
@@ -1027,7 +1050,10 @@ impl Emitter<'_> {
             let d = &isub.0[k];
             let (start, step) = match d {
                 Dim::Range { start, step, .. } => (sc.sym(start), sc.sym(step)),
-                other => (sc.index(other), "1".to_string()),
+                other => (
+                    sc.index(other, sdfg.arrays.get(idata).and_then(|d| d.shape().get(k))),
+                    "1".to_string(),
+                ),
             };
             self.line(&format!(
                 "const int64_t sdf_{src}{k} = ({start}) + ({var} % ({})) * ({step}); {var} /= ({});",

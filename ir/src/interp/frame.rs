@@ -124,11 +124,31 @@ impl Frame<'_> {
             .ok_or_else(|| err(format!("cannot read index table '{table}'")))
     }
 
+    /// The index an indirect dimension names: the table's value plus the offset.
+    fn indirect(
+        &self,
+        table: &str,
+        index: &[SymExpr],
+        offset: &SymExpr,
+    ) -> Result<i64, InterpError> {
+        let v = self.table_value(table, index)?;
+        let o = self.sym(offset)?;
+        v.checked_add(o).ok_or_else(|| {
+            err(format!(
+                "index-table value {v} of '{table}' plus offset {o} overflows"
+            ))
+        })
+    }
+
     /// The indices one dimension of a subset covers, in order.
     fn dim_indices(&self, dim: &Dim) -> Result<Vec<i64>, InterpError> {
         Ok(match dim {
             Dim::Index(e) => vec![self.sym(e)?],
-            Dim::Indirect { table, index } => vec![self.table_value(table, index)?],
+            Dim::Indirect {
+                table,
+                index,
+                offset,
+            } => vec![self.indirect(table, index, offset)?],
             Dim::Range { start, end, step } => {
                 let (s, e, st) = (self.sym(start)?, self.sym(end)?, self.sym(step)?);
                 if st <= 0 {
@@ -216,7 +236,11 @@ impl Frame<'_> {
             let i = match dim {
                 Dim::Index(e) => self.sym(e)?,
                 Dim::Range { start, .. } => self.sym(start)?,
-                Dim::Indirect { table, index } => self.table_value(table, index)?,
+                Dim::Indirect {
+                    table,
+                    index,
+                    offset,
+                } => self.indirect(table, index, offset)?,
             };
             idx.push(check_index(data, d, i, shape[d])?);
         }

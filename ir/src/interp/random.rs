@@ -6,7 +6,9 @@ use crate::dataflow::{Dataflow, Node};
 use crate::dtype::{DType, Value};
 use crate::memlet::{Dim, Subset};
 use crate::sdfg::Sdfg;
+use crate::symexpr::SymExpr;
 
+use super::frame::eval_sym_with;
 use super::{Bindings, HostArray, InterpError, eval_shape};
 
 /// SplitMix64 (Steele, Lea and Flood 2014): a tiny, well-known 64-bit generator.
@@ -39,12 +41,15 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
-/// Records `(table, data, dimension)` for every indirect dimension in `g` and its maps.
-fn collect_tables(g: &Dataflow, out: &mut Vec<(String, String, usize)>) {
+/// One use of an index table: `(table, data, dimension, offset)`.
+type TableUse = (String, String, usize, SymExpr);
+
+/// Records every indirect dimension in `g` and its maps.
+fn collect_tables(g: &Dataflow, out: &mut Vec<TableUse>) {
     let mut add = |data: &str, s: &Subset| {
         for (d, dim) in s.0.iter().enumerate() {
-            if let Dim::Indirect { table, .. } = dim {
-                out.push((table.clone(), data.to_string(), d));
+            if let Dim::Indirect { table, offset, .. } = dim {
+                out.push((table.clone(), data.to_string(), d, offset.clone()));
             }
         }
     };
@@ -74,8 +79,9 @@ fn collect_tables(g: &Dataflow, out: &mut Vec<(String, String, usize)>) {
 /// values and `symbols` (passed through into the bindings).
 ///
 /// Integer arrays used as index tables (`Dim::Indirect`, in states and map bodies; not
-/// inside nested SDFGs) get valid indices instead: values in `[0, n)` where `n` is the
-/// smallest extent of every dimension they index.
+/// inside nested SDFGs) get valid indices instead: values `v` with `v + offset` in
+/// `[0, n)` for every dimension they index (extent `n`; offsets that cannot be evaluated
+/// count as 0).
 pub fn random_bindings(
     sdfg: &Sdfg,
     symbols: &BTreeMap<String, Value>,
@@ -100,11 +106,14 @@ pub fn random_bindings(
     for st in &sdfg.states {
         collect_tables(&st.graph, &mut uses);
     }
-    let mut bound: BTreeMap<String, u64> = BTreeMap::new();
-    for (table, data, d) in uses {
-        let n = shape_of(&data)?.get(d).copied().unwrap_or(0) as u64;
-        let b = bound.entry(table).or_insert(n);
-        *b = (*b).min(n);
+    // The values every use accepts: `[lo, hi)`.
+    let mut bound: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (table, data, d, offset) in uses {
+        let n = shape_of(&data)?.get(d).copied().unwrap_or(0) as i64;
+        let o = eval_sym_with(&offset, &|k| all.get(k).copied()).unwrap_or(0);
+        let (lo, hi) = (o.saturating_neg(), n.saturating_sub(o));
+        let b = bound.entry(table).or_insert((lo, hi));
+        *b = (b.0.max(lo), b.1.min(hi));
     }
     let mut arrays = BTreeMap::new();
     for (name, desc) in sdfg.non_transients() {
@@ -114,7 +123,10 @@ pub fn random_bindings(
         let table = bound.get(name).copied();
         for k in 0..a.len() {
             let v = match (desc.dtype(), table) {
-                (DType::I32 | DType::I64, Some(n)) => Value::I64(rng.below(n) as i64),
+                (DType::I32 | DType::I64, Some((lo, hi))) => {
+                    let width = hi.saturating_sub(lo).max(0) as u64;
+                    Value::I64(lo.saturating_add(rng.below(width) as i64))
+                }
                 (DType::Bool, _) => Value::Bool(rng.next() >> 63 == 1),
                 (DType::I32 | DType::I64, None) => Value::I64(rng.below(100) as i64),
                 (DType::F32, _) => {

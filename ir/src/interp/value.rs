@@ -182,6 +182,8 @@ macro_rules! math_table {
             MathFn::Atan2 => x.atan2(y),
             MathFn::Min => x.min(y),
             MathFn::Max => x.max(y),
+            // Integer-valued; `math` answers it before reaching a float table.
+            MathFn::WallNs => x,
         }
     }};
 }
@@ -207,6 +209,9 @@ pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
             args.len()
         ));
     }
+    if f == MathFn::WallNs {
+        return Ok(Value::I64(wall_ns()));
+    }
     let t = args
         .iter()
         .fold(DType::Bool, |t, a| DType::promote(t, a.dtype()));
@@ -229,6 +234,13 @@ pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
         DType::F32 => Value::F32(math_f32(f, f32_of(x), f32_of(y))),
         _ => Value::F64(math_f64(f, x.as_f64(), y.as_f64())),
     })
+}
+
+/// Nanoseconds on a monotonic clock since the first call in this process.
+fn wall_ns() -> i64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let t0 = *EPOCH.get_or_init(std::time::Instant::now);
+    i64::try_from(t0.elapsed().as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// Combines the value already stored (`old`, of the element type) with a new one under a

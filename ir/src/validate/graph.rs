@@ -323,7 +323,7 @@ pub(super) fn check_subset(
         if !scope.check_expr_all(cx, loc, &dim.exprs(), &what) {
             continue;
         }
-        if let Dim::Indirect { table, index } = dim {
+        if let Dim::Indirect { table, index, .. } = dim {
             check_indirect(cx, scope, loc, table, index);
             continue;
         }

@@ -8,7 +8,10 @@
 //! library node. Everything else is refused with an error that names the element.
 
 mod control;
+mod cpp;
 pub mod python;
+mod subscripts;
+mod views;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -119,6 +122,7 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     let name = name_of(s(a, "name").unwrap_or("sdfg"));
     let loc = format!("{parent} '{name}'");
     let mut sdfg = Sdfg::new(&name);
+    let mut views = std::collections::BTreeSet::new();
     if let Some(arrays) = a.get("_arrays").and_then(J::as_object) {
         for (n, d) in arrays {
             let dloc = format!("{loc} > container '{n}'");
@@ -172,6 +176,7 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
                         .collect::<Result<Vec<_>, _>>()?;
                     let mut arr = Array::new(dt, shape);
                     arr.transient = true;
+                    views.insert(name_of(n));
                     DataDesc::Array(arr)
                 }
                 Some(other) => {
@@ -216,14 +221,44 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
             .filter(|n| sdfg.arrays.get(n).is_some_and(|d| !d.transient()))
             .collect();
     }
+    // DaCe passes a transient scalar written at state level into maps by value; sdflow's
+    // transient scalars in map bodies are private to an iteration, so such a scalar
+    // becomes a one-element array (DaCe's `x[0]` subsets already address it so).
+    let mut shared = std::collections::BTreeSet::new();
+    shared_scalars(j, &mut shared);
+    for name in shared {
+        if let Some(DataDesc::Scalar {
+            dtype,
+            transient: true,
+        }) = sdfg.arrays.get(&name).cloned()
+        {
+            let mut arr = Array::new(dtype, vec![SymExpr::Int(1)]);
+            arr.transient = true;
+            sdfg.arrays.insert(name, DataDesc::Array(arr));
+        }
+    }
     // States and the control flow between them.
-    sdfg.body = convert_region(&mut sdfg, j, &loc)?;
+    sdfg.body = convert_region(&mut sdfg, &views, j, &loc)?;
+    // Views resolved everywhere are gone; the others stay as transient arrays.
+    let mut used = std::collections::BTreeSet::new();
+    for st in &sdfg.states {
+        used.extend(st.graph.accessed_data());
+    }
+    for v in views.difference(&used) {
+        sdfg.arrays.remove(v);
+    }
+    scope_local_transients(&mut sdfg);
     Ok(sdfg)
 }
 
 /// A control-flow region (the SDFG itself, a `ControlFlowRegion`, a `LoopRegion`'s body,
 /// a branch of a `ConditionalBlock`): its blocks, structured along its interstate edges.
-fn convert_region(sdfg: &mut Sdfg, j: &J, loc: &str) -> Result<Block, ImportError> {
+fn convert_region(
+    sdfg: &mut Sdfg,
+    views: &std::collections::BTreeSet<String>,
+    j: &J,
+    loc: &str,
+) -> Result<Block, ImportError> {
     let nodes = j
         .get("nodes")
         .and_then(J::as_array)
@@ -237,11 +272,11 @@ fn convert_region(sdfg: &mut Sdfg, j: &J, loc: &str) -> Result<Block, ImportErro
         let block = match s(st, "type") {
             Some("SDFGState") => {
                 let id = sdfg.add_state(&name_of(label));
-                let graph = convert_state(sdfg, st, &sloc)?;
+                let graph = convert_state(sdfg, views, st, &sloc)?;
                 sdfg.states[id.index()].graph = graph;
                 Block::State(id)
             }
-            Some("ControlFlowRegion") => convert_region(sdfg, st, &sloc)?,
+            Some("ControlFlowRegion") => convert_region(sdfg, views, st, &sloc)?,
             Some("LoopRegion") => {
                 let code = |key: &str| -> Option<String> {
                     a.get(key)
@@ -270,7 +305,7 @@ fn convert_region(sdfg: &mut Sdfg, j: &J, loc: &str) -> Result<Block, ImportErro
                 sdfg.symbols
                     .entry(var.clone())
                     .or_insert(Symbol::new(DType::I64));
-                let body = convert_region(sdfg, st, &sloc)?;
+                let body = convert_region(sdfg, views, st, &sloc)?;
                 Block::Loop(sdflow_ir::Loop {
                     var,
                     init,
@@ -291,7 +326,7 @@ fn convert_region(sdfg: &mut Sdfg, j: &J, loc: &str) -> Result<Block, ImportErro
                     let (Some(c), Some(region)) = (br.get(0), br.get(1)) else {
                         return Err(err(&sloc, "a branch is not a (condition, region) pair"));
                     };
-                    let body = convert_region(sdfg, region, &sloc)?;
+                    let body = convert_region(sdfg, views, region, &sloc)?;
                     match c.get("string_data").and_then(J::as_str) {
                         None => otherwise = body,
                         Some(t) => {
@@ -426,11 +461,12 @@ fn subset_of(j: Option<&J>, loc: &str) -> Result<Option<Subset>, ImportError> {
     Ok(Some(Subset(dims)))
 }
 
-struct Edge<'a> {
+#[derive(Clone, Debug)]
+struct Edge {
     src: String,
     dst: String,
-    src_conn: Option<&'a str>,
-    dst_conn: Option<&'a str>,
+    src_conn: Option<String>,
+    dst_conn: Option<String>,
     data: Option<String>,
     subset: Option<Subset>,
     other: Option<Subset>,
@@ -438,7 +474,12 @@ struct Edge<'a> {
     wcr: Option<Wcr>,
 }
 
-fn convert_state(sdfg: &Sdfg, st: &J, loc: &str) -> Result<Dataflow, ImportError> {
+fn convert_state(
+    sdfg: &Sdfg,
+    views: &std::collections::BTreeSet<String>,
+    st: &J,
+    loc: &str,
+) -> Result<Dataflow, ImportError> {
     let nodes: Vec<&J> = st
         .get("nodes")
         .and_then(J::as_array)
@@ -472,8 +513,8 @@ fn convert_state(sdfg: &Sdfg, st: &J, loc: &str) -> Result<Dataflow, ImportError
                 .get("dst")
                 .map(|x| x.to_string().trim_matches('"').to_string())
                 .unwrap_or_default(),
-            src_conn: s(e, "src_connector"),
-            dst_conn: s(e, "dst_connector"),
+            src_conn: s(e, "src_connector").map(str::to_string),
+            dst_conn: s(e, "dst_connector").map(str::to_string),
             data: s(m, "data").map(name_of),
             subset: subset_of(m.get("subset"), &eloc)?,
             other: subset_of(m.get("other_subset"), &eloc)?,
@@ -499,13 +540,44 @@ fn convert_state(sdfg: &Sdfg, st: &J, loc: &str) -> Result<Dataflow, ImportError
                 .collect()
         })
         .unwrap_or_default();
-    let cx = StateCx {
+    let mut cx = StateCx {
         sdfg,
         by_id,
         edges,
         scopes,
         loc: loc.to_string(),
+        data_of: BTreeMap::new(),
+        removed: Default::default(),
+        rewritten: BTreeMap::new(),
     };
+    cx.resolve_views(views);
+    let tasklets: Vec<(String, String, Vec<String>)> = cx
+        .by_id
+        .iter()
+        .filter(|(_, n)| s(n, "type") == Some("Tasklet"))
+        .filter(|(_, n)| {
+            s(attrs(n).get("code").unwrap_or(&J::Null), "language").unwrap_or("Python") == "Python"
+        })
+        .map(|(id, n)| {
+            let a = attrs(n);
+            let text = a
+                .get("code")
+                .and_then(|c| s(c, "string_data"))
+                .unwrap_or("")
+                .to_string();
+            let inputs = a
+                .get("in_connectors")
+                .and_then(J::as_object)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            (id.clone(), text, inputs)
+        })
+        .collect();
+    for (id, text, inputs) in tasklets {
+        if let Some(r) = cx.rewrite_subscripts(&id, &text, &inputs)? {
+            cx.rewritten.insert(id, r);
+        }
+    }
     let mut df = Dataflow::new();
     cx.build("-1", &mut df)?;
     Ok(df)
@@ -514,9 +586,15 @@ fn convert_state(sdfg: &Sdfg, st: &J, loc: &str) -> Result<Dataflow, ImportError
 struct StateCx<'a> {
     sdfg: &'a Sdfg,
     by_id: BTreeMap<String, &'a J>,
-    edges: Vec<Edge<'a>>,
+    edges: Vec<Edge>,
     scopes: BTreeMap<String, Vec<String>>,
     loc: String,
+    /// Access nodes whose container changed (resolved views).
+    data_of: BTreeMap<String, String>,
+    /// Nodes merged into others (resolved views).
+    removed: std::collections::BTreeSet<String>,
+    /// Tasklets whose subscripts became input connectors.
+    rewritten: BTreeMap<String, subscripts::Rewritten>,
 }
 
 impl StateCx<'_> {
@@ -552,14 +630,21 @@ impl StateCx<'_> {
 
     /// Builds the graph of scope `key` (`-1`: the state) into `df`.
     fn build(&self, key: &str, df: &mut Dataflow) -> Result<(), ImportError> {
-        let members: Vec<String> = self.scopes.get(key).cloned().unwrap_or_default();
+        let members: Vec<String> = self
+            .scopes
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|id| !self.removed.contains(*id))
+            .cloned()
+            .collect();
         let mut ids: BTreeMap<String, NodeId> = BTreeMap::new();
         for id in &members {
             let n = self.by_id[id.as_str()];
             let nl = self.node_loc(id);
             let a = attrs(n);
             let node = match s(n, "type").unwrap_or("") {
-                "AccessNode" => Node::Access(name_of(s(a, "data").unwrap_or_default())),
+                "AccessNode" => Node::Access(self.access_data(id).unwrap_or_default()),
                 "MapExit" => continue,
                 "MapEntry" => {
                     let params: Vec<String> = a
@@ -599,24 +684,39 @@ impl StateCx<'_> {
                 "Tasklet" => {
                     let code = a.get("code").unwrap_or(&J::Null);
                     let lang = s(code, "language").unwrap_or("Python");
-                    if lang != "Python" {
-                        return Err(err(&nl, format!("tasklets in {lang} are not supported")));
-                    }
                     let text = s(code, "string_data").unwrap_or("");
-                    let stmts = python::statements(text)
-                        .map_err(|e| err(&nl, format!("tasklet code '{text}': {e}")))?;
                     let conns = |k: &str| -> Vec<String> {
                         a.get(k)
                             .and_then(J::as_object)
                             .map(|m| m.keys().cloned().collect())
                             .unwrap_or_default()
                     };
+                    let (stmts, ins) = match self.rewritten.get(id) {
+                        Some(r) => (r.code.clone(), r.inputs.clone()),
+                        None if lang == "Python" => (
+                            python::statements(text)
+                                .map_err(|e| err(&nl, format!("tasklet code '{text}': {e}")))?,
+                            conns("in_connectors"),
+                        ),
+                        None => {
+                            let (i, o) = (conns("in_connectors"), conns("out_connectors"));
+                            let stmts = cpp::gt4py_timer(text, &i, &o).ok_or_else(|| {
+                                err(
+                                    &nl,
+                                    format!(
+                                        "tasklets in {lang} are not supported (of C++, only GT4Py's metrics timers are recognised)"
+                                    ),
+                                )
+                            })?;
+                            (stmts, i)
+                        }
+                    };
                     let mut inputs = BTreeMap::new();
-                    for c in conns("in_connectors") {
+                    for c in ins {
                         let dt = self
                             .edges
                             .iter()
-                            .find(|e| e.dst == *id && e.dst_conn == Some(c.as_str()))
+                            .find(|e| e.dst == *id && e.dst_conn.as_deref() == Some(c.as_str()))
                             .and_then(|e| e.data.as_deref())
                             .map_or(DType::F64, |d| self.dtype_of(d));
                         inputs.insert(c, dt);
@@ -626,7 +726,7 @@ impl StateCx<'_> {
                         let dt = self
                             .edges
                             .iter()
-                            .find(|e| e.src == *id && e.src_conn == Some(c.as_str()))
+                            .find(|e| e.src == *id && e.src_conn.as_deref() == Some(c.as_str()))
                             .and_then(|e| e.data.as_deref())
                             .map_or(DType::F64, |d| self.dtype_of(d));
                         outputs.insert(c, dt);
@@ -780,7 +880,13 @@ impl StateCx<'_> {
                 };
                 memlet = Memlet {
                     subset: sub(&src_data, &src_sub).unwrap_or_default(),
-                    other_subset: sub(&dst_data, &dst_sub),
+                    // A scalar destination is addressed without a subset (absent
+                    // would mean "the source's subset").
+                    other_subset: if scalar(&dst_data) {
+                        Some(Subset::default())
+                    } else {
+                        sub(&dst_data, &dst_sub)
+                    },
                     data: src_data,
                     wcr: e.wcr,
                 };
@@ -790,14 +896,14 @@ impl StateCx<'_> {
             let src_conn = if lib(from) {
                 Some("out")
             } else {
-                e.src_conn.filter(|_| !is_access(from))
+                e.src_conn.as_deref().filter(|_| !is_access(from))
             };
             let dst_conn = if lib(to) {
                 Some("in")
             } else {
-                e.dst_conn.filter(|_| !is_access(to))
+                e.dst_conn.as_deref().filter(|_| !is_access(to))
             };
-            if e.src_conn == Some("views") {
+            if e.src_conn.as_deref() == Some("views") {
                 write_backs.push(from);
             }
             df.add_edge(from, src_conn, to, dst_conn, memlet);
@@ -837,6 +943,134 @@ impl StateCx<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Containers some state accesses both at its top level and inside a map scope (in
+/// `j`'s states and regions, not nested SDFGs).
+fn shared_scalars(j: &J, out: &mut std::collections::BTreeSet<String>) {
+    for st in j.get("nodes").and_then(J::as_array).into_iter().flatten() {
+        if s(st, "type") != Some("SDFGState") {
+            shared_scalars(st, out);
+            for br in st
+                .get("branches")
+                .and_then(J::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(region) = br.get(1) {
+                    shared_scalars(region, out);
+                }
+            }
+            continue;
+        }
+        let top: std::collections::BTreeSet<String> = st
+            .get("scope_dict")
+            .and_then(|d| d.get("-1"))
+            .and_then(J::as_array)
+            .into_iter()
+            .flatten()
+            .map(|x| x.to_string().trim_matches('"').to_string())
+            .collect();
+        let mut at_top = std::collections::BTreeSet::new();
+        let mut inside = std::collections::BTreeSet::new();
+        for n in st.get("nodes").and_then(J::as_array).into_iter().flatten() {
+            if s(n, "type") != Some("AccessNode") {
+                continue;
+            }
+            let id = n
+                .get("id")
+                .map(|x| x.to_string().trim_matches('"').to_string());
+            let Some(d) = s(attrs(n), "data").map(name_of) else {
+                continue;
+            };
+            if id.is_some_and(|i| top.contains(&i)) {
+                at_top.insert(d);
+            } else {
+                inside.insert(d);
+            }
+        }
+        for e in st.get("edges").and_then(J::as_array).into_iter().flatten() {
+            let m = attrs(attrs(e).get("data").unwrap_or(&J::Null));
+            let Some(d) = s(m, "data").map(name_of) else {
+                continue;
+            };
+            let id = |k: &str| {
+                e.get(k)
+                    .map(|x| x.to_string().trim_matches('"').to_string())
+            };
+            let scoped = |k: &str| id(k).is_some_and(|i| !top.contains(&i));
+            // An edge between two nodes inside a scope, or leaving a map entry inward.
+            let entry_out = e
+                .get("src_connector")
+                .and_then(J::as_str)
+                .is_some_and(|c| c.starts_with("OUT_"));
+            if (scoped("src") && scoped("dst")) || entry_out {
+                inside.insert(d);
+            }
+        }
+        out.extend(at_top.intersection(&inside).cloned());
+    }
+}
+
+/// DaCe allocates a transient inside the innermost scope that holds all its accesses, so
+/// one used only inside the body of one map is private to each iteration of that map
+/// (GT4Py's per-point neighbour buffers). sdflow says the same with `local` storage; the
+/// owning map's edges are derived again without it.
+fn scope_local_transients(sdfg: &mut Sdfg) {
+    // For each transient array: the maps (state, node) whose bodies use it, and whether
+    // anything at state level does.
+    let mut owners: BTreeMap<String, std::collections::BTreeSet<(usize, NodeId)>> = BTreeMap::new();
+    for (si, st) in sdfg.states.iter().enumerate() {
+        let g = &st.graph;
+        for n in g.node_ids() {
+            if let Node::Map(m) = g.node(n) {
+                for d in m.body.accessed_data() {
+                    owners.entry(d).or_default().insert((si, n));
+                }
+            }
+        }
+    }
+    // A state-level access node only between the map and nothing else is the map's own
+    // boundary (the importer derived it); any other state-level use makes it global.
+    let mut global = std::collections::BTreeSet::new();
+    for (si, st) in sdfg.states.iter().enumerate() {
+        let g = &st.graph;
+        for n in g.node_ids() {
+            if let Node::Access(d) = g.node(n) {
+                let own = owners.get(d);
+                let only_owner = g.in_edges(n).into_iter().chain(g.out_edges(n)).all(|e| {
+                    let (a, b) = g.endpoints(e);
+                    let other = if a == n { b } else { a };
+                    own.is_some_and(|o| o.contains(&(si, other)))
+                });
+                if !only_owner {
+                    global.insert(d.clone());
+                }
+            }
+        }
+        for e in g.edge_ids() {
+            let m = &g.edge(e).memlet;
+            global.extend(m.subset.tables().into_iter().map(str::to_string));
+        }
+    }
+    global.extend(sdflow_transforms::pattern::control_names(&sdfg.body));
+    let mut fix: std::collections::BTreeSet<(usize, NodeId)> = Default::default();
+    for (d, maps) in owners {
+        let Some(DataDesc::Array(a)) = sdfg.arrays.get_mut(&d) else {
+            continue;
+        };
+        if a.transient && !global.contains(&d) && maps.len() == 1 {
+            a.storage = sdflow_ir::Storage::Local;
+            fix.extend(maps);
+        }
+    }
+    for (si, n) in fix {
+        let arrays = sdfg.arrays.clone();
+        let g = &mut sdfg.states[si].graph;
+        let (src, dst) = sdflow_transforms::pattern::neighbours(g, n);
+        sdflow_transforms::pattern::connect_map(&arrays, g, n, &src, &dst);
+        sdflow_transforms::pattern::remove_isolated_access_nodes(g);
     }
 }
 

@@ -46,7 +46,7 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
             if ["**", "//", "==", "!=", "<=", ">="].contains(&two.as_str()) {
                 out.push(Tok::Op(two));
                 i += 2;
-            } else if "+-*/%<>()=,:".contains(c) {
+            } else if "+-*/%<>()=,:[]".contains(c) {
                 out.push(Tok::Op(c.to_string()));
                 i += 1;
             } else {
@@ -60,6 +60,20 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
 struct Parser {
     toks: Vec<Tok>,
     pos: usize,
+    /// Subscripts met so far; each stands in the expression as `__sub<k>`.
+    subs: Vec<Subscript>,
+}
+
+/// A subscript in tasklet code, `name[i, j]`: the tasklet's expression holds the variable
+/// `placeholder` in its place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Subscript {
+    /// The variable that stands for the subscripted value.
+    pub placeholder: String,
+    /// The subscripted name (an input connector in DaCe tasklets).
+    pub name: String,
+    /// One index expression per dimension.
+    pub index: Vec<Expr>,
 }
 
 impl Parser {
@@ -256,6 +270,22 @@ impl Parser {
                     "False" | "false" => return Ok(Expr::Const(Value::Bool(false))),
                     _ => {}
                 }
+                if self.is_op("[") {
+                    self.pos += 1;
+                    let mut index = vec![self.ternary()?];
+                    while self.is_op(",") {
+                        self.pos += 1;
+                        index.push(self.ternary()?);
+                    }
+                    self.expect("]")?;
+                    let placeholder = format!("__sub{}", self.subs.len());
+                    self.subs.push(Subscript {
+                        placeholder: placeholder.clone(),
+                        name: n,
+                        index,
+                    });
+                    return Ok(Expr::Var(placeholder));
+                }
                 if !self.is_op("(") {
                     return Ok(Expr::Var(n));
                 }
@@ -343,10 +373,22 @@ fn call(name: &str, mut args: Vec<Expr>) -> Result<Expr, String> {
     Ok(Expr::Call(f, args))
 }
 
-/// A Python expression.
-pub fn expr(text: &str) -> Result<Expr, String> {
+/// A Python expression, with its subscripts (numbered from `first`).
+fn expr_with_subscripts(text: &str, first: usize) -> Result<(Expr, Vec<Subscript>), String> {
     let toks = tokenize(text)?;
-    let mut p = Parser { toks, pos: 0 };
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        subs: Vec::new(),
+    };
+    // Placeholders continue the numbering of earlier statements.
+    for k in 0..first {
+        p.subs.push(Subscript {
+            placeholder: format!("__sub{k}"),
+            name: String::new(),
+            index: Vec::new(),
+        });
+    }
     let e = p.ternary()?;
     if p.pos != p.toks.len() {
         return Err(format!(
@@ -354,11 +396,31 @@ pub fn expr(text: &str) -> Result<Expr, String> {
             describe(p.peek())
         ));
     }
-    Ok(e)
+    Ok((e, p.subs.split_off(first)))
+}
+
+/// A Python expression (no subscripts).
+pub fn expr(text: &str) -> Result<Expr, String> {
+    let (e, subs) = expr_with_subscripts(text, 0)?;
+    match subs.first() {
+        Some(s) => Err(format!("subscript '{}[…]' outside tasklet code", s.name)),
+        None => Ok(e),
+    }
 }
 
 /// Python tasklet code: assignments `name = expr`, one per line (or `;`-separated).
 pub fn statements(code: &str) -> Result<Vec<Stmt>, String> {
+    let (stmts, subs) = statements_with_subscripts(code)?;
+    match subs.first() {
+        Some(s) => Err(format!("unsupported subscript '{}[…]'", s.name)),
+        None => Ok(stmts),
+    }
+}
+
+/// Python tasklet code whose expressions may subscript names (`f[i - r]`): the statements,
+/// with a placeholder variable for each subscript, and the subscripts.
+pub fn statements_with_subscripts(code: &str) -> Result<(Vec<Stmt>, Vec<Subscript>), String> {
+    let mut subs = Vec::new();
     let mut out = Vec::new();
     for line in code.split(['\n', ';']) {
         let line = line.trim();
@@ -372,12 +434,15 @@ pub fn statements(code: &str) -> Result<Vec<Stmt>, String> {
         if !target.chars().all(|c| c.is_alphanumeric() || c == '_') || target.is_empty() {
             return Err(format!("assignment target '{target}' is not a plain name"));
         }
+        let (value, more) =
+            expr_with_subscripts(value, subs.len()).map_err(|e| format!("in '{line}': {e}"))?;
+        subs.extend(more);
         out.push(Stmt {
             target: target.to_string(),
-            value: expr(value).map_err(|e| format!("in '{line}': {e}"))?,
+            value,
         });
     }
-    Ok(out)
+    Ok((out, subs))
 }
 
 /// Splits at the first `=` that is not part of `==`, `!=`, `<=`, `>=`.
@@ -399,7 +464,7 @@ pub fn sym(text: &str) -> Result<SymExpr, String> {
     to_sym(&expr(text)?)
 }
 
-fn to_sym(e: &Expr) -> Result<SymExpr, String> {
+pub(crate) fn to_sym(e: &Expr) -> Result<SymExpr, String> {
     // SymPy writes integral floats (`2.0`) and integer casts where sdflow's integer
     // expressions need neither.
     fn normalize(e: &Expr) -> Expr {
@@ -441,6 +506,23 @@ mod tests {
                 .unwrap_err()
                 .contains("not a plain name")
         );
+        let (s, subs) =
+            statements_with_subscripts("v = f[(i - __r)] * 2.0\nw = g[i, 0] + f[j]").unwrap();
+        assert_eq!(s[0].to_string(), "v = __sub0 * 2.0");
+        assert_eq!(s[1].to_string(), "w = __sub1 + __sub2");
+        assert_eq!(subs.len(), 3);
+        assert_eq!(
+            (subs[0].name.as_str(), subs[0].index[0].to_string().as_str()),
+            ("f", "i - __r")
+        );
+        assert_eq!((subs[1].name.as_str(), subs[1].index.len()), ("g", 2));
+        assert_eq!(subs[2].placeholder, "__sub2");
+        assert!(
+            statements("v = f[i]")
+                .unwrap_err()
+                .contains("subscript 'f[…]'")
+        );
+        assert!(expr("f[i]").unwrap_err().contains("outside tasklet code"));
         assert!(
             expr("foo(1)")
                 .unwrap_err()

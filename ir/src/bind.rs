@@ -1,0 +1,284 @@
+//! Symbol values implied by the arrays passed to a program.
+//!
+//! A program's argument shapes and strides are symbolic (`N`, `M + 2`, GT4Py's
+//! `-__w_Cell_range_0 + __w_Cell_range_1` and `__w_Cell_stride`); the arrays a caller
+//! passes have concrete extents and strides. Every dimension is an equation
+//! `expression = value`; an equation with one unknown symbol is solved (checked by
+//! evaluating it back), which may make others solvable, until nothing changes. An
+//! equation whose symbols are all known must hold, or the arguments conflict: the error
+//! names both arrays.
+//!
+//! GT4Py describes a field's index range `[r0, r1)` by two symbols per dimension
+//! (`__<field>_<Dim>_range_0/1`) of which an array gives only the difference; a field
+//! passed as a plain array starts at index 0 of its domain, as GT4Py's own fields made
+//! without an origin do, so an unknown `range_0` of such a pair is 0.
+
+use std::collections::BTreeMap;
+
+use crate::symexpr::SymExpr;
+
+/// One array argument: its declared layout and the array passed.
+#[derive(Clone, Copy, Debug)]
+pub struct ArgLayout<'a> {
+    /// The argument's name.
+    pub name: &'a str,
+    /// Declared extents.
+    pub shape: &'a [SymExpr],
+    /// Declared strides, in elements (empty: not declared).
+    pub strides: &'a [SymExpr],
+    /// The extents of the array passed.
+    pub extents: &'a [usize],
+    /// Its strides in elements (`None`: not known, no stride is inferred).
+    pub elem_strides: Option<&'a [isize]>,
+}
+
+/// Why arguments do not fit the program.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BindError(pub String);
+
+/// One equation `expr = value`, with where it came from.
+struct Equation<'a> {
+    expr: &'a SymExpr,
+    value: i64,
+    array: &'a str,
+    what: String,
+}
+
+/// C-order (row-major) strides, in elements, of an array of extents `extents`.
+pub fn c_strides(extents: &[usize]) -> Vec<isize> {
+    let mut out = vec![1isize; extents.len()];
+    for d in (0..extents.len().saturating_sub(1)).rev() {
+        out[d] = out[d + 1].saturating_mul(extents[d + 1].max(1) as isize);
+    }
+    out
+}
+
+/// Adds to `known` every symbol value that `args` imply and that `known` does not hold
+/// already; `inferable` says which symbols may be inferred (runtime integer symbols).
+/// Errors: two arrays (or an array and a given value) implying different values.
+pub fn infer_symbols(
+    args: &[ArgLayout<'_>],
+    inferable: &dyn Fn(&str) -> bool,
+    known: &mut BTreeMap<String, i64>,
+) -> Result<(), BindError> {
+    let mut eqs = Vec::new();
+    for a in args {
+        for (d, (e, &n)) in a.shape.iter().zip(a.extents).enumerate() {
+            eqs.push(Equation {
+                expr: e,
+                value: n as i64,
+                array: a.name,
+                what: format!("extent {n} in dimension {d}"),
+            });
+        }
+        if let Some(st) = a.elem_strides {
+            for (d, (e, &s)) in a.strides.iter().zip(st).enumerate() {
+                // A dimension of extent 1 has no meaningful stride.
+                if a.extents.get(d).is_some_and(|&n| n > 1) {
+                    eqs.push(Equation {
+                        expr: e,
+                        value: s as i64,
+                        array: a.name,
+                        what: format!("stride {s} in dimension {d}"),
+                    });
+                }
+            }
+        }
+    }
+    let given: Vec<String> = known.keys().cloned().collect();
+    let mut origin: BTreeMap<String, String> = BTreeMap::new();
+    let mut done = vec![false; eqs.len()];
+    let mut defaults_tried = false;
+    loop {
+        let mut progress = false;
+        for (k, eq) in eqs.iter().enumerate() {
+            if done[k] {
+                continue;
+            }
+            let unknown: Vec<String> = eq
+                .expr
+                .free_symbols()
+                .into_iter()
+                .filter(|s| !known.contains_key(s))
+                .collect();
+            match unknown.as_slice() {
+                [] => {
+                    done[k] = true;
+                    let v = eq.expr.eval_map(known).map_err(|e| {
+                        BindError(format!(
+                            "'{}': cannot evaluate '{}': {e}",
+                            eq.array, eq.expr
+                        ))
+                    })?;
+                    if v != eq.value {
+                        return Err(conflict(eq, v, known, &origin, &given));
+                    }
+                }
+                [x] if inferable(x) => {
+                    if let Some(v) = solve(eq.expr, x, eq.value, known) {
+                        known.insert(x.clone(), v);
+                        origin.insert(x.clone(), format!("'{}' ({})", eq.array, eq.what));
+                        done[k] = true;
+                        progress = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if progress {
+            continue;
+        }
+        // GT4Py's ranges: a field's domain starts at 0 unless told otherwise.
+        if defaults_tried {
+            break;
+        }
+        defaults_tried = true;
+        for a in args {
+            for s in a.shape.iter().flat_map(SymExpr::free_symbols) {
+                let prefix = format!("__{}_", a.name);
+                if s.starts_with(&prefix)
+                    && s.ends_with("_range_0")
+                    && inferable(&s)
+                    && !known.contains_key(&s)
+                {
+                    known.insert(s.clone(), 0);
+                    origin.insert(s, format!("'{}' (a field's domain starts at 0)", a.name));
+                    progress = true;
+                }
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `x` such that `e(x) = value`, with every other symbol of `e` known: found for `e`
+/// linear in `x` (by its values at 0 and 1) and checked by evaluating `e` back.
+fn solve(e: &SymExpr, x: &str, value: i64, known: &BTreeMap<String, i64>) -> Option<i64> {
+    let at = |v: i64| {
+        e.eval(&|s| {
+            if s == x {
+                Some(v)
+            } else {
+                known.get(s).copied()
+            }
+        })
+    };
+    let f0 = at(0).ok()?;
+    let slope = at(1).ok()?.checked_sub(f0)?;
+    if slope == 0 {
+        return None;
+    }
+    let diff = value.checked_sub(f0)?;
+    if diff % slope != 0 {
+        return None;
+    }
+    let v = diff / slope;
+    (at(v).ok()? == value).then_some(v)
+}
+
+fn conflict(
+    eq: &Equation<'_>,
+    got: i64,
+    known: &BTreeMap<String, i64>,
+    origin: &BTreeMap<String, String>,
+    given: &[String],
+) -> BindError {
+    let syms: Vec<String> = eq
+        .expr
+        .free_symbols()
+        .into_iter()
+        .map(|s| {
+            let from = origin.get(&s).cloned().unwrap_or_else(|| {
+                if given.contains(&s) {
+                    "its given value".to_string()
+                } else {
+                    "the program".to_string()
+                }
+            });
+            format!("{s} = {} from {from}", known.get(&s).copied().unwrap_or(0))
+        })
+        .collect();
+    BindError(format!(
+        "'{}' has {}, but the program's '{}' is {got} there ({})",
+        eq.array,
+        eq.what,
+        eq.expr,
+        syms.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(t: &str) -> SymExpr {
+        SymExpr::parse(t).unwrap()
+    }
+
+    #[test]
+    fn shapes_and_strides_imply_symbols() {
+        let shape = [sym("-__w_Cell_range_0 + __w_Cell_range_1"), sym("NK + 1")];
+        let strides = [sym("__w_Cell_stride"), sym("__w_K_stride")];
+        let args = [ArgLayout {
+            name: "w",
+            shape: &shape,
+            strides: &strides,
+            extents: &[18, 11],
+            elem_strides: Some(&[11, 1]),
+        }];
+        let mut known = BTreeMap::new();
+        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        assert_eq!(known["__w_Cell_range_0"], 0);
+        assert_eq!(known["__w_Cell_range_1"], 18);
+        assert_eq!(known["NK"], 10);
+        assert_eq!(known["__w_Cell_stride"], 11);
+        assert_eq!(known["__w_K_stride"], 1);
+        // A given origin moves the range instead.
+        let mut known = BTreeMap::from([("__w_Cell_range_0".to_string(), 5)]);
+        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        assert_eq!(known["__w_Cell_range_1"], 23);
+    }
+
+    #[test]
+    fn conflicts_name_both_arrays() {
+        let (a, b) = ([sym("N")], [sym("N + 1")]);
+        let args = [
+            ArgLayout {
+                name: "a",
+                shape: &a,
+                strides: &[],
+                extents: &[64],
+                elem_strides: None,
+            },
+            ArgLayout {
+                name: "b",
+                shape: &b,
+                strides: &[],
+                extents: &[64],
+                elem_strides: None,
+            },
+        ];
+        let e = infer_symbols(&args, &|_| true, &mut BTreeMap::new()).unwrap_err();
+        assert_eq!(
+            e.0,
+            "'b' has extent 64 in dimension 0, but the program's 'N + 1' is 65 there (N = 64 from 'a' (extent 64 in dimension 0))"
+        );
+        // Non-linear or non-integral cases are left unknown rather than guessed.
+        let c = [sym("2 * M")];
+        let args = [ArgLayout {
+            name: "c",
+            shape: &c,
+            strides: &[],
+            extents: &[7],
+            elem_strides: None,
+        }];
+        let mut known = BTreeMap::new();
+        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        assert!(!known.contains_key("M"));
+        assert_eq!(c_strides(&[18, 4, 10]), vec![40, 10, 1]);
+    }
+}
