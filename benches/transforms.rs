@@ -1,7 +1,10 @@
 //! The default CPU pipeline (`Pipeline::cpu`, without validation between passes) on
 //! chains of n dependent 5-point stencils in one state (`testkit::stencil_chain`, n = 10 …
-//! 10 000) and on the dynamical core's whole time step. Growth should be no worse than
-//! n log n; the dycore step should optimize in well under 100 ms.
+//! 10 000), on the dynamical core's whole time step, and on DaCe's stencil-chain
+//! benchmark as DaCe 1.0.2's front end writes it (20, 50 and 200 steps, raw SDFGs in
+//! `tests/dace/`; the import too). Growth should be no worse than n log n; the dycore step
+//! should optimize in well under 100 ms; DaCe's own simplify + MapFusion on the same
+//! files take seconds (docs/perf.md).
 
 #[path = "../examples/dycore/program.rs"]
 mod program;
@@ -43,6 +46,32 @@ fn bench_pipeline(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    group.finish();
+
+    let mut group = c.benchmark_group("DaCe stencil chain (raw)");
+    group.sample_size(10);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dace");
+    for (n, file) in [
+        (20, "stencil_chain_20.raw.sdfg"),
+        (50, "stencil_chain_50.raw.sdfgz"),
+        (200, "stencil_chain_200.raw.sdfgz"),
+    ] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        group.bench_function(format!("import {n}"), |b| {
+            b.iter(|| sdflow::orchestration::dace::import_bytes(black_box(&bytes)).unwrap())
+        });
+        let sdfg = sdflow::orchestration::dace::import_bytes(&bytes).unwrap();
+        group.bench_function(format!("Pipeline::cpu {n}"), |b| {
+            b.iter_batched(
+                || sdfg.clone(),
+                |mut s| {
+                    Pipeline::cpu().run(black_box(&mut s)).unwrap();
+                    s
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
 }
 

@@ -37,7 +37,7 @@ enum Command {
     Run {
         /// The program.
         file: PathBuf,
-        /// Input arrays (.npz); symbol values are inferred from their shapes.
+        /// Input arrays (.npz); symbol values are inferred from their shapes and strides.
         #[arg(long)]
         inputs: Option<PathBuf>,
         /// Write every argument array after the run to this .npz file.

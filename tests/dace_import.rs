@@ -80,6 +80,9 @@ fn dace_programs_reproduce_their_outputs() {
         ("cf_demo", "cf_demo.raw.sdfg"),
         ("cf_demo_blocks", "cf_demo_blocks.simplified.sdfg"),
         ("cf_demo_blocks", "cf_demo_blocks.raw.sdfg"),
+        ("tridiag", "tridiag.simplified.sdfg"),
+        ("tridiag", "tridiag.raw.sdfg"),
+        ("stencil_chain_50", "stencil_chain_50.raw.sdfgz"),
     ] {
         let sdfg = sdflow::cli::load_program(&dir().join(file)).unwrap_or_else(|e| panic!("{e}"));
         let open = || {
@@ -129,20 +132,6 @@ fn gzip_and_json_files_import_the_same_program() {
 
 #[test]
 fn unsupported_constructs_are_refused_with_their_location() {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/dace-sdfgs");
-    let cases = [(
-        "tridiag.simplified.sdfg",
-        "sdfg 'programs_tridiag' > state 'MapState' (id 0) > node 2 (NestedSDFG 'programs_tridiag_97_4'): container 'cp' is written through one connector and accessed through another; DaCe's connectors alias the caller's memory and sdflow's copy in and out, so this nested SDFG is not supported yet",
-    )];
-    for (file, msg) in cases {
-        let path = corpus.join(file);
-        if !path.exists() {
-            eprintln!("skipped: {} is not present", path.display());
-            continue;
-        }
-        let e = sdflow::cli::load_program(&path).unwrap_err().to_string();
-        assert!(e.ends_with(msg), "{e}");
-    }
     // Python outside the supported subset names the tasklet and the text.
     let text = std::fs::read_to_string(dir().join("lap3d_map.simplified.sdfg"))
         .unwrap()

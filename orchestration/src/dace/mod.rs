@@ -7,6 +7,7 @@
 //! copies, write-conflict resolution lambdas (sum, product, min, max) and the `Reduce`
 //! library node. Everything else is refused with an error that names the element.
 
+mod alias;
 mod control;
 mod cpp;
 pub mod python;
@@ -739,28 +740,6 @@ impl StateCx<'_> {
                     })
                 }
                 "NestedSDFG" => {
-                    // DaCe's connectors are views of the caller's memory; sdflow's nested
-                    // SDFGs copy their connectors in and out. The two agree unless one
-                    // container is written through one connector and read or written
-                    // through another: refuse that rather than compute something else.
-                    let mut per_data: BTreeMap<&str, (usize, bool)> = BTreeMap::new();
-                    for e in &self.edges {
-                        let (Some(d), true) = (e.data.as_deref(), e.src == *id || e.dst == *id)
-                        else {
-                            continue;
-                        };
-                        let entry = per_data.entry(d).or_default();
-                        entry.0 += 1;
-                        entry.1 |= e.src == *id;
-                    }
-                    if let Some((d, _)) = per_data.iter().find(|(_, (n, w))| *n > 1 && *w) {
-                        return Err(err(
-                            &nl,
-                            format!(
-                                "container '{d}' is written through one connector and accessed through another; DaCe's connectors alias the caller's memory and sdflow's copy in and out, so this nested SDFG is not supported yet"
-                            ),
-                        ));
-                    }
                     let inner = a
                         .get("sdfg")
                         .ok_or_else(|| err(&nl, "a nested SDFG without its SDFG"))?;
@@ -907,6 +886,13 @@ impl StateCx<'_> {
                 write_backs.push(from);
             }
             df.add_edge(from, src_conn, to, dst_conn, memlet);
+        }
+        // DaCe's nested-SDFG connectors alias the caller's memory, sdflow's are copied in
+        // and out: connectors of one container become one.
+        for id in &members {
+            if self.kind(id) == "NestedSDFG" {
+                alias::merge_aliases(self.sdfg, df, ids[id], &self.node_loc(id))?;
+            }
         }
         // Each map's edges from its body, attached to the access nodes DaCe used.
         for id in &members {
