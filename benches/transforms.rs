@@ -17,28 +17,15 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use sdflow::ir::testkit::stencil_chain;
 use sdflow::transforms::Pipeline;
 
-fn bench_pipeline(c: &mut Criterion) {
-    let mut group = c.benchmark_group("Pipeline::cpu");
-    group.sample_size(10);
-    for n in [10, 100, 1000, 10000] {
-        let sdfg = stencil_chain(n);
-        group.bench_function(format!("stencil chain {n}"), |b| {
-            b.iter_batched(
-                || sdfg.clone(),
-                |mut s| {
-                    Pipeline::cpu().run(black_box(&mut s)).unwrap();
-                    s
-                },
-                BatchSize::LargeInput,
-            )
-        });
-    }
-    let dycore = program::Dycore::new(&reference::Config::default())
-        .unwrap()
-        .sdfg;
-    group.bench_function("dycore time step 32x32x4", |b| {
+/// `Pipeline::cpu` on fresh copies of `sdfg`.
+fn optimize(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    sdfg: &sdflow::ir::Sdfg,
+) {
+    group.bench_function(name, |b| {
         b.iter_batched(
-            || dycore.clone(),
+            || sdfg.clone(),
             |mut s| {
                 Pipeline::cpu().run(black_box(&mut s)).unwrap();
                 s
@@ -46,6 +33,18 @@ fn bench_pipeline(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+}
+
+fn bench_pipeline(c: &mut Criterion) {
+    let mut group = c.benchmark_group("Pipeline::cpu");
+    group.sample_size(10);
+    for n in [10, 100, 1000, 10000] {
+        optimize(&mut group, &format!("stencil chain {n}"), &stencil_chain(n));
+    }
+    let dycore = program::Dycore::new(&reference::Config::default())
+        .unwrap()
+        .sdfg;
+    optimize(&mut group, "dycore time step 32x32x4", &dycore);
     group.finish();
 
     let mut group = c.benchmark_group("DaCe stencil chain (raw)");
@@ -61,16 +60,7 @@ fn bench_pipeline(c: &mut Criterion) {
             b.iter(|| sdflow::orchestration::dace::import_bytes(black_box(&bytes)).unwrap())
         });
         let sdfg = sdflow::orchestration::dace::import_bytes(&bytes).unwrap();
-        group.bench_function(format!("Pipeline::cpu {n}"), |b| {
-            b.iter_batched(
-                || sdfg.clone(),
-                |mut s| {
-                    Pipeline::cpu().run(black_box(&mut s)).unwrap();
-                    s
-                },
-                BatchSize::LargeInput,
-            )
-        });
+        optimize(&mut group, &format!("Pipeline::cpu {n}"), &sdfg);
     }
     group.finish();
 }

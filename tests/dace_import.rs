@@ -37,6 +37,13 @@ fn inputs(sdfg: &Sdfg, npz: &mut NpzReader<std::fs::File>) -> Bindings {
     b
 }
 
+/// `s` compiled and run on a copy of `b`.
+fn compiled(backend: &CpuBackend, s: &Sdfg, b: &Bindings) -> Bindings {
+    let mut out = b.clone();
+    backend.build(s).unwrap().run_bindings(&mut out).unwrap();
+    out
+}
+
 /// Largest difference to DaCe's outputs, relative to the largest magnitude.
 fn worst(sdfg: &Sdfg, got: &Bindings, npz: &mut NpzReader<std::fs::File>) -> f64 {
     let mut w: f64 = 0.0;
@@ -97,8 +104,7 @@ fn dace_programs_reproduce_their_outputs() {
         eprintln!("{file}: interpreter vs DaCe {w:e}");
         assert!(w < 1e-12, "{file}: {w:e}");
         // Compiled as imported.
-        let mut bu = b0.clone();
-        backend.build(&sdfg).unwrap().run_bindings(&mut bu).unwrap();
+        let bu = compiled(&backend, &sdfg, &b0);
         let w = worst(&sdfg, &bu, &mut npz);
         assert!(w < 1e-12, "{file}: compiled unoptimized {w:e}");
         // Optimized, on the interpreter and compiled.
@@ -107,9 +113,7 @@ fn dace_programs_reproduce_their_outputs() {
         let mut bo = b0.clone();
         interp::run(&opt, &mut bo).unwrap();
         assert!(worst(&sdfg, &bo, &mut npz) < 1e-12, "{file}: optimized");
-        let prog = backend.build(&opt).unwrap();
-        let mut bc = b0.clone();
-        prog.run_bindings(&mut bc).unwrap();
+        let bc = compiled(&backend, &opt, &b0);
         // Compiled: bitwise equal to the interpreter, except where parallel float
         // write-conflict resolution combines in another order (wcr_reduce).
         let w = worst(&sdfg, &bc, &mut npz);
@@ -243,8 +247,7 @@ fn gt4py_programs_reproduce_their_outputs() {
             let d = gt4py_diff(&b, &mut npz, "embedded", field);
             eprintln!("{file}: interpreter vs embedded {d:e}");
             assert!(d <= tol, "{file}: interpreter {d:e}");
-            let mut bu = b0.clone();
-            backend.build(&sdfg).unwrap().run_bindings(&mut bu).unwrap();
+            let bu = compiled(&backend, &sdfg, &b0);
             let d = gt4py_diff(&bu, &mut npz, "embedded", field);
             assert!(d <= tol, "{file}: compiled unoptimized {d:e}");
             let mut opt = sdfg.clone();
@@ -253,9 +256,7 @@ fn gt4py_programs_reproduce_their_outputs() {
             interp::run(&opt, &mut bo).unwrap();
             let d = gt4py_diff(&bo, &mut npz, "embedded", field);
             assert!(d <= tol, "{file}: optimized {d:e}");
-            let prog = backend.build(&opt).unwrap();
-            let mut bc = b0.clone();
-            prog.run_bindings(&mut bc).unwrap();
+            let bc = compiled(&backend, &opt, &b0);
             assert_eq!(
                 bc.arrays[field].bits(),
                 bo.arrays[field].bits(),
@@ -317,9 +318,7 @@ fn gt4py_metrics_time_the_program_when_enabled() {
         .insert("gt_metrics_level".into(), sdflow::ir::Value::I32(10));
     let mut b = b0.clone();
     interp::run(&sdfg, &mut b).unwrap();
-    let prog = backend.build(&sdfg).unwrap();
-    let mut bc = b0.clone();
-    prog.run_bindings(&mut bc).unwrap();
+    let bc = compiled(&backend, &sdfg, &b0);
     for (what, got) in [("interpreter", &b), ("compiled", &bc)] {
         let t = got.arrays["gt_compute_time"].to_f64_vec()[0];
         assert!(t > 0.0 && t < 60.0, "{what}: gt_compute_time {t}");
