@@ -173,10 +173,10 @@ fn solve(e: &SymExpr, x: &str, value: i64, known: &BTreeMap<String, i64>) -> Opt
         return None;
     }
     let diff = value.checked_sub(f0)?;
-    if diff % slope != 0 {
+    if diff.checked_rem(slope)? != 0 {
         return None;
     }
-    let v = diff / slope;
+    let v = diff.checked_div(slope)?;
     (at(v).ok()? == value).then_some(v)
 }
 
@@ -280,5 +280,17 @@ mod tests {
         infer_symbols(&args, &|_| true, &mut known).unwrap();
         assert!(!known.contains_key("M"));
         assert_eq!(c_strides(&[18, 4, 10]), vec![40, 10, 1]);
+        // Extreme values are left unknown, not a panic (i64::MIN / -1 overflows).
+        let (shape, strides) = ([sym("2")], [sym("M - S")]);
+        let args = [ArgLayout {
+            name: "d",
+            shape: &shape,
+            strides: &strides,
+            extents: &[2],
+            elem_strides: Some(&[-1]),
+        }];
+        let mut known = BTreeMap::from([("M".to_string(), i64::MAX)]);
+        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        assert!(!known.contains_key("S"));
     }
 }

@@ -156,7 +156,9 @@ impl fmt::Display for Dim {
                 // with compound offsets in parentheses.
                 match offset {
                     SymExpr::Int(0) => Ok(()),
-                    SymExpr::Int(v) if *v < 0 => write!(f, " - {}", v.unsigned_abs()),
+                    SymExpr::Int(v) if *v < 0 && *v > i64::MIN => {
+                        write!(f, " - {}", v.unsigned_abs())
+                    }
                     SymExpr::Int(_) | SymExpr::Sym(_) => write!(f, " + {offset}"),
                     SymExpr::Neg(a) if matches!(**a, SymExpr::Sym(_) | SymExpr::Int(_)) => {
                         write!(f, " - {a}")

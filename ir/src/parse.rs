@@ -778,6 +778,7 @@ mod tests {
             "c2e[c, n] + 2 * r",
             "c2e[c, n] - a + b",
             "c2e[c, n] - (a + b)",
+            "c2e[c, n] + (-9223372036854775808)",
         ] {
             let once = parse_subset(text).unwrap();
             let again = parse_subset(&once.to_string()).unwrap();

@@ -787,3 +787,24 @@ fn reserved_words_are_not_names() {
         );
     }
 }
+
+#[test]
+fn reading_an_index_table_races_with_an_unordered_writer() {
+    let mut b = SdfgBuilder::new("tables");
+    b.array("f", DType::F64, [4])
+        .array("idx", DType::I64, [1])
+        .array("out", DType::F64, [1]);
+    b.state("s", |s| {
+        s.tasklet("w", &[], &[("o", "idx[0]")], "o = 2");
+        s.tasklet("r", &[("x", "f[idx[0]]")], &[("y", "out[0]")], "y = x");
+    });
+    let s = b.build();
+    let p = find(&s, ProblemKind::WriteRace);
+    assert!(
+        p.message.contains("tasklet 'w'")
+            && p.message.contains("writes 'idx'")
+            && p.message.contains("tasklet 'r'")
+            && p.message.contains("reads"),
+        "{p}"
+    );
+}

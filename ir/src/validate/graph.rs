@@ -407,6 +407,9 @@ fn check_indirect(
     }
 }
 
+/// A subset that overlaps every other (index tables are read whole).
+static WHOLE: Subset = Subset(Vec::new());
+
 /// One node's access to some data, for the race check.
 struct Access<'a> {
     node: NodeId,
@@ -443,6 +446,27 @@ fn check_races(cx: &mut Cx, g: &Dataflow, loc: &Location) {
                 node: d,
                 data,
                 subset: &m.subset,
+                write: false,
+                wcr: false,
+            });
+        }
+        // Index tables are read (whole, as far as ordering goes) by the node that
+        // evaluates the memlet: the computing end, or a copy's destination.
+        let reader = if g.node(d).as_access().is_none() || g.node(s).as_access().is_some() {
+            d
+        } else {
+            s
+        };
+        let tables = m
+            .subset
+            .tables()
+            .into_iter()
+            .chain(m.other_subset.iter().flat_map(|o| o.tables()));
+        for table in tables {
+            accesses.push(Access {
+                node: reader,
+                data: table,
+                subset: &WHOLE,
                 write: false,
                 wcr: false,
             });

@@ -58,8 +58,31 @@ pub(super) fn merge_aliases(
         let mut conns: Vec<String> = edges.iter().map(|(_, c, _)| c.clone()).collect();
         conns.sort();
         conns.dedup();
-        if conns.len() < 2 {
+        // Connectors that only read may alias freely: copies in see the same values.
+        if conns.len() < 2 || edges.iter().all(|(_, _, input)| *input) {
             continue;
+        }
+        // One node on each side: the merged connector's single edge keeps the order
+        // the separate edges gave.
+        let mut ends: Vec<(bool, NodeId)> = edges
+            .iter()
+            .map(|(e, _, input)| {
+                let (a, b) = df.endpoints(*e);
+                (*input, if *input { a } else { b })
+            })
+            .collect();
+        ends.sort();
+        ends.dedup();
+        if ends.iter().filter(|(i, _)| *i).count() > 1
+            || ends.iter().filter(|(i, _)| !*i).count() > 1
+        {
+            return Err(err(
+                loc,
+                format!(
+                    "connectors {} of '{data}' alias it from different access nodes; merging them would lose the order between those nodes, so this nested SDFG is not supported yet",
+                    conns.join(", ")
+                ),
+            ));
         }
         let shape = outer
             .arrays

@@ -34,6 +34,9 @@ pub struct ImportError {
     pub message: String,
 }
 
+/// The views of an SDFG: name → declared strides.
+type Views = BTreeMap<String, Vec<SymExpr>>;
+
 fn err(location: &str, message: impl Into<String>) -> ImportError {
     ImportError {
         location: location.to_string(),
@@ -123,7 +126,9 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     let name = name_of(s(a, "name").unwrap_or("sdfg"));
     let loc = format!("{parent} '{name}'");
     let mut sdfg = Sdfg::new(&name);
-    let mut views = std::collections::BTreeSet::new();
+    let mut views = Views::new();
+    // Transients whose lifetime is not DaCe's default scope lifetime.
+    let mut long_lived = std::collections::BTreeSet::new();
     if let Some(arrays) = a.get("_arrays").and_then(J::as_object) {
         for (n, d) in arrays {
             let dloc = format!("{loc} > container '{n}'");
@@ -161,6 +166,9 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
                         ));
                     }
                     arr.transient = transient;
+                    if transient && s(da, "lifetime").is_some_and(|l| !l.ends_with("Scope")) {
+                        long_lived.insert(name_of(n));
+                    }
                     DataDesc::Array(arr)
                 }
                 Some("ArrayView" | "View") => {
@@ -177,7 +185,16 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
                         .collect::<Result<Vec<_>, _>>()?;
                     let mut arr = Array::new(dt, shape);
                     arr.transient = true;
-                    views.insert(name_of(n));
+                    // The view's strides (the viewed array's, in DaCe's files) decide
+                    // whether it is a window of that array or a reshape.
+                    let strides = match da.get("strides").and_then(J::as_array) {
+                        Some(st) => st
+                            .iter()
+                            .map(|x| sym_of(x, &dloc))
+                            .collect::<Result<Vec<_>, _>>()?,
+                        None => arr.strides.clone(),
+                    };
+                    views.insert(name_of(n), strides);
                     DataDesc::Array(arr)
                 }
                 Some(other) => {
@@ -245,21 +262,16 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     for st in &sdfg.states {
         used.extend(st.graph.accessed_data());
     }
-    for v in views.difference(&used) {
+    for v in views.keys().filter(|v| !used.contains(*v)) {
         sdfg.arrays.remove(v);
     }
-    scope_local_transients(&mut sdfg);
+    scope_local_transients(&mut sdfg, &long_lived);
     Ok(sdfg)
 }
 
 /// A control-flow region (the SDFG itself, a `ControlFlowRegion`, a `LoopRegion`'s body,
 /// a branch of a `ConditionalBlock`): its blocks, structured along its interstate edges.
-fn convert_region(
-    sdfg: &mut Sdfg,
-    views: &std::collections::BTreeSet<String>,
-    j: &J,
-    loc: &str,
-) -> Result<Block, ImportError> {
+fn convert_region(sdfg: &mut Sdfg, views: &Views, j: &J, loc: &str) -> Result<Block, ImportError> {
     let nodes = j
         .get("nodes")
         .and_then(J::as_array)
@@ -475,12 +487,7 @@ struct Edge {
     wcr: Option<Wcr>,
 }
 
-fn convert_state(
-    sdfg: &Sdfg,
-    views: &std::collections::BTreeSet<String>,
-    st: &J,
-    loc: &str,
-) -> Result<Dataflow, ImportError> {
+fn convert_state(sdfg: &Sdfg, views: &Views, st: &J, loc: &str) -> Result<Dataflow, ImportError> {
     let nodes: Vec<&J> = st
         .get("nodes")
         .and_then(J::as_array)
@@ -550,6 +557,7 @@ fn convert_state(
         data_of: BTreeMap::new(),
         removed: Default::default(),
         rewritten: BTreeMap::new(),
+        views,
     };
     cx.resolve_views(views);
     let tasklets: Vec<(String, String, Vec<String>)> = cx
@@ -596,6 +604,8 @@ struct StateCx<'a> {
     removed: std::collections::BTreeSet<String>,
     /// Tasklets whose subscripts became input connectors.
     rewritten: BTreeMap<String, subscripts::Rewritten>,
+    /// The SDFG's views.
+    views: &'a Views,
 }
 
 impl StateCx<'_> {
@@ -784,7 +794,7 @@ impl StateCx<'_> {
         let mut sources: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
         let mut dests: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
         let mut body_in: BTreeMap<String, NodeId> = BTreeMap::new();
-        let mut write_backs: Vec<NodeId> = Vec::new();
+        let mut write_backs: Vec<(NodeId, bool)> = Vec::new();
         let mut body_out: BTreeMap<String, NodeId> = BTreeMap::new();
         for e in &self.edges {
             let Some(data) = e.data.clone() else { continue };
@@ -883,7 +893,16 @@ impl StateCx<'_> {
                 e.dst_conn.as_deref().filter(|_| !is_access(to))
             };
             if e.src_conn.as_deref() == Some("views") {
-                write_backs.push(from);
+                write_backs.push((from, true));
+            } else if df
+                .node(from)
+                .as_access()
+                .is_some_and(|d| self.views.contains_key(d))
+                && is_access(to)
+            {
+                // A view left as a transient (not resolved) and copied out: a write-back
+                // when the state also computes into it (checked below).
+                write_backs.push((from, false));
             }
             df.add_edge(from, src_conn, to, dst_conn, memlet);
         }
@@ -907,7 +926,14 @@ impl StateCx<'_> {
         // A written view is copied back whole: it must be written whole, by maps that
         // write each of its points (affine, one parameter per dimension, over ranges that
         // cover its shape), or the copy would put stale values into the viewed array.
-        for v in write_backs {
+        for (v, marked) in write_backs {
+            let computed = df
+                .in_edges(v)
+                .into_iter()
+                .any(|e| df.node(df.endpoints(e).0).as_access().is_none());
+            if !marked && !computed {
+                continue;
+            }
             let name = df.node(v).as_access().unwrap_or_default().to_string();
             let shape = self
                 .sdfg
@@ -1003,7 +1029,7 @@ fn shared_scalars(j: &J, out: &mut std::collections::BTreeSet<String>) {
 /// one used only inside the body of one map is private to each iteration of that map
 /// (GT4Py's per-point neighbour buffers). sdflow says the same with `local` storage; the
 /// owning map's edges are derived again without it.
-fn scope_local_transients(sdfg: &mut Sdfg) {
+fn scope_local_transients(sdfg: &mut Sdfg, long_lived: &std::collections::BTreeSet<String>) {
     // For each transient array: the maps (state, node) whose bodies use it, and whether
     // anything at state level does.
     let mut owners: BTreeMap<String, std::collections::BTreeSet<(usize, NodeId)>> = BTreeMap::new();
@@ -1046,7 +1072,7 @@ fn scope_local_transients(sdfg: &mut Sdfg) {
         let Some(DataDesc::Array(a)) = sdfg.arrays.get_mut(&d) else {
             continue;
         };
-        if a.transient && !global.contains(&d) && maps.len() == 1 {
+        if a.transient && !global.contains(&d) && !long_lived.contains(&d) && maps.len() == 1 {
             a.storage = sdflow_ir::Storage::Local;
             fix.extend(maps);
         }

@@ -15,7 +15,7 @@
 //! statement reads any more lose their edges. Any other index is an error naming the
 //! tasklet and the text.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use sdflow_ir::{Dim, Expr, Stmt, Subset, SymExpr};
 
@@ -56,17 +56,33 @@ impl StateCx<'_> {
                     ),
                 ));
             }
+            let assigned: Vec<&str> = code.iter().map(|s| s.target.as_str()).collect();
+            if let Some(t) = sub
+                .index
+                .iter()
+                .flat_map(Expr::vars)
+                .find(|v| assigned.contains(&v.as_str()))
+            {
+                return Err(err(
+                    &nl,
+                    format!(
+                        "{what}: the index of '{}[…]' reads '{t}', which the tasklet computes; only inputs, map parameters and symbols can index",
+                        sub.name
+                    ),
+                ));
+            }
             let edge = self.subscript_edge(id, sub, inputs, &nl, &what)?;
             names.push(sub.placeholder.clone());
             new_edges.push(edge);
         }
-        // Inputs no statement reads any more (the subscripted fields, the table entries)
-        // lose their connectors and edges.
+        // Subscripted inputs no statement reads any more lose their connectors and edges
+        // (the new inputs read the same container from the same node). Table-entry
+        // inputs stay: their edges order the tasklet after whatever writes the table.
         let read: BTreeSet<String> = code.iter().flat_map(|s| s.value.vars()).collect();
-        let unused: BTreeSet<String> = inputs
+        let unused: BTreeSet<String> = subs
             .iter()
-            .filter(|c| !read.contains(*c))
-            .cloned()
+            .map(|s| s.name.clone())
+            .filter(|c| !read.contains(c))
             .collect();
         self.edges
             .retain(|e| !(e.dst == id && e.dst_conn.as_ref().is_some_and(|c| unused.contains(c))));
@@ -169,11 +185,10 @@ impl StateCx<'_> {
         match conns.as_slice() {
             [] => Ok(Dim::Index(start.add(&xs.mul(step)).simplify())),
             [entry] => {
-                let zero = BTreeMap::from([(entry.clone(), SymExpr::Int(0))]);
-                let one = BTreeMap::from([(entry.clone(), SymExpr::Int(1))]);
-                let off = xs.substitute(&zero).simplify();
-                let slope = xs.substitute(&one).sub(&off).simplify();
-                if slope.as_int() != Some(1) || off.mentions(entry) {
+                // `x - entry` must not mention the entry: `entry + off` exactly (not
+                // `entry * entry`, `min(entry, 17)`, `entry % 7`).
+                let off = xs.sub(&SymExpr::sym(entry)).simplify();
+                if off.mentions(entry) {
                     return Err(format!(
                         "index '{x}' is not '{entry}' plus an offset; only a table entry plus a symbolic offset can select an element"
                     ));

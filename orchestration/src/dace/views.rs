@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sdflow_ir::{Dim, Subset, SymExpr};
 
-use super::{Edge, StateCx};
+use super::{Edge, StateCx, Views};
 
 impl StateCx<'_> {
     /// The container an access node names (after earlier view resolutions).
@@ -31,14 +31,14 @@ impl StateCx<'_> {
     }
 
     /// Resolves every view access node of the state that can be resolved.
-    pub(super) fn resolve_views(&mut self, views: &BTreeSet<String>) {
+    pub(super) fn resolve_views(&mut self, views: &Views) {
         // A view of a view resolves once the inner one has: repeat while progress is made.
         loop {
             let pending: Vec<String> = self
                 .by_id
                 .keys()
                 .filter(|id| !self.removed.contains(*id))
-                .filter(|id| self.access_data(id).is_some_and(|d| views.contains(&d)))
+                .filter(|id| self.access_data(id).is_some_and(|d| views.contains_key(&d)))
                 .cloned()
                 .collect();
             let before = pending.len();
@@ -187,7 +187,7 @@ impl StateCx<'_> {
     }
 
     /// Resolves view node `v`; false when it cannot be (it then stays a copy).
-    fn resolve_view(&mut self, v: &str, views: &BTreeSet<String>) -> bool {
+    fn resolve_view(&mut self, v: &str, views: &Views) -> bool {
         let Some(view) = self.access_data(v) else {
             return false;
         };
@@ -210,7 +210,7 @@ impl StateCx<'_> {
             },
             None => return false,
         };
-        if views.contains(&target) && far_access.as_deref() != Some(target.as_str()) {
+        if views.contains_key(&target) && far_access.as_deref() != Some(target.as_str()) {
             return false;
         }
         let Some(view_shape) = self.sdfg.arrays.get(&view).map(|d| d.shape().to_vec()) else {
@@ -220,6 +220,35 @@ impl StateCx<'_> {
             return false;
         };
         let window = window.unwrap_or_else(|| Subset::full(&target_shape));
+        // A window of the array, not a reshape: each view dimension is one of the
+        // window's ranges, of the same length and (where it has more than one element)
+        // the array's stride times the range's step.
+        let target_strides = match self.sdfg.arrays.get(&target).and_then(|d| d.as_array()) {
+            Some(a) => a.strides.clone(),
+            None => return false,
+        };
+        let view_strides = views.get(&view).cloned().unwrap_or_default();
+        let ranges: Vec<usize> = (0..window.rank())
+            .filter(|&k| matches!(window.0[k], Dim::Range { .. }))
+            .collect();
+        if ranges.len() != view_shape.len() || view_strides.len() != view_shape.len() {
+            return false;
+        }
+        for (j, &k) in ranges.iter().enumerate() {
+            let Dim::Range { step, .. } = &window.0[k] else {
+                return false;
+            };
+            if window.0[k].size().const_diff(&view_shape[j]) != Some(0) {
+                return false;
+            }
+            let unit = view_shape[j].as_int() == Some(1);
+            let Some(ts) = target_strides.get(k) else {
+                return false;
+            };
+            if !unit && view_strides[j].const_diff(&ts.mul(step).simplify()) != Some(0) {
+                return false;
+            }
+        }
         // The view-side subset of the view edge must be the whole view.
         if let Some(w) = &in_view
             && !is_whole(w, &view_shape)
