@@ -202,6 +202,8 @@ pub struct BoundCall<'a> {
     program: &'a CompiledProgram,
     state: *mut c_void,
     ptrs: Vec<*mut c_void>,
+    /// Stand-in storage for arguments without elements (see `bind`).
+    _empty: Vec<Vec<u64>>,
     ints: Vec<i64>,
     floats: Vec<f64>,
     _borrow: PhantomData<&'a mut ()>,
@@ -353,6 +355,7 @@ impl CompiledProgram {
                 .map_err(|x| self.bind_err(format!("cannot evaluate '{e}': {x}")))
         };
         let mut ptrs = Vec::new();
+        let mut empty: Vec<Vec<u64>> = Vec::new();
         let mut spans: Vec<(usize, usize, &str)> = Vec::new();
         for spec in &sig.arrays {
             let a = find(&spec.name)
@@ -372,8 +375,9 @@ impl CompiledProgram {
                     spec.name
                 )));
             }
+            let mut strides: Vec<i64> = Vec::new();
             if !want.is_empty() {
-                let strides: Vec<i64> = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
+                strides = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
                 for (d, (&w, &h)) in strides.iter().zip(&a.strides).enumerate() {
                     if want[d] > 1 && w != h as i64 {
                         return Err(self.bind_err(format!(
@@ -392,6 +396,40 @@ impl CompiledProgram {
             }
             if lo < hi {
                 spans.push((lo, hi, &spec.name));
+            }
+            if have.contains(&0) && !have.is_empty() {
+                // An array without elements: the program never reaches one of them, but
+                // a failed index-table lookup reads index 0 while it raises the error;
+                // give it a zeroed element at every index such a read can form.
+                let too_big = || {
+                    self.bind_err(format!(
+                        "'{}' has no elements but strides {strides:?} too large to stand in for",
+                        spec.name
+                    ))
+                };
+                let (mut lo, mut hi) = (0i64, 0i64);
+                for (n, st) in have.iter().zip(&strides) {
+                    let reach = (n.max(&1) - 1).checked_mul(*st).ok_or_else(too_big)?;
+                    if reach < 0 {
+                        lo = lo.checked_add(reach).ok_or_else(too_big)?;
+                    } else {
+                        hi = hi.checked_add(reach).ok_or_else(too_big)?;
+                    }
+                }
+                let elems = hi
+                    .checked_sub(lo)
+                    .and_then(|x| x.checked_add(1))
+                    .and_then(|x| usize::try_from(x).ok())
+                    .filter(|&x| x <= 1 << 32)
+                    .ok_or_else(too_big)?;
+                let bytes = elems * spec.dtype.size_bytes();
+                let mut buf = vec![0u64; bytes.div_ceil(8).max(1)];
+                let base = buf.as_mut_ptr().cast::<u8>();
+                // SAFETY: `-lo` elements lie within `buf` (it holds `hi - lo + 1`).
+                let p = unsafe { base.add((-lo) as usize * spec.dtype.size_bytes()) };
+                ptrs.push(p as *mut c_void);
+                empty.push(buf);
+                continue;
             }
             ptrs.push(a.ptr as *mut c_void);
         }
@@ -413,6 +451,7 @@ impl CompiledProgram {
             program: self,
             state,
             ptrs,
+            _empty: empty,
             ints,
             floats,
             _borrow: PhantomData,

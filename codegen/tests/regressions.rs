@@ -243,3 +243,27 @@ fn indirect_accesses_with_an_offset_agree_and_bad_entries_are_errors() {
     let e = prog.run_bindings(&mut bad).unwrap_err().to_string();
     assert!(e.contains("index-table entry out of bounds"), "{e}");
 }
+
+#[test]
+fn a_table_into_a_field_without_elements_is_an_error_not_a_stray_read() {
+    let s = gather_with_offset();
+    let mut b = random_bindings(&s, &syms(&[("NC", 0), ("NE", 3), ("r", 0)]), 1).unwrap();
+    b.arrays.insert(
+        "e2c".into(),
+        HostArray::from_values(DType::I32, &[3, 2], &[0, 1, 2, 0, 1, 2].map(Value::I64)).unwrap(),
+    );
+    b.symbols.insert("r".into(), Value::I64(0));
+    let e = interp::run(&s, &mut b.clone()).unwrap_err().to_string();
+    assert!(
+        e.contains("out of bounds for dimension 0 of 'c' (extent 0)"),
+        "{e}"
+    );
+    let prog = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    }
+    .build(&s)
+    .unwrap();
+    let e = prog.run_bindings(&mut b).unwrap_err().to_string();
+    assert!(e.contains("index-table entry out of bounds"), "{e}");
+}
