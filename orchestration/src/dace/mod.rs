@@ -417,6 +417,24 @@ fn chain(j: &J, ids: &BTreeMap<String, Block>, loc: &str) -> Result<Block, Impor
     .structure()
 }
 
+/// A tasklet's language and code text.
+fn tasklet_code(n: &J) -> (&str, &str) {
+    let code = attrs(n).get("code").unwrap_or(&J::Null);
+    (
+        s(code, "language").unwrap_or("Python"),
+        s(code, "string_data").unwrap_or(""),
+    )
+}
+
+/// The names of a node's connectors (`in_connectors` or `out_connectors`).
+fn connectors(n: &J, key: &str) -> Vec<String> {
+    attrs(n)
+        .get(key)
+        .and_then(J::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 fn wcr_of(text: Option<&str>, loc: &str) -> Result<Option<Wcr>, ImportError> {
     let Some(t) = text else { return Ok(None) };
     let body: String = t
@@ -559,27 +577,15 @@ fn convert_state(sdfg: &Sdfg, views: &Views, st: &J, loc: &str) -> Result<Datafl
         rewritten: BTreeMap::new(),
         views,
     };
-    cx.resolve_views(views);
+    cx.resolve_views();
     let tasklets: Vec<(String, String, Vec<String>)> = cx
         .by_id
         .iter()
         .filter(|(_, n)| s(n, "type") == Some("Tasklet"))
-        .filter(|(_, n)| {
-            s(attrs(n).get("code").unwrap_or(&J::Null), "language").unwrap_or("Python") == "Python"
-        })
-        .map(|(id, n)| {
-            let a = attrs(n);
-            let text = a
-                .get("code")
-                .and_then(|c| s(c, "string_data"))
-                .unwrap_or("")
-                .to_string();
-            let inputs = a
-                .get("in_connectors")
-                .and_then(J::as_object)
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default();
-            (id.clone(), text, inputs)
+        .filter_map(|(id, n)| {
+            let (lang, text) = tasklet_code(n);
+            (lang == "Python")
+                .then(|| (id.clone(), text.to_string(), connectors(n, "in_connectors")))
         })
         .collect();
     for (id, text, inputs) in tasklets {
@@ -617,6 +623,13 @@ impl StateCx<'_> {
             n.and_then(|n| s(n, "type")).unwrap_or("?"),
             n.and_then(|n| s(n, "label")).unwrap_or("?")
         )
+    }
+
+    /// The edge into connector `conn` of node `id`.
+    fn in_edge(&self, id: &str, conn: &str) -> Option<&Edge> {
+        self.edges
+            .iter()
+            .find(|e| e.dst == id && e.dst_conn.as_deref() == Some(conn))
     }
 
     fn kind(&self, id: &str) -> &str {
@@ -693,15 +706,8 @@ impl StateCx<'_> {
                     })
                 }
                 "Tasklet" => {
-                    let code = a.get("code").unwrap_or(&J::Null);
-                    let lang = s(code, "language").unwrap_or("Python");
-                    let text = s(code, "string_data").unwrap_or("");
-                    let conns = |k: &str| -> Vec<String> {
-                        a.get(k)
-                            .and_then(J::as_object)
-                            .map(|m| m.keys().cloned().collect())
-                            .unwrap_or_default()
-                    };
+                    let (lang, text) = tasklet_code(n);
+                    let conns = |k: &str| connectors(n, k);
                     let (stmts, ins) = match self.rewritten.get(id) {
                         Some(r) => (r.code.clone(), r.inputs.clone()),
                         None if lang == "Python" => (
@@ -725,9 +731,7 @@ impl StateCx<'_> {
                     let mut inputs = BTreeMap::new();
                     for c in ins {
                         let dt = self
-                            .edges
-                            .iter()
-                            .find(|e| e.dst == *id && e.dst_conn.as_deref() == Some(c.as_str()))
+                            .in_edge(id, &c)
                             .and_then(|e| e.data.as_deref())
                             .map_or(DType::F64, |d| self.dtype_of(d));
                         inputs.insert(c, dt);

@@ -104,11 +104,6 @@ impl StateCx<'_> {
         nl: &str,
         what: &str,
     ) -> Result<Edge, ImportError> {
-        let input_edge = |conn: &str| {
-            self.edges
-                .iter()
-                .find(|e| e.dst == id && e.dst_conn.as_deref() == Some(conn))
-        };
         let text = format!(
             "{}[{}]",
             sub.name,
@@ -118,7 +113,7 @@ impl StateCx<'_> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let field = input_edge(&sub.name).ok_or_else(|| {
+        let field = self.in_edge(id, &sub.name).ok_or_else(|| {
             err(
                 nl,
                 format!(
@@ -199,9 +194,7 @@ impl StateCx<'_> {
                     ));
                 }
                 let e = self
-                    .edges
-                    .iter()
-                    .find(|e| e.dst == id && e.dst_conn.as_deref() == Some(entry.as_str()))
+                    .in_edge(id, entry)
                     .ok_or_else(|| format!("input '{entry}' has no edge"))?;
                 let table = e
                     .data

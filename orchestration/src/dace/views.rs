@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sdflow_ir::{Dim, Subset, SymExpr};
 
-use super::{Edge, StateCx, Views};
+use super::{Edge, StateCx};
 
 impl StateCx<'_> {
     /// The container an access node names (after earlier view resolutions).
@@ -31,7 +31,8 @@ impl StateCx<'_> {
     }
 
     /// Resolves every view access node of the state that can be resolved.
-    pub(super) fn resolve_views(&mut self, views: &Views) {
+    pub(super) fn resolve_views(&mut self) {
+        let views = self.views;
         // A view of a view resolves once the inner one has: repeat while progress is made.
         loop {
             let pending: Vec<String> = self
@@ -44,7 +45,7 @@ impl StateCx<'_> {
             let before = pending.len();
             let mut done = 0;
             for v in pending {
-                if self.resolve_view(&v, views) {
+                if self.resolve_view(&v) {
                     done += 1;
                 }
             }
@@ -101,36 +102,48 @@ impl StateCx<'_> {
         }
     }
 
+    /// The edges that continue edge `k`'s memlet path through the map entry or exit it
+    /// leads to, forward (`true`: out of the node) or backward; `(node, edges)`, no edges
+    /// when the node is not a scope node.
+    fn continuations(&self, k: usize, forward: bool) -> (&str, Vec<usize>) {
+        let e = &self.edges[k];
+        let (node, conn) = if forward {
+            (e.dst.as_str(), e.dst_conn.as_deref())
+        } else {
+            (e.src.as_str(), e.src_conn.as_deref())
+        };
+        if !matches!(self.kind(node), "MapEntry" | "MapExit") {
+            return (node, Vec::new());
+        }
+        let next = match conn {
+            Some(c) if forward => c.strip_prefix("IN_").map(|x| format!("OUT_{x}")),
+            Some(c) => c.strip_prefix("OUT_").map(|x| format!("IN_{x}")),
+            None => None,
+        };
+        let Some(nc) = next else {
+            return (node, Vec::new());
+        };
+        let hits = (0..self.edges.len())
+            .filter(|&j| {
+                let f = &self.edges[j];
+                if forward {
+                    f.src == node && f.src_conn.as_deref() == Some(nc.as_str())
+                } else {
+                    f.dst == node && f.dst_conn.as_deref() == Some(nc.as_str())
+                }
+            })
+            .collect();
+        (node, hits)
+    }
+
     /// The node at the far end of edge `k`'s memlet path through map entries and exits,
     /// forward (`true`) or backward.
     fn path_end(&self, mut k: usize, forward: bool) -> String {
         for _ in 0..=self.edges.len() {
-            let e = &self.edges[k];
-            let (node, conn) = if forward {
-                (&e.dst, e.dst_conn.as_deref())
-            } else {
-                (&e.src, e.src_conn.as_deref())
-            };
-            let scope = matches!(self.kind(node), "MapEntry" | "MapExit");
-            let next_conn = match (scope, conn) {
-                (true, Some(c)) if forward => c.strip_prefix("IN_").map(|x| format!("OUT_{x}")),
-                (true, Some(c)) => c.strip_prefix("OUT_").map(|x| format!("IN_{x}")),
-                _ => None,
-            };
-            let Some(nc) = next_conn else {
-                return node.clone();
-            };
-            let next = (0..self.edges.len()).find(|&j| {
-                let f = &self.edges[j];
-                if forward {
-                    f.src == *node && f.src_conn.as_deref() == Some(nc.as_str())
-                } else {
-                    f.dst == *node && f.dst_conn.as_deref() == Some(nc.as_str())
-                }
-            });
-            match next {
-                Some(j) => k = j,
-                None => return node.clone(),
+            let (node, next) = self.continuations(k, forward);
+            match next.first() {
+                Some(&j) => k = j,
+                None => return node.to_string(),
             }
         }
         String::new()
@@ -154,40 +167,21 @@ impl StateCx<'_> {
             })
             .collect();
         while let Some((k, forward)) = work.pop() {
-            if !out.insert(k) {
-                continue;
-            }
-            let e = &self.edges[k];
-            let (node, conn) = if forward {
-                (&e.dst, e.dst_conn.as_deref())
-            } else {
-                (&e.src, e.src_conn.as_deref())
-            };
-            if !matches!(self.kind(node), "MapEntry" | "MapExit") {
-                continue;
-            }
-            let next = match conn {
-                Some(c) if forward => c.strip_prefix("IN_").map(|x| format!("OUT_{x}")),
-                Some(c) => c.strip_prefix("OUT_").map(|x| format!("IN_{x}")),
-                None => None,
-            };
-            let Some(nc) = next else { continue };
-            for (j, f) in self.edges.iter().enumerate() {
-                let hit = if forward {
-                    f.src == *node && f.src_conn.as_deref() == Some(nc.as_str())
-                } else {
-                    f.dst == *node && f.dst_conn.as_deref() == Some(nc.as_str())
-                };
-                if hit {
-                    work.push((j, forward));
-                }
+            if out.insert(k) {
+                work.extend(
+                    self.continuations(k, forward)
+                        .1
+                        .into_iter()
+                        .map(|j| (j, forward)),
+                );
             }
         }
         out
     }
 
     /// Resolves view node `v`; false when it cannot be (it then stays a copy).
-    fn resolve_view(&mut self, v: &str, views: &Views) -> bool {
+    fn resolve_view(&mut self, v: &str) -> bool {
+        let views = self.views;
         let Some(view) = self.access_data(v) else {
             return false;
         };
