@@ -33,7 +33,8 @@ pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
 
 /// A producer → access node → consumers chain: the access node has exactly one
 /// in-edge, from a node that is not an access node (a map, tasklet, nested SDFG or library
-/// node), without write-conflict resolution.
+/// node), without write-conflict resolution anywhere on the write's path
+/// ([`wcr_on_path`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chain {
     /// The writer.
@@ -50,7 +51,8 @@ pub fn chain_at(df: &Dataflow, access: NodeId) -> Option<Chain> {
     let ins = df.in_edges(access);
     let [w] = ins.as_slice() else { return None };
     let producer = df.endpoints(*w).0;
-    if df.node(producer).as_access().is_some() || df.edge(*w).memlet.wcr.is_some() {
+    let data = df.node(access).as_access()?;
+    if df.node(producer).as_access().is_some() || wcr_on_path(df, producer, data) {
         return None;
     }
     let mut consumers: Vec<NodeId> = Vec::new();
@@ -383,15 +385,29 @@ pub fn remove_isolated(df: &mut Dataflow, nodes: &[NodeId]) {
 /// Calls `f` on every sequence of blocks (top-level body included), innermost last, until
 /// `f` returns true; returns whether it did. Sequences are visited in program order.
 pub fn find_in_seqs(block: &mut Block, f: &mut dyn FnMut(&mut Vec<Block>) -> bool) -> bool {
+    find_in_seqs_looped(block, false, &mut |items, _| f(items))
+}
+
+/// [`find_in_seqs`], telling `f` whether the sequence runs inside a loop (at any depth
+/// under `block`, or `in_loop` already): there, a container keeps its value from one
+/// iteration to the next.
+pub fn find_in_seqs_looped(
+    block: &mut Block,
+    in_loop: bool,
+    f: &mut dyn FnMut(&mut Vec<Block>, bool) -> bool,
+) -> bool {
     match block {
         Block::Seq(items) => {
-            if f(items) {
+            if f(items, in_loop) {
                 return true;
             }
-            items.iter_mut().any(|b| find_in_seqs(b, f))
+            items.iter_mut().any(|b| find_in_seqs_looped(b, in_loop, f))
         }
-        Block::Loop(l) => find_in_seqs(&mut l.body, f),
-        Block::If(i) => find_in_seqs(&mut i.then, f) || find_in_seqs(&mut i.otherwise, f),
+        Block::Loop(l) => find_in_seqs_looped(&mut l.body, true, f),
+        Block::If(i) => {
+            find_in_seqs_looped(&mut i.then, in_loop, f)
+                || find_in_seqs_looped(&mut i.otherwise, in_loop, f)
+        }
         Block::State(_) | Block::Assign(_) => false,
     }
 }
@@ -580,4 +596,106 @@ pub fn tables_read(df: &Dataflow) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// True when some write of `data` by node `n` of `df` carries a write-conflict
+/// resolution anywhere on its path: on `n`'s out-edge, or on an edge inside `n`'s map
+/// body (at any depth). Validation lets the resolution sit on the body's edge alone (as
+/// DaCe writes it), and the body's edge is what runs, so such a write combines with the
+/// old value and is not a plain write.
+pub fn wcr_on_path(df: &Dataflow, n: NodeId, data: &str) -> bool {
+    let outer = df.out_edges(n).into_iter().any(|e| {
+        df.edge(e).memlet.wcr.is_some() && df.node(df.endpoints(e).1).as_access() == Some(data)
+    });
+    outer || matches!(df.node(n), Node::Map(m) if body_writes_with_wcr(&m.body, data))
+}
+
+fn body_writes_with_wcr(body: &Dataflow, data: &str) -> bool {
+    body.edge_ids().into_iter().any(|e| {
+        let m = &body.edge(e).memlet;
+        m.wcr.is_some() && body.node(body.endpoints(e).1).as_access() == Some(data)
+    }) || body.node_ids().into_iter().any(|x| match body.node(x) {
+        Node::Map(m) => body_writes_with_wcr(&m.body, data),
+        _ => false,
+    })
+}
+
+/// True when node `n` of `df`, each time it runs, writes every element of container
+/// `data` (of shape `shape`) with a plain write — what its body actually does over its
+/// ranges, not what its (possibly over-approximating) summary memlet says:
+///
+/// - a copy from an access node whose destination subset is the whole container;
+/// - a tasklet whose memlet is the whole container;
+/// - a map whose body (without nested maps) has a tasklet writing `data[p_k + c_k, …]`,
+///   one distinct parameter per dimension, whose parameter ranges (step 1) shifted by
+///   `c_k` are exactly `0:shape_k`.
+///
+/// No write of `data` by `n` may carry a write-conflict resolution ([`wcr_on_path`]).
+/// Nested SDFGs and library nodes are never known to write whole.
+pub fn writes_whole(df: &Dataflow, n: NodeId, data: &str, shape: &[SymExpr]) -> bool {
+    if wcr_on_path(df, n, data) {
+        return false;
+    }
+    let outs: Vec<_> = df
+        .out_edges(n)
+        .into_iter()
+        .filter(|&e| df.node(df.endpoints(e).1).as_access() == Some(data))
+        .collect();
+    if outs.is_empty() {
+        return false;
+    }
+    match df.node(n) {
+        Node::Access(_) => outs.iter().any(|&e| {
+            // A copy's memlet names either end; `other_subset` is the other end's.
+            let m = &df.edge(e).memlet;
+            match &m.other_subset {
+                Some(o) if m.data != data => is_full(o, shape),
+                _ => is_full(&m.subset, shape),
+            }
+        }),
+        Node::Tasklet(_) => outs
+            .iter()
+            .any(|&e| is_full(&df.edge(e).memlet.subset, shape)),
+        Node::Map(m) => map_writes_whole(m, data, shape),
+        _ => false,
+    }
+}
+
+fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> bool {
+    let body = &m.body;
+    if body
+        .node_ids()
+        .into_iter()
+        .any(|x| matches!(body.node(x), Node::Map(_)))
+    {
+        return false;
+    }
+    body.edge_ids().into_iter().any(|e| {
+        let (src, dst) = body.endpoints(e);
+        let memlet = &body.edge(e).memlet;
+        if body.node(dst).as_access() != Some(data)
+            || !matches!(body.node(src), Node::Tasklet(_))
+            || memlet.subset.rank() != shape.len()
+        {
+            return false;
+        }
+        let mut used = BTreeSet::new();
+        memlet.subset.0.iter().zip(shape).all(|(d, extent)| {
+            let Dim::Index(x) = d else { return false };
+            let Some((k, c)) = m
+                .params
+                .iter()
+                .enumerate()
+                .find_map(|(k, p)| x.const_diff(&SymExpr::sym(p)).map(|c| (k, c)))
+            else {
+                return false;
+            };
+            let r = &m.ranges[k];
+            let c = SymExpr::Int(c);
+            used.insert(k)
+                && r.step.as_int() == Some(1)
+                && r.start.add(&c).simplify().as_int() == Some(0)
+                && r.end.add(&c).simplify() == extent.simplify()
+        })
+    })
 }

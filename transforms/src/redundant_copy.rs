@@ -10,7 +10,9 @@
 use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{DataUse, data_uses, is_full, move_in_edges, node_reads_writes, rename_data};
+use crate::pattern::{
+    DataUse, data_uses, is_full, move_in_edges, node_reads_writes, rename_data, writes_whole,
+};
 
 /// See the module documentation.
 pub struct RedundantCopy;
@@ -83,7 +85,6 @@ fn find(
                 .zip(&db.shape)
                 .all(|(x, y)| x.simplify() == y.simplify());
         let cm: &Memlet = &df.edge(*copy).memlet;
-        let wm: &Memlet = &df.edge(*write).memlet;
         let copies_all = cm.data == a
             && cm.wcr.is_none()
             && is_full(&cm.subset, &da.shape)
@@ -92,22 +93,10 @@ fn find(
                 .as_ref()
                 .is_none_or(|o| is_full(o, &db.shape));
         let producer = df.endpoints(*write).0;
-        let written_whole = wm.wcr.is_none()
-            && (is_full(&wm.subset, &da.shape)
-                || (df.node(producer).as_access().is_some()
-                    && wm
-                        .other_subset
-                        .as_ref()
-                        .is_some_and(|o| is_full(o, &da.shape))));
-        // The producer's summary memlet over-approximates what a map body writes: require
-        // the body to write T at its parameters (shifted by constants), one per dimension,
-        // so "the whole of T" really is written.
-        let exact = match df.node(producer) {
-            Node::Map(m) => exact_write(m, a),
-            _ => true,
-        };
-        let producer_ok = exact
-            && !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
+        // What the producer really writes (its body over its ranges, not its summary
+        // memlet, which may over-approximate), as a plain write.
+        let written_whole = writes_whole(df, producer, a, &da.shape);
+        let producer_ok = !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
             && !node_reads_writes(df, producer).0.contains(b)
             && !node_reads_writes(df, producer).1.contains(b);
         if da.transient
@@ -124,16 +113,4 @@ fn find(
         }
     }
     None
-}
-
-/// Every write of `t` in the map's body is `t[p_0 + c_0, p_1 + c_1, …]` with distinct
-/// parameters (an injective, affine write), with no nested maps.
-fn exact_write(m: &sdflow_ir::MapScope, t: &str) -> bool {
-    m.affine_writes(t).is_some_and(|w| !w.is_empty())
-        && m.ranges.iter().all(|r| r.step.as_int() == Some(1))
-        && !m
-            .body
-            .node_ids()
-            .into_iter()
-            .any(|n| matches!(m.body.node(n), Node::Map(_)))
 }
