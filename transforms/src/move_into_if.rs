@@ -13,7 +13,11 @@
 //! Legality: the node's inputs are not written in its state except before it (by its
 //! ancestors), so reading them later, at the start of the branch, reads the same values;
 //! the condition cannot depend on the results (they are transients the control flow does
-//! not read).
+//! not read). When the state and the `if` are inside a loop, a transient keeps its value
+//! from one iteration to the next, so the branch could read what the node wrote on an
+//! iteration that did not take it: there the node must write each of its transients
+//! whole, without conflict resolution (`pattern::writes_whole`), so that every value the
+//! branch reads was written at the start of the same iteration's branch.
 //!
 //! Termination: every move takes one dataflow node from a state at control-flow depth
 //! `d` into a new state at depth `d + 1` (inside the branch), and nothing moves a node
@@ -23,10 +27,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::{Block, Dataflow, NodeId, Sdfg, StateId};
+use sdflow_ir::{Block, DataDesc, Dataflow, NodeId, Sdfg, StateId};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{DataUse, data_uses, find_in_seqs, remove_isolated_access_nodes};
+use crate::pattern::{
+    DataUse, data_uses, find_in_seqs_looped, remove_isolated_access_nodes, writes_whole,
+};
 
 /// See the module documentation.
 pub struct MoveIntoIf;
@@ -47,7 +53,8 @@ impl Pass for MoveIntoIf {
                 .map(|(k, _)| k.clone())
                 .collect();
             let states = &mut sdfg.states;
-            let found = find_in_seqs(&mut sdfg.body, &mut |items| {
+            let arrays = &sdfg.arrays;
+            let found = find_in_seqs_looped(&mut sdfg.body, false, &mut |items, in_loop| {
                 for i in 0..items.len().saturating_sub(1) {
                     let (Block::State(s), Block::If(cond)) = (&items[i], &items[i + 1]) else {
                         continue;
@@ -59,8 +66,14 @@ impl Pass for MoveIntoIf {
                         cond.otherwise.states().iter().map(|x| x.index()).collect();
                     let df = &states[s].graph;
                     for n in df.node_ids() {
+                        let here = Here {
+                            uses: &uses,
+                            transients: &transients,
+                            arrays,
+                            in_loop,
+                        };
                         let Some(then_branch) =
-                            movable(&uses, &transients, df, n, s, &then_states, &else_states)
+                            movable(&here, df, n, s, &then_states, &else_states)
                         else {
                             continue;
                         };
@@ -94,11 +107,19 @@ impl Pass for MoveIntoIf {
     }
 }
 
+/// What [`movable`] knows about the program around the state.
+struct Here<'a> {
+    uses: &'a BTreeMap<String, DataUse>,
+    transients: &'a BTreeSet<String>,
+    arrays: &'a BTreeMap<String, DataDesc>,
+    /// The state and the `if` run inside a loop.
+    in_loop: bool,
+}
+
 /// `Some(true)` when node `n` of state `s` may move into the `then` branch, `Some(false)`
 /// for the `else` branch.
 fn movable(
-    uses: &BTreeMap<String, DataUse>,
-    transients: &BTreeSet<String>,
+    here: &Here<'_>,
     df: &Dataflow,
     n: NodeId,
     s: usize,
@@ -119,8 +140,15 @@ fn movable(
         if !df.out_edges(dst).is_empty() || df.in_edges(dst).len() != 1 {
             return None;
         }
-        let u = uses.get(d)?;
-        if u.in_control || !transients.contains(d) || df.access_nodes(d).len() != 1 {
+        let u = here.uses.get(d)?;
+        if u.in_control || !here.transients.contains(d) || df.access_nodes(d).len() != 1 {
+            return None;
+        }
+        // Inside a loop the transient keeps its value across iterations: on an iteration
+        // where the branch is not taken, the moved node would not write it, and a later
+        // iteration's branch would read the older value. The node must then kill every
+        // element the branch can read: write the whole transient, plainly.
+        if here.in_loop && !writes_whole(df, n, d, here.arrays.get(d)?.shape()) {
             return None;
         }
         let elsewhere = |x: &usize| *x != s;

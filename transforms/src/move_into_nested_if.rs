@@ -10,8 +10,16 @@
 //! ```
 //!
 //! Inside, the transient keeps its descriptor; the node's inputs become new connectors
-//! (whole arrays); the caller symbols the node uses are passed through by name. The
-//! connector that carried the transient disappears.
+//! (whole arrays); the caller symbols the node and those descriptors use are passed
+//! through by name. The connector that carried the transient disappears.
+//!
+//! Legality: besides what the state form needs (inputs final when the node runs, the
+//! transient private to the state and read by nothing but the callee, in one branch, not
+//! by its condition), the node must write the whole transient with a plain write
+//! (`pattern::writes_whole`): inside, it becomes a callee transient, fresh on every call,
+//! while the caller's kept its value from one run of the state to the next (a loop
+//! around it); a whole write means no value the callee reads was written by an earlier
+//! call, so the lifetime of every value read is unchanged.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +29,7 @@ use sdflow_ir::{
 
 use crate::pattern::{
     DataUse, chain_at, control_names, data_uses, fresh_name, is_full, remove_isolated, rename_data,
+    writes_whole,
 };
 
 /// Finds and applies one move; returns whether it did.
@@ -118,11 +127,15 @@ fn find(
         };
         let m = chain.producer;
         let only_nested = chain.consumers == [nested];
+        // Inside, the transient is the callee's: fresh on every call, where the caller's
+        // kept its value between runs of the state (across loop iterations). The node
+        // must kill every element the callee reads, on every call: a whole, plain write.
         if !private
             || !only_nested
             || df.out_edges(m).len() != 1
             || !matches!(df.node(m), Node::Map(_) | Node::Tasklet(_))
             || !is_full(&edge.memlet.subset, &arr.shape)
+            || !writes_whole(df, m, t, &arr.shape)
         {
             continue;
         }
@@ -171,7 +184,7 @@ fn find(
                 .all(|x| df.in_edges(x).is_empty() || df.reaches(x, m))
         });
         // Caller symbols pass through by name: the callee must not use the name otherwise.
-        let symbols_ok = used_symbols_of(&sdfg.symbols, df, m).iter().all(|x| {
+        let symbols_ok = used_symbols_of(sdfg, df, m).iter().all(|x| {
             match (inner.symbols.get(x), ns.symbol_mapping.get(x)) {
                 (None, None) => !inner.arrays.contains_key(x),
                 (Some(sym), Some(SymExpr::Sym(v))) => {
@@ -197,13 +210,13 @@ fn find(
 fn apply(sdfg: &mut Sdfg, s: usize, mv: Move) {
     let outer_symbols: BTreeMap<String, Symbol> = sdfg.symbols.clone();
     let arrays = sdfg.arrays.clone();
+    let needed = used_symbols_of(sdfg, &sdfg.states[s].graph, mv.m);
     let df = &mut sdfg.states[s].graph;
     let t = df
         .node(mv.t_node)
         .as_access()
         .unwrap_or_default()
         .to_string();
-    let needed = used_symbols_of(&outer_symbols, df, mv.m);
     // Inputs of the moved node: (outer access node, container).
     let mut inputs: Vec<(NodeId, String)> = Vec::new();
     for e in df.in_edges(mv.m) {
@@ -307,17 +320,21 @@ fn apply(sdfg: &mut Sdfg, s: usize, mv: Move) {
     sdfg.arrays.remove(&t);
 }
 
-/// Names the node's code and memlets use that are symbols of the caller.
-fn used_symbols_of(
-    symbols: &BTreeMap<String, Symbol>,
-    df: &Dataflow,
-    n: NodeId,
-) -> BTreeSet<String> {
+/// Names the node's code and memlets use that are symbols of the caller, and those the
+/// shapes and strides of the containers it touches use (their descriptors move into the
+/// callee with it).
+fn used_symbols_of(sdfg: &Sdfg, df: &Dataflow, n: NodeId) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for e in df.in_edges(n).into_iter().chain(df.out_edges(n)) {
-        names.extend(df.edge(e).memlet.subset.free_symbols());
+        let m = &df.edge(e).memlet;
+        names.extend(m.subset.free_symbols());
+        if let Some(DataDesc::Array(a)) = sdfg.arrays.get(&m.data) {
+            for x in a.shape.iter().chain(&a.strides) {
+                names.extend(x.free_symbols());
+            }
+        }
     }
     collect_names(df.node(n), &mut names);
-    names.retain(|x| symbols.contains_key(x));
+    names.retain(|x| sdfg.symbols.contains_key(x));
     names
 }
