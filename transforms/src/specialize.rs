@@ -47,6 +47,9 @@ impl Pass for Specialize {
             let values: BTreeMap<String, Value> =
                 statics.iter().map(|(k, (_, v))| (k.clone(), *v)).collect();
             for st in &mut sdfg.states {
+                forward_scalars(&mut st.graph, &values);
+            }
+            for st in &mut sdfg.states {
                 substitute_params(&mut st.graph, &ints);
                 constants_in_code(&mut st.graph, &values, &BTreeSet::new());
             }
@@ -60,6 +63,35 @@ impl Pass for Specialize {
         // States of branches not taken are gone from the control flow.
         compact_states(sdfg);
         ch
+    }
+}
+
+/// A nested SDFG's float or bool symbol (a scalar parameter) is mapped to a caller symbol
+/// of its type, passed as is; when that caller symbol is static, the callee's symbol
+/// takes its value as a static value and leaves the mapping (an integer literal is no
+/// mapping for a float or bool symbol, and the caller's symbol is about to go). Nested
+/// SDFGs inside map bodies too.
+fn forward_scalars(df: &mut Dataflow, values: &BTreeMap<String, Value>) {
+    for n in df.node_ids() {
+        match &mut df.graph[n] {
+            Node::Map(m) => forward_scalars(&mut m.body, values),
+            Node::Nested(ns) => {
+                let inner = &mut ns.sdfg;
+                ns.symbol_mapping.retain(|k, e| {
+                    let (SymExpr::Sym(x), Some(sym)) = (&*e, inner.symbols.get_mut(k)) else {
+                        return true;
+                    };
+                    match values.get(&**x) {
+                        Some(v) if !sym.dtype.is_int() => {
+                            sym.value = Some(v.cast(sym.dtype));
+                            false
+                        }
+                        _ => true,
+                    }
+                });
+            }
+            _ => {}
+        }
     }
 }
 
