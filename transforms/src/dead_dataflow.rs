@@ -74,7 +74,10 @@ impl Pass for DeadDataflow {
 }
 
 /// Removes nodes all of whose outputs are dead containers, and the access nodes of dead
-/// containers that nothing reads; returns how many nodes went.
+/// containers that nothing reads and nothing kept writes (a kept writer — a map or
+/// tasklet that also writes a live container — still needs the edge its body's write
+/// leaves through; copies from access nodes into them go with them); returns how many
+/// nodes went.
 fn remove_dead_writers(df: &mut Dataflow, dead: &BTreeSet<String>) -> usize {
     let is_dead_access = |df: &Dataflow, n| {
         df.node(n)
@@ -93,7 +96,11 @@ fn remove_dead_writers(df: &mut Dataflow, dead: &BTreeSet<String>) -> usize {
         }
     }
     for n in df.node_ids() {
-        if is_dead_access(df, n) {
+        let copied_only = df
+            .in_edges(n)
+            .into_iter()
+            .all(|e| df.node(df.endpoints(e).0).as_access().is_some());
+        if is_dead_access(df, n) && copied_only {
             df.graph.remove_node(n);
             removed += 1;
         }
