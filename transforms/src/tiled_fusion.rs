@@ -99,8 +99,10 @@ pub(crate) fn fuse_tiled(
     // The buffer: the tile's rows plus the halo, A's extent in the other dimensions.
     let dtype = sdfg.arrays[p.t].dtype();
     let mut shape = vec![SymExpr::Int(p.rows + dmax - dmin)];
+    // A's extent in the other dimensions, never negative: a range whose end is below its
+    // start (`1:N-1` at `N = 1`) runs no points, and its buffer has no elements.
     for r in &ma.ranges[1..] {
-        shape.push(r.end.sub(&r.start).simplify());
+        shape.push(max(SymExpr::Int(0), r.end.sub(&r.start).simplify()));
     }
     let buf = fresh_name(sdfg, &format!("{}_tile", p.t));
     let mut arr = Array::new(dtype, shape);

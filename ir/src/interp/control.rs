@@ -23,9 +23,15 @@ pub(crate) fn run_sdfg(
     let mut transients = Vec::new();
     let mut setup = || -> Result<(), InterpError> {
         for (name, desc) in &sdfg.arrays {
-            let shape = eval_shape(desc, &symbols).map_err(|e| InterpError::BadArgument {
-                name: name.clone(),
-                message: format!("cannot evaluate its shape: {e}"),
+            let shape = eval_shape(desc, &symbols).map_err(|e| match desc.transient() {
+                true => InterpError::Runtime {
+                    location: String::new(),
+                    message: format!("transient '{name}': cannot evaluate its shape: {e}"),
+                },
+                false => InterpError::BadArgument {
+                    name: name.clone(),
+                    message: format!("cannot evaluate its shape: {e}"),
+                },
             })?;
             if desc.transient() {
                 arrays.insert(name.clone(), HostArray::zeros(desc.dtype(), &shape));
