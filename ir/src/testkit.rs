@@ -57,6 +57,15 @@ pub struct GenConfig {
     pub allow_f32: bool,
     /// Static (build-time) values for some size symbols.
     pub allow_static: bool,
+    /// Shapes that stress the legality of optimizer passes (off by default; the pass
+    /// property tests turn it on): loops that write a transient row by row (one element
+    /// row per iteration, read on later iterations) with reads inside branches of ifs
+    /// inside the loop, and the same through a nested SDFG whose body is an `if`; map
+    /// edges that over-approximate what their bodies write; writes with conflict
+    /// resolution on the body's edge only (as DaCe writes them); whole copies of
+    /// transients whose boundary was never written (they read the interpreter's zeros);
+    /// static float and bool symbols forwarded into nested SDFGs.
+    pub allow_hazards: bool,
 }
 
 impl Default for GenConfig {
@@ -74,6 +83,7 @@ impl Default for GenConfig {
             allow_indirect: true,
             allow_f32: true,
             allow_static: true,
+            allow_hazards: false,
         }
     }
 }
@@ -83,6 +93,17 @@ type Halo = Vec<(i64, i64)>;
 
 /// Containers readable at a program point, with their valid regions.
 type Env = BTreeMap<String, Halo>;
+
+/// A map writing a fresh transient right before it is copied (see [`Step::Copy`]):
+/// `src = f(input)` pointwise, over the whole grid (`margin` 0) or its interior
+/// (`margin` 1, the map's edge then claiming the whole grid); `wcr`: the write is
+/// `wcr: sum` on the body's edge only.
+struct Produce {
+    input: String,
+    code: String,
+    margin: i64,
+    wcr: bool,
+}
 
 /// One planned dataflow step of a state.
 enum Step {
@@ -108,6 +129,30 @@ enum Step {
         target: String,
         code: String,
     },
+    /// `target = src`, whole (a copy between access nodes); `halo` is what is valid of
+    /// `src`, and so of `target` afterwards.
+    Copy {
+        src: String,
+        target: String,
+        halo: Halo,
+        produce: Option<Produce>,
+    },
+    /// `target[i, ..] = f(src[i, ..])` for the rows `start:end` of the first dimension
+    /// (whole in the others).
+    Rows {
+        src: String,
+        target: String,
+        rows: (String, String),
+        code: String,
+    },
+    /// A nested SDFG whose body is `if f != 0 { o[0:r] = g(c[0:r]); o[r:] = 0 } else
+    /// { o = 0 }`, with `c = src`, `o = target`, `f = var % 2`, `r = var + 1`.
+    NestedIf {
+        src: String,
+        target: String,
+        var: String,
+        code: String,
+    },
 }
 
 struct Gen {
@@ -125,6 +170,12 @@ struct Gen {
     written_outputs: BTreeSet<String>,
     table: Option<String>,
     total: Option<String>,
+    /// Labels of maps whose out-edges claim the whole container (hazards).
+    widened: BTreeSet<String>,
+    /// Labels of maps whose write keeps its `wcr: sum` on the body's edge only.
+    inner_wcr: BTreeSet<String>,
+    /// The caller's float and bool symbols forwarded to nested SDFGs are declared.
+    scalars: bool,
 }
 
 const PARAMS: [&str; 3] = ["i", "j", "k"];
@@ -162,6 +213,9 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         written_outputs: BTreeSet::new(),
         table: None,
         total: None,
+        widened: BTreeSet::new(),
+        inner_wcr: BTreeSet::new(),
+        scalars: false,
     };
     let n_in = g.rng.random_range(1..=cfg.max_inputs.max(1));
     for k in 0..n_in {
@@ -202,7 +256,39 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
     let arg_order: Vec<String> = g.inputs.iter().chain(&g.outputs).cloned().collect();
     let refs: Vec<&str> = arg_order.iter().map(String::as_str).collect();
     g.b.arg_order(&refs);
-    g.b.build()
+    let (widened, inner_wcr) = (g.widened, g.inner_wcr);
+    let mut sdfg = g.b.build();
+    hazard_edges(&mut sdfg, &widened, &inner_wcr);
+    sdfg
+}
+
+/// Widens the out-edges of the maps labelled in `widened` to their whole containers, and
+/// drops the conflict resolution from the out-edges of those in `inner_wcr` (their
+/// bodies' edges keep it).
+fn hazard_edges(sdfg: &mut Sdfg, widened: &BTreeSet<String>, inner_wcr: &BTreeSet<String>) {
+    let shapes: BTreeMap<String, Vec<crate::SymExpr>> = sdfg
+        .arrays
+        .iter()
+        .map(|(k, d)| (k.clone(), d.shape().to_vec()))
+        .collect();
+    for st in &mut sdfg.states {
+        let df = &mut st.graph;
+        for n in df.node_ids() {
+            let label = match df.node(n) {
+                crate::Node::Map(m) => m.label.clone(),
+                _ => continue,
+            };
+            for e in df.out_edges(n) {
+                let m = &mut df.graph[e].memlet;
+                if widened.contains(&label) {
+                    m.subset = crate::Subset::full(&shapes[&m.data]);
+                }
+                if inner_wcr.contains(&label) {
+                    m.wcr = None;
+                }
+            }
+        }
+    }
 }
 
 /// Proptest strategy: programs [`generate`]d from random seeds.
@@ -236,6 +322,23 @@ pub fn sample_symbols(sdfg: &Sdfg) -> BTreeMap<String, Value> {
         out.insert(name.clone(), Value::I64(v).cast(sym.dtype));
     }
     out
+}
+
+/// Like [`sample_symbols`], with the size symbols in `0..4`: grids without interior
+/// points (or without points at all), where shapes like `N - 2` would be negative.
+pub fn sample_small_symbols(sdfg: &Sdfg) -> BTreeMap<String, Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(name_seed(&sdfg.name) ^ 0x5a11);
+    let mut out = sample_symbols(sdfg);
+    for (name, v) in out.iter_mut() {
+        if !matches!(name.as_str(), "T" | "flag") && v.dtype().is_int() {
+            *v = Value::I64(rng.random_range(0..4)).cast(v.dtype());
+        }
+    }
+    out
+}
+
+fn str_refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
 
 fn offset_text(p: &str, o: i64) -> String {
@@ -278,6 +381,14 @@ impl Gen {
     /// states. Only plain states extend what is known to be written afterwards.
     fn top_item(&mut self, env: &mut Env) -> Block {
         let r = self.rng.random_range(0..10);
+        if self.cfg.allow_hazards
+            && self.cfg.allow_loops
+            && r >= 8
+            && self.loops < 2
+            && self.states_left >= 2
+        {
+            return self.carried_loop();
+        }
         if self.cfg.allow_loops && r < 2 && self.loops < 2 {
             let var = if self.loops == 0 {
                 "t".to_string()
@@ -310,6 +421,65 @@ impl Gen {
             return Block::if_else("flag", then, otherwise);
         }
         self.state(env)
+    }
+
+    /// `for t in 0..min(T, N) { tmp[t, ..] = f(src[t, ..]); if t % 2 == 1 { out[0:t+1, ..]
+    /// = g(tmp[0:t+1, ..]) } }`: a transient written one row per iteration and read, in a
+    /// branch not taken on every iteration, on later ones. In the nested form the `if` is
+    /// the body of a nested SDFG in the writer's state. Nothing after the loop counts on
+    /// `tmp` (the trip count may be 0).
+    fn carried_loop(&mut self) -> Block {
+        let var = if self.loops == 0 {
+            "t".to_string()
+        } else {
+            format!("t{}", self.loops)
+        };
+        self.loops += 1;
+        self.b.symbol(&var, DType::I64);
+        self.b.symbol("T", DType::I64);
+        let tmp = format!("tmp{}", self.transients);
+        self.transients += 1;
+        self.declare(&tmp, true);
+        let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+        let out = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
+        self.written_outputs.insert(out.clone());
+        let write = Step::Rows {
+            src,
+            target: tmp.clone(),
+            rows: (var.clone(), format!("{var} + 1")),
+            code: self.code(&["c0".to_string()]),
+        };
+        let code = self.code(&["c0".to_string()]);
+        let body = if self.cfg.allow_nested && self.rng.random_bool(0.5) {
+            self.states_left = self.states_left.saturating_sub(1);
+            let use_ = Step::NestedIf {
+                src: tmp,
+                target: out,
+                var: var.clone(),
+                code,
+            };
+            self.emit_state(vec![write, use_])
+        } else {
+            self.states_left = self.states_left.saturating_sub(2);
+            let a = self.emit_state(vec![write]);
+            let b = self.emit_state(vec![Step::Rows {
+                src: tmp,
+                target: out,
+                rows: ("0".to_string(), format!("{var} + 1")),
+                code,
+            }]);
+            Block::seq([
+                a,
+                Block::if_else(format!("{var} % 2 == 1").as_str(), b, Block::empty()),
+            ])
+        };
+        Block::for_loop(
+            &var,
+            0,
+            format!("{var} < T && {var} < {}", self.dims[0]).as_str(),
+            format!("{var} + 1").as_str(),
+            body,
+        )
     }
 
     /// One or two states in sequence, inside a loop or a branch.
@@ -366,6 +536,12 @@ impl Gen {
                 (vec![src.clone(), table.clone()], target.clone(), Some(full))
             }
             Step::Nested { src, target, .. } => (vec![src.clone()], target.clone(), Some(full)),
+            Step::Copy {
+                src, target, halo, ..
+            } => (vec![src.clone()], target.clone(), Some(halo.clone())),
+            Step::Rows { src, target, .. } | Step::NestedIf { src, target, .. } => {
+                (vec![src.clone()], target.clone(), None)
+            }
         }
     }
 
@@ -414,6 +590,65 @@ impl Gen {
             let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
             let target = self.target(read_here, written_here);
             return Step::Gather { src, table, target };
+        }
+        if r == 3 && self.cfg.allow_hazards {
+            let srcs: Vec<(String, Halo)> = env
+                .iter()
+                .filter(|(n, _)| n.starts_with("tmp"))
+                .map(|(n, h)| (n.clone(), h.clone()))
+                .collect();
+            let fresh = srcs.is_empty() || self.rng.random_bool(0.6);
+            let mut produce = None;
+            let picked = if fresh {
+                // A transient written here, then copied: what front ends emit for
+                // `out[:] = f(in)`.
+                let name = format!("tmp{}", self.transients);
+                self.transients += 1;
+                self.declare(&name, true);
+                let input = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+                let kind = self.rng.random_range(0..3);
+                let margin = i64::from(kind == 2);
+                produce = Some(Produce {
+                    input,
+                    code: self.code(&["c0".to_string()]),
+                    margin,
+                    wcr: kind == 1,
+                });
+                Some((name, vec![(margin, margin); self.rank()]))
+            } else {
+                Some(srcs[self.rng.random_range(0..srcs.len())].clone())
+            };
+            if let Some((src, halo)) = picked {
+                let dtype = self.dtypes[&src];
+                let outs: Vec<String> = self
+                    .outputs
+                    .iter()
+                    .filter(|o| {
+                        !read_here.contains(*o)
+                            && !written_here.contains(*o)
+                            && self.dtypes[*o] == dtype
+                    })
+                    .cloned()
+                    .collect();
+                let target = if !outs.is_empty() && self.rng.random_bool(0.6) {
+                    let o = outs[self.rng.random_range(0..outs.len())].clone();
+                    self.written_outputs.insert(o.clone());
+                    o
+                } else {
+                    let name = format!("tmp{}", self.transients);
+                    self.transients += 1;
+                    let dims = self.dims.clone();
+                    self.b.transient(&name, dtype, dims);
+                    self.dtypes.insert(name.clone(), dtype);
+                    name
+                };
+                return Step::Copy {
+                    src,
+                    target,
+                    halo,
+                    produce,
+                };
+            }
         }
         if r == 2 && self.cfg.allow_nested {
             let target = self.target(read_here, written_here);
@@ -534,12 +769,59 @@ impl Gen {
         let dims = self.dims.clone();
         let rank = dims.len();
         let mut nested = Vec::new();
+        let hazards = self.cfg.allow_hazards;
+        let scalars = hazards && steps.iter().any(|s| matches!(s, Step::Nested { .. }));
+        if scalars && !self.scalars {
+            // Scalar parameters the caller forwards to its nested SDFGs.
+            self.scalars = true;
+            if self.cfg.allow_static && self.rng.random_bool(0.6) {
+                self.b.static_symbol("wf", Value::F64(0.75));
+            } else {
+                self.b.symbol("wf", DType::F64);
+            }
+            let wb = Value::Bool(self.rng.random_bool(0.5));
+            self.b.static_symbol("wb", wb);
+        }
         for s in &steps {
-            if let Step::Nested { code, .. } = s {
-                nested.push(self.inner_sdfg(code, s));
+            match s {
+                Step::Nested { code, .. } => nested.push(self.inner_sdfg(code, s, scalars)),
+                Step::NestedIf { code, .. } => nested.push(self.inner_if_sdfg(code, s)),
+                _ => {}
             }
         }
         let first = self.maps;
+        // Per step: the map's edges over-approximate its writes; its write's `wcr: sum`
+        // is on the body's edge only.
+        let mut edge_hazards = Vec::new();
+        for (k, s) in steps.iter().enumerate() {
+            let mut wcr = false;
+            if let (true, Step::Stencil { target, domain, .. }) = (hazards, s) {
+                let margins = domain.iter().any(|m| *m != (0, 0));
+                let widen = margins && self.rng.random_bool(0.4);
+                wcr = target.starts_with("tmp") && self.rng.random_bool(0.25);
+                let label = format!("m{}", first + k);
+                if widen {
+                    self.widened.insert(label.clone());
+                }
+                if wcr {
+                    self.inner_wcr.insert(label);
+                }
+            }
+            if let Step::Copy {
+                produce: Some(p), ..
+            } = s
+            {
+                let label = format!("m{}", first + k);
+                wcr = p.wcr;
+                if p.wcr {
+                    self.inner_wcr.insert(label.clone());
+                }
+                if p.margin > 0 {
+                    self.widened.insert(label);
+                }
+            }
+            edge_hazards.push(wcr);
+        }
         self.maps += steps.len();
         let name = format!("s{first}");
         let id = self.b.state(&name, |st| {
@@ -574,7 +856,11 @@ impl Gen {
                                 (format!("c{c}"), format!("{a}[{}]", sub.join(", ")))
                             })
                             .collect();
-                        let out = format!("{target}[{idx}]");
+                        let out = if edge_hazards[k] {
+                            format!("{target}[{idx}] (wcr: sum)")
+                        } else {
+                            format!("{target}[{idx}]")
+                        };
                         st.map_scheduled(&label, &params, &ranges, *schedule, |m| {
                             let ins: Vec<(&str, &str)> =
                                 ins.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
@@ -627,7 +913,73 @@ impl Gen {
                             .zip(&dims)
                             .map(|(a, b)| (*a, *b))
                             .collect();
+                        let mut syms: Vec<(&str, &str)> = syms;
+                        if scalars {
+                            syms.extend([("w", "wf"), ("b_", "wb")]);
+                        }
                         st.nested(inner, &syms, &[("a", &inp)], &[("b", &out)]);
+                    }
+                    Step::Copy {
+                        src,
+                        target,
+                        produce,
+                        ..
+                    } => {
+                        if let Some(p) = produce {
+                            let ranges: Vec<String> = dims
+                                .iter()
+                                .map(|d| range_text(d, p.margin, p.margin))
+                                .collect();
+                            let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                            let inp = format!("{}[{idx}]", p.input);
+                            let out = if edge_hazards[k] {
+                                format!("{src}[{idx}] (wcr: sum)")
+                            } else {
+                                format!("{src}[{idx}]")
+                            };
+                            st.map(&label, &params, &ranges, |m| {
+                                m.tasklet(&label, &[("c0", &inp)], &[("o", &out)], &p.code);
+                            });
+                        }
+                        let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                        st.copy(
+                            &format!("{src}[{}]", full.join(", ")),
+                            &format!("{target}[{}]", full.join(", ")),
+                        );
+                    }
+                    Step::Rows {
+                        src,
+                        target,
+                        rows,
+                        code,
+                    } => {
+                        let mut ranges = vec![format!("{}:{}", rows.0, rows.1)];
+                        ranges.extend(dims[1..].iter().map(|d| format!("0:{d}")));
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let inp = format!("{src}[{idx}]");
+                        let out = format!("{target}[{idx}]");
+                        st.map(&label, &params, &ranges, |m| {
+                            m.tasklet(&label, &[("c0", &inp)], &[("o", &out)], code);
+                        });
+                    }
+                    Step::NestedIf {
+                        src, target, var, ..
+                    } => {
+                        let inner: Sdfg = match nested.next() {
+                            Some(x) => x,
+                            None => continue,
+                        };
+                        let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                        let inp = format!("{src}[{}]", full.join(", "));
+                        let out = format!("{target}[{}]", full.join(", "));
+                        let (r, f) = (format!("{var} + 1"), format!("{var} % 2"));
+                        let mut syms: Vec<(&str, &str)> = ["n", "m", "l"]
+                            .iter()
+                            .zip(&dims)
+                            .map(|(a, b)| (*a, *b))
+                            .collect();
+                        syms.extend([("r", r.as_str()), ("f", f.as_str())]);
+                        st.nested(inner, &syms, &[("c", &inp)], &[("o", &out)]);
                     }
                 }
             }
@@ -636,7 +988,7 @@ impl Gen {
     }
 
     /// The callee of a nested step: `b = f(a)` elementwise over `n × m (× l)`.
-    fn inner_sdfg(&self, code: &str, step: &Step) -> Sdfg {
+    fn inner_sdfg(&self, code: &str, step: &Step, scalars: bool) -> Sdfg {
         let rank = self.rank();
         let dims: Vec<&str> = ["n", "m", "l"][..rank].to_vec();
         let dtype_of = |conn: &str| {
@@ -651,6 +1003,17 @@ impl Gen {
         for d in &dims {
             b.symbol(d, DType::I64);
         }
+        // With scalar parameters: `o = select(b_, f(a) * w, f(a))`.
+        let code = if scalars {
+            b.symbol("w", DType::F64).symbol("b_", DType::Bool);
+            format!(
+                "{}; o = select(b_, o0 * w, o0)",
+                code.replacen("; o = ", "; o0 = ", 1)
+            )
+        } else {
+            code.to_string()
+        };
+        let code = code.as_str();
         b.array("a", dtype_of("a"), dims.clone());
         b.array("b", dtype_of("b"), dims.clone());
         let params: Vec<&str> = PARAMS[..rank].to_vec();
@@ -663,6 +1026,53 @@ impl Gen {
                 m.tasklet("f", &[("a", &ia)], &[("o", &ob)], code);
             });
         });
+        b.build()
+    }
+
+    /// The callee of a [`Step::NestedIf`]: `if f != 0 { o[0:r] = g(c[0:r]); o[r:n] = 0 }
+    /// else { o = 0 }`, rows in the first dimension.
+    fn inner_if_sdfg(&self, code: &str, step: &Step) -> Sdfg {
+        let rank = self.rank();
+        let dims: Vec<&str> = ["n", "m", "l"][..rank].to_vec();
+        let Step::NestedIf { src, target, .. } = step else {
+            unreachable!("called for nested ifs")
+        };
+        let dtype = |c: &String| self.dtypes.get(c).copied().unwrap_or(DType::F64);
+        let mut b = SdfgBuilder::new(&format!("cond{}", self.maps));
+        for d in &dims {
+            b.symbol(d, DType::I64);
+        }
+        b.symbol("r", DType::I64).symbol("f", DType::I64);
+        b.array("c", dtype(src), dims.clone());
+        b.array("o", dtype(target), dims.clone());
+        let params: Vec<&str> = PARAMS[..rank].to_vec();
+        let idx = params.join(", ");
+        let (ic, oo) = (format!("c[{idx}]"), format!("o[{idx}]"));
+        let ranges = |first: &str| {
+            let mut r = vec![first.to_string()];
+            r.extend(dims[1..].iter().map(|d| format!("0:{d}")));
+            r
+        };
+        let (used, rest, all) = (ranges("0:r"), ranges("r:n"), ranges("0:n"));
+        let (used, rest, all) = (str_refs(&used), str_refs(&rest), str_refs(&all));
+        let then = b.state("then", |s| {
+            s.map("use", &params, &used, |m| {
+                m.tasklet("g", &[("c0", &ic)], &[("o", &oo)], code);
+            });
+            s.map("rest", &params, &rest, |m| {
+                m.tasklet("zero", &[], &[("o", &oo)], "o = 0.0");
+            });
+        });
+        let other = b.state("else", |s| {
+            s.map("zero", &params, &all, |m| {
+                m.tasklet("zero", &[], &[("o", &oo)], "o = 0.0");
+            });
+        });
+        b.body(Block::if_else(
+            "f != 0",
+            Block::State(then),
+            Block::State(other),
+        ));
         b.build()
     }
 }

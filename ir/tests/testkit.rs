@@ -207,3 +207,78 @@ fn stencil_chain_is_valid_and_computes_the_chain() {
         }
     }
 }
+
+/// With `allow_hazards`, the generator also writes the shapes that stress the optimizer
+/// (row-by-row loop-carried writes read in branches, nested ifs in loops, widened map
+/// edges, conflict resolution on body edges only, whole copies of transients, scalar
+/// parameters forwarded to nested SDFGs); every program still validates and runs, at
+/// the usual sizes and at sizes 0..4.
+#[test]
+fn hazard_programs_validate_run_and_cover_their_shapes() {
+    let cfg = GenConfig {
+        allow_hazards: true,
+        ..GenConfig::default()
+    };
+    let mut text = String::new();
+    for seed in 0..200 {
+        let p = generate(seed, &cfg);
+        if let Err(problems) = p.validate() {
+            let listed: Vec<String> = problems.iter().map(|x| x.to_string()).collect();
+            panic!("seed {seed}: {}\n{}", listed.join("\n"), to_json(&p));
+        }
+        for syms in [
+            sample_symbols(&p),
+            sdflow_ir::testkit::sample_small_symbols(&p),
+        ] {
+            let mut b = random_bindings(&p, &syms, seed).expect("bindings");
+            interp::run(&p, &mut b)
+                .unwrap_or_else(|e| panic!("seed {seed} at {syms:?}: {e}\n{}", to_json(&p)));
+        }
+        text.push_str(&to_json(&p));
+    }
+    for shape in [
+        "% 2 == 1",       // a branch inside a loop, on the loop variable
+        "\"f\": \"t",     // a nested if called in a loop
+        "\"wb\"",         // a bool scalar forwarded to nested SDFGs
+        "\"b_\": \"wb\"", // its mapping
+    ] {
+        assert!(text.contains(shape), "no program has {shape:?}");
+    }
+    let progs: Vec<_> = (0..200).map(|s| generate(s, &cfg)).collect();
+    let copies = progs.iter().any(|p| {
+        p.states.iter().any(|st| {
+            st.graph.edge_ids().into_iter().any(|e| {
+                let (a, b) = st.graph.endpoints(e);
+                st.graph.node(a).as_access().is_some() && st.graph.node(b).as_access().is_some()
+            })
+        })
+    });
+    assert!(copies, "some copy between access nodes");
+    // Some map's edge claims more than its body writes, and some body edge carries a
+    // conflict resolution its map's edge does not.
+    let (mut widened, mut inner_only) = (false, false);
+    for p in &progs {
+        for st in &p.states {
+            for n in st.graph.node_ids() {
+                let Node::Map(m) = st.graph.node(n) else {
+                    continue;
+                };
+                for e in st.graph.out_edges(n) {
+                    let outer = &st.graph.edge(e).memlet;
+                    let body_wcr = m.body.edge_ids().into_iter().any(|x| {
+                        let b = &m.body.edge(x).memlet;
+                        b.data == outer.data && b.wcr.is_some()
+                    });
+                    inner_only |= body_wcr && outer.wcr.is_none();
+                    let full = sdflow_ir::Subset::full(p.arrays[&outer.data].shape());
+                    widened |= outer.subset == full
+                        && m.ranges.iter().any(|r| r.start.as_int() == Some(1));
+                }
+            }
+        }
+    }
+    assert!(
+        widened && inner_only,
+        "widened {widened}, inner-only wcr {inner_only}"
+    );
+}
