@@ -792,13 +792,23 @@ impl Gen {
         let first = self.maps;
         // Per step: the map's edges over-approximate its writes; its write's `wcr: sum`
         // is on the body's edge only.
+        // A stencil may also write a second, never read transient (a map with a live
+        // and a dead output).
         let mut edge_hazards = Vec::new();
+        let mut dead_outputs = Vec::new();
         for (k, s) in steps.iter().enumerate() {
             let mut wcr = false;
+            let mut dead = None;
             if let (true, Step::Stencil { target, domain, .. }) = (hazards, s) {
                 let margins = domain.iter().any(|m| *m != (0, 0));
                 let widen = margins && self.rng.random_bool(0.4);
                 wcr = target.starts_with("tmp") && self.rng.random_bool(0.25);
+                if self.rng.random_bool(0.15) {
+                    let name = format!("tmp{}", self.transients);
+                    self.transients += 1;
+                    self.declare(&name, true);
+                    dead = Some(name);
+                }
                 let label = format!("m{}", first + k);
                 if widen {
                     self.widened.insert(label.clone());
@@ -821,6 +831,7 @@ impl Gen {
                 }
             }
             edge_hazards.push(wcr);
+            dead_outputs.push(dead);
         }
         self.maps += steps.len();
         let name = format!("s{first}");
@@ -861,10 +872,17 @@ impl Gen {
                         } else {
                             format!("{target}[{idx}]")
                         };
+                        let (mut outs, mut code) = (vec![("o", out)], code.clone());
+                        if let Some(d) = &dead_outputs[k] {
+                            outs.push(("o2", format!("{d}[{idx}]")));
+                            code.push_str("; o2 = acc");
+                        }
                         st.map_scheduled(&label, &params, &ranges, *schedule, |m| {
                             let ins: Vec<(&str, &str)> =
                                 ins.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-                            m.tasklet(&label, &ins, &[("o", &out)], code);
+                            let outs: Vec<(&str, &str)> =
+                                outs.iter().map(|(a, b)| (*a, b.as_str())).collect();
+                            m.tasklet(&label, &ins, &outs, &code);
                         });
                     }
                     Step::Reduce { src, target } => {
