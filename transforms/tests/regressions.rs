@@ -85,8 +85,8 @@ fn move_into_if_keeps_a_loop_carried_partial_write_before_the_if() {
     assert!(MoveIntoIf.run(&mut s.clone()).is_empty());
 }
 
-/// The nested form: `for t in 0..N { tmp[t] = 2 u[t]; nested { if t % 2 != 0 { out = tmp
-/// + 1 } else { out = 0 } } }`. Moved into the callee, `tmp` would become a callee
+/// The nested form: `for t in 0..N { tmp[t] = 2 u[t]; nested { if t % 2 != 0 { out =
+/// tmp + 1 } else { out = 0 } } }`. Moved into the callee, `tmp` would become a callee
 /// transient, fresh on every call, where the caller's kept its value across iterations.
 fn loop_carried_nested_branch() -> Sdfg {
     let mut inner = SdfgBuilder::new("cond");
