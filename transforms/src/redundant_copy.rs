@@ -6,6 +6,12 @@
 //! ```text
 //! u ─► map f ─► tmp ──copy──► out          u ─► map f ─► out
 //! ```
+//!
+//! Legality: the copy carries every element of `tmp`, so the producer must write every
+//! element itself — judged from what its body writes over its ranges
+//! (`pattern::writes_whole`), since a map's edge may over-approximate its body — and
+//! plainly: a write-conflict resolution anywhere on its path (the body's edge included)
+//! combines with the old value, which is `tmp`'s before and `out`'s after.
 
 use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
 
