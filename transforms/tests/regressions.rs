@@ -329,3 +329,59 @@ fn a_negative_transient_extent_is_reported_as_a_transient() {
     assert!(e.contains("transient 'inner'"), "{e}");
     assert!(!e.contains("argument"), "{e}");
 }
+
+/// A legal nested move (a whole write, no loop) whose input's shape uses a caller symbol
+/// (`K`) that neither the node's code nor its memlets mention: the callee must receive
+/// it with the input's descriptor.
+#[test]
+fn move_into_nested_if_passes_the_symbols_of_moved_descriptors() {
+    let mut inner = SdfgBuilder::new("cond");
+    inner
+        .symbol("n", DType::I64)
+        .symbol("f", DType::I64)
+        .array("c", DType::F64, ["n"])
+        .array("o", DType::F64, ["n"]);
+    let t = inner.state("use", |s| {
+        s.map("use", &["i"], &["0:n"], |m| {
+            m.tasklet("use", &[("x", "c[i]")], &[("y", "o[i]")], "y = x + 1.0");
+        });
+    });
+    let e = inner.state("zero", |s| {
+        s.map("zero", &["i"], &["0:n"], |m| {
+            m.tasklet("zero", &[], &[("y", "o[i]")], "y = 0.0");
+        });
+    });
+    inner.body(Block::if_else("f != 0", Block::State(t), Block::State(e)));
+    let inner = inner.build();
+    let mut b = SdfgBuilder::new("descriptor_symbols");
+    b.symbol("N", DType::I64)
+        .symbol("K", DType::I64)
+        .symbol("flag", DType::I64)
+        .array("u", DType::F64, ["K"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("w", &["i"], &["0:N"], |m| {
+            m.tasklet("w", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = 2.0 * x");
+        });
+        s.nested(
+            inner,
+            &[("n", "N"), ("f", "flag")],
+            &[("c", "tmp[0:N]")],
+            &[("o", "out[0:N]")],
+        );
+    });
+    let s0 = b.build();
+    assert_eq!(s0.validate(), Ok(()));
+    let mut s = s0.clone();
+    assert_eq!(MoveIntoIf.run(&mut s).get("nodes_moved"), 1);
+    assert_eq!(s.validate(), Ok(()), "{}", sdflow_ir::format::to_json(&s));
+    assert!(!s.arrays.contains_key("tmp"));
+    for flag in [0, 1] {
+        same_results(
+            &s0,
+            &s,
+            &[n(3), ("K", Value::I64(5)), ("flag", Value::I64(flag))],
+        );
+    }
+}
