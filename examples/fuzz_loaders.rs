@@ -12,7 +12,9 @@
 //! 2000), `--abort-s S` (an input still running after this long is saved and the run
 //! stops; default 120), `--out DIR` (findings; default `target/fuzz-findings`),
 //! `--max-seed-bytes B` (leave out larger corpus files; default 300000), `--progress N`,
-//! `--replay FILE…` (run saved inputs and print what each gave). Exit status 1 when
+//! `--from I` (start at input number I of each loader: `--from I --inputs 1 --loader L`
+//! runs input I of a campaign alone), `--replay FILE…` (run saved inputs and print what
+//! each gave). Exit status 1 when
 //! anything was found.
 
 #[allow(dead_code)]
@@ -41,6 +43,7 @@ fn main() {
     let mut out = fuzz::corpus::root().join("target/fuzz-findings");
     let mut max_seed = 300_000usize;
     let mut progress = 0u64;
+    let mut from = 0u64;
     let mut only: Vec<Loader> = Vec::new();
     let mut split = vec![
         (Loader::Json, 30u64),
@@ -61,6 +64,7 @@ fn main() {
             "--abort-s" => abort = Duration::from_secs(num(args.next(), "--abort-s")),
             "--max-seed-bytes" => max_seed = num(args.next(), "--max-seed-bytes") as usize,
             "--progress" => progress = num(args.next(), "--progress"),
+            "--from" => from = num(args.next(), "--from"),
             "--out" => {
                 out = PathBuf::from(args.next().unwrap_or_else(|| usage("--out needs a folder")))
             }
@@ -141,6 +145,7 @@ fn main() {
         scratch,
         progress,
         max_findings: 10_000,
+        from,
     };
     // The watchdog: an input that never finishes is saved and reported, then the run ends.
     let current: Current = Arc::new(Mutex::new(None));

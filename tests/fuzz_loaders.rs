@@ -33,6 +33,7 @@ fn short_run_finds_no_panic_and_no_unclear_error() {
         scratch: std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
         progress: 0,
         max_findings: 20,
+        from: 0,
     };
     let report = runner::campaign(&corpus, &opts, None);
     println!("{report}");

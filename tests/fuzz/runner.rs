@@ -127,6 +127,8 @@ pub struct Options {
     pub progress: u64,
     /// Stop after this many findings.
     pub max_findings: usize,
+    /// Number of the first input of each loader (to reproduce input `from` alone).
+    pub from: u64,
 }
 
 /// A campaign's result.
@@ -192,7 +194,7 @@ pub fn campaign(corpus: &Corpus, opts: &Options, current: Option<&Current>) -> R
     let trace = std::env::var_os("FUZZ_TRACE").is_some();
     for &(loader, n) in &opts.inputs {
         let tally = report.tallies.entry(loader).or_default();
-        for index in 0..n {
+        for index in opts.from..opts.from + n {
             let mut rng = rng_for(opts.seed, loader, index);
             let input = super::generate::input(&mut rng, loader, corpus);
             if let Some(c) = current {

@@ -16,8 +16,9 @@
 //! - Text syntax errors: a non-empty message, the text itself, and a column inside it
 //!   (1 to its length + 1); DaCe's Python reader: a non-empty message.
 //!
-//! Accepted inputs are checked further: a program read from a file is written to the JSON
-//! format and read back equal; accepted text prints as text that parses back equal.
+//! Accepted inputs are checked further: a valid program read from a file is written to
+//! the JSON format and read back equal; accepted text prints as text that parses back
+//! equal.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -131,14 +132,14 @@ fn program_file(bytes: &[u8]) -> Verdict {
             dot
         ));
     }
+    if let Err(problems) = sdfg.validate() {
+        return check_problems(&problems);
+    }
     let back = format::to_json(&sdfg);
     match format::from_json(&back) {
         Ok(s) if s == sdfg => {}
         Ok(_) => return Verdict::Bad("written and read back, the program differs".into()),
         Err(e) => return Verdict::Bad(format!("its own JSON does not read back: {e}")),
-    }
-    if let Err(problems) = sdfg.validate() {
-        return check_problems(&problems);
     }
     let stats = cli::stats_text(&sdfg);
     if !stats.starts_with("name: ") {
