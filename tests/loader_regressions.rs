@@ -118,3 +118,21 @@ fn the_deepest_expression_accepted_prints_as_text_that_reads_back() {
     );
     assert_eq!(parse_expr(&printed).unwrap(), e);
 }
+
+fn format_error(file: &str) -> (String, String) {
+    match cli::read_program(&regression(file)) {
+        Err(CliError::Format { source, .. }) => (source.path, source.message),
+        other => panic!("{file}: expected a format error, got {other:?}"),
+    }
+}
+
+#[test]
+fn json_paths_quote_keys_that_are_not_plain_names() {
+    // Was: `at arrays.u.v.dtype`, which reads as the field `dtype` of `v` of `u`.
+    let (path, message) = format_error("json/key_with_dot_in_serde_path.json");
+    assert_eq!(path, r#"arrays["u.v"].dtype"#);
+    assert!(message.starts_with("unknown variant `f128`"), "{message}");
+    let (path, message) = format_error("json/key_with_bracket_in_format_path.json");
+    assert_eq!(path, r#"arrays["a[0]"].shape[0]"#);
+    assert!(message.starts_with("bad expression: "), "{message}");
+}

@@ -186,11 +186,12 @@ fn check_cli(e: &CliError, bytes: &[u8], path: &Path) -> Verdict {
             // each key of the path must at least occur in the text.
             let keys_in_text = || {
                 let text = String::from_utf8_lossy(bytes);
-                source
-                    .path
-                    .split(['.', '['])
-                    .filter(|k| !k.is_empty() && !k.ends_with(']'))
-                    .all(|k| text.contains(&format!("{}:", Value::String(k.to_string()))))
+                path_steps(&source.path).is_some_and(|steps| {
+                    steps
+                        .iter()
+                        .filter_map(|s| s.as_ref().ok())
+                        .all(|k| text.contains(&format!("{}:", Value::String(k.to_string()))))
+                })
             };
             match doc {
                 Some(d) if !path_exists(&d, &source.path) && !keys_in_text() => {
@@ -223,28 +224,42 @@ fn check_cli(e: &CliError, bytes: &[u8], path: &Path) -> Verdict {
     }
 }
 
-/// Whether every step but the last of a path like `states[0].nodes[1].tasklet` exists in
-/// `doc`.
-fn path_exists(doc: &Value, path: &str) -> bool {
-    let mut steps: Vec<Result<&str, usize>> = Vec::new();
-    for part in path.split('.') {
-        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
-        if !key.is_empty() {
+/// The steps of a JSON path like `states[0].nodes[1].tasklet` or `arrays["u.v"].shape`:
+/// keys and indices; `None` when it does not read as a path.
+fn path_steps(path: &str) -> Option<Vec<Result<String, usize>>> {
+    let mut steps = Vec::new();
+    let mut rest = path;
+    while !rest.is_empty() {
+        rest = rest.strip_prefix('.').unwrap_or(rest);
+        if let Some(r) = rest.strip_prefix("[\"") {
+            // A quoted key: a JSON string up to the first unescaped quote.
+            let mut de = serde_json::Deserializer::from_str(&rest[1..]).into_iter::<String>();
+            let key = de.next()?.ok()?;
+            let used = de.byte_offset();
             steps.push(Ok(key));
-        }
-        if !rest.is_empty() {
-            for idx in format!("[{rest}").split('[').filter(|s| !s.is_empty()) {
-                match idx.trim_end_matches(']').parse::<usize>() {
-                    Ok(i) => steps.push(Err(i)),
-                    Err(_) => return true, // a key with brackets: not checkable this way
-                }
-            }
+            rest = r.get(used - 1..)?.strip_prefix(']')?;
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            steps.push(Err(r[..end].parse().ok()?));
+            rest = &r[end + 1..];
+        } else {
+            let end = rest.find(['.', '[']).unwrap_or(rest.len());
+            steps.push(Ok(rest[..end].to_string()));
+            rest = &rest[end..];
         }
     }
+    Some(steps)
+}
+
+/// Whether every step but the last of a JSON path exists in `doc`.
+fn path_exists(doc: &Value, path: &str) -> bool {
+    let Some(steps) = path_steps(path) else {
+        return false;
+    };
     let mut v = doc;
     for (i, s) in steps.iter().enumerate() {
         let next = match s {
-            Ok(k) => v.get(*k),
+            Ok(k) => v.get(k.as_str()),
             Err(i) => v.get(*i),
         };
         match next {
