@@ -599,9 +599,10 @@ fn convert_state(sdfg: &Sdfg, views: &Views, st: &J, loc: &str) -> Result<Datafl
     Ok(df)
 }
 
-/// Every node has its own id, and `scope_dict` lists each node of the state exactly once
-/// and nothing else: an id the state lacks, a node in two scopes (which could make a map
-/// its own body) or in none (which would drop it) is an error naming it.
+/// Every node has its own id, and `scope_dict` lists each node of the state (map exits
+/// aside) exactly once and nothing else: an id the state lacks, a node in two scopes
+/// (which could make a map its own body) or in none (which would drop it) is an error
+/// naming it.
 fn check_scope_ids(
     nodes: &[&J],
     by_id: &BTreeMap<String, &J>,
@@ -617,6 +618,9 @@ fn check_scope_ids(
             }
         }
     }
+    // Map exits are not built (a map scope is its entry), so where they are listed does
+    // not matter; hand-written files list them in both scopes.
+    let is_exit = |id: &str| by_id.get(id).and_then(|n| s(n, "type")) == Some("MapExit");
     let mut scope_of: BTreeMap<&str, &str> = BTreeMap::new();
     for (scope, ids) in scopes {
         for id in ids {
@@ -628,7 +632,9 @@ fn check_scope_ids(
                     ),
                 ));
             }
-            if let Some(first) = scope_of.insert(id, scope) {
+            if let Some(first) = scope_of.insert(id, scope)
+                && !is_exit(id)
+            {
                 return Err(err(
                     loc,
                     format!("scope_dict lists node {id} in two scopes ('{first}' and '{scope}')"),
@@ -636,7 +642,10 @@ fn check_scope_ids(
             }
         }
     }
-    if let Some(id) = by_id.keys().find(|id| !scope_of.contains_key(id.as_str())) {
+    if let Some(id) = by_id
+        .keys()
+        .find(|id| !scope_of.contains_key(id.as_str()) && !is_exit(id))
+    {
         return Err(err(loc, format!("scope_dict lists no scope for node {id}")));
     }
     Ok(())
