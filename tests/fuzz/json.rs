@@ -76,7 +76,7 @@ impl Pool {
                 }
                 // Keep every 7th small compound subtree.
                 if matches!(v, Value::Array(_) | Value::Object(_))
-                    && seen % 7 == 0
+                    && seen.is_multiple_of(7)
                     && subtrees.len() < 4000
                     && v.to_string().len() < 2048
                 {

@@ -240,7 +240,7 @@ pub fn campaign(corpus: &Corpus, opts: &Options, current: Option<&Current>) -> R
                 tally.hangs += 1;
                 finding("hang", format!("took {took:.2?}"));
             }
-            if opts.progress > 0 && (index + 1) % opts.progress == 0 {
+            if opts.progress > 0 && (index + 1).is_multiple_of(opts.progress) {
                 eprintln!(
                     "[{:>8.1?}] {} {}/{n}: {} accepted, {} rejected, {} panics, {} bad errors, {} hangs",
                     start.elapsed(),
