@@ -104,17 +104,22 @@ pub fn read_program(path: &Path) -> Result<Sdfg, CliError> {
         path: path.display().to_string(),
         source,
     })?;
-    if sdflow_orchestration::dace::is_dace(&bytes) {
-        return sdflow_orchestration::dace::import_bytes(&bytes).map_err(|source| {
+    read_program_bytes(&bytes, path)
+}
+
+/// [`read_program`] on a file's contents; `path` names the file in errors.
+pub fn read_program_bytes(bytes: &[u8], path: &Path) -> Result<Sdfg, CliError> {
+    if sdflow_orchestration::dace::is_dace(bytes) {
+        return sdflow_orchestration::dace::import_bytes(bytes).map_err(|source| {
             CliError::Import {
                 path: path.display().to_string(),
                 source,
             }
         });
     }
-    let text = String::from_utf8(bytes)
+    let text = std::str::from_utf8(bytes)
         .map_err(|_| CliError::Usage(format!("{}: not UTF-8 text", path.display())))?;
-    format::from_json(&text).map_err(|source| CliError::Format {
+    format::from_json(text).map_err(|source| CliError::Format {
         path: path.display().to_string(),
         source,
     })
@@ -360,6 +365,54 @@ pub fn infer_symbols(
     Ok(())
 }
 
+/// The arguments of a run read from an `.npz` archive, as `sdflow run --inputs` binds
+/// them: 0-d entries named like symbols give symbol values, the other symbols are inferred
+/// from the arrays' extents and strides, and every non-transient container must be
+/// present. `symbols` holds the values already given (`-s NAME=VALUE`).
+pub fn bind_inputs(
+    sdfg: &Sdfg,
+    p: &Path,
+    mut symbols: BTreeMap<String, Value>,
+) -> Result<Bindings, CliError> {
+    let mut arrays = npz::read_npz(p)?;
+    // 0-d entries named like symbols give symbol values.
+    for (name, sym) in &sdfg.symbols {
+        if let Some(a) = arrays.get(name)
+            && a.shape().is_empty()
+            && !sdfg.arrays.contains_key(name)
+            && !symbols.contains_key(name)
+            && let Some(v) = a.get(&[])
+        {
+            // Only exact conversions: no silent wrapping of out-of-range values.
+            let c = v.cast(sym.dtype);
+            if c.cast(v.dtype()) != v {
+                return Err(CliError::Usage(format!(
+                    "{}: '{name}' = {v} does not fit the symbol's type {}",
+                    p.display(),
+                    sym.dtype
+                )));
+            }
+            symbols.insert(name.clone(), c);
+        }
+    }
+    arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));
+    infer_symbols(sdfg, &arrays, &mut symbols)?;
+    let missing: Vec<&String> = sdfg
+        .non_transients()
+        .map(|(k, _)| k)
+        .filter(|k| !arrays.contains_key(*k))
+        .collect();
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        return Err(CliError::Usage(format!(
+            "{}: no array for argument(s) {}",
+            p.display(),
+            names.join(", ")
+        )));
+    }
+    Ok(Bindings { arrays, symbols })
+}
+
 /// `sdflow run FILE`: runs on the reference interpreter and prints each output's name,
 /// type, shape, sum and L2 norm.
 pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
@@ -369,45 +422,7 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
         symbols.insert(k.clone(), symbol_value(&sdfg, k, v)?);
     }
     let mut bindings = match &opts.inputs {
-        Some(p) => {
-            let mut arrays = npz::read_npz(p)?;
-            // 0-d entries named like symbols give symbol values.
-            for (name, sym) in &sdfg.symbols {
-                if let Some(a) = arrays.get(name)
-                    && a.shape().is_empty()
-                    && !sdfg.arrays.contains_key(name)
-                    && !symbols.contains_key(name)
-                    && let Some(v) = a.get(&[])
-                {
-                    // Only exact conversions: no silent wrapping of out-of-range values.
-                    let c = v.cast(sym.dtype);
-                    if c.cast(v.dtype()) != v {
-                        return Err(CliError::Usage(format!(
-                            "{}: '{name}' = {v} does not fit the symbol's type {}",
-                            p.display(),
-                            sym.dtype
-                        )));
-                    }
-                    symbols.insert(name.clone(), c);
-                }
-            }
-            arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));
-            infer_symbols(&sdfg, &arrays, &mut symbols)?;
-            let missing: Vec<&String> = sdfg
-                .non_transients()
-                .map(|(k, _)| k)
-                .filter(|k| !arrays.contains_key(*k))
-                .collect();
-            if !missing.is_empty() {
-                let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-                return Err(CliError::Usage(format!(
-                    "{}: no array for argument(s) {}",
-                    p.display(),
-                    names.join(", ")
-                )));
-            }
-            Bindings { arrays, symbols }
-        }
+        Some(p) => bind_inputs(&sdfg, p, symbols)?,
         None => {
             interp::random_bindings(&sdfg, &symbols, opts.seed).map_err(|source| CliError::Run {
                 path: path.display().to_string(),

@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod npz;
+mod npz_sizes;
 
 pub use sdflow_codegen as codegen;
 pub use sdflow_ir as ir;

@@ -62,6 +62,13 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, HostArray>, NpzError> {
         path: p.clone(),
         message: e.to_string(),
     };
+    crate::npz_sizes::check(&file).map_err(|e| NpzError::Format {
+        path: p.clone(),
+        message: match e.member.as_str() {
+            "" => e.message,
+            m => format!("array '{m}': {}", e.message),
+        },
+    })?;
     let mut npz = NpzReader::new(file).map_err(|e| fmt(&e))?;
     let names = npz.names().map_err(|e| fmt(&e))?;
     let mut out = BTreeMap::new();

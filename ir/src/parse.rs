@@ -168,10 +168,21 @@ struct Parser<'t> {
     depth: usize,
 }
 
-/// The deepest expression text may nest (parentheses, prefix operators, calls) and the
-/// deepest tree it may build (operator chains count): deeper input is an error rather
-/// than a risk to the stack of every pass that walks the tree.
+/// The deepest tree an expression may build (each operator, call, cast and prefix
+/// operator is a level; operator chains count): deeper input is an error rather than a
+/// risk to the stack of every pass that walks the tree.
 pub const MAX_DEPTH: usize = 256;
+
+/// The deepest the text may nest while it is read (parentheses and prefix operators each
+/// count): twice [`MAX_DEPTH`], so the printed form of every tree the parser accepts,
+/// which may spend a parenthesis and an operator on each level, reads back.
+const MAX_NESTING: usize = 2 * MAX_DEPTH + 2;
+
+fn too_deep_text() -> String {
+    format!(
+        "expression text nests deeper than {MAX_NESTING} levels (an expression may be at most {MAX_DEPTH} deep)"
+    )
+}
 
 impl<'t> Parser<'t> {
     fn new(text: &'t str) -> Result<Self, ParseError> {
@@ -252,8 +263,8 @@ impl<'t> Parser<'t> {
 
     fn expr(&mut self) -> Result<Expr, ParseError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(self.error(format!("expression nests deeper than {MAX_DEPTH} levels")));
+        if self.depth > MAX_NESTING {
+            return Err(self.error(too_deep_text()));
         }
         let e = self.or();
         self.depth -= 1;
@@ -263,7 +274,7 @@ impl<'t> Parser<'t> {
     /// One more link of a left-leaning operator chain: each deepens the tree by one.
     fn chain(&mut self, n: &mut usize) -> Result<(), ParseError> {
         *n += 1;
-        if self.depth + *n > MAX_DEPTH {
+        if self.depth + *n > MAX_NESTING {
             return Err(self.error(format!(
                 "expression is deeper than {MAX_DEPTH} levels (split it into several statements)"
             )));
@@ -276,8 +287,8 @@ impl<'t> Parser<'t> {
         f: impl FnOnce(&mut Self) -> Result<T, ParseError>,
     ) -> Result<T, ParseError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(self.error(format!("expression nests deeper than {MAX_DEPTH} levels")));
+        if self.depth > MAX_NESTING {
+            return Err(self.error(too_deep_text()));
         }
         let r = f(self);
         self.depth -= 1;
@@ -791,19 +802,25 @@ mod tests {
 
     #[test]
     fn deep_text_is_an_error_not_a_stack_overflow() {
+        let text_too_deep =
+            "expression text nests deeper than 514 levels (an expression may be at most 256 deep)";
         let parens = format!("{}N{}", "(".repeat(100_000), ")".repeat(100_000));
-        assert!(
-            parse_symexpr(&parens)
-                .unwrap_err()
-                .message
-                .contains("deeper than 256")
-        );
+        assert_eq!(parse_symexpr(&parens).unwrap_err().message, text_too_deep);
         let negs = format!("{}N", "-".repeat(200_000));
+        assert_eq!(parse_symexpr(&negs).unwrap_err().message, text_too_deep);
+        // Parentheses alone build no tree: 300 of them around a name are fine.
+        let parens = format!("{}N{}", "(".repeat(300), ")".repeat(300));
+        assert_eq!(parse_symexpr(&parens).unwrap().to_string(), "N");
+        // A tree of the deepest kind allowed prints as text that reads back.
+        let nots = format!("{}x", "!".repeat(255));
+        let e = parse_expr(&nots).unwrap();
+        assert_eq!(parse_expr(&e.to_string()).unwrap(), e);
+        let too_many = format!("{}x", "!".repeat(256));
         assert!(
-            parse_symexpr(&negs)
+            parse_expr(&too_many)
                 .unwrap_err()
                 .message
-                .contains("deeper than 256")
+                .contains("deeper than 256 levels")
         );
         let chain = vec!["N"; 300_000].join(" + ");
         assert!(

@@ -199,11 +199,9 @@ impl Path {
     }
 
     fn field(&self, name: &str) -> Path {
-        if self.0.is_empty() {
-            Path(name.to_string())
-        } else {
-            Path(format!("{}.{name}", self.0))
-        }
+        let mut p = self.0.clone();
+        super::push_key(&mut p, name);
+        Path(p)
     }
 
     fn index(&self, i: usize) -> Path {

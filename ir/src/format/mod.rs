@@ -122,8 +122,34 @@ pub fn load(text: &str) -> Result<Sdfg, LoadError> {
 }
 
 fn path_string(p: &serde_path_to_error::Path) -> String {
-    let s = p.to_string();
-    if s == "." { String::new() } else { s }
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in p {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } => push_key(&mut out, key),
+            Segment::Enum { variant } => push_key(&mut out, variant),
+            Segment::Unknown => push_key(&mut out, "?"),
+        }
+    }
+    out
+}
+
+/// Appends one object key to a JSON path: `.name`, or `["…"]` (JSON-quoted) when the key
+/// is not a plain identifier, so that a path reads one way whatever the keys hold
+/// (`arrays["u.v"].shape`, not `arrays.u.v.shape`).
+pub(crate) fn push_key(path: &mut String, key: &str) {
+    let plain = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        || key == "?";
+    if !plain {
+        path.push_str(&format!("[{}]", serde_json::Value::String(key.to_string())));
+    } else if path.is_empty() {
+        path.push_str(key);
+    } else {
+        path.push('.');
+        path.push_str(key);
+    }
 }
 
 fn check_version(v: &serde_json::Value) -> Result<(), FormatError> {

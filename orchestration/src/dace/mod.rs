@@ -566,6 +566,7 @@ fn convert_state(sdfg: &Sdfg, views: &Views, st: &J, loc: &str) -> Result<Datafl
                 .collect()
         })
         .unwrap_or_default();
+    check_scope_ids(&nodes, &by_id, &scopes, loc)?;
     let mut cx = StateCx {
         sdfg,
         by_id,
@@ -596,6 +597,58 @@ fn convert_state(sdfg: &Sdfg, views: &Views, st: &J, loc: &str) -> Result<Datafl
     let mut df = Dataflow::new();
     cx.build("-1", &mut df)?;
     Ok(df)
+}
+
+/// Every node has its own id, and `scope_dict` lists each node of the state (map exits
+/// aside) exactly once and nothing else: an id the state lacks, a node in two scopes
+/// (which could make a map its own body) or in none (which would drop it) is an error
+/// naming it.
+fn check_scope_ids(
+    nodes: &[&J],
+    by_id: &BTreeMap<String, &J>,
+    scopes: &BTreeMap<String, Vec<String>>,
+    loc: &str,
+) -> Result<(), ImportError> {
+    if by_id.len() != nodes.len() {
+        let mut seen = std::collections::BTreeSet::new();
+        for n in nodes {
+            let id = n.get("id").map_or("(none)".to_string(), J::to_string);
+            if !seen.insert(id.clone()) {
+                return Err(err(loc, format!("two nodes have the id {id}")));
+            }
+        }
+    }
+    // Map exits are not built (a map scope is its entry), so where they are listed does
+    // not matter; hand-written files list them in both scopes.
+    let is_exit = |id: &str| by_id.get(id).and_then(|n| s(n, "type")) == Some("MapExit");
+    let mut scope_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for (scope, ids) in scopes {
+        for id in ids {
+            if !by_id.contains_key(id) {
+                return Err(err(
+                    loc,
+                    format!(
+                        "scope_dict['{scope}'] names node '{id}', which the state does not have"
+                    ),
+                ));
+            }
+            if let Some(first) = scope_of.insert(id, scope)
+                && !is_exit(id)
+            {
+                return Err(err(
+                    loc,
+                    format!("scope_dict lists node {id} in two scopes ('{first}' and '{scope}')"),
+                ));
+            }
+        }
+    }
+    if let Some(id) = by_id
+        .keys()
+        .find(|id| !scope_of.contains_key(id.as_str()) && !is_exit(id))
+    {
+        return Err(err(loc, format!("scope_dict lists no scope for node {id}")));
+    }
+    Ok(())
 }
 
 struct StateCx<'a> {
@@ -664,7 +717,12 @@ impl StateCx<'_> {
             .collect();
         let mut ids: BTreeMap<String, NodeId> = BTreeMap::new();
         for id in &members {
-            let n = self.by_id[id.as_str()];
+            let n = *self.by_id.get(id.as_str()).ok_or_else(|| {
+                err(
+                    &self.loc,
+                    format!("scope_dict names node '{id}', which the state does not have"),
+                )
+            })?;
             let nl = self.node_loc(id);
             let a = attrs(n);
             let node = match s(n, "type").unwrap_or("") {

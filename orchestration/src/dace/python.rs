@@ -62,6 +62,35 @@ struct Parser {
     pos: usize,
     /// Subscripts met so far; each stands in the expression as `__sub<k>`.
     subs: Vec<Subscript>,
+    /// Nesting depth of the parse so far (parentheses, prefix operators, calls).
+    depth: usize,
+}
+
+/// The deepest an expression may nest, as in sdflow's own syntax: deeper text is an error,
+/// not a stack overflow, and every imported expression can be written back as text.
+const MAX_DEPTH: usize = sdflow_ir::parse::MAX_DEPTH;
+
+fn too_deep() -> String {
+    format!("expression nests deeper than {MAX_DEPTH} levels")
+}
+
+/// Depth of an expression tree, computed without recursion.
+fn tree_depth(e: &Expr) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(e, 1usize)];
+    while let Some((e, d)) = stack.pop() {
+        max = max.max(d);
+        match e {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push((a, d + 1)),
+            Expr::Binary(_, a, b) => stack.extend([(&**a, d + 1), (&**b, d + 1)]),
+            Expr::Select(c, a, b) => {
+                stack.extend([(&**c, d + 1), (&**a, d + 1), (&**b, d + 1)]);
+            }
+            Expr::Call(_, args) => stack.extend(args.iter().map(|a| (a, d + 1))),
+        }
+    }
+    max
 }
 
 /// A subscript in tasklet code, `name[i, j]`: the tasklet's expression holds the variable
@@ -77,6 +106,26 @@ pub struct Subscript {
 }
 
 impl Parser {
+    /// Runs `f` one level deeper, refusing to go past [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, String>) -> Result<T, String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(too_deep());
+        }
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    /// One more link of a left-leaning operator chain: each deepens the tree by one.
+    fn link(&self, n: &mut usize) -> Result<(), String> {
+        *n += 1;
+        if self.depth + *n > MAX_DEPTH {
+            return Err(too_deep());
+        }
+        Ok(())
+    }
+
     fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.pos)
     }
@@ -101,6 +150,10 @@ impl Parser {
     /// `a if c else b` (lowest), then `or`, `and`, `not`, comparisons, `+ -`, `* / // %`,
     /// unary `-`, `**`, atoms.
     fn ternary(&mut self) -> Result<Expr, String> {
+        self.nested(Self::ternary_here)
+    }
+
+    fn ternary_here(&mut self) -> Result<Expr, String> {
         let a = self.or()?;
         if self.is_name("if") {
             self.pos += 1;
@@ -117,7 +170,9 @@ impl Parser {
 
     fn or(&mut self) -> Result<Expr, String> {
         let mut a = self.and()?;
+        let mut n = 0;
         while self.is_name("or") {
+            self.link(&mut n)?;
             self.pos += 1;
             a = Expr::bin(BinOp::Or, a, self.and()?);
         }
@@ -126,7 +181,9 @@ impl Parser {
 
     fn and(&mut self) -> Result<Expr, String> {
         let mut a = self.not()?;
+        let mut n = 0;
         while self.is_name("and") {
+            self.link(&mut n)?;
             self.pos += 1;
             a = Expr::bin(BinOp::And, a, self.not()?);
         }
@@ -136,7 +193,7 @@ impl Parser {
     fn not(&mut self) -> Result<Expr, String> {
         if self.is_name("not") {
             self.pos += 1;
-            return Ok(Expr::Unary(UnOp::Not, Box::new(self.not()?)));
+            return Ok(Expr::Unary(UnOp::Not, Box::new(self.nested(Self::not)?)));
         }
         self.comparison()
     }
@@ -166,6 +223,7 @@ impl Parser {
 
     fn sum(&mut self) -> Result<Expr, String> {
         let mut a = self.product()?;
+        let mut n = 0;
         loop {
             let op = if self.is_op("+") {
                 BinOp::Add
@@ -174,6 +232,7 @@ impl Parser {
             } else {
                 return Ok(a);
             };
+            self.link(&mut n)?;
             self.pos += 1;
             a = Expr::bin(op, a, self.product()?);
         }
@@ -181,6 +240,7 @@ impl Parser {
 
     fn product(&mut self) -> Result<Expr, String> {
         let mut a = self.unary()?;
+        let mut n = 0;
         loop {
             let op = if self.is_op("*") {
                 BinOp::Mul
@@ -193,6 +253,7 @@ impl Parser {
             } else {
                 return Ok(a);
             };
+            self.link(&mut n)?;
             self.pos += 1;
             a = Expr::bin(op, a, self.unary()?);
         }
@@ -201,7 +262,7 @@ impl Parser {
     fn unary(&mut self) -> Result<Expr, String> {
         if self.is_op("-") {
             self.pos += 1;
-            let x = self.unary()?;
+            let x = self.nested(Self::unary)?;
             // A negative literal stays a literal (as Python's constant folding does).
             return Ok(match x {
                 Expr::Const(Value::F64(v)) => Expr::Const(Value::F64(-v)),
@@ -211,7 +272,7 @@ impl Parser {
         }
         if self.is_op("+") {
             self.pos += 1;
-            return self.unary();
+            return self.nested(Self::unary);
         }
         self.power()
     }
@@ -220,7 +281,7 @@ impl Parser {
         let a = self.atom()?;
         if self.is_op("**") {
             self.pos += 1;
-            let b = self.unary()?;
+            let b = self.nested(Self::unary)?;
             return Ok(Expr::Call(MathFn::Pow, vec![a, b]));
         }
         Ok(a)
@@ -380,6 +441,7 @@ fn expr_with_subscripts(text: &str, first: usize) -> Result<(Expr, Vec<Subscript
         toks,
         pos: 0,
         subs: Vec::new(),
+        depth: 0,
     };
     // Placeholders continue the numbering of earlier statements.
     for k in 0..first {
@@ -390,6 +452,9 @@ fn expr_with_subscripts(text: &str, first: usize) -> Result<(Expr, Vec<Subscript
         });
     }
     let e = p.ternary()?;
+    if tree_depth(&e) > MAX_DEPTH {
+        return Err(too_deep());
+    }
     if p.pos != p.toks.len() {
         return Err(format!(
             "unexpected {} after the expression",
