@@ -14,11 +14,13 @@ use sdflow_ir::{DType, SymExpr, Value};
 use crate::CodegenError;
 use crate::cache::Origin;
 use crate::cpu::Signature;
+use crate::cpu::sites::{RECORD_LEN, Sites};
 
 type InitFn = unsafe extern "C" fn(*const i64, *const f64) -> *mut c_void;
 type RunFn = unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const i64, *const f64) -> i32;
 type FinalizeFn = unsafe extern "C" fn(*mut c_void);
 type ThreadsFn = unsafe extern "C" fn(i32);
+type ErrorFn = unsafe extern "C" fn(*mut c_void, *mut i64);
 
 /// A program compiled to a shared library and loaded.
 pub struct CompiledProgram {
@@ -30,6 +32,9 @@ pub struct CompiledProgram {
     run: RunFn,
     finalize: FinalizeFn,
     set_threads: ThreadsFn,
+    error: ErrorFn,
+    /// Where the generated code checks, and the conditions `bind` evaluates.
+    sites: Sites,
     /// The calling convention.
     pub signature: Signature,
     /// Static symbol values (for shape checks).
@@ -226,6 +231,15 @@ impl BoundCall<'_> {
         };
         match rc {
             0 => Ok(()),
+            3 => {
+                let mut rec = [0i64; RECORD_LEN];
+                // SAFETY: `error` copies the state's error record, `RECORD_LEN` values.
+                unsafe { (self.program.error)(self.state, rec.as_mut_ptr()) };
+                Err(CallError::Run {
+                    program: self.program.name.clone(),
+                    message: self.program.sites.message(&rec),
+                })
+            }
             2 => Err(CallError::Run {
                 program: self.program.name.clone(),
                 message: "integer division by zero, an index-table entry out of bounds, or an allocation failure, in the program"
@@ -251,6 +265,7 @@ impl CompiledProgram {
     pub(crate) fn load(
         library: &Path,
         signature: Signature,
+        sites: Sites,
         statics: BTreeMap<String, i64>,
         name: &str,
         origin: Origin,
@@ -260,13 +275,14 @@ impl CompiledProgram {
         // of ours beyond the C runtime's.
         let lib = unsafe { libloading::Library::new(library) }.map_err(err)?;
         // SAFETY: the generated code defines these three functions with these types.
-        let (init, run, finalize, set_threads) = unsafe {
+        let (init, run, finalize, set_threads, error) = unsafe {
             (
                 *lib.get::<InitFn>(b"sdflow_init\0").map_err(err)?,
                 *lib.get::<RunFn>(b"sdflow_run\0").map_err(err)?,
                 *lib.get::<FinalizeFn>(b"sdflow_finalize\0").map_err(err)?,
                 *lib.get::<ThreadsFn>(b"sdflow_set_num_threads\0")
                     .map_err(err)?,
+                *lib.get::<ErrorFn>(b"sdflow_error\0").map_err(err)?,
             )
         };
         Ok(CompiledProgram {
@@ -275,6 +291,8 @@ impl CompiledProgram {
             run,
             finalize,
             set_threads,
+            error,
+            sites,
             signature,
             statics,
             name: name.to_string(),
@@ -435,6 +453,11 @@ impl CompiledProgram {
         }
         // SAFETY: `ints` and `floats` hold one value per symbol of the signature.
         let state = unsafe { (self.init)(ints.as_ptr(), floats.as_ptr()) };
+        // The in-bounds conditions of the nodes that need only these symbols, after the
+        // symbol values: a node whose condition fails (or overflows) runs checked.
+        for c in &self.sites.bind_checks {
+            ints.push(c.eval_map(&values).is_ok_and(|v| v != 0) as i64);
+        }
         if state.is_null() {
             return Err(CallError::Run {
                 program: self.name.clone(),
