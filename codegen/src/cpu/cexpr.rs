@@ -281,6 +281,7 @@ pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) 
                 MathFn::Abs => "fabs",
                 MathFn::Min => "sdf_fmin",
                 MathFn::Max => "sdf_fmax",
+                MathFn::Cbrt => "sdf_cbrt",
                 MathFn::Log => "log",
                 other => other.name(),
             };
@@ -429,6 +430,17 @@ static inline float sdf_fminf(float a, float b) {
     if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
 static inline float sdf_fmaxf(float a, float b) {
     if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
+/* The cube root, by exactly the interpreter's operations (`interp::value::cbrt`). */
+static inline double sdf_cbrt(double x) {
+    if (x == 0.0 || !isfinite(x)) return x;
+    double a = fabs(x), scale = 1.0;
+    if (a < 2.2250738585072014e-308) { a *= 18014398509481984.0; scale = 1.0 / 262144.0; }
+    uint64_t b; memcpy(&b, &a, sizeof b); b = b / 3 + 0x2AA0000000000000ULL;
+    double t; memcpy(&t, &b, sizeof t);
+    for (int k = 0; k < 6; k++) t += (a / (t * t) - t) / 3.0;
+    double r = t * scale;
+    return x < 0.0 ? -r : r; }
+static inline float sdf_cbrtf(float x) { return (float)sdf_cbrt((double)x); }
 /* A NaN made the canonical quiet NaN: what outputs, resolutions and reductions store. */
 static inline double sdf_canon(double x) { return x != x ? (double)NAN : x; }
 static inline float sdf_canonf(float x) { return x != x ? (float)NAN : x; }
