@@ -396,6 +396,8 @@ impl CompiledProgram {
             let mut strides: Vec<i64> = Vec::new();
             if !want.is_empty() {
                 strides = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
+                sdflow_ir::bind::check_layout(&spec.name, &want, &strides)
+                    .map_err(|e| self.bind_err(format!("the program's {}", e.0)))?;
                 for (d, (&w, &h)) in strides.iter().zip(&a.strides).enumerate() {
                     if want[d] > 1 && w != h as i64 {
                         return Err(self.bind_err(format!(
@@ -506,26 +508,86 @@ impl CompiledProgram {
                 return Err(self.bind_err(format!("missing argument '{}'", spec.name)));
             }
         }
+        let layouts = self.declared_layouts(b)?;
         for (name, h) in b.arrays.iter_mut() {
             if !self.signature.arrays.iter().any(|a| a.name == *name) {
                 continue;
             }
+            let order = layouts.get(name).map(Vec::as_slice);
             args = match h {
-                HostArray::F64(a) => args.view(name, standard(a)),
-                HostArray::F32(a) => args.view(name, standard(a)),
-                HostArray::I64(a) => args.view(name, standard(a)),
-                HostArray::I32(a) => args.view(name, standard(a)),
-                HostArray::Bool(a) => args.view(name, standard(a)),
+                HostArray::F64(a) => args.view(name, laid_out(a, order)),
+                HostArray::F32(a) => args.view(name, laid_out(a, order)),
+                HostArray::I64(a) => args.view(name, laid_out(a, order)),
+                HostArray::I32(a) => args.view(name, laid_out(a, order)),
+                HostArray::Bool(a) => args.view(name, laid_out(a, order)),
             };
         }
         self.call_checked(args)
     }
 }
 
-/// A mutable view of `a`, made C-contiguous first if it is not.
-fn standard<T: Element>(a: &mut ndarray::ArrayD<T>) -> ndarray::ArrayViewMutD<'_, T> {
-    if !a.is_standard_layout() {
-        *a = a.as_standard_layout().into_owned();
+impl CompiledProgram {
+    /// The dense layout each argument's declared strides describe (dimensions slowest
+    /// first), with symbol values from `b` and the extents of its arrays.
+    fn declared_layouts(&self, b: &Bindings) -> Result<BTreeMap<String, Vec<usize>>, CallError> {
+        let mut values = self.statics.clone();
+        for (k, v) in &b.symbols {
+            if self.signature.ints.contains(k) {
+                values.insert(k.clone(), v.as_i64());
+            }
+        }
+        let found: Vec<(&crate::cpu::ArgSpec, &HostArray)> = self
+            .signature
+            .arrays
+            .iter()
+            .filter_map(|s| Some((s, b.arrays.get(&s.name)?)))
+            .collect();
+        let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = found
+            .iter()
+            .map(|(s, a)| sdflow_ir::bind::ArgLayout {
+                name: &s.name,
+                shape: &s.shape,
+                strides: &s.strides,
+                extents: a.shape(),
+                elem_strides: None,
+            })
+            .collect();
+        let inferable = |x: &str| self.signature.ints.iter().any(|s| s == x);
+        sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
+            .map_err(|e| self.bind_err(e.0))?;
+        Ok(found
+            .iter()
+            .filter_map(|(s, a)| {
+                let order = sdflow_ir::bind::dense_order(&s.strides, a.shape(), &values)?;
+                Some((s.name.clone(), order))
+            })
+            .collect())
+    }
+}
+
+/// A mutable view of `a` in the dense layout `order` (dimensions slowest first; `None`:
+/// row-major), its elements moved there first if they are laid out otherwise.
+fn laid_out<'a, T: Element>(
+    a: &'a mut ndarray::ArrayD<T>,
+    order: Option<&[usize]>,
+) -> ndarray::ArrayViewMutD<'a, T> {
+    let row_major: Vec<usize> = (0..a.ndim()).collect();
+    let order = order.unwrap_or(&row_major);
+    let mut inverse = vec![0; order.len()];
+    for (k, &d) in order.iter().enumerate() {
+        inverse[d] = k;
+    }
+    let in_place = {
+        let v = a.view().permuted_axes(order.to_vec());
+        v.is_standard_layout()
+    };
+    if !in_place {
+        let dense = a
+            .view()
+            .permuted_axes(order.to_vec())
+            .as_standard_layout()
+            .into_owned();
+        *a = dense.permuted_axes(inverse);
     }
     a.view_mut()
 }

@@ -170,7 +170,9 @@ impl HostArray {
     /// The element at a flat row-major position (`None` when out of range).
     pub fn get_flat(&self, i: usize) -> Option<Value> {
         fn at<T: Copy>(a: &ArrayD<T>, i: usize) -> Option<T> {
-            a.as_slice_memory_order()
+            // Row-major position: the memory order only when it is row-major too (an
+            // argument may be laid out column-major).
+            a.as_slice()
                 .and_then(|s| s.get(i).copied())
                 .or_else(|| a.iter().nth(i).copied())
         }
