@@ -314,9 +314,11 @@ fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> 
     })
 }
 
-/// Symbol values implied by the arrays passed (their extents and C-order strides against
-/// the declared shapes and strides; see [`sdflow_ir::bind`]). Two arrays implying
-/// different values is an error naming both.
+/// Symbol values implied by the arrays passed (their extents, and the strides they will
+/// have, against the declared shapes and strides; see [`sdflow_ir::bind`]). An array is
+/// laid out as its declared strides say when they describe a dense layout (column-major,
+/// say) once the extents have given their symbols, and row-major otherwise. Two arrays
+/// implying different values is an error naming both.
 pub fn infer_symbols(
     sdfg: &Sdfg,
     arrays: &BTreeMap<String, HostArray>,
@@ -332,9 +334,50 @@ pub fn infer_symbols(
             ints.insert(k.clone(), v.as_i64());
         }
     }
+    let inferable = |s: &str| {
+        sdfg.symbols
+            .get(s)
+            .is_some_and(|sym| sym.value.is_none() && sym.dtype.is_int())
+    };
+    // The extents first, then the strides of the layout each array will have.
+    let by_extent: Vec<sdflow_ir::bind::ArgLayout<'_>> = arrays
+        .iter()
+        .filter_map(|(name, a)| {
+            let desc = sdfg.arrays.get(name)?;
+            Some(sdflow_ir::bind::ArgLayout {
+                name,
+                shape: desc.shape(),
+                strides: &[],
+                extents: a.shape(),
+                elem_strides: None,
+            })
+        })
+        .collect();
+    let mut first = ints.clone();
+    sdflow_ir::bind::infer_symbols(&by_extent, &inferable, &mut first)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let strides: BTreeMap<&String, Vec<isize>> = arrays
         .iter()
-        .map(|(k, a)| (k, sdflow_ir::bind::c_strides(a.shape())))
+        .map(|(k, a)| {
+            let declared = sdfg
+                .arrays
+                .get(k)
+                .and_then(|d| d.as_array())
+                .and_then(|d| sdflow_ir::bind::dense_order(&d.strides, a.shape(), &first));
+            let st = match declared {
+                Some(order) => {
+                    let mut st = vec![1isize; order.len()];
+                    let mut reach = 1isize;
+                    for &d in order.iter().rev() {
+                        st[d] = reach;
+                        reach = reach.saturating_mul(a.shape()[d].max(1) as isize);
+                    }
+                    st
+                }
+                None => sdflow_ir::bind::c_strides(a.shape()),
+            };
+            (k, st)
+        })
         .collect();
     let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = arrays
         .iter()
@@ -349,11 +392,6 @@ pub fn infer_symbols(
             })
         })
         .collect();
-    let inferable = |s: &str| {
-        sdfg.symbols
-            .get(s)
-            .is_some_and(|sym| sym.value.is_none() && sym.dtype.is_int())
-    };
     sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut ints)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     for (k, v) in ints {

@@ -361,3 +361,66 @@ fn opt_writes_an_optimized_program_and_reports() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_column_major_program_runs_on_the_cpu_backend_as_on_the_interpreter() {
+    // out[i, j] = u[i, j] * 2 + i, both arrays declared column-major (strides [1, N]).
+    let mut b = sdflow::ir::SdfgBuilder::new("colmajor");
+    b.symbol("N", sdflow::ir::DType::I64)
+        .symbol("M", sdflow::ir::DType::I64)
+        .array("u", sdflow::ir::DType::F64, ["N", "M"])
+        .array("out", sdflow::ir::DType::F64, ["N", "M"]);
+    b.state("main", |s| {
+        s.map("m", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet(
+                "t",
+                &[("x", "u[i, j]")],
+                &[("o", "out[i, j]")],
+                "o = x * 2.0 + f64(i)",
+            );
+        });
+    });
+    let mut s = b.build();
+    for a in ["u", "out"] {
+        if let Some(sdflow::ir::DataDesc::Array(a)) = s.arrays.get_mut(a) {
+            a.strides = vec![sdflow::ir::SymExpr::Int(1), sdflow::ir::SymExpr::sym("N")];
+        }
+    }
+    let file = tmp("colmajor.sdfg.json");
+    std::fs::write(&file, sdflow::ir::format::to_json(&s)).unwrap();
+    let f = file.to_str().unwrap();
+    let (oi, oc) = (tmp("colmajor_interp.npz"), tmp("colmajor_cpu.npz"));
+    let interp = sdflow(&[
+        "run",
+        f,
+        "-s",
+        "N=6",
+        "-s",
+        "M=4",
+        "--outputs",
+        oi.to_str().unwrap(),
+    ]);
+    assert!(interp.status.success(), "{}", stderr(&interp));
+    let cpu = sdflow(&[
+        "run",
+        f,
+        "--backend",
+        "cpu",
+        "-s",
+        "N=6",
+        "-s",
+        "M=4",
+        "--outputs",
+        oc.to_str().unwrap(),
+    ]);
+    assert!(cpu.status.success(), "{}", stderr(&cpu));
+    assert_eq!(stdout(&interp), stdout(&cpu));
+    assert!(
+        stdout(&cpu).starts_with("out: f64[6, 4]"),
+        "{}",
+        stdout(&cpu)
+    );
+    let (a, b) = (npz::read_npz(&oi).unwrap(), npz::read_npz(&oc).unwrap());
+    assert_eq!(a["out"].bits(), b["out"].bits());
+    assert_eq!(a["u"].bits(), b["u"].bits());
+}

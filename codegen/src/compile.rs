@@ -15,13 +15,23 @@ pub struct CompilerOptions {
     /// Flags. Default: `-O3 -march=native -fopenmp -ffp-contract=off -fno-math-errno
     /// -fPIC -shared -std=c11`. `-ffp-contract=off` keeps results bitwise equal to the
     /// interpreter (no fused multiply-add); there is no fast-math unless a program opts in
-    /// by adding flags here.
+    /// by adding flags here. With `SDFLOW_SANITIZE=1` in the environment, the
+    /// sanitizer flags of [`CompilerOptions::sanitized`] follow.
     pub flags: Vec<String>,
 }
 
+/// The flags of a sanitized build: AddressSanitizer and UndefinedBehaviorSanitizer, a
+/// finding ends the run (`-fno-sanitize-recover=all`).
+pub const SANITIZE_FLAGS: [&str; 4] = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-g",
+];
+
 impl Default for CompilerOptions {
     fn default() -> Self {
-        CompilerOptions {
+        let opts = CompilerOptions {
             cc: std::env::var("SDFLOW_CC").unwrap_or_else(|_| "cc".to_string()),
             flags: [
                 "-O3",
@@ -36,6 +46,11 @@ impl Default for CompilerOptions {
             .iter()
             .map(|s| s.to_string())
             .collect(),
+        };
+        if std::env::var("SDFLOW_SANITIZE").is_ok_and(|v| v == "1") {
+            opts.sanitized()
+        } else {
+            opts
         }
     }
 }
@@ -45,6 +60,31 @@ impl CompilerOptions {
     pub fn without_openmp(mut self) -> Self {
         self.flags.retain(|f| f != "-fopenmp");
         self
+    }
+
+    /// The same options with AddressSanitizer and UndefinedBehaviorSanitizer
+    /// ([`SANITIZE_FLAGS`]; the flags are part of the cache key, so sanitized and plain
+    /// libraries never mix). A process that loads such a library must have the
+    /// sanitizer runtime loaded first: run it with `LD_PRELOAD` set to
+    /// [`CompilerOptions::asan_runtime`].
+    pub fn sanitized(mut self) -> Self {
+        for f in SANITIZE_FLAGS {
+            if !self.flags.iter().any(|x| x == f) {
+                self.flags.push(f.to_string());
+            }
+        }
+        self
+    }
+
+    /// The AddressSanitizer runtime library of this compiler
+    /// (`cc -print-file-name=libasan.so`), when it has one.
+    pub fn asan_runtime(&self) -> Option<PathBuf> {
+        let out = Command::new(&self.cc)
+            .arg("-print-file-name=libasan.so")
+            .output()
+            .ok()?;
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        (p.is_absolute() && p.exists()).then_some(p)
     }
 
     /// What identifies the compiler for caching: its `--version` text, and for

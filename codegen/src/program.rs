@@ -14,11 +14,13 @@ use sdflow_ir::{DType, SymExpr, Value};
 use crate::CodegenError;
 use crate::cache::Origin;
 use crate::cpu::Signature;
+use crate::cpu::sites::{RECORD_LEN, Sites};
 
 type InitFn = unsafe extern "C" fn(*const i64, *const f64) -> *mut c_void;
 type RunFn = unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const i64, *const f64) -> i32;
 type FinalizeFn = unsafe extern "C" fn(*mut c_void);
 type ThreadsFn = unsafe extern "C" fn(i32);
+type ErrorFn = unsafe extern "C" fn(*mut c_void, *mut i64);
 
 /// A program compiled to a shared library and loaded.
 pub struct CompiledProgram {
@@ -30,6 +32,9 @@ pub struct CompiledProgram {
     run: RunFn,
     finalize: FinalizeFn,
     set_threads: ThreadsFn,
+    error: ErrorFn,
+    /// Where the generated code checks, and the conditions `bind` evaluates.
+    sites: Sites,
     /// The calling convention.
     pub signature: Signature,
     /// Static symbol values (for shape checks).
@@ -226,6 +231,15 @@ impl BoundCall<'_> {
         };
         match rc {
             0 => Ok(()),
+            3 => {
+                let mut rec = [0i64; RECORD_LEN];
+                // SAFETY: `error` copies the state's error record, `RECORD_LEN` values.
+                unsafe { (self.program.error)(self.state, rec.as_mut_ptr()) };
+                Err(CallError::Run {
+                    program: self.program.name.clone(),
+                    message: self.program.sites.message(&rec),
+                })
+            }
             2 => Err(CallError::Run {
                 program: self.program.name.clone(),
                 message: "integer division by zero, an index-table entry out of bounds, or an allocation failure, in the program"
@@ -251,6 +265,7 @@ impl CompiledProgram {
     pub(crate) fn load(
         library: &Path,
         signature: Signature,
+        sites: Sites,
         statics: BTreeMap<String, i64>,
         name: &str,
         origin: Origin,
@@ -260,13 +275,14 @@ impl CompiledProgram {
         // of ours beyond the C runtime's.
         let lib = unsafe { libloading::Library::new(library) }.map_err(err)?;
         // SAFETY: the generated code defines these three functions with these types.
-        let (init, run, finalize, set_threads) = unsafe {
+        let (init, run, finalize, set_threads, error) = unsafe {
             (
                 *lib.get::<InitFn>(b"sdflow_init\0").map_err(err)?,
                 *lib.get::<RunFn>(b"sdflow_run\0").map_err(err)?,
                 *lib.get::<FinalizeFn>(b"sdflow_finalize\0").map_err(err)?,
                 *lib.get::<ThreadsFn>(b"sdflow_set_num_threads\0")
                     .map_err(err)?,
+                *lib.get::<ErrorFn>(b"sdflow_error\0").map_err(err)?,
             )
         };
         Ok(CompiledProgram {
@@ -275,6 +291,8 @@ impl CompiledProgram {
             run,
             finalize,
             set_threads,
+            error,
+            sites,
             signature,
             statics,
             name: name.to_string(),
@@ -378,6 +396,8 @@ impl CompiledProgram {
             let mut strides: Vec<i64> = Vec::new();
             if !want.is_empty() {
                 strides = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
+                sdflow_ir::bind::check_layout(&spec.name, &want, &strides)
+                    .map_err(|e| self.bind_err(format!("the program's {}", e.0)))?;
                 for (d, (&w, &h)) in strides.iter().zip(&a.strides).enumerate() {
                     if want[d] > 1 && w != h as i64 {
                         return Err(self.bind_err(format!(
@@ -435,6 +455,11 @@ impl CompiledProgram {
         }
         // SAFETY: `ints` and `floats` hold one value per symbol of the signature.
         let state = unsafe { (self.init)(ints.as_ptr(), floats.as_ptr()) };
+        // The in-bounds conditions of the nodes that need only these symbols, after the
+        // symbol values: a node whose condition fails (or overflows) runs checked.
+        for c in &self.sites.bind_checks {
+            ints.push(c.eval_map(&values).is_ok_and(|v| v != 0) as i64);
+        }
         if state.is_null() {
             return Err(CallError::Run {
                 program: self.name.clone(),
@@ -483,26 +508,86 @@ impl CompiledProgram {
                 return Err(self.bind_err(format!("missing argument '{}'", spec.name)));
             }
         }
+        let layouts = self.declared_layouts(b)?;
         for (name, h) in b.arrays.iter_mut() {
             if !self.signature.arrays.iter().any(|a| a.name == *name) {
                 continue;
             }
+            let order = layouts.get(name).map(Vec::as_slice);
             args = match h {
-                HostArray::F64(a) => args.view(name, standard(a)),
-                HostArray::F32(a) => args.view(name, standard(a)),
-                HostArray::I64(a) => args.view(name, standard(a)),
-                HostArray::I32(a) => args.view(name, standard(a)),
-                HostArray::Bool(a) => args.view(name, standard(a)),
+                HostArray::F64(a) => args.view(name, laid_out(a, order)),
+                HostArray::F32(a) => args.view(name, laid_out(a, order)),
+                HostArray::I64(a) => args.view(name, laid_out(a, order)),
+                HostArray::I32(a) => args.view(name, laid_out(a, order)),
+                HostArray::Bool(a) => args.view(name, laid_out(a, order)),
             };
         }
         self.call_checked(args)
     }
 }
 
-/// A mutable view of `a`, made C-contiguous first if it is not.
-fn standard<T: Element>(a: &mut ndarray::ArrayD<T>) -> ndarray::ArrayViewMutD<'_, T> {
-    if !a.is_standard_layout() {
-        *a = a.as_standard_layout().into_owned();
+impl CompiledProgram {
+    /// The dense layout each argument's declared strides describe (dimensions slowest
+    /// first), with symbol values from `b` and the extents of its arrays.
+    fn declared_layouts(&self, b: &Bindings) -> Result<BTreeMap<String, Vec<usize>>, CallError> {
+        let mut values = self.statics.clone();
+        for (k, v) in &b.symbols {
+            if self.signature.ints.contains(k) {
+                values.insert(k.clone(), v.as_i64());
+            }
+        }
+        let found: Vec<(&crate::cpu::ArgSpec, &HostArray)> = self
+            .signature
+            .arrays
+            .iter()
+            .filter_map(|s| Some((s, b.arrays.get(&s.name)?)))
+            .collect();
+        let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = found
+            .iter()
+            .map(|(s, a)| sdflow_ir::bind::ArgLayout {
+                name: &s.name,
+                shape: &s.shape,
+                strides: &s.strides,
+                extents: a.shape(),
+                elem_strides: None,
+            })
+            .collect();
+        let inferable = |x: &str| self.signature.ints.iter().any(|s| s == x);
+        sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
+            .map_err(|e| self.bind_err(e.0))?;
+        Ok(found
+            .iter()
+            .filter_map(|(s, a)| {
+                let order = sdflow_ir::bind::dense_order(&s.strides, a.shape(), &values)?;
+                Some((s.name.clone(), order))
+            })
+            .collect())
+    }
+}
+
+/// A mutable view of `a` in the dense layout `order` (dimensions slowest first; `None`:
+/// row-major), its elements moved there first if they are laid out otherwise.
+fn laid_out<'a, T: Element>(
+    a: &'a mut ndarray::ArrayD<T>,
+    order: Option<&[usize]>,
+) -> ndarray::ArrayViewMutD<'a, T> {
+    let row_major: Vec<usize> = (0..a.ndim()).collect();
+    let order = order.unwrap_or(&row_major);
+    let mut inverse = vec![0; order.len()];
+    for (k, &d) in order.iter().enumerate() {
+        inverse[d] = k;
+    }
+    let in_place = {
+        let v = a.view().permuted_axes(order.to_vec());
+        v.is_standard_layout()
+    };
+    if !in_place {
+        let dense = a
+            .view()
+            .permuted_axes(order.to_vec())
+            .as_standard_layout()
+            .into_owned();
+        *a = dense.permuted_axes(inverse);
     }
     a.view_mut()
 }

@@ -54,6 +54,65 @@ pub fn c_strides(extents: &[usize]) -> Vec<isize> {
     out
 }
 
+/// Checks a layout: in elements, every dimension of extent above 1 has a positive
+/// stride, and no two indices reach the same element (sorted by stride, each stride
+/// is at least the previous stride times the previous extent). Declared strides describe
+/// the memory layout of the array passed; a zero, negative or overlapping one is not a
+/// layout sdflow accepts.
+pub fn check_layout(name: &str, extents: &[i64], strides: &[i64]) -> Result<(), BindError> {
+    let mut dims: Vec<(i64, i64, usize)> = Vec::new();
+    for (d, (&n, &s)) in extents.iter().zip(strides).enumerate() {
+        if n <= 1 {
+            continue;
+        }
+        if s <= 0 {
+            return Err(BindError(format!(
+                "'{name}' has stride {s} in dimension {d}; strides must be positive (in elements)"
+            )));
+        }
+        dims.push((s, n, d));
+    }
+    dims.sort();
+    for w in dims.windows(2) {
+        let ((s0, n0, d0), (s1, _, d1)) = (w[0], w[1]);
+        if s0.checked_mul(n0).is_none_or(|reach| s1 < reach) {
+            return Err(BindError(format!(
+                "'{name}' has strides {strides:?} for extents {extents:?}: dimensions {d0} and {d1} overlap (stride {s1} < {s0} * {n0})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The dense layout that declared strides describe, evaluated with `known`: the order
+/// of the dimensions from the slowest to the fastest (row-major `0, 1, …`; column-major
+/// `…, 1, 0`). `None` when a stride cannot be evaluated or the strides are not those of
+/// a dense layout (padding, say).
+pub fn dense_order(
+    strides: &[SymExpr],
+    extents: &[usize],
+    known: &BTreeMap<String, i64>,
+) -> Option<Vec<usize>> {
+    let st: Vec<i64> = strides
+        .iter()
+        .map(|e| e.eval_map(known).ok())
+        .collect::<Option<_>>()?;
+    if st.len() != extents.len() {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..extents.len()).collect();
+    // Slowest first; ties (extent-1 dimensions) keep the declared order.
+    order.sort_by_key(|&d| std::cmp::Reverse(if extents[d] > 1 { st[d] } else { 0 }));
+    let mut expected: i64 = 1;
+    for &d in order.iter().rev() {
+        if extents[d] > 1 && st[d] != expected {
+            return None;
+        }
+        expected = expected.checked_mul(extents[d].max(1) as i64)?;
+    }
+    Some(order)
+}
+
 /// Adds to `known` every symbol value that `args` imply and that `known` does not hold
 /// already; `inferable` says which symbols may be inferred (runtime integer symbols).
 /// Errors: two arrays (or an array and a given value) implying different values.
@@ -241,6 +300,36 @@ mod tests {
         let mut known = BTreeMap::from([("__w_Cell_range_0".to_string(), 5)]);
         infer_symbols(&args, &|_| true, &mut known).unwrap();
         assert_eq!(known["__w_Cell_range_1"], 23);
+    }
+
+    #[test]
+    fn layouts_are_checked_and_recognized() {
+        assert_eq!(check_layout("a", &[3, 4], &[4, 1]), Ok(()));
+        assert_eq!(check_layout("a", &[3, 4], &[1, 3]), Ok(()));
+        assert_eq!(check_layout("a", &[1, 4], &[0, 1]), Ok(()));
+        assert_eq!(
+            check_layout("a", &[3, 4], &[0, 1]).unwrap_err().0,
+            "'a' has stride 0 in dimension 0; strides must be positive (in elements)"
+        );
+        assert_eq!(
+            check_layout("a", &[3, 4], &[-4, 1]).unwrap_err().0,
+            "'a' has stride -4 in dimension 0; strides must be positive (in elements)"
+        );
+        assert_eq!(
+            check_layout("a", &[3, 4], &[2, 1]).unwrap_err().0,
+            "'a' has strides [2, 1] for extents [3, 4]: dimensions 1 and 0 overlap (stride 2 < 1 * 4)"
+        );
+        let k = BTreeMap::from([("N".to_string(), 3)]);
+        assert_eq!(
+            dense_order(&[sym("1"), sym("N")], &[3, 5], &k),
+            Some(vec![1, 0])
+        );
+        assert_eq!(
+            dense_order(&[sym("5"), sym("1")], &[3, 5], &k),
+            Some(vec![0, 1])
+        );
+        assert_eq!(dense_order(&[sym("6"), sym("1")], &[3, 5], &k), None);
+        assert_eq!(dense_order(&[sym("M"), sym("1")], &[3, 5], &k), None);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! the interpreter's semantics: C promotion with at least `int32_t` arithmetic, wrapping
 //! integer `+ - *` (through unsigned arithmetic, never signed overflow), Python's `//`
 //! and `%` on integers and floats, saturating float-to-integer casts (Rust's `as`),
-//! `fmin`/`fmax` for float `min`/`max`, `<math.h>` in the operand's float type.
+//! IEEE `minimumNumber`/`maximumNumber` for float `min`/`max`, `<math.h>` in the
+//! operand's float type, NaN results of outputs canonical ([`canon`]).
 
 use sdflow_ir::{BinOp, DType, Expr, MathFn, SymExpr, SymOp, UnOp, Value};
 
@@ -58,6 +59,21 @@ fn float_literal(x: f64, single: bool) -> String {
     format!("({text}{suffix})")
 }
 
+/// How symbolic arithmetic is checked.
+#[derive(Clone, Copy)]
+pub enum SymCheck<'a> {
+    /// Plain C operators: for subscripts and map ranges that the node's in-bounds
+    /// condition covers (they keep index expressions affine for the C compiler's loop
+    /// analysis).
+    Plain,
+    /// Overflow and division by zero raise the error site that the function returns for
+    /// the failing subexpression (`true`: a division by zero).
+    Raise(&'a dyn Fn(&SymExpr, bool) -> usize),
+    /// Overflow and division by zero set the caller's local `sdf_q` and yield 0 (for
+    /// conditions: a condition that cannot be evaluated does not hold).
+    Quiet,
+}
+
 /// How names resolve in symbolic expressions: `s_<name>` for symbols and map parameters;
 /// host scalar containers are read through `scalar(name)`.
 pub struct SymNames<'a> {
@@ -65,9 +81,12 @@ pub struct SymNames<'a> {
     pub scalar: &'a dyn Fn(&str) -> Option<String>,
     /// Names that are symbols or map parameters in scope.
     pub is_symbol: &'a dyn Fn(&str) -> bool,
+    /// How arithmetic is checked.
+    pub check: SymCheck<'a>,
 }
 
-/// C text of a symbolic (int64) expression.
+/// C text of a symbolic (int64) expression: 64-bit arithmetic with the interpreter's
+/// overflow and division-by-zero errors (unless `names.check` is `Plain`).
 pub fn sym(e: &SymExpr, names: &SymNames<'_>) -> String {
     match e {
         SymExpr::Int(v) if *v >= 0 => format!("{v}LL"),
@@ -81,19 +100,37 @@ pub fn sym(e: &SymExpr, names: &SymNames<'_>) -> String {
                 format!("s_{n}")
             }
         }
-        // Symbolic arithmetic is plain signed C: the interpreter rejects overflow in
-        // symbolic expressions, and plain operators keep index expressions affine for
-        // the C compiler's loop analysis (contiguous vector loads, not gathers).
-        SymExpr::Neg(a) => format!("(-({}))", sym(a, names)),
+        SymExpr::Neg(a) => {
+            let x = sym(a, names);
+            match names.check {
+                SymCheck::Plain => format!("(-({x}))"),
+                SymCheck::Raise(site) => format!("sdf_sneg({x}, {})", site(e, false)),
+                SymCheck::Quiet => format!("sdf_qneg({x}, &sdf_q)"),
+            }
+        }
         SymExpr::Not(a) => format!("((int64_t)!({}))", sym(a, names)),
         SymExpr::Bin(op, a, b) => {
             let (x, y) = (sym(a, names), sym(b, names));
+            let checked = |f: &str| match names.check {
+                SymCheck::Plain => None,
+                SymCheck::Raise(site) => {
+                    let div = if matches!(op, SymOp::FloorDiv | SymOp::Mod) {
+                        format!(", {}", site(e, true))
+                    } else {
+                        String::new()
+                    };
+                    Some(format!("sdf_s{f}({x}, {y}, {}{div})", site(e, false)))
+                }
+                SymCheck::Quiet => Some(format!("sdf_q{f}({x}, {y}, &sdf_q)")),
+            };
             match op {
-                SymOp::Add => format!("({x} + {y})"),
-                SymOp::Sub => format!("({x} - {y})"),
-                SymOp::Mul => format!("({x} * {y})"),
-                SymOp::FloorDiv => format!("sdf_floordiv64({x}, {y})"),
-                SymOp::Mod => format!("sdf_mod64({x}, {y})"),
+                SymOp::Add => checked("add").unwrap_or_else(|| format!("({x} + {y})")),
+                SymOp::Sub => checked("sub").unwrap_or_else(|| format!("({x} - {y})")),
+                SymOp::Mul => checked("mul").unwrap_or_else(|| format!("({x} * {y})")),
+                SymOp::FloorDiv => {
+                    checked("floordiv").unwrap_or_else(|| format!("sdf_floordiv64({x}, {y})"))
+                }
+                SymOp::Mod => checked("mod").unwrap_or_else(|| format!("sdf_mod64({x}, {y})")),
                 SymOp::Min => format!("sdf_min64({x}, {y})"),
                 SymOp::Max => format!("sdf_max64({x}, {y})"),
                 SymOp::Eq => format!("((int64_t)(({x}) == ({y})))"),
@@ -106,6 +143,15 @@ pub fn sym(e: &SymExpr, names: &SymNames<'_>) -> String {
                 SymOp::Or => format!("((int64_t)((({x}) != 0) || (({y}) != 0)))"),
             }
         }
+    }
+}
+
+/// `x` of type `t` with a NaN made the canonical quiet NaN (floats; others as they are).
+pub fn canon(x: &str, t: DType) -> String {
+    match t {
+        DType::F64 => format!("sdf_canon({x})"),
+        DType::F32 => format!("sdf_canonf({x})"),
+        _ => x.to_string(),
     }
 }
 
@@ -233,8 +279,9 @@ pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) 
             let conv: Vec<String> = parts.iter().map(|(x, ta)| convert(x, *ta, ft)).collect();
             let base = match f {
                 MathFn::Abs => "fabs",
-                MathFn::Min => "fmin",
-                MathFn::Max => "fmax",
+                MathFn::Min => "sdf_fmin",
+                MathFn::Max => "sdf_fmax",
+                MathFn::Cbrt => "sdf_cbrt",
                 MathFn::Log => "log",
                 other => other.name(),
             };
@@ -269,6 +316,68 @@ pub const PRELUDE: &str = r#"#include <stdint.h>
    library never see each other's errors; `run` gathers it from its threads. */
 static _Thread_local int sdf_error_flag = 0;
 static inline void sdf_fail(void) { sdf_error_flag = 1; }
+/* The first checked failure of the calling thread: its site, two values and the map
+   parameters the checked loops recorded (`sdf_pv`); `run` keeps the program's first
+   and `sdflow_error` hands it to the caller, who turns it into the message. */
+#define SDF_MAXP 16
+typedef struct { int64_t failed, site, v0, v1, p[SDF_MAXP]; } sdf_err_t;
+static _Thread_local sdf_err_t sdf_err;
+static _Thread_local int64_t sdf_pv[SDF_MAXP];
+static inline void sdf_raise(int64_t site, int64_t v0, int64_t v1) {
+    if (sdf_err.failed) return;
+    sdf_err.failed = 1; sdf_err.site = site; sdf_err.v0 = v0; sdf_err.v1 = v1;
+    memcpy(sdf_err.p, sdf_pv, sizeof sdf_pv); }
+static inline int sdf_err_before(const sdf_err_t* a, const sdf_err_t* b) {
+    if (a->site != b->site) return a->site < b->site;
+    for (int k = 0; k < SDF_MAXP; k++) if (a->p[k] != b->p[k]) return a->p[k] < b->p[k];
+    return 0; }
+/* An index checked against its extent: a bad one raises and reads index 0. */
+static inline int64_t sdf_ck(int64_t i, int64_t n, int64_t site) {
+    if (i >= 0 && i < n) return i;
+    sdf_raise(site, i, n); return 0; }
+/* The indices s, s+st, ... below e against extent n, as the interpreter checks a range:
+   a step that is not positive, else the first index outside [0, n), raises. */
+static inline void sdf_pts(int64_t s, int64_t e, int64_t st, int64_t n, int64_t site, int64_t step_site) {
+    if (st <= 0) { sdf_raise(step_site, st, 0); return; }
+    if (s >= e) return;
+    if (s < 0 || s >= n) { sdf_raise(site, s, n); return; }
+    __int128 i = (__int128)s + (((__int128)n - s + st - 1) / st) * st;
+    if (i < e) sdf_raise(site, (int64_t)i, n); }
+/* The next value of a map parameter; past the largest integer, the end. */
+static inline int64_t sdf_next(int64_t i, int64_t st, int64_t e) {
+    return (i > INT64_MAX - st) ? e : i + st; }
+/* Symbolic arithmetic with the interpreter's errors: `sdf_s*` raise a site, `sdf_q*`
+   set the caller's flag (a condition that cannot be evaluated does not hold). */
+#define SDF_SYM_OPS(P, FAIL, ARG, ...)                                                    \
+static inline int64_t sdf_##P##add(int64_t a, int64_t b, ARG) {                          \
+    int64_t r; if (__builtin_add_overflow(a, b, &r)) { FAIL; return 0; } return r; }     \
+static inline int64_t sdf_##P##sub(int64_t a, int64_t b, ARG) {                          \
+    int64_t r; if (__builtin_sub_overflow(a, b, &r)) { FAIL; return 0; } return r; }     \
+static inline int64_t sdf_##P##mul(int64_t a, int64_t b, ARG) {                          \
+    int64_t r; if (__builtin_mul_overflow(a, b, &r)) { FAIL; return 0; } return r; }     \
+static inline int64_t sdf_##P##neg(int64_t a, ARG) {                                     \
+    if (a == INT64_MIN) { FAIL; return 0; } return -a; }
+SDF_SYM_OPS(s, sdf_raise(site, 0, 0), int64_t site)
+SDF_SYM_OPS(q, *q = 1, int* q)
+static inline int64_t sdf_sfloordiv(int64_t a, int64_t b, int64_t site, int64_t dsite) {
+    if (b == 0) { sdf_raise(dsite, 0, 0); return 0; }
+    if (a == INT64_MIN && b == -1) { sdf_raise(site, 0, 0); return 0; }
+    int64_t q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t sdf_smod(int64_t a, int64_t b, int64_t site, int64_t dsite) {
+    (void)site;
+    if (b == 0) { sdf_raise(dsite, 0, 0); return 0; }
+    if (b == -1) return 0;
+    int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t sdf_qfloordiv(int64_t a, int64_t b, int* q) {
+    if (b == 0 || (a == INT64_MIN && b == -1)) { *q = 1; return 0; }
+    int64_t d = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? d - 1 : d; }
+static inline int64_t sdf_qmod(int64_t a, int64_t b, int* q) {
+    if (b == 0) { *q = 1; return 0; }
+    if (b == -1) return 0;
+    int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* An index-table value plus its offset; overflow raises. */
+static inline int64_t sdf_tadd(int64_t v, int64_t o, int64_t site) {
+    int64_t r; if (__builtin_add_overflow(v, o, &r)) { sdf_raise(site, v, o); return 0; } return r; }
 #define SDF_INT_OPS(W, T, UT, MIN)                                                        \
 static inline T sdf_add##W(T a, T b) { return (T)((UT)a + (UT)b); }                      \
 static inline T sdf_sub##W(T a, T b) { return (T)((UT)a - (UT)b); }                      \
@@ -311,5 +420,29 @@ static inline int64_t sdf_f2i64(double x) {
     if (x >= 9223372036854775808.0) return INT64_MAX;
     return (int64_t)x; }
 static inline double sdf_fmod_double(double a, double b) { return a - floor(a / b) * b; }
+/* Float min and max: a NaN operand yields the other, -0.0 is below +0.0 (IEEE 754-2019
+   minimumNumber / maximumNumber, as the interpreter). */
+static inline double sdf_fmin(double a, double b) {
+    if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
+static inline double sdf_fmax(double a, double b) {
+    if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
+static inline float sdf_fminf(float a, float b) {
+    if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
+static inline float sdf_fmaxf(float a, float b) {
+    if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
+/* The cube root, by exactly the interpreter's operations (`interp::value::cbrt`). */
+static inline double sdf_cbrt(double x) {
+    if (x == 0.0 || !isfinite(x)) return x;
+    double a = fabs(x), scale = 1.0;
+    if (a < 2.2250738585072014e-308) { a *= 18014398509481984.0; scale = 1.0 / 262144.0; }
+    uint64_t b; memcpy(&b, &a, sizeof b); b = b / 3 + 0x2AA0000000000000ULL;
+    double t; memcpy(&t, &b, sizeof t);
+    for (int k = 0; k < 6; k++) t += (a / (t * t) - t) / 3.0;
+    double r = t * scale;
+    return x < 0.0 ? -r : r; }
+static inline float sdf_cbrtf(float x) { return (float)sdf_cbrt((double)x); }
+/* A NaN made the canonical quiet NaN: what outputs, resolutions and reductions store. */
+static inline double sdf_canon(double x) { return x != x ? (double)NAN : x; }
+static inline float sdf_canonf(float x) { return x != x ? (float)NAN : x; }
 static inline float sdf_fmod_float(float a, float b) { return a - floorf(a / b) * b; }
 "#;

@@ -12,6 +12,7 @@
 //! Nested SDFGs become static functions with copy-in/copy-out, as the interpreter
 //! defines them.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -20,7 +21,10 @@ use sdflow_ir::{
     NodeId, Reduce, Schedule, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
 
-use super::cexpr::{self, SymNames, convert, ctype, literal};
+use super::cexpr::{self, SymCheck, SymNames, convert, ctype, literal};
+use super::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
+
+mod checked;
 use crate::CodegenError;
 
 /// Options of the C emitter.
@@ -103,9 +107,26 @@ impl Signature {
 
 /// Emits the translation unit of `sdfg`.
 pub fn emit_program(sdfg: &Sdfg, opts: &EmitOptions) -> Result<String, CodegenError> {
+    Ok(emit_program_checked(sdfg, opts)?.0)
+}
+
+/// Emits the translation unit of `sdfg` and the checks its `run` relies on: the error
+/// sites it can report and the conditions `bind` evaluates.
+pub fn emit_program_checked(
+    sdfg: &Sdfg,
+    opts: &EmitOptions,
+) -> Result<(String, Sites), CodegenError> {
     let mut fns = Vec::new();
     let mut counter = 0;
-    let run = emit_function(sdfg, opts, true, &mut fns, &mut counter)?;
+    let sites = RefCell::new(Sites::default());
+    let loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
+    let ctx = FnCtx {
+        top: true,
+        sites: &sites,
+        loc,
+        depth: 0,
+    };
+    let run = emit_function(sdfg, opts, &ctx, &mut fns, &mut counter)?;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -131,7 +152,16 @@ pub fn emit_program(sdfg: &Sdfg, opts: &EmitOptions) -> Result<String, CodegenEr
         out.push('\n');
     }
     out.push_str(&run);
-    Ok(out)
+    Ok((out, sites.into_inner()))
+}
+
+/// Where a function is emitted: the program's `run` (`top`) or a nested SDFG's function,
+/// the error sites, the location path and how many map parameters enclose it.
+struct FnCtx<'s> {
+    top: bool,
+    sites: &'s RefCell<Sites>,
+    loc: Vec<LocPart>,
+    depth: usize,
 }
 
 /// Where a name used in symbolic expressions and code is defined.
@@ -145,9 +175,20 @@ struct Scope<'a> {
     parallel: bool,
     /// Inside the body of a map that runs in parallel (wcr writes need atomics).
     in_parallel_map: bool,
+    /// The checked version of a node: subscripts are checked one by one, symbolic
+    /// arithmetic everywhere raises its errors, map loops record their parameters.
+    checked: bool,
+    /// Where failure jumps to in a checked body (a label after the checked loops).
+    stop: Option<String>,
+    /// The location path of what is emitted, as the interpreter writes it.
+    loc: Vec<LocPart>,
+    /// Map parameters recorded (`sdf_pv`) by the enclosing checked loops.
+    depth: usize,
+    /// The program's error sites.
+    sites: &'a RefCell<Sites>,
 }
 
-impl Scope<'_> {
+impl<'a> Scope<'a> {
     fn is_symbol(&self, n: &str) -> bool {
         self.params.contains(n) || self.sdfg.symbols.contains_key(n)
     }
@@ -170,7 +211,54 @@ impl Scope<'_> {
         }
     }
 
+    /// The same scope with one more location step.
+    fn at(&self, part: LocPart) -> Scope<'a> {
+        let mut loc = self.loc.clone();
+        loc.push(part);
+        Scope {
+            params: self.params.clone(),
+            locals: self.locals.clone(),
+            stop: self.stop.clone(),
+            loc,
+            ..*self
+        }
+    }
+
+    /// Registers an error site at this scope's location.
+    fn site(&self, kind: SiteKind) -> usize {
+        self.sites.borrow_mut().add(&self.loc, kind)
+    }
+
+    /// C text of a symbolic expression whose overflow or division by zero raises the
+    /// interpreter's error at this location.
     fn sym(&self, e: &SymExpr) -> String {
+        let site = |x: &SymExpr, div: bool| {
+            let expr = x.to_string();
+            self.site(if div {
+                SiteKind::DivZero { expr }
+            } else {
+                SiteKind::Overflow { expr }
+            })
+        };
+        self.sym_with(e, SymCheck::Raise(&site))
+    }
+
+    /// C text of a subscript or map bound: plain C arithmetic in an unchecked node (its
+    /// in-bounds condition held), checked in a checked one.
+    fn sub_sym(&self, e: &SymExpr) -> String {
+        if self.checked {
+            self.sym(e)
+        } else {
+            self.sym_with(e, SymCheck::Plain)
+        }
+    }
+
+    /// C text of a condition: overflow makes it not hold (sets `sdf_q`).
+    fn quiet_sym(&self, e: &SymExpr) -> String {
+        self.sym_with(e, SymCheck::Quiet)
+    }
+
+    fn sym_with(&self, e: &SymExpr, check: SymCheck<'_>) -> String {
         let names = SymNames {
             scalar: &|n| {
                 let lv = self.scalar_lvalue(n)?;
@@ -186,6 +274,7 @@ impl Scope<'_> {
                 })
             },
             is_symbol: &|n| self.is_symbol(n),
+            check,
         };
         cexpr::sym(e, &names)
     }
@@ -214,14 +303,14 @@ impl Scope<'_> {
     /// reads index 0 instead of memory outside the array).
     fn index(&self, d: &Dim, extent: Option<&SymExpr>) -> String {
         match d {
-            Dim::Index(e) => self.sym(e),
-            Dim::Range { start, .. } => self.sym(start),
+            Dim::Index(e) => self.sub_sym(e),
+            Dim::Range { start, .. } => self.sub_sym(start),
             Dim::Indirect {
                 table,
                 index,
                 offset,
             } => {
-                let idx: Vec<String> = index.iter().map(|e| self.sym(e)).collect();
+                let idx: Vec<String> = index.iter().map(|e| self.sub_sym(e)).collect();
                 let strides = self
                     .sdfg
                     .arrays
@@ -232,10 +321,10 @@ impl Scope<'_> {
                 let value = format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides));
                 let value = match offset.as_int() {
                     Some(0) => value,
-                    _ => format!("sdf_add64({value}, {})", self.sym(offset)),
+                    _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
                 };
                 match extent {
-                    Some(n) => format!("sdf_ind({value}, {})", self.sym(n)),
+                    Some(n) => format!("sdf_ind({value}, {})", self.sym_with(n, SymCheck::Plain)),
                     None => format!("({value})"),
                 }
             }
@@ -250,7 +339,7 @@ impl Scope<'_> {
             .zip(strides)
             .map(|(i, s)| match s.as_int() {
                 Some(1) => format!("({i})"),
-                _ => format!("({i}) * ({})", self.sym(s)),
+                _ => format!("({i}) * ({})", self.sym_with(s, SymCheck::Plain)),
             })
             .collect::<Vec<_>>()
             .join(" + ")
@@ -262,10 +351,11 @@ impl Scope<'_> {
 fn emit_function(
     sdfg: &Sdfg,
     opts: &EmitOptions,
-    top: bool,
+    ctx: &FnCtx<'_>,
     fns: &mut Vec<String>,
     counter: &mut usize,
 ) -> Result<String, CodegenError> {
+    let top = ctx.top;
     let sig = Signature::of(sdfg);
     let flow = sdfg.loop_and_assigned_symbols();
     let all_transients: Vec<(&String, &DataDesc)> =
@@ -303,6 +393,11 @@ fn emit_function(
         locals: BTreeSet::new(),
         parallel: false,
         in_parallel_map: false,
+        checked: false,
+        stop: None,
+        loc: ctx.loc.clone(),
+        depth: ctx.depth,
+        sites: ctx.sites,
     };
     let symbol_decls = |out: &mut String, ind: &str| {
         for (k, n) in sig.ints.iter().enumerate() {
@@ -336,9 +431,12 @@ fn emit_function(
                 let mut empty = Vec::new();
                 let mut terms = vec!["1".to_string()];
                 for (n, s) in a.shape.iter().zip(&a.strides) {
-                    let n = scope0.sym(n);
+                    let n = scope0.sym_with(n, SymCheck::Plain);
                     empty.push(format!("({n}) <= 0"));
-                    terms.push(format!("(({n}) - 1) * ({})", scope0.sym(s)));
+                    terms.push(format!(
+                        "(({n}) - 1) * ({})",
+                        scope0.sym_with(s, SymCheck::Plain)
+                    ));
                 }
                 if empty.is_empty() {
                     "1".to_string()
@@ -359,7 +457,11 @@ fn emit_function(
         for (n, d) in &transients {
             let _ = writeln!(out, "    {}* t_{n};", ctype(d.dtype()));
         }
-        out.push_str("    int unused;\n} sdflow_state;\n\n");
+        out.push_str("    sdf_err_t err;\n} sdflow_state;\n\n");
+        out.push_str(
+            "/* The first checked error of the last run: [failed, site, v0, v1, map parameters...]. */\n\
+             void sdflow_error(void* handle, int64_t* out) {\n    sdflow_state* st = (sdflow_state*)handle;\n    memcpy(out, &st->err, sizeof st->err);\n}\n\n",
+        );
         out.push_str("void sdflow_finalize(void* handle) {\n    sdflow_state* st = (sdflow_state*)handle;\n    if (!st) return;\n");
         for (n, _) in &transients {
             let _ = writeln!(out, "    free(st->t_{n});");
@@ -381,8 +483,13 @@ fn emit_function(
         }
         out.push_str("    return st;\n}\n\n");
         out.push_str("int sdflow_run(void* handle, void* const* args, const int64_t* ints, const double* floats) {\n    sdflow_state* st = (sdflow_state*)handle;\n    (void)ints; (void)floats; (void)args; (void)st;\n");
+        let _ = writeln!(
+            out,
+            "    const int64_t* sdf_ok = ints + {};\n    (void)sdf_ok;",
+            sig.ints.len()
+        );
         out.push_str(
-            "    int sdf_status = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n",
+            "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n    memset(&st->err, 0, sizeof st->err);\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        memset(&sdf_err, 0, sizeof sdf_err);\n        int64_t sdf_seq = 0;\n",
         );
         // The pointers are declared inside the parallel region, so that the function the
         // compiler outlines for it holds them as `restrict` locals.
@@ -428,6 +535,7 @@ fn emit_function(
         parallel: top,
         ..scope0
     };
+    let _ = &scope.sites;
     let text = {
         let mut em = Emitter {
             opts,
@@ -435,22 +543,30 @@ fn emit_function(
             counter: &mut *counter,
             out: String::new(),
             indent: 2,
+            labels: 0,
+            top,
         };
         em.block(&scope, &sdfg.body)?;
         em.out
     };
     out.push_str(&text);
+    out.push_str("        goto sdf_end;\n    sdf_end:;\n");
     if top {
         for (n, _) in &thread_locals {
             let _ = writeln!(out, "        free(a_{n});");
         }
-        out.push_str("        if (sdf_error_flag) {\n#pragma omp atomic write\n            sdf_status = 2;\n        }\n    }\n    return sdf_status;\n}\n");
+        out.push_str(concat!(
+            "        if (sdf_error_flag) {\n#pragma omp atomic write\n            sdf_status = 2;\n        }\n",
+            "        if (sdf_err.failed) {\n#pragma omp critical(sdf_err)\n",
+            "            if (!st->err.failed || sdf_err_before(&sdf_err, &st->err)) st->err = sdf_err;\n        }\n",
+            "    }\n    (void)sdf_abort;\n    if (st->err.failed) sdf_status = 3;\n    return sdf_status;\n}\n"
+        ));
     } else {
         out.push_str("    }\n");
         for (n, _) in &transients {
             let _ = writeln!(out, "    free(a_{n});");
         }
-        out.push_str("    return 0;\n}\n");
+        out.push_str("    return sdf_err.failed ? 3 : 0;\n}\n");
         fns.push(out);
         return Ok(own_name);
     }
@@ -463,6 +579,22 @@ struct Emitter<'o> {
     counter: &'o mut usize,
     out: String,
     indent: usize,
+    /// Labels and temporaries made so far (names are unique per function).
+    labels: usize,
+    /// Emitting the program's `run` (bind-time conditions are available).
+    top: bool,
+}
+
+/// When a state-level node runs unchecked.
+enum Cond {
+    /// Always (its condition holds for any symbol values).
+    Always,
+    /// Never (it cannot be stated, or it fails whatever the values).
+    Never,
+    /// When bind-time condition number `k` held (`sdf_ok[k]`).
+    Bind(usize),
+    /// When this condition holds at the node (it reads loop variables or host scalars).
+    Runtime(SymExpr),
 }
 
 impl Emitter<'_> {
@@ -479,7 +611,10 @@ impl Emitter<'_> {
             Block::State(id) => {
                 let st = &sc.sdfg.states[id.index()];
                 self.line(&format!("/* state '{}' */", st.name.replace("*/", "* /")));
-                self.state(sc, &st.graph)?;
+                self.state(
+                    &sc.at(LocPart::Text(format!("state '{}'", st.name))),
+                    &st.graph,
+                )?;
             }
             Block::Seq(items) => {
                 for i in items {
@@ -491,17 +626,23 @@ impl Emitter<'_> {
                 // Every thread evaluates the condition; when it reads a host scalar that
                 // the body writes, all must have read it before anyone writes it.
                 let host = sc.parallel && sc.reads_scalars(&[&l.init, &l.cond, &l.update]);
-                self.line(&format!(
-                    "for (s_{v} = {}; ({}) != 0; s_{v} = {}) {{",
-                    sc.sym(&l.init),
-                    sc.sym(&l.cond),
-                    sc.sym(&l.update)
-                ));
+                // Every thread evaluates the same values, so a symbolic error ends the
+                // run on all of them alike.
+                let here = sc.at(LocPart::Text(format!("loop over '{v}'")));
+                let u = self.fresh();
+                self.line(&format!("s_{v} = {};", here.sym(&l.init)));
+                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("for (;;) {");
                 self.indent += 1;
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&l.cond)));
+                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line(&format!("if (sdf_c{u} == 0) break;"));
                 if host {
                     self.line("#pragma omp barrier");
                 }
                 self.block(sc, &l.body)?;
+                self.line(&format!("s_{v} = {};", here.sym(&l.update)));
+                self.line("if (sdf_err.failed) goto sdf_end;");
                 self.indent -= 1;
                 self.line("}");
                 if host {
@@ -510,7 +651,11 @@ impl Emitter<'_> {
             }
             Block::If(i) => {
                 let host = sc.parallel && sc.reads_scalars(&[&i.cond]);
-                self.line(&format!("if (({}) != 0) {{", sc.sym(&i.cond)));
+                let here = sc.at(LocPart::Text("if condition".into()));
+                let u = self.fresh();
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&i.cond)));
+                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line(&format!("if (sdf_c{u} != 0) {{"));
                 self.indent += 1;
                 if host {
                     self.line("#pragma omp barrier");
@@ -529,9 +674,11 @@ impl Emitter<'_> {
             Block::Assign(a) => {
                 self.line("{");
                 self.indent += 1;
-                for (k, (_, e)) in a.iter().enumerate() {
-                    self.line(&format!("const int64_t sdf_tmp{k} = {};", sc.sym(e)));
+                for (k, (n, e)) in a.iter().enumerate() {
+                    let here = sc.at(LocPart::Text(format!("assignment to '{n}'")));
+                    self.line(&format!("const int64_t sdf_tmp{k} = {};", here.sym(e)));
                 }
+                self.line("if (sdf_err.failed) goto sdf_end;");
                 for (k, (n, _)) in a.iter().enumerate() {
                     self.line(&format!("s_{n} = sdf_tmp{k};"));
                 }
@@ -568,36 +715,130 @@ impl Emitter<'_> {
                     pending.clear();
                 }
             }
-            match df.node(n) {
-                Node::Map(m) if sc.parallel && m.schedule != Schedule::Sequential => {
-                    self.parallel_map(sc, df, n, m)?;
-                }
-                _ => {
-                    if sc.parallel {
-                        self.line("#pragma omp single nowait");
-                    }
-                    self.line("{");
-                    self.indent += 1;
-                    // A `single nowait` block may run beside other nodes of the state:
-                    // its write-conflict resolutions are atomic.
-                    let inner = Scope {
-                        parallel: false,
-                        params: sc.params.clone(),
-                        locals: sc.locals.clone(),
-                        in_parallel_map: sc.in_parallel_map || sc.parallel,
-                        ..*sc
-                    };
-                    self.node(&inner, df, n)?;
-                    self.indent -= 1;
-                    self.line("}");
-                }
+            let cond = self.condition(sc, df, n);
+            let u = self.fresh();
+            self.line("{");
+            self.indent += 1;
+            match &cond {
+                Cond::Always | Cond::Never => self.line(&format!("const int sdf_c{u} = 1;")),
+                Cond::Bind(k) => self.line(&format!("const int sdf_c{u} = sdf_ok[{k}] != 0;")),
+                Cond::Runtime(c) => self.line(&format!(
+                    "int sdf_q = 0; const int sdf_c{u} = ({}) != 0 && !sdf_q;",
+                    sc.quiet_sym(c)
+                )),
             }
+            if !matches!(cond, Cond::Never) {
+                self.line(&format!("if (sdf_c{u}) {{"));
+                self.indent += 1;
+                self.unchecked_node(sc, df, n)?;
+                self.indent -= 1;
+                self.line("} else {");
+            } else {
+                self.line(&format!("(void)sdf_c{u}; {{"));
+            }
+            if !matches!(cond, Cond::Always) {
+                self.indent += 1;
+                if sc.parallel {
+                    self.line("#pragma omp single nowait");
+                }
+                self.checked_node(sc, df, n)?;
+                self.indent -= 1;
+            }
+            self.line("}");
+            if sc.parallel {
+                self.line("if (sdf_err.failed) {\n#pragma omp atomic write");
+                self.line("    sdf_abort = sdf_seq + 1;");
+                self.line("}");
+            } else {
+                self.line("if (sdf_err.failed) goto sdf_end;");
+            }
+            self.indent -= 1;
+            self.line("}");
             pending.push(n);
         }
         if sc.parallel && !pending.is_empty() {
+            // Errors end the run after the state, on every thread at once: `sdf_abort`
+            // holds the number of the state that failed, so a thread still reading it
+            // after an earlier state's barrier does not see a later state's error.
             self.line("#pragma omp barrier");
+            self.line("sdf_seq++;");
+            self.line("{ int64_t sdf_a;\n#pragma omp atomic read");
+            self.line("  sdf_a = sdf_abort;");
+            self.line("  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }");
         }
         Ok(())
+    }
+
+    /// A state-level node as it runs when its in-bounds condition holds.
+    fn unchecked_node(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        n: NodeId,
+    ) -> Result<(), CodegenError> {
+        match df.node(n) {
+            Node::Map(m) if sc.parallel && m.schedule != Schedule::Sequential => {
+                self.parallel_map(sc, df, n, m)?;
+            }
+            node => {
+                if sc.parallel {
+                    self.line("#pragma omp single nowait");
+                }
+                self.line("{");
+                self.indent += 1;
+                // A `single nowait` block may run beside other nodes of the state:
+                // its write-conflict resolutions are atomic.
+                let inner = Scope {
+                    parallel: false,
+                    params: sc.params.clone(),
+                    locals: sc.locals.clone(),
+                    in_parallel_map: sc.in_parallel_map || sc.parallel,
+                    stop: None,
+                    loc: sc.loc.clone(),
+                    ..*sc
+                };
+                let inner = match node {
+                    Node::Map(_) => inner,
+                    other => inner.at(LocPart::Text(other.describe())),
+                };
+                self.node(&inner, df, n)?;
+                self.indent -= 1;
+                self.line("}");
+            }
+        }
+        Ok(())
+    }
+
+    /// When node `n` of a state runs unchecked: its in-bounds condition, decided now
+    /// when it needs no values, evaluated by `bind` when it needs only the program's
+    /// symbols, else evaluated where the node runs.
+    fn condition(&mut self, sc: &Scope<'_>, df: &Dataflow, n: NodeId) -> Cond {
+        let Some(c) = super::bounds::node_condition(sc.sdfg, df, n) else {
+            return Cond::Never;
+        };
+        let statics: BTreeMap<String, i64> = crate::program::static_ints(sc.sdfg);
+        match c.eval(&|x| statics.get(x).copied()) {
+            Ok(v) => return if v != 0 { Cond::Always } else { Cond::Never },
+            Err(sdflow_ir::symexpr::EvalError::Unbound(_)) => {}
+            Err(_) => return Cond::Never,
+        }
+        let flow = sc.sdfg.loop_and_assigned_symbols();
+        let bindable = c.free_symbols().iter().all(|x| {
+            sc.sdfg.symbols.get(x).is_some_and(|s| !s.dtype.is_float()) && !flow.contains(x)
+        });
+        if self.top && bindable {
+            let mut sites = sc.sites.borrow_mut();
+            sites.bind_checks.push(c);
+            Cond::Bind(sites.bind_checks.len() - 1)
+        } else {
+            Cond::Runtime(c)
+        }
+    }
+
+    /// A fresh number for labels and temporaries.
+    fn fresh(&mut self) -> usize {
+        self.labels += 1;
+        self.labels
     }
 
     /// One node of a graph run by one thread (state level in `single`, or a map body).
@@ -626,21 +867,29 @@ impl Emitter<'_> {
             .topological_order()
             .map_err(|_| CodegenError::Unsupported("a map body has a cycle".into()))?;
         for n in order {
-            self.node(sc, df, n)?;
+            match df.node(n) {
+                Node::Map(_) => self.node(sc, df, n)?,
+                other => self.node(&sc.at(LocPart::Text(other.describe())), df, n)?,
+            }
         }
         Ok(())
     }
 
     fn loop_header(&self, sc: &Scope<'_>, m: &MapScope, k: usize) -> String {
         let (p, r) = (&m.params[k], &m.ranges[k]);
+        // The condition proved the step positive; a non-unit step stops instead of
+        // stepping past the largest integer.
         let step = match r.step.as_int() {
             Some(1) => format!("s_{p}++"),
-            _ => format!("s_{p} += {}", sc.sym(&r.step)),
+            _ => {
+                let st = sc.sub_sym(&r.step);
+                format!("s_{p} = (s_{p} > INT64_MAX - ({st})) ? INT64_MAX : s_{p} + ({st})")
+            }
         };
         format!(
             "for (int64_t s_{p} = {}; s_{p} < {}; {step}) {{",
-            sc.sym(&r.start),
-            sc.sym(&r.end)
+            sc.sub_sym(&r.start),
+            sc.sub_sym(&r.end)
         )
     }
 
@@ -652,8 +901,24 @@ impl Emitter<'_> {
             locals: sc.locals.clone(),
             parallel: false,
             in_parallel_map: sc.in_parallel_map || in_parallel_map,
+            checked: sc.checked,
+            stop: sc.stop.clone(),
+            loc: sc.loc.clone(),
+            depth: sc.depth,
+            sites: sc.sites,
         };
         inner.params.extend(m.params.iter().cloned());
+        if sc.checked {
+            inner.loc.push(LocPart::Map {
+                label: m.label.clone(),
+                params: m.params.clone(),
+                depth: sc.depth,
+            });
+            inner.depth += m.params.len();
+        } else {
+            // Unchecked loops do not record their parameters.
+            inner.loc.push(LocPart::Text(format!("map '{}'", m.label)));
+        }
         for d in m.body.accessed_data() {
             if let Some(DataDesc::Scalar {
                 dtype,
@@ -785,13 +1050,20 @@ impl Emitter<'_> {
                 .arrays
                 .get(&edge.memlet.data)
                 .map_or(ct, DataDesc::dtype);
-            let v = sc.elem(&edge.memlet.data, &edge.memlet.subset);
+            let v = if sc.checked {
+                self.checked_elem(sc, &edge.memlet.data, &edge.memlet.subset)
+            } else {
+                sc.elem(&edge.memlet.data, &edge.memlet.subset)
+            };
             self.line(&format!(
                 "const {} v_{c} = {};",
                 ctype(ct),
                 convert(&v, dt, ct)
             ));
             own.insert(c.clone(), ct);
+        }
+        if let (true, Some(stop)) = (sc.checked, &sc.stop) {
+            self.line(&format!("if (sdf_err.failed) goto {stop};"));
         }
         for (c, ct) in &t.outputs {
             self.line(&format!("{} v_{c} = 0;", ctype(*ct)));
@@ -813,7 +1085,11 @@ impl Emitter<'_> {
             };
             let (x, ty) = cexpr::expr(&st.value, &var);
             if let Some(&out_t) = t.outputs.get(&st.target) {
-                self.line(&format!("v_{} = {};", st.target, convert(&x, ty, out_t)));
+                self.line(&format!(
+                    "v_{} = {};",
+                    st.target,
+                    cexpr::canon(&convert(&x, ty, out_t), out_t)
+                ));
             } else if own.contains_key(&st.target) {
                 let lt = own[&st.target];
                 self.line(&format!("v_{} = {};", st.target, convert(&x, ty, lt)));
@@ -830,7 +1106,15 @@ impl Emitter<'_> {
             };
             let data = &edge.memlet.data;
             let dt = sc.sdfg.arrays.get(data).map_or(ct, DataDesc::dtype);
-            let lv = sc.elem(data, &edge.memlet.subset);
+            let lv = if sc.checked {
+                let lv = self.checked_elem(sc, data, &edge.memlet.subset);
+                if let Some(stop) = &sc.stop {
+                    self.line(&format!("if (sdf_err.failed) goto {stop};"));
+                }
+                lv
+            } else {
+                sc.elem(data, &edge.memlet.subset)
+            };
             self.store(
                 sc,
                 &lv,
@@ -1103,7 +1387,15 @@ impl Emitter<'_> {
         ns: &NestedSdfg,
     ) -> Result<(), CodegenError> {
         let inner = &ns.sdfg;
-        let fname = emit_function(inner, self.opts, false, self.fns, self.counter)?;
+        let mut loc = sc.loc.clone();
+        loc.push(LocPart::Text(format!("sdfg '{}'", inner.name)));
+        let ctx = FnCtx {
+            top: false,
+            sites: sc.sites,
+            loc,
+            depth: sc.depth,
+        };
+        let fname = emit_function(inner, self.opts, &ctx, self.fns, self.counter)?;
         let isig = Signature::of(inner);
         self.line(&format!(
             "{{ /* nested SDFG '{}' */",
@@ -1168,6 +1460,11 @@ impl Emitter<'_> {
             locals: sc.locals.clone(),
             parallel: false,
             in_parallel_map: sc.in_parallel_map,
+            checked: sc.checked,
+            stop: sc.stop.clone(),
+            loc: sc.loc.clone(),
+            depth: sc.depth,
+            sites: sc.sites,
         };
         let mut ptrs = Vec::new();
         for a in &isig.arrays {
@@ -1343,7 +1640,7 @@ fn combine(w: Wcr, old: &str, new: &str, t: DType) -> String {
                     t,
                 )
             });
-            return convert(&x, xt, t);
+            return cexpr::canon(&convert(&x, xt, t), t);
         }
     };
     let e = Expr::bin(op, Expr::var("o"), Expr::var("n"));
@@ -1357,5 +1654,5 @@ fn combine(w: Wcr, old: &str, new: &str, t: DType) -> String {
             t,
         )
     });
-    convert(&x, xt, t)
+    cexpr::canon(&convert(&x, xt, t), t)
 }

@@ -1,8 +1,10 @@
 //! The CPU backend: whole-program C with OpenMP ([`emit`]), compiled by the system C
 //! compiler into a shared library, cached, and loaded.
 
+pub mod bounds;
 pub mod cexpr;
 pub mod emit;
+pub mod sites;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -41,12 +43,18 @@ impl Default for CpuBackend {
 impl CpuBackend {
     /// The C source of `sdfg` (validated first).
     pub fn generate(&self, sdfg: &Sdfg) -> Result<String, CodegenError> {
+        Ok(self.generate_checked(sdfg)?.0)
+    }
+
+    /// The C source of `sdfg` (validated first) and its error sites and bind-time
+    /// conditions.
+    pub fn generate_checked(&self, sdfg: &Sdfg) -> Result<(String, sites::Sites), CodegenError> {
         if let Err(problems) = sdfg.validate() {
             return Err(CodegenError::Invalid(
                 problems.iter().map(|p| p.to_string()).collect(),
             ));
         }
-        emit::emit_program(sdfg, &self.emit)
+        emit::emit_program_checked(sdfg, &self.emit)
     }
 
     /// The cache key of a program whose generated C is `source`: the source itself (so a
@@ -60,7 +68,7 @@ impl CpuBackend {
 
     /// Generates, compiles (or finds in the cache) and loads `sdfg`.
     pub fn build(&self, sdfg: &Sdfg) -> Result<CompiledProgram, CodegenError> {
-        let source = self.generate(sdfg)?;
+        let (source, sites) = self.generate_checked(sdfg)?;
         let signature = Signature::of(sdfg);
         let compile = |src: &std::path::Path, lib: &std::path::Path| {
             let spinner = spinner(&sdfg.name);
@@ -87,7 +95,14 @@ impl CpuBackend {
                 (lib, Origin::Built)
             }
         };
-        CompiledProgram::load(&lib, signature, static_ints(sdfg), &sdfg.name, origin)
+        CompiledProgram::load(
+            &lib,
+            signature,
+            sites,
+            static_ints(sdfg),
+            &sdfg.name,
+            origin,
+        )
     }
 
     /// Builds many programs at once (in parallel with `rayon`; identical programs are

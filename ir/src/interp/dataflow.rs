@@ -99,7 +99,10 @@ fn exec_tasklet(
             env.get(name).copied().or_else(|| fr.value_of(name))
         })
         .map_err(|m| err(format!("{m} (in '{s}')")))?;
-        let v = t.outputs.get(&s.target).map_or(v, |dt| v.cast(*dt));
+        let v = t
+            .outputs
+            .get(&s.target)
+            .map_or(v, |dt| value::canonical(v.cast(*dt)));
         env.insert(s.target.clone(), v);
         assigned.insert(s.target.clone());
     }

@@ -46,8 +46,12 @@
 //!   C calls it undefined); integer `/` truncates, `//` floors, `%` is floored (the sign of
 //!   the divisor; on floats `a - floor(a/b)*b`); integer division by zero is an error. Math
 //!   functions compute in the promoted float type (`f64` for integers) except integer
-//!   `abs`/`min`/`max`; float `min`/`max` are `fmin`/`fmax`. Write-conflict resolutions
-//!   combine in the element type.
+//!   `abs`/`min`/`max`; float `min`/`max` are IEEE 754-2019 `minimumNumber` and
+//!   `maximumNumber` (a NaN operand yields the other, `-0.0 < +0.0`); `cbrt` and the other
+//!   functions are the C library's (what Rust's float methods call). Write-conflict
+//!   resolutions combine in the element type. A NaN that a tasklet output, a
+//!   write-conflict resolution or a reduction produces is stored as the canonical quiet
+//!   NaN (positive, payload 0); copies move NaNs as they are.
 //! - **Errors, never panics**: out-of-bounds indices (also through index tables), unbound
 //!   symbols, division by zero, volume mismatches and bad arguments are [`InterpError`]s
 //!   saying where: SDFG, state, map (with parameter values), node.
@@ -166,7 +170,9 @@ impl HostArray {
     /// The element at a flat row-major position (`None` when out of range).
     pub fn get_flat(&self, i: usize) -> Option<Value> {
         fn at<T: Copy>(a: &ArrayD<T>, i: usize) -> Option<T> {
-            a.as_slice_memory_order()
+            // Row-major position: the memory order only when it is row-major too (an
+            // argument may be laid out column-major).
+            a.as_slice()
                 .and_then(|s| s.get(i).copied())
                 .or_else(|| a.iter().nth(i).copied())
         }

@@ -154,6 +154,100 @@ pub fn select(c: Value, a: Value, b: Value) -> Value {
     if c.as_bool() { a.cast(t) } else { b.cast(t) }
 }
 
+/// `min` and `max` on floats, one definition for every backend: a NaN operand yields
+/// the other operand, `-0.0` is below `+0.0` (IEEE 754-2019 `minimumNumber` and
+/// `maximumNumber`; when both are NaN, the second, which the result's canonicalization
+/// then makes the canonical NaN).
+trait MinMax: Copy + PartialOrd {
+    fn nan(self) -> bool;
+    fn negative(self) -> bool;
+    /// sdflow's cube root ([`cbrt`]).
+    fn cbrt_c(self) -> Self;
+}
+
+/// The cube root every backend computes, by the same operations (the C prelude's
+/// `sdf_cbrt` spells them out): ±0, ±inf and NaN as they are; else an initial guess from
+/// the exponent bits and six Newton steps `t += (a / t² - t) / 3` on `|x|` (subnormals
+/// scaled by 2⁵⁴ first), at most 1 ulp from the exact root. Neither Rust's `cbrt`
+/// (correctly rounded) nor the C library's (glibc: within 1 ulp) is used: they differ
+/// from each other on many inputs. `f32` computes in `f64` and rounds once.
+pub fn cbrt(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let mut a = x.abs();
+    let mut scale = 1.0;
+    if a < f64::MIN_POSITIVE {
+        a *= 18_014_398_509_481_984.0; // 2^54
+        scale = 1.0 / 262_144.0; // 2^-18
+    }
+    let mut t = f64::from_bits(a.to_bits() / 3 + 0x2AA0_0000_0000_0000);
+    for _ in 0..6 {
+        t += (a / (t * t) - t) / 3.0;
+    }
+    let r = t * scale;
+    if x < 0.0 { -r } else { r }
+}
+
+impl MinMax for f64 {
+    fn nan(self) -> bool {
+        self.is_nan()
+    }
+    fn negative(self) -> bool {
+        self.is_sign_negative()
+    }
+    fn cbrt_c(self) -> f64 {
+        cbrt(self)
+    }
+}
+
+impl MinMax for f32 {
+    fn nan(self) -> bool {
+        self.is_nan()
+    }
+    fn negative(self) -> bool {
+        self.is_sign_negative()
+    }
+    fn cbrt_c(self) -> f32 {
+        cbrt(self as f64) as f32
+    }
+}
+
+fn min_num<T: MinMax>(x: T, y: T) -> T {
+    if x.nan() {
+        y
+    } else if y.nan() || x < y {
+        x
+    } else if y < x || !x.negative() {
+        y
+    } else {
+        x
+    }
+}
+
+fn max_num<T: MinMax>(x: T, y: T) -> T {
+    if x.nan() {
+        y
+    } else if y.nan() || x > y {
+        x
+    } else if y > x || x.negative() {
+        y
+    } else {
+        x
+    }
+}
+
+/// A NaN made the canonical quiet NaN (positive, payload 0), any other value as is:
+/// what tasklet outputs, write-conflict resolutions and reductions store, so that the
+/// sign and payload of a NaN never depend on how a backend ordered the operations.
+pub fn canonical(v: Value) -> Value {
+    match v {
+        Value::F64(x) if x.is_nan() => Value::F64(f64::NAN),
+        Value::F32(x) if x.is_nan() => Value::F32(f32::NAN),
+        other => other,
+    }
+}
+
 /// The math functions on one float type (the same method names exist on `f32` and `f64`).
 macro_rules! math_table {
     ($f:expr, $x:expr, $y:expr) => {{
@@ -161,7 +255,7 @@ macro_rules! math_table {
         match $f {
             MathFn::Abs => x.abs(),
             MathFn::Sqrt => x.sqrt(),
-            MathFn::Cbrt => x.cbrt(),
+            MathFn::Cbrt => x.cbrt_c(),
             MathFn::Exp => x.exp(),
             MathFn::Log => x.ln(),
             MathFn::Log10 => x.log10(),
@@ -180,8 +274,8 @@ macro_rules! math_table {
             MathFn::Round => x.round(),
             MathFn::Pow => x.powf(y),
             MathFn::Atan2 => x.atan2(y),
-            MathFn::Min => x.min(y),
-            MathFn::Max => x.max(y),
+            MathFn::Min => min_num(x, y),
+            MathFn::Max => max_num(x, y),
             // Integer-valued; `math` answers it before reaching a float table.
             MathFn::WallNs => x,
         }
@@ -198,8 +292,8 @@ fn math_f32(f: MathFn, x: f32, y: f32) -> f32 {
 
 /// Calls a math function. `abs`, `min` and `max` on integers stay integer (in the
 /// promoted type, `abs` wrapping); everything else is computed in the promoted float type
-/// (`f64` for integer operands) with Rust's `f32`/`f64` methods; float `min`/`max` are C's
-/// `fmin`/`fmax`.
+/// (`f64` for integer operands) with Rust's `f32`/`f64` methods (the C library's
+/// functions); float `min`/`max` are `minimumNumber`/`maximumNumber` (see `min_num`).
 pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
     if args.len() != f.arity() {
         return Err(format!(
@@ -262,7 +356,7 @@ pub fn combine(wcr: Wcr, old: Value, new: Value) -> Result<Value, String> {
         Wcr::Min => math(MathFn::Min, &[old, new])?,
         Wcr::Max => math(MathFn::Max, &[old, new])?,
     };
-    Ok(r.cast(t))
+    Ok(canonical(r.cast(t)))
 }
 
 /// The identity of a write-conflict resolution in a type: `0` for sum, `1` for product,

@@ -352,6 +352,17 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
             for (i, s) in a.strides.iter().enumerate() {
                 scope.check_expr(cx, &aloc, s, &format!("stride {i} of '{name}'"), false);
             }
+            // Strides describe the memory layout of the array passed: where shape and
+            // strides are constants, they must be positive and must not overlap
+            // (symbolic ones are checked when arguments are bound).
+            let consts =
+                |es: &[SymExpr]| es.iter().map(SymExpr::as_int).collect::<Option<Vec<i64>>>();
+            if let (Some(n), Some(st)) = (consts(&a.shape), consts(&a.strides))
+                && n.len() == st.len()
+                && let Err(e) = crate::bind::check_layout(name, &n, &st)
+            {
+                cx.push(ProblemKind::BadArray, &aloc, e.0);
+            }
         }
     }
     for (name, sym) in &sdfg.symbols {

@@ -1,0 +1,141 @@
+//! Where generated code can fail, and what it then says. Every check the emitter writes
+//! (a subscript against its extent, a map range's step, a symbolic operation that may
+//! overflow or divide by zero) gets a numbered [`Site`]; on failure the generated code
+//! records the site, up to two values and the enclosing map parameters
+//! (`sdflow_error`), and [`Sites::message`] turns that record into the interpreter's
+//! message for the same failure, location included.
+
+use sdflow_ir::SymExpr;
+
+/// How many enclosing map parameters an error record keeps (`SDF_MAXP` in C).
+pub const MAX_PARAMS: usize = 16;
+
+/// The length of an error record: `[failed, site, v0, v1, params…]`.
+pub const RECORD_LEN: usize = 4 + MAX_PARAMS;
+
+/// One step of a location path, as the interpreter writes it (`sdfg 'p'`, `state 's'`,
+/// `map 'm' at i=1`, `tasklet 't'`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LocPart {
+    /// Fixed text.
+    Text(String),
+    /// A map iteration: its label and parameters, whose values the record holds from
+    /// position `depth` on.
+    Map {
+        /// The map's label.
+        label: String,
+        /// Its parameters.
+        params: Vec<String>,
+        /// Where the first parameter's value is in the record's parameter list.
+        depth: usize,
+    },
+}
+
+/// What failed at a site.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SiteKind {
+    /// An index outside dimension `dim` of `data` (values: index, extent).
+    Index {
+        /// The container.
+        data: String,
+        /// The dimension.
+        dim: usize,
+    },
+    /// A range whose step is not positive (value: the step).
+    Step {
+        /// The range as text.
+        range: String,
+    },
+    /// A symbolic operation that overflowed.
+    Overflow {
+        /// The failing subexpression.
+        expr: String,
+    },
+    /// A symbolic floor division or modulo by zero.
+    DivZero {
+        /// The failing subexpression.
+        expr: String,
+    },
+    /// An index-table value whose offset overflows (values: value, offset).
+    TableOffset {
+        /// The table.
+        table: String,
+    },
+}
+
+/// One place generated code checks something.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    /// Where, outermost first.
+    pub loc: Vec<LocPart>,
+    /// What.
+    pub kind: SiteKind,
+}
+
+/// The checks of one generated program: the sites, and the conditions `bind` evaluates
+/// (one per state-level node whose condition only needs the program's symbols; a node
+/// runs unchecked when its condition holds).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sites {
+    /// Every site, numbered by position.
+    pub sites: Vec<Site>,
+    /// Bind-time conditions, passed to `run` after the symbol values (1 holds, 0 not).
+    pub bind_checks: Vec<SymExpr>,
+}
+
+impl Sites {
+    /// Adds a site and returns its number.
+    pub fn add(&mut self, loc: &[LocPart], kind: SiteKind) -> usize {
+        self.sites.push(Site {
+            loc: loc.to_vec(),
+            kind,
+        });
+        self.sites.len() - 1
+    }
+
+    /// The interpreter's message for an error record (`location: what`).
+    pub fn message(&self, rec: &[i64; RECORD_LEN]) -> String {
+        let Some(site) = usize::try_from(rec[1]).ok().and_then(|s| self.sites.get(s)) else {
+            return format!("run-time error at unknown site {}", rec[1]);
+        };
+        let (v0, v1) = (rec[2], rec[3]);
+        let what = match &site.kind {
+            SiteKind::Index { data, dim } => {
+                format!("index {v0} out of bounds for dimension {dim} of '{data}' (extent {v1})")
+            }
+            SiteKind::Step { range } => format!("range {range} has step {v0}; it must be positive"),
+            SiteKind::Overflow { expr } => format!("integer overflow in '{expr}'"),
+            SiteKind::DivZero { expr } => format!("division by zero in '{expr}'"),
+            SiteKind::TableOffset { table } => {
+                format!("index-table value {v0} of '{table}' plus offset {v1} overflows")
+            }
+        };
+        let loc: Vec<String> = site
+            .loc
+            .iter()
+            .map(|p| match p {
+                LocPart::Text(t) => t.clone(),
+                LocPart::Map {
+                    label,
+                    params,
+                    depth,
+                } => {
+                    let at: Vec<String> = params
+                        .iter()
+                        .enumerate()
+                        .map(|(k, p)| match rec.get(4 + depth + k) {
+                            Some(v) if depth + k < MAX_PARAMS => format!("{p}={v}"),
+                            _ => format!("{p}=?"),
+                        })
+                        .collect();
+                    format!("map '{label}' at {}", at.join(", "))
+                }
+            })
+            .collect();
+        if loc.is_empty() {
+            what
+        } else {
+            format!("{}: {what}", loc.join(" / "))
+        }
+    }
+}
