@@ -359,8 +359,22 @@ impl Parser {
 
 /// DaCe's type names (`dace.dtypes`' typeclasses, as `typeclass.to_string()` prints them).
 const DACE_TYPES: &[&str] = &[
-    "bool", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "bool_",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ];
 
 /// SymPy's assumption names (`sympy.core.assumptions._assume_defined`); DaCe prints those
@@ -428,7 +442,9 @@ fn typed_literal(n: &str) -> Result<Option<Expr>, String> {
             continue;
         }
         let Some(t) = t else {
-            return Err(format!("typed literal '{n}': type '{suffix}' is not supported"));
+            return Err(format!(
+                "typed literal '{n}': type '{suffix}' is not supported"
+            ));
         };
         let v = if t.is_int() {
             digits
@@ -683,10 +699,12 @@ mod tests {
         // DaCe 2's serialized symbols with a type and SymPy assumptions, as DaCe 2.0.0a10
         // writes GT4Py's nested-SDFG symbol mappings and subsets.
         assert_eq!(
-            sym("symbol($rd_o_cvd, dtype=dace.float64, algebraic=True, complex=True, \
-                 finite=True, hermitian=True, integer=True, rational=True, real=True)")
-                .unwrap()
-                .to_string(),
+            sym(
+                "symbol($rd_o_cvd, dtype=dace.float64, algebraic=True, complex=True, \
+                 finite=True, hermitian=True, integer=True, rational=True, real=True)"
+            )
+            .unwrap()
+            .to_string(),
             "rd_o_cvd"
         );
         assert_eq!(
