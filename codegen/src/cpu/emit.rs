@@ -229,7 +229,14 @@ impl Scope<'_> {
                     .and_then(|d| d.as_array())
                     .map(|a| a.strides.clone())
                     .unwrap_or_default();
-                let value = format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides));
+                // A scalar table (a per-iteration index computed in a map body) is read
+                // as the scalar it is.
+                let value = match self.sdfg.arrays.get(table) {
+                    Some(DataDesc::Scalar { .. }) => {
+                        format!("(int64_t){}", self.scalar_lvalue(table).unwrap_or_default())
+                    }
+                    _ => format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides)),
+                };
                 let value = match offset.as_int() {
                     Some(0) => value,
                     _ => format!("sdf_add64({value}, {})", self.sym(offset)),

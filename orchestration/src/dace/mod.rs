@@ -306,12 +306,33 @@ fn drop_unused_symbols(sdfg: &mut Sdfg) {
         .retain(|name, _| used.contains(name) || keep.contains(name));
 }
 
-/// Every identifier in `sdfg` outside its symbol declarations and argument order (the
-/// program in sdflow's text format, cut into words).
+/// Every identifier in `sdfg` outside its symbol declarations and argument order, and
+/// outside its nested SDFGs (their own scopes) except their symbol mappings' values: the
+/// program in sdflow's text format, cut into words.
 fn used_names(sdfg: &Sdfg) -> std::collections::BTreeSet<String> {
+    fn hollow(g: &mut Dataflow) {
+        for node in g.graph.node_weights_mut() {
+            match node {
+                Node::Map(m) => hollow(&mut m.body),
+                Node::Nested(n) => {
+                    n.sdfg = Box::new(Sdfg::new("nested"));
+                    n.symbol_mapping = n
+                        .symbol_mapping
+                        .values()
+                        .enumerate()
+                        .map(|(k, v)| (format!("{k}"), v.clone()))
+                        .collect();
+                }
+                _ => {}
+            }
+        }
+    }
     let mut text_of = sdfg.clone();
     text_of.symbols.clear();
     text_of.arg_order.clear();
+    for st in &mut text_of.states {
+        hollow(&mut st.graph);
+    }
     let text = sdflow_ir::format::to_json(&text_of);
     let mut used = std::collections::BTreeSet::new();
     let mut word = String::new();
