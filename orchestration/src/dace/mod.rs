@@ -315,7 +315,7 @@ fn used_names(sdfg: &Sdfg) -> std::collections::BTreeSet<String> {
             match node {
                 Node::Map(m) => hollow(&mut m.body),
                 Node::Nested(n) => {
-                    n.sdfg = Box::new(Sdfg::new("nested"));
+                    *n.sdfg = Sdfg::new("nested");
                     n.symbol_mapping = n
                         .symbol_mapping
                         .values()
