@@ -470,6 +470,20 @@ fn small_dace_files_compute_what_dace_computes() {
             "B",
             vec![1.0, 2.0, 3.0, 6.0, 8.0, 10.0, 12.0, 14.0],
         ),
+        // A nested SDFG in a map reading A[N - 1 - i] through a connector whose memlet is
+        // A[0:i + 1] (GT4Py's auto-optimized `geofac_n2s_c[0:i - r0 + 1]`): DaCe's
+        // connector points at A[0] and the callee addresses all N elements, so the window
+        // is widened to A[0:N]. DaCe's result: B[i] = 2 A[N - 1 - i].
+        (
+            "wide_read_window.sdfg",
+            vec![
+                ("A", f64s(&[8], (1..9).map(f64::from).collect())),
+                ("B", z8()),
+            ],
+            vec![],
+            "B",
+            vec![16.0, 14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0],
+        ),
     ];
     for (file, args, symbols, out, want) in cases {
         let sdfg = sdflow::cli::load_program(&dir().join("small").join(file))
@@ -502,4 +516,66 @@ fn small_dace_files_compute_what_dace_computes() {
             "{file}: optimized, compiled"
         );
     }
+}
+
+/// A widened nested-SDFG window that the caller's array cannot hold is a bounds error
+/// when run, never a read outside the array: `wide_read_window.sdfg` with the inner
+/// extent mapped to a free symbol `K` (the window becomes A[0:K]) and K = 9 for an A of 8.
+#[test]
+fn widened_window_past_the_caller_array_is_an_error() {
+    let text = std::fs::read_to_string(dir().join("small").join("wide_read_window.sdfg"))
+        .unwrap()
+        .replacen(
+            r#""symbols":{"N":"int32"}"#,
+            r#""symbols":{"N":"int32","K":"int64"}"#,
+            1,
+        )
+        .replacen(
+            r#""symbol_mapping":{"M":"$N""#,
+            r#""symbol_mapping":{"M":"$K""#,
+            1,
+        );
+    let sdfg = sdflow::orchestration::dace::import(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sdfg.validate(), Ok(()));
+    let mut b = Bindings::default();
+    let f64s = |v: Vec<f64>| HostArray::F64(ArrayD::from_shape_vec(vec![v.len()], v).unwrap());
+    b.arrays
+        .insert("A".into(), f64s((1..9).map(f64::from).collect()));
+    b.arrays.insert("B".into(), f64s(vec![0.0; 8]));
+    b.symbols.insert("K".into(), sdflow::ir::Value::I64(9));
+    sdflow::cli::infer_symbols(&sdfg, &b.arrays, &mut b.symbols).unwrap();
+    let e = interp::run(&sdfg, &mut b.clone()).unwrap_err().to_string();
+    assert!(e.contains("'A'") && e.contains("out of bounds"), "{e}");
+    let backend = CpuBackend {
+        cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
+        ..CpuBackend::default()
+    };
+    let e = backend
+        .build(&sdfg)
+        .unwrap()
+        .run_bindings(&mut b.clone())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("window outside its array"), "{e}");
+}
+
+/// A nested SDFG that writes through a connector larger than the caller's window is
+/// refused when imported, naming the connector: widening a copy-out would write back
+/// elements the callee never wrote (`wide_read_window.sdfg` with `b` of 2 elements).
+#[test]
+fn written_connector_larger_than_its_window_is_refused() {
+    let text = std::fs::read_to_string(dir().join("small").join("wide_read_window.sdfg"))
+        .unwrap()
+        .replacen(
+            r#""total_size":"1","offset":["0"],"dtype":"float64","shape":["1"]"#,
+            r#""total_size":"2","offset":["0"],"dtype":"float64","shape":["2"]"#,
+            1,
+        );
+    let e = sdflow::orchestration::dace::import(&text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("connector 'b' is written over B[i], 1 element(s), but the inner array has 2"),
+        "{e}"
+    );
 }

@@ -104,15 +104,7 @@ fn check(got: &Bindings, npz: &mut Npz, refs: &[(String, String, f64)]) -> Resul
 
 /// Files that do not reproduce GT4Py yet, with the stage and the failure, each checked to
 /// still fail so (a fix shows up as a test failure asking to remove the entry).
-const KNOWN_FAILURES: &[(&str, &str, &str)] = &[(
-    // gt_auto_optimize passes `geofac_n2s_c[0:i - r0 + 1]` (the elements up to the point) to
-    // a nested SDFG whose array has the whole extent, 18: DaCe's connector is a view of the
-    // caller's memory and the nested SDFG reads only element i; sdflow copies connectors in
-    // and out and refuses the size mismatch.
-    "apply_diffusion_to_theta_and_exner.simple.dace.final.sdfgz",
-    "interpreter",
-    "sdfg 'apply_diffusion_to_theta_and_exner' / state 'lambda_entry_true_branch_0' / map 'map_11_fieldop' at i_Cell_gtx_horizontal=0, i_K_gtx_vertical=0 / nested SDFG 'if_stmt_0': connector 'geofac_n2s_c': memlet geofac_n2s_c[0:-__geofac_n2s_c_Cell_range_0 + i_Cell_gtx_horizontal + 1] moves 1 element(s) but the inner array has 18",
-)];
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
 
 struct Case {
     file: String,

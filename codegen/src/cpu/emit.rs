@@ -1194,6 +1194,7 @@ impl Emitter<'_> {
             } else {
                 size.join(" * ")
             };
+            self.line(&format!("const int64_t sdf_len_{} = {size};", a.name));
             self.line(&format!(
                 "{t}* sdf_c_{} = ({t}*)calloc((size_t)({size} > 0 ? {size} : 1), sizeof({t}));",
                 a.name
@@ -1217,7 +1218,8 @@ impl Emitter<'_> {
                         convert(sub_el, dt, a.dtype)
                     ));
                 };
-                self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_s", &el);
+                let len = format!("sdf_len_{}", a.name);
+                self.element_loop(sc, &e.memlet.data, &e.memlet.subset, &len, "sdf_s", &el);
             } else if let Some(w) = out_edges
                 .iter()
                 .find(|e| e.src_conn.as_deref() == Some(&a.name))
@@ -1252,7 +1254,8 @@ impl Emitter<'_> {
                 let v = convert(&format!("sdf_c_{c}[sdf_q]"), a.dtype, dt);
                 em.store(sc, el, &v, dt, wcr);
             };
-            self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_d", &st);
+            let len = format!("sdf_len_{c}");
+            self.element_loop(sc, &e.memlet.data, &e.memlet.subset, &len, "sdf_d", &st);
         }
         for a in &isig.arrays {
             self.line(&format!("free(sdf_c_{});", a.name));
@@ -1266,12 +1269,16 @@ impl Emitter<'_> {
 impl Emitter<'_> {
     /// A loop over the elements of `data[subset]` (the whole container for an empty
     /// subset) in row-major order, with counter `sdf_q`; `body` gets each element's
-    /// lvalue and the container's type.
+    /// lvalue and the container's type. `len` (C) is the number of elements of the inner
+    /// array it fills or empties: a window of another size, or one outside the container,
+    /// raises the error flag and copies nothing (the interpreter refuses both, naming the
+    /// connector or the array).
     fn element_loop(
         &mut self,
         sc: &Scope<'_>,
         data: &str,
         subset: &Subset,
+        len: &str,
         prefix: &str,
         body: &dyn Fn(&mut Self, &str, DType),
     ) {
@@ -1288,6 +1295,36 @@ impl Emitter<'_> {
             "const int64_t sdf_n = {};",
             subset_volume(sc, &sub)
         ));
+        // The window must lie inside the container (a nested SDFG's window may be wider
+        // than what the caller's memlets were checked for, e.g. an imported DaCe
+        // connector widened to its inner array): outside, the error flag is raised and
+        // nothing is copied.
+        let shape = desc.map(|x| x.shape().to_vec()).unwrap_or_default();
+        let mut outside = Vec::new();
+        for (d, ext) in sub.0.iter().zip(&shape) {
+            let (lo, hi) = match d {
+                Dim::Index(i) => (i.clone(), i.clone()),
+                Dim::Range { start, step, .. } => (
+                    start.clone(),
+                    start
+                        .add(&d.size().sub(&SymExpr::Int(1)).mul(step))
+                        .simplify(),
+                ),
+                Dim::Indirect { .. } => continue,
+            };
+            outside.push(format!(
+                "({}) < 0 || ({}) >= ({})",
+                sc.sym(&lo),
+                sc.sym(&hi),
+                sc.sym(ext)
+            ));
+        }
+        let outside = if outside.is_empty() {
+            String::new()
+        } else {
+            format!(" || (sdf_n > 0 && ({}))", outside.join(" || "))
+        };
+        self.line(&format!("if (sdf_n != {len}{outside}) sdf_fail(); else"));
         self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
         self.indent += 1;
         let el = self.decompose(sc, data, &sub, "sdf_q", prefix);

@@ -1035,6 +1035,7 @@ impl StateCx<'_> {
         // and out: connectors of one container become one.
         for id in &members {
             if self.kind(id) == "NestedSDFG" {
+                alias::widen_read_windows(df, ids[id], &self.node_loc(id))?;
                 alias::merge_aliases(self.sdfg, df, ids[id], &self.node_loc(id))?;
             }
         }
