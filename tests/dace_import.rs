@@ -3,7 +3,11 @@
 //! validate, run on the interpreter, compiled, and after the optimizer, and reproduce
 //! DaCe's outputs. Unsupported constructs are refused with errors naming the element.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::{compiled, gt4py_diff, gt4py_inputs};
 
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
@@ -35,13 +39,6 @@ fn inputs(sdfg: &Sdfg, npz: &mut NpzReader<std::fs::File>) -> Bindings {
     // Sizes come from the arrays' shapes, as DaCe infers them.
     sdflow::cli::infer_symbols(sdfg, &b.arrays, &mut b.symbols).unwrap();
     b
-}
-
-/// `s` compiled and run on a copy of `b`.
-fn compiled(backend: &CpuBackend, s: &Sdfg, b: &Bindings) -> Bindings {
-    let mut out = b.clone();
-    backend.build(s).unwrap().run_bindings(&mut out).unwrap();
-    out
 }
 
 /// Largest difference to DaCe's outputs, relative to the largest magnitude.
@@ -169,65 +166,6 @@ fn unsupported_constructs_are_refused_with_their_location() {
         e.contains("(Tasklet '_Add_'): tasklet code '__out = foo(__in1)': in '__out = foo(__in1)': unsupported function 'foo'"),
         "{e}"
     );
-}
-
-/// The arguments of a GT4Py program from its npz: fields `in__<name>`, the neighbour
-/// table `conn__<O>` as `gt_conn_<O>`, scalars as symbols, `gt_compute_time` (the
-/// metrics output of the final files) zero and `gt_metrics_level` 0; every shape and
-/// stride symbol inferred from the arrays.
-fn gt4py_inputs(sdfg: &Sdfg, npz: &mut NpzReader<std::fs::File>) -> Bindings {
-    let names = npz.names().unwrap();
-    let mut b = Bindings::default();
-    for (arg, desc) in sdfg.non_transients() {
-        let a = if let Some(o) = arg.strip_prefix("gt_conn_") {
-            let a: ArrayD<i32> = npz.by_name(&format!("conn__{o}")).unwrap();
-            HostArray::I32(a)
-        } else if arg == "gt_compute_time" {
-            HostArray::zeros(desc.dtype(), &[1])
-        } else {
-            let a: ArrayD<f64> = npz.by_name(&format!("in__{arg}")).unwrap();
-            HostArray::F64(a)
-        };
-        b.arrays.insert(arg.clone(), a);
-    }
-    for (name, sym) in &sdfg.symbols {
-        let key = format!("in__{name}");
-        if !names.iter().any(|n| n.trim_end_matches(".npy") == key) {
-            continue;
-        }
-        let v = match sym.dtype {
-            sdflow::ir::DType::F64 => {
-                let a: ArrayD<f64> = npz.by_name(&key).unwrap();
-                sdflow::ir::Value::F64(a.iter().copied().next().unwrap())
-            }
-            _ => {
-                let a: ArrayD<i32> = npz.by_name(&key).unwrap();
-                sdflow::ir::Value::I32(a.iter().copied().next().unwrap())
-            }
-        };
-        b.symbols.insert(name.clone(), v);
-    }
-    if sdfg.symbols.contains_key("gt_metrics_level") {
-        b.symbols
-            .insert("gt_metrics_level".into(), sdflow::ir::Value::I32(0));
-    }
-    sdflow::cli::infer_symbols(sdfg, &b.arrays, &mut b.symbols).unwrap();
-    b
-}
-
-/// Largest absolute difference of `field` to the npz's `out__<backend>__<field>`.
-fn gt4py_diff(
-    got: &Bindings,
-    npz: &mut NpzReader<std::fs::File>,
-    backend: &str,
-    field: &str,
-) -> f64 {
-    let want: ArrayD<f64> = npz.by_name(&format!("out__{backend}__{field}")).unwrap();
-    got.arrays[field]
-        .to_f64_vec()
-        .iter()
-        .zip(want.iter())
-        .fold(0.0, |m, (g, x)| m.max((g - x).abs()))
 }
 
 #[test]
@@ -461,8 +399,16 @@ fn small_dace_files_compute_what_dace_computes() {
     let f64s = |shape: &[usize], v: Vec<f64>| {
         HostArray::F64(ArrayD::from_shape_vec(shape.to_vec(), v).unwrap())
     };
-    // (file, arguments, output, DaCe's value of the output)
-    type Case<'a> = (&'a str, Vec<(&'a str, HostArray)>, &'a str, Vec<f64>);
+    // (file, arguments, symbols, output, DaCe's value of the output)
+    type Case<'a> = (
+        &'a str,
+        Vec<(&'a str, HostArray)>,
+        Vec<(&'a str, sdflow::ir::Value)>,
+        &'a str,
+        Vec<f64>,
+    );
+    let a8 = || f64s(&[8], (0..8).map(f64::from).collect());
+    let z8 = || f64s(&[8], vec![0.0; 8]);
     let cases: Vec<Case<'_>> = vec![
         // A reshape view (DaCe's `A.reshape`): a view of all of A[3, 4] as V[4, 3] is not
         // a window of A; B[i, j] = V[i, j] reads A's elements in row-major order.
@@ -472,6 +418,7 @@ fn small_dace_files_compute_what_dace_computes() {
                 ("A", f64s(&[3, 4], (0..12).map(f64::from).collect())),
                 ("B", f64s(&[3, 3], vec![0.0; 9])),
             ],
+            vec![],
             "B",
             (0..9).map(f64::from).collect(),
         ),
@@ -483,6 +430,7 @@ fn small_dace_files_compute_what_dace_computes() {
                 ("F", f64s(&[4], vec![10.0, 11.0, 12.0, 13.0])),
                 ("B", f64s(&[1], vec![0.0])),
             ],
+            vec![],
             "B",
             vec![12.0],
         ),
@@ -494,11 +442,50 @@ fn small_dace_files_compute_what_dace_computes() {
                 ("A", f64s(&[4], vec![1.0, 2.0, 3.0, 4.0])),
                 ("B", f64s(&[1], vec![0.0])),
             ],
+            vec![],
             "B",
             vec![101.0],
         ),
+        // DaCe 2's printed symbol mapping of a nested SDFG, `symbol($s, dtype=dace.float64,
+        // complex=True, …, real=True)` and `symbol($n, nonnegative=True)` (written by
+        // `scripts/gt4py/small_files.py`): B[i] = A[i] * s + n, as DaCe computes it with
+        // s = 0.5, n = 3.
+        (
+            "symbol_assumptions.sdfg",
+            vec![("A", a8()), ("B", z8())],
+            vec![
+                ("s", sdflow::ir::Value::F64(0.5)),
+                ("n", sdflow::ir::Value::I32(3)),
+            ],
+            "B",
+            vec![3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5],
+        ),
+        // Two maps writing B[0:min(k, N)] and B[max(0, k):N] through two access nodes with
+        // no path between them, disjoint only given k's value: ordered by a state split.
+        // DaCe's result with k = 3: A + 1 below k, A * 2 from k on.
+        (
+            "unordered_writes.sdfg",
+            vec![("A", a8()), ("B", z8())],
+            vec![("k", sdflow::ir::Value::I32(3))],
+            "B",
+            vec![1.0, 2.0, 3.0, 6.0, 8.0, 10.0, 12.0, 14.0],
+        ),
+        // A nested SDFG in a map reading A[N - 1 - i] through a connector whose memlet is
+        // A[0:i + 1] (GT4Py's auto-optimized `geofac_n2s_c[0:i - r0 + 1]`): DaCe's
+        // connector points at A[0] and the callee addresses all N elements, so the window
+        // is widened to A[0:N]. DaCe's result: B[i] = 2 A[N - 1 - i].
+        (
+            "wide_read_window.sdfg",
+            vec![
+                ("A", f64s(&[8], (1..9).map(f64::from).collect())),
+                ("B", z8()),
+            ],
+            vec![],
+            "B",
+            vec![16.0, 14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0],
+        ),
     ];
-    for (file, args, out, want) in cases {
+    for (file, args, symbols, out, want) in cases {
         let sdfg = sdflow::cli::load_program(&dir().join("small").join(file))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sdfg.validate(), Ok(()), "{file}");
@@ -506,10 +493,89 @@ fn small_dace_files_compute_what_dace_computes() {
         for (k, v) in args {
             b0.arrays.insert(k.to_string(), v);
         }
+        for (k, v) in symbols {
+            b0.symbols.insert(k.to_string(), v);
+        }
+        sdflow::cli::infer_symbols(&sdfg, &b0.arrays, &mut b0.symbols).unwrap();
         let mut b = b0.clone();
         interp::run(&sdfg, &mut b).unwrap();
         assert_eq!(b.arrays[out].to_f64_vec(), want, "{file}: interpreter");
         let bc = compiled(&backend, &sdfg, &b0);
         assert_eq!(bc.arrays[out].to_f64_vec(), want, "{file}: compiled");
+        // The optimizer keeps what orders the program (validated after every pass: a
+        // fusion that lost an ordering would be a race).
+        let mut opt = sdfg.clone();
+        Pipeline::cpu().validate_each(true).run(&mut opt).unwrap();
+        let mut b = b0.clone();
+        interp::run(&opt, &mut b).unwrap();
+        assert_eq!(b.arrays[out].to_f64_vec(), want, "{file}: optimized");
+        let bc = compiled(&backend, &opt, &b0);
+        assert_eq!(
+            bc.arrays[out].to_f64_vec(),
+            want,
+            "{file}: optimized, compiled"
+        );
     }
+}
+
+/// A widened nested-SDFG window that the caller's array cannot hold is a bounds error
+/// when run, never a read outside the array: `wide_read_window.sdfg` with the inner
+/// extent mapped to a free symbol `K` (the window becomes A[0:K]) and K = 9 for an A of 8.
+#[test]
+fn widened_window_past_the_caller_array_is_an_error() {
+    let text = std::fs::read_to_string(dir().join("small").join("wide_read_window.sdfg"))
+        .unwrap()
+        .replacen(
+            r#""symbols":{"N":"int32"}"#,
+            r#""symbols":{"N":"int32","K":"int64"}"#,
+            1,
+        )
+        .replacen(
+            r#""symbol_mapping":{"M":"$N""#,
+            r#""symbol_mapping":{"M":"$K""#,
+            1,
+        );
+    let sdfg = sdflow::orchestration::dace::import(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sdfg.validate(), Ok(()));
+    let mut b = Bindings::default();
+    let f64s = |v: Vec<f64>| HostArray::F64(ArrayD::from_shape_vec(vec![v.len()], v).unwrap());
+    b.arrays
+        .insert("A".into(), f64s((1..9).map(f64::from).collect()));
+    b.arrays.insert("B".into(), f64s(vec![0.0; 8]));
+    b.symbols.insert("K".into(), sdflow::ir::Value::I64(9));
+    sdflow::cli::infer_symbols(&sdfg, &b.arrays, &mut b.symbols).unwrap();
+    let e = interp::run(&sdfg, &mut b.clone()).unwrap_err().to_string();
+    assert!(e.contains("'A'") && e.contains("out of bounds"), "{e}");
+    let backend = CpuBackend {
+        cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
+        ..CpuBackend::default()
+    };
+    let e = backend
+        .build(&sdfg)
+        .unwrap()
+        .run_bindings(&mut b.clone())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("window outside its array"), "{e}");
+}
+
+/// A nested SDFG that writes through a connector larger than the caller's window is
+/// refused when imported, naming the connector: widening a copy-out would write back
+/// elements the callee never wrote (`wide_read_window.sdfg` with `b` of 2 elements).
+#[test]
+fn written_connector_larger_than_its_window_is_refused() {
+    let text = std::fs::read_to_string(dir().join("small").join("wide_read_window.sdfg"))
+        .unwrap()
+        .replacen(
+            r#""total_size":"1","offset":["0"],"dtype":"float64","shape":["1"]"#,
+            r#""total_size":"2","offset":["0"],"dtype":"float64","shape":["2"]"#,
+            1,
+        );
+    let e = sdflow::orchestration::dace::import(&text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("connector 'b' is written over B[i], 1 element(s), but the inner array has 2"),
+        "{e}"
+    );
 }

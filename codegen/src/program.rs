@@ -242,7 +242,7 @@ impl BoundCall<'_> {
             }
             2 => Err(CallError::Run {
                 program: self.program.name.clone(),
-                message: "integer division by zero, an index-table entry out of bounds, or an allocation failure, in the program"
+                message: "integer division by zero, an index-table entry out of bounds, a nested SDFG's window outside its array or not the size of its connector, or an allocation failure, in the program"
                     .into(),
             }),
             other => Err(CallError::Run {

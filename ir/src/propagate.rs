@@ -206,8 +206,12 @@ pub fn map_boundary(
         let (src, dst) = body.endpoints(e);
         let edge = body.edge(e);
         let m = &edge.memlet;
+        // A table private to the body (a transient scalar computed per iteration, as
+        // GT4Py's dynamic offsets are) is not read from outside.
         for t in m.subset.tables() {
-            add(&mut reads, t, Subset::full(&shape_of(t)));
+            if !local(t) {
+                add(&mut reads, t, Subset::full(&shape_of(t)));
+            }
         }
         if let Some(d) = body.node(src).as_access()
             && body.in_edges(src).is_empty()

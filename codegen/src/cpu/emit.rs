@@ -318,7 +318,14 @@ impl<'a> Scope<'a> {
                     .and_then(|d| d.as_array())
                     .map(|a| a.strides.clone())
                     .unwrap_or_default();
-                let value = format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides));
+                // A scalar table (a per-iteration index computed in a map body) is read
+                // as the scalar it is.
+                let value = match self.sdfg.arrays.get(table) {
+                    Some(DataDesc::Scalar { .. }) => {
+                        format!("(int64_t){}", self.scalar_lvalue(table).unwrap_or_default())
+                    }
+                    _ => format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides)),
+                };
                 let value = match offset.as_int() {
                     Some(0) => value,
                     _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
@@ -1484,6 +1491,7 @@ impl Emitter<'_> {
             } else {
                 size.join(" * ")
             };
+            self.line(&format!("const int64_t sdf_len_{} = {size};", a.name));
             self.line(&format!(
                 "{t}* sdf_c_{} = ({t}*)calloc((size_t)({size} > 0 ? {size} : 1), sizeof({t}));",
                 a.name
@@ -1507,7 +1515,8 @@ impl Emitter<'_> {
                         convert(sub_el, dt, a.dtype)
                     ));
                 };
-                self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_s", &el);
+                let len = format!("sdf_len_{}", a.name);
+                self.element_loop(sc, &e.memlet.data, &e.memlet.subset, &len, "sdf_s", &el);
             } else if let Some(w) = out_edges
                 .iter()
                 .find(|e| e.src_conn.as_deref() == Some(&a.name))
@@ -1542,7 +1551,8 @@ impl Emitter<'_> {
                 let v = convert(&format!("sdf_c_{c}[sdf_q]"), a.dtype, dt);
                 em.store(sc, el, &v, dt, wcr);
             };
-            self.element_loop(sc, &e.memlet.data, &e.memlet.subset, "sdf_d", &st);
+            let len = format!("sdf_len_{c}");
+            self.element_loop(sc, &e.memlet.data, &e.memlet.subset, &len, "sdf_d", &st);
         }
         for a in &isig.arrays {
             self.line(&format!("free(sdf_c_{});", a.name));
@@ -1556,12 +1566,16 @@ impl Emitter<'_> {
 impl Emitter<'_> {
     /// A loop over the elements of `data[subset]` (the whole container for an empty
     /// subset) in row-major order, with counter `sdf_q`; `body` gets each element's
-    /// lvalue and the container's type.
+    /// lvalue and the container's type. `len` (C) is the number of elements of the inner
+    /// array it fills or empties: a window of another size, or one outside the container,
+    /// raises the error flag and copies nothing (the interpreter refuses both, naming the
+    /// connector or the array).
     fn element_loop(
         &mut self,
         sc: &Scope<'_>,
         data: &str,
         subset: &Subset,
+        len: &str,
         prefix: &str,
         body: &dyn Fn(&mut Self, &str, DType),
     ) {
@@ -1578,6 +1592,36 @@ impl Emitter<'_> {
             "const int64_t sdf_n = {};",
             subset_volume(sc, &sub)
         ));
+        // The window must lie inside the container (a nested SDFG's window may be wider
+        // than what the caller's memlets were checked for, e.g. an imported DaCe
+        // connector widened to its inner array): outside, the error flag is raised and
+        // nothing is copied.
+        let shape = desc.map(|x| x.shape().to_vec()).unwrap_or_default();
+        let mut outside = Vec::new();
+        for (d, ext) in sub.0.iter().zip(&shape) {
+            let (lo, hi) = match d {
+                Dim::Index(i) => (i.clone(), i.clone()),
+                Dim::Range { start, step, .. } => (
+                    start.clone(),
+                    start
+                        .add(&d.size().sub(&SymExpr::Int(1)).mul(step))
+                        .simplify(),
+                ),
+                Dim::Indirect { .. } => continue,
+            };
+            outside.push(format!(
+                "({}) < 0 || ({}) >= ({})",
+                sc.sym(&lo),
+                sc.sym(&hi),
+                sc.sym(ext)
+            ));
+        }
+        let outside = if outside.is_empty() {
+            String::new()
+        } else {
+            format!(" || (sdf_n > 0 && ({}))", outside.join(" || "))
+        };
+        self.line(&format!("if (sdf_n != {len}{outside}) sdf_fail(); else"));
         self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
         self.indent += 1;
         let el = self.decompose(sc, data, &sub, "sdf_q", prefix);

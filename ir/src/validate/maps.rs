@@ -229,7 +229,8 @@ fn check_boundary(
     for e in body.edge_ids() {
         for t in body.edge(e).memlet.subset.tables() {
             read.insert(t);
-            if !outer_in.iter().any(|(od, _)| *od == t) {
+            // A table private to the body is computed there, not carried in.
+            if !local(t) && !outer_in.iter().any(|(od, _)| *od == t) {
                 cx.push(
                     ProblemKind::MapBoundary,
                     &graph::edge_loc(body, e, loc),

@@ -221,6 +221,139 @@ pub(super) fn merge_aliases(
     Ok(())
 }
 
+/// Widens the windows of nested-SDFG node `n`'s read-only connectors to what the callee
+/// can address (`loc`: for errors).
+///
+/// A DaCe connector is a pointer into the caller's memory at the start of the memlet's
+/// subset; the inner array's own shape says how far the callee may read from there, and
+/// the memlet's subset is only DaCe's propagated summary of what it reads, which may
+/// under-approximate it (GT4Py's `gt_auto_optimize` passes `geofac_n2s_c[0:i - r0 + 1]`
+/// to a nested SDFG whose array has all the cells and that reads it through a neighbour
+/// table). sdflow copies a connector in over its window, so the window of each range
+/// dimension becomes `[start, start + inner extent)`: the inner array's element `x` then
+/// holds the caller's `start + x`, exactly what DaCe's pointer shows, whatever the callee
+/// reads (the inner array is filled whole, so the copy's size always matches it). A caller
+/// array too small for that window is an out-of-bounds error of the copy when run, naming
+/// the array (the interpreter's check; compiled code raises its error flag), never a read
+/// outside it. The window's range dimensions are matched with the inner array's in order;
+/// where their number differs from the inner rank, or a range is strided, or the inner
+/// shape uses a symbol the mapping does not give, the window stays as it is (and a size
+/// mismatch is refused by the copy when run, naming the connector).
+///
+/// Only containers the nested SDFG does not write are widened: a written connector is
+/// copied out over its window, and a widened copy-out would write back elements the callee
+/// never wrote, which races with other writers (parallel iterations of an enclosing map
+/// among them). A written connector whose window provably has another number of elements
+/// than its inner array is refused here, naming it; where the sizes are symbolic and differ
+/// when run, the copy's size check refuses it then.
+pub(super) fn widen_read_windows(
+    df: &mut Dataflow,
+    n: NodeId,
+    loc: &str,
+) -> Result<(), ImportError> {
+    let Some(Node::Nested(nested)) = df.graph.node_weight(n) else {
+        return Ok(());
+    };
+    let inner = &nested.sdfg;
+    // The inner shapes in the caller's symbols: the symbol mapping, and the inner
+    // symbols with fixed values.
+    let mut to_outer: BTreeMap<String, SymExpr> = nested.symbol_mapping.clone();
+    for (k, s) in &inner.symbols {
+        if let Some(v) = s.value
+            && v.dtype().is_int()
+        {
+            to_outer
+                .entry(k.clone())
+                .or_insert(SymExpr::Int(v.as_i64()));
+        }
+    }
+    let extents = |conn: &str| -> Option<Vec<SymExpr>> {
+        let desc = inner.arrays.get(conn)?;
+        if !matches!(desc, DataDesc::Array(_)) {
+            return None;
+        }
+        desc.shape()
+            .iter()
+            .map(|e| {
+                e.free_symbols()
+                    .iter()
+                    .all(|s| to_outer.contains_key(s))
+                    .then(|| e.substitute(&to_outer).simplify())
+            })
+            .collect()
+    };
+    // The range dimensions of a window (the inner array's dimensions), with their starts
+    // and extents; None where a range is strided.
+    let ranges = |s: &Subset| -> Option<Vec<(usize, SymExpr, SymExpr)>> {
+        s.0.iter()
+            .enumerate()
+            .filter_map(|(d, x)| match x {
+                Dim::Range { start, end, step } => Some(
+                    (step.as_int() == Some(1))
+                        .then(|| (d, start.clone(), end.sub(start).simplify())),
+                ),
+                _ => None,
+            })
+            .collect()
+    };
+    let written: std::collections::BTreeSet<String> = df
+        .out_edges(n)
+        .into_iter()
+        .map(|e| df.edge(e).memlet.data.clone())
+        .collect();
+    let mut widened = Vec::new();
+    for e in df.in_edges(n) {
+        let edge = df.edge(e);
+        let Some(conn) = edge.dst_conn.as_deref() else {
+            continue;
+        };
+        if written.contains(&edge.memlet.data) {
+            continue;
+        }
+        let (Some(ext), Some(rs)) = (extents(conn), ranges(&edge.memlet.subset)) else {
+            continue;
+        };
+        if ext.len() != rs.len() || rs.iter().zip(&ext).all(|((_, _, w), x)| w == x) {
+            continue;
+        }
+        let mut subset = edge.memlet.subset.clone();
+        for ((d, start, _), x) in rs.iter().zip(&ext) {
+            subset.0[*d] = Dim::Range {
+                start: start.clone(),
+                end: start.add(x).simplify(),
+                step: SymExpr::Int(1),
+            };
+        }
+        widened.push((e, subset));
+    }
+    for e in df.out_edges(n) {
+        let edge = df.edge(e);
+        let Some(conn) = edge.src_conn.as_deref() else {
+            continue;
+        };
+        let Some(ext) = extents(conn) else {
+            continue;
+        };
+        let volume = |v: Vec<SymExpr>| v.iter().fold(SymExpr::Int(1), |p, x| p.mul(x)).simplify();
+        let (w, x) = (volume(edge.memlet.subset.sizes()), volume(ext));
+        if let Some(diff) = x.sub(&w).simplify().as_int()
+            && diff != 0
+        {
+            return Err(err(
+                loc,
+                format!(
+                    "connector '{conn}' is written over {}, {w} element(s), but the inner array has {x}; a nested SDFG that writes through a connector of another size than its window is not supported",
+                    edge.memlet
+                ),
+            ));
+        }
+    }
+    for (e, subset) in widened {
+        df.graph[e].memlet.subset = subset;
+    }
+    Ok(())
+}
+
 /// `s` (in an old connector's coordinates) in the merged connector's.
 fn shift(s: &Subset, axes: &[Axis]) -> Subset {
     let mut it = s.0.iter();

@@ -10,6 +10,7 @@
 mod alias;
 mod control;
 mod cpp;
+mod order;
 pub mod python;
 mod subscripts;
 mod views;
@@ -72,7 +73,9 @@ pub fn import_bytes(bytes: &[u8]) -> Result<Sdfg, ImportError> {
 /// Imports DaCe SDFG JSON text.
 pub fn import(text: &str) -> Result<Sdfg, ImportError> {
     let j: J = serde_json::from_str(text).map_err(|e| err("file", format!("not JSON: {e}")))?;
-    convert_sdfg(&j, "sdfg")
+    let mut sdfg = convert_sdfg(&j, "sdfg")?;
+    drop_unused_symbols(&mut sdfg);
+    Ok(sdfg)
 }
 
 fn s<'a>(j: &'a J, key: &str) -> Option<&'a str> {
@@ -213,6 +216,10 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     if let Some(syms) = a.get("symbols").and_then(J::as_object) {
         for (n, t) in syms {
             let dt = dtype(t.as_str(), &format!("{loc} > symbol '{n}'"))?;
+            // A bool symbol (GT4Py's bool scalar parameters, `limited_area`, tested in
+            // interstate conditions) is an integer symbol holding 0 or 1: sdflow's symbolic
+            // expressions are integer, and C's and Python's truth of 0 and 1 agree.
+            let dt = if dt == DType::Bool { DType::I32 } else { dt };
             sdfg.symbols.insert(name_of(n), Symbol::new(dt));
         }
     }
@@ -269,6 +276,76 @@ fn convert_sdfg(j: &J, parent: &str) -> Result<Sdfg, ImportError> {
     Ok(sdfg)
 }
 
+/// Drops the declared symbols a program never uses, in nested SDFGs first (with their
+/// entries in the caller's `symbol_mapping`). GT4Py declares the size and stride symbols of
+/// every neighbour table of the grid (`__gt_conn_C2E2C2E2C_neighbor_stride`) in every
+/// program and passes them down to every nested SDFG; DaCe's arguments are the symbols the
+/// program uses (`free_symbols`), so a caller gives values to those only. Symbols named in
+/// `arg_names` stay: they are parameters.
+fn drop_unused_symbols(sdfg: &mut Sdfg) {
+    fn nested_in(g: &mut Dataflow) {
+        for node in g.graph.node_weights_mut() {
+            match node {
+                Node::Map(m) => nested_in(&mut m.body),
+                Node::Nested(n) => {
+                    drop_unused_symbols(&mut n.sdfg);
+                    let used = used_names(&n.sdfg);
+                    n.symbol_mapping
+                        .retain(|k, _| n.sdfg.symbols.contains_key(k) || used.contains(k));
+                }
+                _ => {}
+            }
+        }
+    }
+    for st in &mut sdfg.states {
+        nested_in(&mut st.graph);
+    }
+    let used = used_names(sdfg);
+    let keep: std::collections::BTreeSet<String> = sdfg.arg_order.iter().cloned().collect();
+    sdfg.symbols
+        .retain(|name, _| used.contains(name) || keep.contains(name));
+}
+
+/// Every identifier in `sdfg` outside its symbol declarations and argument order, and
+/// outside its nested SDFGs (their own scopes) except their symbol mappings' values: the
+/// program in sdflow's text format, cut into words.
+fn used_names(sdfg: &Sdfg) -> std::collections::BTreeSet<String> {
+    fn hollow(g: &mut Dataflow) {
+        for node in g.graph.node_weights_mut() {
+            match node {
+                Node::Map(m) => hollow(&mut m.body),
+                Node::Nested(n) => {
+                    *n.sdfg = Sdfg::new("nested");
+                    n.symbol_mapping = n
+                        .symbol_mapping
+                        .values()
+                        .enumerate()
+                        .map(|(k, v)| (format!("{k}"), v.clone()))
+                        .collect();
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut text_of = sdfg.clone();
+    text_of.symbols.clear();
+    text_of.arg_order.clear();
+    for st in &mut text_of.states {
+        hollow(&mut st.graph);
+    }
+    let text = sdflow_ir::format::to_json(&text_of);
+    let mut used = std::collections::BTreeSet::new();
+    let mut word = String::new();
+    for c in text.chars().chain([' ']) {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else if !word.is_empty() {
+            used.insert(std::mem::take(&mut word));
+        }
+    }
+    used
+}
+
 /// A control-flow region (the SDFG itself, a `ControlFlowRegion`, a `LoopRegion`'s body,
 /// a branch of a `ConditionalBlock`): its blocks, structured along its interstate edges.
 fn convert_region(sdfg: &mut Sdfg, views: &Views, j: &J, loc: &str) -> Result<Block, ImportError> {
@@ -284,10 +361,22 @@ fn convert_region(sdfg: &mut Sdfg, views: &Views, j: &J, loc: &str) -> Result<Bl
         let a = attrs(st);
         let block = match s(st, "type") {
             Some("SDFGState") => {
-                let id = sdfg.add_state(&name_of(label));
                 let graph = convert_state(sdfg, views, st, &sloc)?;
-                sdfg.states[id.index()].graph = graph;
-                Block::State(id)
+                let mut parts = order::split_unordered_writes(graph);
+                if parts.len() == 1 {
+                    let id = sdfg.add_state(&name_of(label));
+                    sdfg.states[id.index()].graph = parts.remove(0);
+                    Block::State(id)
+                } else {
+                    // Unordered writes, ordered: one state per part (`order.rs`).
+                    let mut seq = Vec::new();
+                    for (k, graph) in parts.into_iter().enumerate() {
+                        let id = sdfg.add_state(&format!("{}_{k}", name_of(label)));
+                        sdfg.states[id.index()].graph = graph;
+                        seq.push(Block::State(id));
+                    }
+                    Block::Seq(seq)
+                }
             }
             Some("ControlFlowRegion") => convert_region(sdfg, views, st, &sloc)?,
             Some("LoopRegion") => {
@@ -668,6 +757,23 @@ struct StateCx<'a> {
 }
 
 impl StateCx<'_> {
+    /// The parameters of every map of this state.
+    fn map_params(&self) -> std::collections::BTreeSet<String> {
+        self.by_id
+            .values()
+            .filter(|n| s(n, "type") == Some("MapEntry"))
+            .flat_map(|n| {
+                attrs(n)
+                    .get("params")
+                    .and_then(J::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(J::as_str)
+                    .map(name_of)
+            })
+            .collect()
+    }
+
     fn node_loc(&self, id: &str) -> String {
         let n = self.by_id.get(id);
         format!(
@@ -823,7 +929,22 @@ impl StateCx<'_> {
                         .into_iter()
                         .flatten()
                     {
-                        symbol_mapping.insert(name_of(k), sym_of(v, &nl)?);
+                        let k = name_of(k);
+                        let v = sym_of(v, &nl)?;
+                        // GT4Py maps symbols of its temporaries that the caller does not
+                        // have to themselves (`__gtir_var_2_Edge_range_0` to itself); DaCe
+                        // accepts the mapping as long as the nested SDFG does not use the
+                        // symbol, and so does the importer: such an identity mapping of a
+                        // name unknown here (neither a symbol nor a map parameter of this
+                        // state) is dropped. A nested SDFG that uses it is refused by
+                        // validation, naming the symbol.
+                        if v == SymExpr::sym(&k)
+                            && !self.sdfg.symbols.contains_key(&k)
+                            && !self.map_params().contains(&k)
+                        {
+                            continue;
+                        }
+                        symbol_mapping.insert(k, v);
                     }
                     Node::Nested(sdflow_ir::NestedSdfg {
                         sdfg: Box::new(inner),
@@ -972,6 +1093,7 @@ impl StateCx<'_> {
         // and out: connectors of one container become one.
         for id in &members {
             if self.kind(id) == "NestedSDFG" {
+                alias::widen_read_windows(df, ids[id], &self.node_loc(id))?;
                 alias::merge_aliases(self.sdfg, df, ids[id], &self.node_loc(id))?;
             }
         }

@@ -308,6 +308,9 @@ impl Parser {
         match self.peek().cloned() {
             Some(Tok::Num(n)) => {
                 self.pos += 1;
+                if let Some(e) = typed_literal(&n)? {
+                    return Ok(e);
+                }
                 if n.contains(['.', 'e', 'E']) {
                     n.parse::<f64>()
                         .map(|v| Expr::Const(Value::F64(v)))
@@ -350,12 +353,177 @@ impl Parser {
                 if !self.is_op("(") {
                     return Ok(Expr::Var(n));
                 }
+                if n == "symbol" {
+                    return self.serialized_symbol();
+                }
                 let args = self.args()?;
                 call(&n, args)
             }
             other => Err(format!("unexpected {}", describe(other.as_ref()))),
         }
     }
+}
+
+impl Parser {
+    /// DaCe 2's serialized symbol with a type or assumptions, as `DaceSympySerializer`
+    /// prints it: `symbol($NAME, dtype=dace.<type>, <assumption>=True, …)` (the `dtype`
+    /// when it is not DaCe's default symbol type, then every SymPy assumption that holds
+    /// and does not hold by default for that type, sorted). It is the symbol `NAME`:
+    /// sdflow takes a symbol's type from its declaration, and SymPy's assumptions
+    /// (`integer`, `real`, `positive`, …) only describe values the symbol has anyway.
+    fn serialized_symbol(&mut self) -> Result<Expr, String> {
+        self.expect("(")?;
+        let Some(Tok::Name(name)) = self.peek().cloned() else {
+            return Err(format!(
+                "'symbol(…)' takes a symbol name first, found {}",
+                describe(self.peek())
+            ));
+        };
+        self.pos += 1;
+        while self.is_op(",") {
+            self.pos += 1;
+            let Some(Tok::Name(key)) = self.peek().cloned() else {
+                return Err(format!(
+                    "in 'symbol({name}, …)': expected 'key=value', found {}",
+                    describe(self.peek())
+                ));
+            };
+            self.pos += 1;
+            self.expect("=")?;
+            let value = match self.peek().cloned() {
+                Some(Tok::Name(v)) => v,
+                other => {
+                    return Err(format!(
+                        "in 'symbol({name}, …)': '{key}' has the value {}, expected a name",
+                        describe(other.as_ref())
+                    ));
+                }
+            };
+            self.pos += 1;
+            let ok = if key == "dtype" {
+                value
+                    .strip_prefix("dace.")
+                    .is_some_and(|t| DACE_TYPES.contains(&t))
+            } else {
+                SYMPY_ASSUMPTIONS.contains(&key.as_str()) && (value == "True" || value == "False")
+            };
+            if !ok {
+                return Err(format!(
+                    "in 'symbol({name}, …)': unknown property '{key}={value}'"
+                ));
+            }
+        }
+        self.expect(")")?;
+        Ok(Expr::Var(name))
+    }
+}
+
+/// DaCe's type names (`dace.dtypes`' typeclasses, as `typeclass.to_string()` prints them).
+const DACE_TYPES: &[&str] = &[
+    "bool",
+    "bool_",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+];
+
+/// SymPy's assumption names (`sympy.core.assumptions._assume_defined`); DaCe prints those
+/// that hold, except `commutative` and the `extended_` ones, but reads any of them back.
+const SYMPY_ASSUMPTIONS: &[&str] = &[
+    "algebraic",
+    "antihermitian",
+    "commutative",
+    "complex",
+    "composite",
+    "even",
+    "extended_negative",
+    "extended_nonnegative",
+    "extended_nonpositive",
+    "extended_nonzero",
+    "extended_positive",
+    "extended_real",
+    "finite",
+    "hermitian",
+    "imaginary",
+    "infinite",
+    "integer",
+    "irrational",
+    "negative",
+    "noninteger",
+    "nonnegative",
+    "nonpositive",
+    "nonzero",
+    "odd",
+    "positive",
+    "prime",
+    "rational",
+    "real",
+    "transcendental",
+    "zero",
+];
+
+/// DaCe 2's typed literals (`dace.dtypes.TYPECLASS_TO_LITERAL_SUFFIX`): `2i64`, `7u8`,
+/// `0.5f32`, `1e3f64`. `None` when `n` has no such suffix.
+fn typed_literal(n: &str) -> Result<Option<Expr>, String> {
+    const SUFFIXES: &[(&str, Option<DType>)] = &[
+        ("i8", None),
+        ("i16", None),
+        ("i32", Some(DType::I32)),
+        ("i64", Some(DType::I64)),
+        ("u8", None),
+        ("u16", None),
+        ("u32", None),
+        ("u64", None),
+        ("f16", None),
+        ("bf16", None),
+        ("e4m3fn", None),
+        ("e5m2", None),
+        ("f32", Some(DType::F32)),
+        ("f64", Some(DType::F64)),
+    ];
+    // Longest suffix first (`bf16` before `f16`).
+    let mut sorted: Vec<_> = SUFFIXES.to_vec();
+    sorted.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+    for (suffix, t) in sorted {
+        let Some(digits) = n.strip_suffix(suffix) else {
+            continue;
+        };
+        if digits.is_empty() || !digits.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            continue;
+        }
+        let Some(t) = t else {
+            return Err(format!(
+                "typed literal '{n}': type '{suffix}' is not supported"
+            ));
+        };
+        let v = if t.is_int() {
+            digits
+                .parse::<i64>()
+                .map(|v| Expr::Const(Value::I64(v)))
+                .map_err(|_| format!("bad number '{n}'"))?
+        } else {
+            digits
+                .parse::<f64>()
+                .map(|v| Expr::Const(Value::F64(v)))
+                .map_err(|_| format!("bad number '{n}'"))?
+        };
+        return Ok(Some(match t {
+            DType::I64 | DType::F64 => v,
+            t => Expr::Cast(t, Box::new(v)),
+        }));
+    }
+    Ok(None)
 }
 
 fn describe(t: Option<&Tok>) -> String {
@@ -593,6 +761,47 @@ mod tests {
                 .unwrap_err()
                 .contains("unsupported function 'foo'")
         );
+        // DaCe 2's serialized symbols with a type and SymPy assumptions, as DaCe 2.0.0a10
+        // writes GT4Py's nested-SDFG symbol mappings and subsets.
+        assert_eq!(
+            sym(
+                "symbol($rd_o_cvd, dtype=dace.float64, algebraic=True, complex=True, \
+                 finite=True, hermitian=True, integer=True, rational=True, real=True)"
+            )
+            .unwrap()
+            .to_string(),
+            "rd_o_cvd"
+        );
+        assert_eq!(
+            sym("-$__z_Cell_range_0 + symbol($i_Cell_gtx_horizontal, dtype=dace.int64)")
+                .unwrap()
+                .to_string(),
+            "-__z_Cell_range_0 + i_Cell_gtx_horizontal"
+        );
+        assert_eq!(
+            sym("symbol($n, nonnegative=True) + 1").unwrap().to_string(),
+            "n + 1"
+        );
+        assert!(
+            sym("symbol($n, dtype=dace.float99)")
+                .unwrap_err()
+                .contains("unknown property 'dtype=dace.float99'")
+        );
+        assert!(
+            sym("symbol($n, shiny=True)")
+                .unwrap_err()
+                .contains("unknown property 'shiny=True'")
+        );
+        assert!(
+            sym("symbol(2, integer=True)")
+                .unwrap_err()
+                .contains("takes a symbol name first")
+        );
+        // Typed literals.
+        assert_eq!(sym("$N - 2i64").unwrap().to_string(), "N - 2");
+        assert_eq!(expr("x * 0.5f64").unwrap().to_string(), "x * 0.5");
+        assert_eq!(expr("x * 2.0f32").unwrap().to_string(), "x * f32(2.0)");
+        assert!(expr("3i8").unwrap_err().contains("'i8' is not supported"));
         assert!(
             sym("a / 2")
                 .unwrap_err()

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use sdflow_ir::{Dim, Expr, Stmt, Subset, SymExpr};
+use sdflow_ir::{DataDesc, Dim, Expr, Stmt, Subset, SymExpr};
 
 use super::python::{self, Subscript};
 use super::{Edge, ImportError, StateCx, err, name_of};
@@ -210,9 +210,14 @@ impl StateCx<'_> {
                         "input '{entry}' reads '{table}', which is not an integer array"
                     ));
                 }
+                // A scalar table (GT4Py's dynamic vertical offset `k + zd_vertoffset`,
+                // computed per point into a transient scalar) is read whole: DaCe's `x[0]`
+                // is sdflow's subset-free scalar access.
+                let scalar = matches!(self.sdfg.arrays.get(&table), Some(DataDesc::Scalar { .. }));
                 let index = e
                     .subset
                     .iter()
+                    .filter(|_| !scalar)
                     .flat_map(|s| s.0.iter())
                     .map(|d| match d {
                         Dim::Index(i) => Ok(i.clone()),

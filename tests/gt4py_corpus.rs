@@ -1,0 +1,231 @@
+//! The GT4Py corpus (`tests/gt4py/`, written by `scripts/gt4py/generate.sh`): every program
+//! of ICON4Py's diffusion package, lowered by GT4Py 1.2.1's DaCe backend (DaCe 2.0.0a10),
+//! with the inputs and the outputs of GT4Py's own runs. Each SDFG — the raw lowering, the
+//! `dace_noopt` backend's final file and the `dace` backend's auto-optimized final file —
+//! is imported, validated, run on the interpreter and compiled, before and after
+//! `Pipeline::cpu`, and compared with GT4Py's outputs: bitwise where GT4Py's embedded and
+//! gtfn runs agree bitwise, else within `TOLERANCE` (relative to the output's largest
+//! magnitude).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Npz, array, gt4py_inputs, names, open_npz};
+use sdflow::ir::Sdfg;
+use sdflow::ir::interp::{self, Bindings};
+use sdflow::transforms::Pipeline;
+
+/// The stages each program was captured at.
+const VARIANTS: [&str; 3] = ["dace.lowered", "dace_noopt.final", "dace.final"];
+
+/// Where GT4Py's own backends disagree (embedded and gtfn evaluate some expressions in a
+/// different order), sdflow must agree with the reference within this relative distance.
+const TOLERANCE: f64 = 1e-14;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gt4py")
+}
+
+/// The programs of the corpus, by name.
+fn programs() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".simple.npz").map(str::to_string)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What a program's outputs are compared with: for each output field, the backend whose
+/// result is the reference and the tolerance. GT4Py's embedded backend is the reference
+/// where it ran (gtfn where it did not, then DaCe's own unoptimized run); the comparison is
+/// bitwise where embedded and gtfn agree bitwise.
+fn references(npz: &mut Npz) -> Vec<(String, String, f64)> {
+    let all = names(npz);
+    let mut fields: Vec<String> = all
+        .iter()
+        .filter_map(|n| n.strip_prefix("out__"))
+        .filter_map(|n| n.split_once("__").map(|(_, f)| f.to_string()))
+        .collect();
+    fields.sort();
+    fields.dedup();
+    let mut out = Vec::new();
+    for f in fields {
+        let key = |b: &str| format!("out__{b}__{f}");
+        let reference = ["embedded", "gtfn", "dace_noopt"]
+            .into_iter()
+            .find(|b| all.contains(&key(b)))
+            .unwrap();
+        let exact = match (all.contains(&key("embedded")), all.contains(&key("gtfn"))) {
+            (true, true) => array(npz, &key("embedded")).bits() == array(npz, &key("gtfn")).bits(),
+            _ => true,
+        };
+        out.push((
+            f,
+            reference.to_string(),
+            if exact { 0.0 } else { TOLERANCE },
+        ));
+    }
+    out
+}
+
+/// The largest difference of `got`'s outputs to their references, relative to the
+/// reference's largest magnitude, over the outputs; `Err` naming the first output beyond
+/// its tolerance.
+fn check(got: &Bindings, npz: &mut Npz, refs: &[(String, String, f64)]) -> Result<f64, String> {
+    let mut worst: f64 = 0.0;
+    for (field, backend, tol) in refs {
+        let want = array(npz, &format!("out__{backend}__{field}")).to_f64_vec();
+        let got = got.arrays[field].to_f64_vec();
+        let scale = want
+            .iter()
+            .fold(0.0f64, |m, x| m.max(x.abs()))
+            .max(f64::MIN_POSITIVE);
+        let d = got.iter().zip(&want).fold(0.0f64, |m, (g, w)| {
+            if g.to_bits() == w.to_bits() {
+                m
+            } else {
+                m.max((g - w).abs() / scale).max(f64::MIN_POSITIVE)
+            }
+        });
+        if d > *tol {
+            return Err(format!(
+                "'{field}' differs from GT4Py's {backend} run by {d:e} (relative; allowed {tol:e})"
+            ));
+        }
+        worst = worst.max(d);
+    }
+    Ok(worst)
+}
+
+/// Files that do not reproduce GT4Py yet, with the stage and the failure, each checked to
+/// still fail so (a fix shows up as a test failure asking to remove the entry).
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
+
+struct Case {
+    file: String,
+    npz: PathBuf,
+    inputs: Bindings,
+    sdfg: Sdfg,
+    opt: Sdfg,
+}
+
+#[test]
+fn every_gt4py_program_reproduces_gt4py() {
+    let programs = programs();
+    assert!(
+        programs.len() >= 23,
+        "{} programs in tests/gt4py",
+        programs.len()
+    );
+    let mut failures = Vec::new();
+    let mut cases = Vec::new();
+    for p in &programs {
+        let npz_path = dir().join(format!("{p}.simple.npz"));
+        for v in VARIANTS {
+            let file = format!("{p}.simple.{v}.sdfgz");
+            let path = dir().join(&file);
+            if !path.exists() {
+                continue;
+            }
+            let sdfg = match sdflow::cli::load_program(&path) {
+                Ok(s) => s,
+                Err(e) => {
+                    failures.push(format!("{file}: {e}"));
+                    continue;
+                }
+            };
+            let mut npz = open_npz(&npz_path);
+            let refs = references(&mut npz);
+            let inputs = gt4py_inputs(&sdfg, &mut npz);
+            let mut b = inputs.clone();
+            if let Err(e) = interp::run(&sdfg, &mut b) {
+                failures.push(format!("{file}: interpreter: {e}"));
+                continue;
+            }
+            let d = check(&b, &mut npz, &refs);
+            eprintln!("{file}: interpreter {d:?}");
+            if let Err(e) = d {
+                failures.push(format!("{file}: interpreter: {e}"));
+                continue;
+            }
+            let mut opt = sdfg.clone();
+            if let Err(e) = Pipeline::cpu().validate_each(true).run(&mut opt) {
+                failures.push(format!("{file}: Pipeline::cpu: {e}"));
+                continue;
+            }
+            let mut bo = inputs.clone();
+            if let Err(e) = interp::run(&opt, &mut bo) {
+                failures.push(format!("{file}: optimized, interpreter: {e}"));
+                continue;
+            }
+            if let Err(e) = check(&bo, &mut npz, &refs) {
+                failures.push(format!("{file}: optimized, interpreter: {e}"));
+                continue;
+            }
+            cases.push(Case {
+                file,
+                npz: npz_path.clone(),
+                inputs,
+                sdfg,
+                opt,
+            });
+        }
+    }
+    // Compiled, before and after the pipeline: every build at once, in parallel.
+    let backend = common::backend();
+    let all: Vec<Sdfg> = cases
+        .iter()
+        .flat_map(|c| [c.sdfg.clone(), c.opt.clone()])
+        .collect();
+    let built = backend.build_all(&all);
+    for (k, c) in cases.iter().enumerate() {
+        let mut npz = open_npz(&c.npz);
+        let refs = references(&mut npz);
+        for (stage, lib) in [
+            ("compiled", &built[2 * k]),
+            ("optimized, compiled", &built[2 * k + 1]),
+        ] {
+            let lib = match lib {
+                Ok(l) => l,
+                Err(e) => {
+                    failures.push(format!("{}: {stage}: {e}", c.file));
+                    continue;
+                }
+            };
+            let mut b = c.inputs.clone();
+            if let Err(e) = lib.run_bindings(&mut b) {
+                failures.push(format!("{}: {stage}: {e}", c.file));
+                continue;
+            }
+            if let Err(e) = check(&b, &mut npz, &refs) {
+                failures.push(format!("{}: {stage}: {e}", c.file));
+            }
+        }
+    }
+    eprintln!(
+        "{} of {} programs' files reproduce GT4Py",
+        cases.len(),
+        programs.len() * VARIANTS.len()
+    );
+    for (file, stage, message) in KNOWN_FAILURES {
+        let expected = format!("{file}: {stage}: {message}");
+        let before = failures.len();
+        failures.retain(|f| f != &expected);
+        assert_eq!(
+            before,
+            failures.len() + 1,
+            "{file} no longer fails at '{stage}' as recorded: update KNOWN_FAILURES"
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
