@@ -424,3 +424,43 @@ fn a_column_major_program_runs_on_the_cpu_backend_as_on_the_interpreter() {
     assert_eq!(a["out"].bits(), b["out"].bits());
     assert_eq!(a["u"].bits(), b["u"].bits());
 }
+
+/// 0-d entries of an input archive named like symbols set them, converted exactly: a
+/// boolean (GT4Py's flags, imported as `int32` symbols) becomes 0 or 1; a value the
+/// symbol's type cannot hold is refused with the file, the name and the type.
+#[test]
+fn zero_dimensional_inputs_set_symbols_exactly() {
+    use sdflow::ir::{DType, SdfgBuilder, Value};
+    use std::collections::BTreeMap;
+    let mut b = SdfgBuilder::new("flagged");
+    b.symbol("N", DType::I64)
+        .symbol("flag", DType::I32)
+        .array("x", DType::F64, ["N"]);
+    let s = b.build();
+    let mut arrays = BTreeMap::new();
+    arrays.insert("x".to_string(), HostArray::F64(ArrayD::zeros(IxDyn(&[3]))));
+    arrays.insert(
+        "flag".to_string(),
+        HostArray::Bool(ArrayD::from_elem(IxDyn(&[]), true)),
+    );
+    let p = tmp("flag.npz");
+    npz::write_npz(&p, &arrays).unwrap();
+    let bound = sdflow::cli::bind_inputs(&s, &p, BTreeMap::new()).unwrap();
+    assert_eq!(bound.symbols["flag"], Value::I32(1));
+    assert_eq!(bound.symbols["N"], Value::I64(3));
+    arrays.insert(
+        "flag".to_string(),
+        HostArray::I64(ArrayD::from_elem(IxDyn(&[]), 1 << 40)),
+    );
+    npz::write_npz(&p, &arrays).unwrap();
+    let e = sdflow::cli::bind_inputs(&s, &p, BTreeMap::new())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}: 'flag' = 1099511627776 does not fit the symbol's type i32",
+            p.display()
+        )
+    );
+}

@@ -243,3 +243,51 @@ fn symbolic_overflow_is_an_error_on_both() {
         "sdfg 'steps' / loop over 'k': integer overflow in 'k + D'",
     );
 }
+
+/// A nested SDFG that fails inside a map whose bounds hold: the callee's message names
+/// the caller's map point, as the interpreter's does (loops that call nested SDFGs record
+/// their parameters).
+#[test]
+fn a_nested_sdfg_failing_inside_a_map_names_the_map_point() {
+    let mut callee = SdfgBuilder::new("scale_row");
+    callee
+        .symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("a", DType::F64, ["M"])
+        .array("out", DType::F64, ["M"]);
+    callee.state("row", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[("x", "a[i]")], &[("o", "out[i]")], "o = 2.0 * x");
+        });
+    });
+    let callee = callee.build();
+    let mut b = SdfgBuilder::new("rows");
+    b.symbol("R", DType::I64)
+        .symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("x", DType::F64, ["R", "C"])
+        .array("y", DType::F64, ["R", "C"]);
+    b.state("main", |s| {
+        s.map("row", &["r"], &["R - 1:R"], |m| {
+            m.nested(
+                callee,
+                &[("N", "K"), ("M", "C")],
+                &[("a", "x[r, 0:C]")],
+                &[("out", "y[r, 0:C]")],
+            );
+        });
+    });
+    let s = b.build();
+    let prog = build(&s);
+    both_agree(
+        &s,
+        &prog,
+        &random_bindings(&s, &syms(&[("R", 3), ("C", 4), ("K", 4)]), 1).unwrap(),
+    );
+    both_fail(
+        &s,
+        &prog,
+        &random_bindings(&s, &syms(&[("R", 3), ("C", 4), ("K", 5)]), 2).unwrap(),
+        "sdfg 'rows' / state 'main' / map 'row' at r=2 / nested SDFG 'scale_row' / sdfg 'scale_row' / state 'row' / map 'm' at i=4 / tasklet 't': index 4 out of bounds for dimension 0 of 'a' (extent 4)",
+    );
+}

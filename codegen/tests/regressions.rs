@@ -258,3 +258,53 @@ fn a_table_into_a_field_without_elements_is_an_error_not_a_stray_read() {
     b.symbols.insert("r".into(), Value::I64(0));
     bad_table(&s, &b, "out of bounds for dimension 0 of 'c' (extent 0)");
 }
+
+/// Nested SDFGs twelve deep: each callee is emitted as one C function, whichever versions
+/// of the calling node (bounds proven, checked, parallel or single-thread loops) call
+/// it. Emitting the callee once per calling version doubled the code at every level
+/// (a GT4Py program with seven nested levels reached 40 MB of C).
+#[test]
+fn deep_nesting_emits_each_nested_sdfg_once() {
+    const DEPTH: usize = 12;
+    let mut inner = SdfgBuilder::new("level0");
+    inner
+        .symbol("N", DType::I64)
+        .array("x", DType::F64, ["N"])
+        .array("y", DType::F64, ["N"]);
+    inner.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[("v", "x[i]")], &[("w", "y[i]")], "w = v * 2.0 + 1.0");
+        });
+    });
+    let mut sdfg = inner.build();
+    for level in 1..=DEPTH {
+        let mut b = SdfgBuilder::new(&format!("level{level}"));
+        b.symbol("N", DType::I64)
+            .array("x", DType::F64, ["N"])
+            .array("y", DType::F64, ["N"]);
+        b.state("s", |s| {
+            s.nested(sdfg, &[("N", "N")], &[("x", "x[0:N]")], &[("y", "y[0:N]")]);
+        });
+        sdfg = b.build();
+    }
+    assert_eq!(sdfg.validate(), Ok(()));
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let code = backend.generate(&sdfg).unwrap();
+    assert_eq!(code.matches("static int sdf_nested_").count(), DEPTH);
+    let inputs = random_bindings(&sdfg, &syms(&[("N", 5)]), 7).unwrap();
+    check(&sdfg, &inputs);
+    let y = match &inputs.arrays["x"] {
+        HostArray::F64(x) => x.mapv(|v| v * 2.0 + 1.0),
+        other => panic!("{other:?}"),
+    };
+    let mut got = inputs.clone();
+    backend
+        .build(&sdfg)
+        .unwrap()
+        .run_bindings(&mut got)
+        .unwrap();
+    assert_eq!(got.arrays["y"].bits(), HostArray::F64(y).bits());
+}

@@ -116,7 +116,7 @@ pub fn emit_program_checked(
     sdfg: &Sdfg,
     opts: &EmitOptions,
 ) -> Result<(String, Sites), CodegenError> {
-    let mut fns = Vec::new();
+    let mut fns = Functions::default();
     let mut counter = 0;
     let sites = RefCell::new(Sites::default());
     let loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
@@ -147,12 +147,32 @@ pub fn emit_program_checked(
          #ifdef _OPENMP\n    return sdf_num_threads > 0 ? sdf_num_threads : omp_get_max_threads();\n\
          #else\n    return 1;\n#endif\n}\n\n",
     );
-    for f in fns {
+    for f in fns.texts {
         out.push_str(&f);
         out.push('\n');
     }
     out.push_str(&run);
     Ok((out, sites.into_inner()))
+}
+
+/// The nested SDFGs' static functions emitted so far, in order, and the name of each by
+/// what determines its text: the nested SDFG (by address: it lives in the program being
+/// emitted) and the location path and parameter depth of its call. A node's unchecked and
+/// checked versions, and a map's parallel and single-thread loops, call the same function:
+/// emitting it once per call text would double the code at every level of nesting.
+#[derive(Default)]
+struct Functions {
+    texts: Vec<String>,
+    by_call: BTreeMap<(usize, String, usize), String>,
+}
+
+/// Whether `df` calls a nested SDFG, directly or inside its maps.
+fn calls_nested(df: &Dataflow) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Nested(_) => true,
+        Node::Map(m) => calls_nested(&m.body),
+        _ => false,
+    })
 }
 
 /// Where a function is emitted: the program's `run` (`top`) or a nested SDFG's function,
@@ -359,10 +379,18 @@ fn emit_function(
     sdfg: &Sdfg,
     opts: &EmitOptions,
     ctx: &FnCtx<'_>,
-    fns: &mut Vec<String>,
+    fns: &mut Functions,
     counter: &mut usize,
 ) -> Result<String, CodegenError> {
     let top = ctx.top;
+    let key = (
+        sdfg as *const Sdfg as usize,
+        format!("{:?}", ctx.loc),
+        ctx.depth,
+    );
+    if !top && let Some(name) = fns.by_call.get(&key) {
+        return Ok(name.clone());
+    }
     let sig = Signature::of(sdfg);
     let flow = sdfg.loop_and_assigned_symbols();
     let all_transients: Vec<(&String, &DataDesc)> =
@@ -574,7 +602,8 @@ fn emit_function(
             let _ = writeln!(out, "    free(a_{n});");
         }
         out.push_str("    return sdf_err.failed ? 3 : 0;\n}\n");
-        fns.push(out);
+        fns.texts.push(out);
+        fns.by_call.insert(key, own_name.clone());
         return Ok(own_name);
     }
     Ok(out)
@@ -582,7 +611,7 @@ fn emit_function(
 
 struct Emitter<'o> {
     opts: &'o EmitOptions,
-    fns: &'o mut Vec<String>,
+    fns: &'o mut Functions,
     counter: &'o mut usize,
     out: String,
     indent: usize,
@@ -915,7 +944,19 @@ impl Emitter<'_> {
             sites: sc.sites,
         };
         inner.params.extend(m.params.iter().cloned());
-        if sc.checked {
+        // Checked loops record their parameters for messages (between the loops, in
+        // `checked_map`). Unchecked loops record them only around nested-SDFG calls,
+        // whose functions report errors with the interpreter's `map 'm' at i=…` path;
+        // a tight loop without calls stores nothing per point. Recording here, at the top
+        // of the innermost body, keeps collapsed loop nests perfectly nested.
+        if sc.checked || calls_nested(&m.body) {
+            if !sc.checked {
+                for (k, p) in m.params.iter().enumerate() {
+                    if sc.depth + k < MAX_PARAMS {
+                        self.line(&format!("sdf_pv[{}] = s_{p};", sc.depth + k));
+                    }
+                }
+            }
             inner.loc.push(LocPart::Map {
                 label: m.label.clone(),
                 params: m.params.clone(),
@@ -923,7 +964,6 @@ impl Emitter<'_> {
             });
             inner.depth += m.params.len();
         } else {
-            // Unchecked loops do not record their parameters.
             inner.loc.push(LocPart::Text(format!("map '{}'", m.label)));
         }
         for d in m.body.accessed_data() {
@@ -1541,6 +1581,9 @@ impl Emitter<'_> {
             }
         ));
         self.line(&format!("{fname}(sdf_args, sdf_ints, sdf_floats);"));
+        // A callee that failed writes nothing back, as in the interpreter.
+        self.line("if (!sdf_err.failed) {");
+        self.indent += 1;
         for e in &out_edges {
             let Some(c) = &e.src_conn else { continue };
             let Some(a) = isig.arrays.iter().find(|a| a.name == *c) else {
@@ -1554,6 +1597,8 @@ impl Emitter<'_> {
             let len = format!("sdf_len_{c}");
             self.element_loop(sc, &e.memlet.data, &e.memlet.subset, &len, "sdf_d", &st);
         }
+        self.indent -= 1;
+        self.line("}");
         for a in &isig.arrays {
             self.line(&format!("free(sdf_c_{});", a.name));
         }
