@@ -137,8 +137,8 @@ impl Collect<'_> {
     fn over_boxes(&self, lo: &SymExpr, hi: &SymExpr) -> Option<(SymExpr, SymExpr)> {
         let (mut lo, mut hi) = (lo.clone(), hi.clone());
         for b in self.boxes.iter().rev() {
-            lo = expr_bounds(&lo, b)?.0;
-            hi = expr_bounds(&hi, b)?.1;
+            lo = bounds_over(&lo, b, FUEL)?.0;
+            hi = bounds_over(&hi, b, FUEL)?.1;
         }
         Some((lo, hi))
     }
@@ -174,5 +174,97 @@ impl Collect<'_> {
             self.terms.push(SymExpr::bin(SymOp::Or, empty, inside));
         }
         Some(())
+    }
+}
+
+/// How many min/max splits `bounds_over` may make for one expression.
+const FUEL: u32 = 64;
+
+/// Bounds of `e` over the box `b`: `expr_bounds`, or, for an expression that is affine
+/// but for `min`/`max` terms (an inner map's range clipped to the array, as in a tile of
+/// a fused map, then offset by the tile's start), the bounds of each side after the
+/// linear operations around the `min`/`max` are pushed into it. Sound: over the box,
+/// `max(x, y)` lies between `max(lo x, lo y)` and `max(hi x, hi y)`, `min` alike.
+fn bounds_over(e: &SymExpr, b: &[ParamBox], fuel: u32) -> Option<(SymExpr, SymExpr)> {
+    if let Some(r) = expr_bounds(e, b) {
+        return Some(r);
+    }
+    if fuel == 0 {
+        return None;
+    }
+    match push_into_min_max(e)? {
+        SymExpr::Bin(op, x, y) => {
+            let (xl, xh) = bounds_over(&x, b, fuel - 1)?;
+            let (yl, yh) = bounds_over(&y, b, fuel - 1)?;
+            Some((
+                SymExpr::bin(op, xl, yl).simplify(),
+                SymExpr::bin(op, xh, yh).simplify(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// `e` rewritten with a `min` or `max` at its root, when `e` is one, or a sum, difference,
+/// negation or constant multiple of one: `max(a, b) + y = max(a + y, b + y)`,
+/// `x - max(a, b) = min(x - a, x - b)`, `-max(a, b) = min(-a, -b)`,
+/// `k max(a, b) = max(k a, k b)` for `k ≥ 0` (`min` for `k < 0`).
+fn push_into_min_max(e: &SymExpr) -> Option<SymExpr> {
+    fn split(e: &SymExpr) -> Option<(SymOp, SymExpr, SymExpr)> {
+        match push_into_min_max(e)? {
+            SymExpr::Bin(op, a, b) => Some((op, (*a).clone(), (*b).clone())),
+            _ => None,
+        }
+    }
+    fn flip(op: SymOp) -> SymOp {
+        if op == SymOp::Min {
+            SymOp::Max
+        } else {
+            SymOp::Min
+        }
+    }
+    let bin = SymExpr::bin;
+    match e {
+        SymExpr::Bin(SymOp::Min | SymOp::Max, _, _) => Some(e.clone()),
+        SymExpr::Bin(SymOp::Add, x, y) => {
+            if let Some((op, a, c)) = split(x) {
+                Some(bin(op, a.add(y), c.add(y)))
+            } else {
+                let (op, a, c) = split(y)?;
+                Some(bin(op, x.add(&a), x.add(&c)))
+            }
+        }
+        SymExpr::Bin(SymOp::Sub, x, y) => {
+            if let Some((op, a, c)) = split(x) {
+                Some(bin(op, a.sub(y), c.sub(y)))
+            } else {
+                let (op, a, c) = split(y)?;
+                Some(bin(flip(op), x.sub(&a), x.sub(&c)))
+            }
+        }
+        SymExpr::Neg(x) => {
+            let (op, a, c) = split(x)?;
+            Some(bin(
+                flip(op),
+                SymExpr::Neg(a.into()),
+                SymExpr::Neg(c.into()),
+            ))
+        }
+        SymExpr::Bin(SymOp::Mul, x, y) => {
+            let (k, m) = match (x.as_int(), y.as_int()) {
+                (Some(k), _) => (k, y),
+                (_, Some(k)) => (k, x),
+                _ => return None,
+            };
+            let (op, a, c) = split(m)?;
+            let op = if k >= 0 { op } else { flip(op) };
+            let k = SymExpr::Int(k);
+            Some(bin(
+                op,
+                bin(SymOp::Mul, k.clone(), a),
+                bin(SymOp::Mul, k, c),
+            ))
+        }
+        _ => None,
     }
 }

@@ -323,6 +323,10 @@ static inline void sdf_fail(void) { sdf_error_flag = 1; }
 typedef struct { int64_t failed, site, v0, v1, p[SDF_MAXP]; } sdf_err_t;
 static _Thread_local sdf_err_t sdf_err;
 static _Thread_local int64_t sdf_pv[SDF_MAXP];
+/* The calling thread's record, addressed once per function: thread-local storage in a
+   shared library costs a call per access, and the compiler would recompute the address
+   at every use; the empty asm makes the pointer a value it keeps. */
+#define SDF_ERR_PTR() __extension__({ sdf_err_t* sdf_p_ = &sdf_err; __asm__("" : "+r"(sdf_p_)); sdf_p_; })
 static inline void sdf_raise(int64_t site, int64_t v0, int64_t v1) {
     if (sdf_err.failed) return;
     sdf_err.failed = 1; sdf_err.site = site; sdf_err.v0 = v0; sdf_err.v1 = v1;

@@ -524,7 +524,7 @@ fn emit_function(
             sig.ints.len()
         );
         out.push_str(
-            "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n    memset(&st->err, 0, sizeof st->err);\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        memset(&sdf_err, 0, sizeof sdf_err);\n        int64_t sdf_seq = 0;\n",
+            "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n    memset(&st->err, 0, sizeof st->err);\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        sdf_err_t* sdf_e = SDF_ERR_PTR();\n        memset(sdf_e, 0, sizeof *sdf_e);\n        int64_t sdf_seq = 0;\n",
         );
         // The pointers are declared inside the parallel region, so that the function the
         // compiler outlines for it holds them as `restrict` locals.
@@ -548,7 +548,7 @@ fn emit_function(
         own_name = name.clone();
         let _ = writeln!(
             out,
-            "/* nested SDFG '{}' */\nstatic int {name}(void* const* args, const int64_t* ints, const double* floats) {{\n    (void)ints; (void)floats; (void)args;",
+            "/* nested SDFG '{}' */\nstatic int {name}(void* const* args, const int64_t* ints, const double* floats) {{\n    (void)ints; (void)floats; (void)args;\n    sdf_err_t* sdf_e = SDF_ERR_PTR();",
             sdfg.name
         );
         arg_decls(&mut out);
@@ -592,8 +592,8 @@ fn emit_function(
         }
         out.push_str(concat!(
             "        if (sdf_error_flag) {\n#pragma omp atomic write\n            sdf_status = 2;\n        }\n",
-            "        if (sdf_err.failed) {\n#pragma omp critical(sdf_err)\n",
-            "            if (!st->err.failed || sdf_err_before(&sdf_err, &st->err)) st->err = sdf_err;\n        }\n",
+            "        if (sdf_e->failed) {\n#pragma omp critical(sdf_err)\n",
+            "            if (!st->err.failed || sdf_err_before(sdf_e, &st->err)) st->err = *sdf_e;\n        }\n",
             "    }\n    (void)sdf_abort;\n    if (st->err.failed) sdf_status = 3;\n    return sdf_status;\n}\n"
         ));
     } else {
@@ -601,7 +601,7 @@ fn emit_function(
         for (n, _) in &transients {
             let _ = writeln!(out, "    free(a_{n});");
         }
-        out.push_str("    return sdf_err.failed ? 3 : 0;\n}\n");
+        out.push_str("    return sdf_e->failed ? 3 : 0;\n}\n");
         fns.texts.push(out);
         fns.by_call.insert(key, own_name.clone());
         return Ok(own_name);
@@ -667,18 +667,18 @@ impl Emitter<'_> {
                 let here = sc.at(LocPart::Text(format!("loop over '{v}'")));
                 let u = self.fresh();
                 self.line(&format!("s_{v} = {};", here.sym(&l.init)));
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line("for (;;) {");
                 self.indent += 1;
                 self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&l.cond)));
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} == 0) break;"));
                 if host {
                     self.line("#pragma omp barrier");
                 }
                 self.block(sc, &l.body)?;
                 self.line(&format!("s_{v} = {};", here.sym(&l.update)));
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
                 self.indent -= 1;
                 self.line("}");
                 if host {
@@ -690,7 +690,7 @@ impl Emitter<'_> {
                 let here = sc.at(LocPart::Text("if condition".into()));
                 let u = self.fresh();
                 self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&i.cond)));
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} != 0) {{"));
                 self.indent += 1;
                 if host {
@@ -714,7 +714,7 @@ impl Emitter<'_> {
                     let here = sc.at(LocPart::Text(format!("assignment to '{n}'")));
                     self.line(&format!("const int64_t sdf_tmp{k} = {};", here.sym(e)));
                 }
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
                 for (k, (n, _)) in a.iter().enumerate() {
                     self.line(&format!("s_{n} = sdf_tmp{k};"));
                 }
@@ -782,11 +782,11 @@ impl Emitter<'_> {
             }
             self.line("}");
             if sc.parallel {
-                self.line("if (sdf_err.failed) {\n#pragma omp atomic write");
+                self.line("if (sdf_e->failed) {\n#pragma omp atomic write");
                 self.line("    sdf_abort = sdf_seq + 1;");
                 self.line("}");
             } else {
-                self.line("if (sdf_err.failed) goto sdf_end;");
+                self.line("if (sdf_e->failed) goto sdf_end;");
             }
             self.indent -= 1;
             self.line("}");
@@ -1110,7 +1110,7 @@ impl Emitter<'_> {
             own.insert(c.clone(), ct);
         }
         if let (true, Some(stop)) = (sc.checked, &sc.stop) {
-            self.line(&format!("if (sdf_err.failed) goto {stop};"));
+            self.line(&format!("if (sdf_e->failed) goto {stop};"));
         }
         for (c, ct) in &t.outputs {
             self.line(&format!("{} v_{c} = 0;", ctype(*ct)));
@@ -1156,7 +1156,7 @@ impl Emitter<'_> {
             let lv = if sc.checked {
                 let lv = self.checked_elem(sc, data, &edge.memlet.subset);
                 if let Some(stop) = &sc.stop {
-                    self.line(&format!("if (sdf_err.failed) goto {stop};"));
+                    self.line(&format!("if (sdf_e->failed) goto {stop};"));
                 }
                 lv
             } else {
@@ -1582,7 +1582,7 @@ impl Emitter<'_> {
         ));
         self.line(&format!("{fname}(sdf_args, sdf_ints, sdf_floats);"));
         // A callee that failed writes nothing back, as in the interpreter.
-        self.line("if (!sdf_err.failed) {");
+        self.line("if (!sdf_e->failed) {");
         self.indent += 1;
         for e in &out_edges {
             let Some(c) = &e.src_conn else { continue };

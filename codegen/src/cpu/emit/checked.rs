@@ -58,11 +58,11 @@ impl Emitter<'_> {
             other => {
                 let here = sc.at(LocPart::Text(other.describe()));
                 self.precheck(&here, df, n);
-                self.line(&format!("if (sdf_err.failed) goto {stop};"));
+                self.line(&format!("if (sdf_e->failed) goto {stop};"));
                 self.node(&here, df, n)?;
             }
         }
-        self.line(&format!("if (sdf_err.failed) goto {stop};"));
+        self.line(&format!("if (sdf_e->failed) goto {stop};"));
         Ok(())
     }
 
@@ -85,7 +85,7 @@ impl Emitter<'_> {
                 here.sym(&r.end),
                 here.sym(&r.step)
             ));
-            self.line(&format!("if (sdf_err.failed) goto {done};"));
+            self.line(&format!("if (sdf_e->failed) goto {done};"));
             let step = here.site(SiteKind::Step {
                 range: r.to_string(),
             });
