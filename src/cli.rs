@@ -314,6 +314,31 @@ fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> 
     })
 }
 
+/// The arguments' layouts for symbol inference: the extents alone (`strides` `None`), or
+/// with the declared strides and the element strides each array will have.
+fn arg_layouts<'a>(
+    sdfg: &'a Sdfg,
+    arrays: &'a BTreeMap<String, HostArray>,
+    strides: Option<&'a BTreeMap<&String, Vec<isize>>>,
+) -> Vec<sdflow_ir::bind::ArgLayout<'a>> {
+    arrays
+        .iter()
+        .filter_map(|(name, a)| {
+            let desc = sdfg.arrays.get(name)?;
+            Some(sdflow_ir::bind::ArgLayout {
+                name,
+                shape: desc.shape(),
+                strides: match strides {
+                    Some(_) => desc.as_array().map_or(&[][..], |x| &x.strides[..]),
+                    None => &[],
+                },
+                extents: a.shape(),
+                elem_strides: strides.and_then(|s| s.get(name)).map(|v| &v[..]),
+            })
+        })
+        .collect()
+}
+
 /// Symbol values implied by the arrays passed (their extents, and the strides they will
 /// have, against the declared shapes and strides; see [`sdflow_ir::bind`]). An array is
 /// laid out as its declared strides say when they describe a dense layout (column-major,
@@ -340,58 +365,25 @@ pub fn infer_symbols(
             .is_some_and(|sym| sym.value.is_none() && sym.dtype.is_int())
     };
     // The extents first, then the strides of the layout each array will have.
-    let by_extent: Vec<sdflow_ir::bind::ArgLayout<'_>> = arrays
-        .iter()
-        .filter_map(|(name, a)| {
-            let desc = sdfg.arrays.get(name)?;
-            Some(sdflow_ir::bind::ArgLayout {
-                name,
-                shape: desc.shape(),
-                strides: &[],
-                extents: a.shape(),
-                elem_strides: None,
-            })
-        })
-        .collect();
     let mut first = ints.clone();
-    sdflow_ir::bind::infer_symbols(&by_extent, &inferable, &mut first)
+    sdflow_ir::bind::infer_symbols(&arg_layouts(sdfg, arrays, None), &inferable, &mut first)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let strides: BTreeMap<&String, Vec<isize>> = arrays
         .iter()
         .map(|(k, a)| {
-            let declared = sdfg
+            let st = sdfg
                 .arrays
                 .get(k)
                 .and_then(|d| d.as_array())
-                .and_then(|d| sdflow_ir::bind::dense_order(&d.strides, a.shape(), &first));
-            let st = match declared {
-                Some(order) => {
-                    let mut st = vec![1isize; order.len()];
-                    let mut reach = 1isize;
-                    for &d in order.iter().rev() {
-                        st[d] = reach;
-                        reach = reach.saturating_mul(a.shape()[d].max(1) as isize);
-                    }
-                    st
-                }
-                None => sdflow_ir::bind::c_strides(a.shape()),
-            };
+                .and_then(|d| sdflow_ir::bind::dense_order(&d.strides, a.shape(), &first))
+                .map_or_else(
+                    || sdflow_ir::bind::c_strides(a.shape()),
+                    |order| sdflow_ir::bind::dense_strides(a.shape(), &order),
+                );
             (k, st)
         })
         .collect();
-    let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = arrays
-        .iter()
-        .filter_map(|(name, a)| {
-            let desc = sdfg.arrays.get(name)?;
-            Some(sdflow_ir::bind::ArgLayout {
-                name,
-                shape: desc.shape(),
-                strides: desc.as_array().map_or(&[][..], |x| &x.strides[..]),
-                extents: a.shape(),
-                elem_strides: strides.get(name).map(|v| &v[..]),
-            })
-        })
-        .collect();
+    let layouts = arg_layouts(sdfg, arrays, Some(&strides));
     sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut ints)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     for (k, v) in ints {

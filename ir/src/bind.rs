@@ -47,9 +47,18 @@ struct Equation<'a> {
 
 /// C-order (row-major) strides, in elements, of an array of extents `extents`.
 pub fn c_strides(extents: &[usize]) -> Vec<isize> {
+    let row_major: Vec<usize> = (0..extents.len()).collect();
+    dense_strides(extents, &row_major)
+}
+
+/// Strides, in elements, of a dense array of extents `extents` whose dimensions are laid
+/// out in `order` (slowest first, as [`dense_order`] gives it).
+pub fn dense_strides(extents: &[usize], order: &[usize]) -> Vec<isize> {
     let mut out = vec![1isize; extents.len()];
-    for d in (0..extents.len().saturating_sub(1)).rev() {
-        out[d] = out[d + 1].saturating_mul(extents[d + 1].max(1) as isize);
+    let mut reach = 1isize;
+    for &d in order.iter().rev() {
+        out[d] = reach;
+        reach = reach.saturating_mul(extents[d].max(1) as isize);
     }
     out
 }

@@ -287,6 +287,26 @@ impl From<Value> for Expr {
 }
 
 impl Expr {
+    /// Depth of the expression tree (a leaf is 1), computed without recursion, so that
+    /// loaders can refuse expressions too deep to walk recursively.
+    pub fn depth(&self) -> usize {
+        let mut max = 0;
+        let mut stack = vec![(self, 1usize)];
+        while let Some((e, d)) = stack.pop() {
+            max = max.max(d);
+            match e {
+                Expr::Const(_) | Expr::Var(_) => {}
+                Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push((a, d + 1)),
+                Expr::Binary(_, a, b) => stack.extend([(&**a, d + 1), (&**b, d + 1)]),
+                Expr::Select(c, a, b) => {
+                    stack.extend([(&**c, d + 1), (&**a, d + 1), (&**b, d + 1)]);
+                }
+                Expr::Call(_, args) => stack.extend(args.iter().map(|a| (a, d + 1))),
+            }
+        }
+        max
+    }
+
     /// Parses expression text such as `0.25 * (a + b) - sqrt(c)`.
     pub fn parse(text: &str) -> Result<Expr, crate::parse::ParseError> {
         crate::parse::parse_expr(text)

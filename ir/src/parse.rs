@@ -629,32 +629,8 @@ fn to_sym(e: &Expr) -> Result<SymExpr, String> {
     })
 }
 
-/// Depth of an expression tree, computed without recursion.
-fn tree_depth(e: &Expr) -> usize {
-    let mut max = 0;
-    let mut stack = vec![(e, 1usize)];
-    while let Some((e, d)) = stack.pop() {
-        max = max.max(d);
-        match e {
-            Expr::Const(_) | Expr::Var(_) => {}
-            Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push((a, d + 1)),
-            Expr::Binary(_, a, b) => {
-                stack.push((a, d + 1));
-                stack.push((b, d + 1));
-            }
-            Expr::Select(c, a, b) => {
-                stack.push((c, d + 1));
-                stack.push((a, d + 1));
-                stack.push((b, d + 1));
-            }
-            Expr::Call(_, args) => stack.extend(args.iter().map(|a| (a, d + 1))),
-        }
-    }
-    max
-}
-
 fn check_depth(p: &Parser<'_>, e: &Expr) -> Result<(), ParseError> {
-    if tree_depth(e) > MAX_DEPTH {
+    if e.depth() > MAX_DEPTH {
         return Err(ParseError {
             message: format!(
                 "expression is deeper than {MAX_DEPTH} levels (split it into several statements)"

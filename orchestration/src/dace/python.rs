@@ -74,25 +74,6 @@ fn too_deep() -> String {
     format!("expression nests deeper than {MAX_DEPTH} levels")
 }
 
-/// Depth of an expression tree, computed without recursion.
-fn tree_depth(e: &Expr) -> usize {
-    let mut max = 0;
-    let mut stack = vec![(e, 1usize)];
-    while let Some((e, d)) = stack.pop() {
-        max = max.max(d);
-        match e {
-            Expr::Const(_) | Expr::Var(_) => {}
-            Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push((a, d + 1)),
-            Expr::Binary(_, a, b) => stack.extend([(&**a, d + 1), (&**b, d + 1)]),
-            Expr::Select(c, a, b) => {
-                stack.extend([(&**c, d + 1), (&**a, d + 1), (&**b, d + 1)]);
-            }
-            Expr::Call(_, args) => stack.extend(args.iter().map(|a| (a, d + 1))),
-        }
-    }
-    max
-}
-
 /// A subscript in tasklet code, `name[i, j]`: the tasklet's expression holds the variable
 /// `placeholder` in its place.
 #[derive(Clone, Debug, PartialEq)]
@@ -620,7 +601,7 @@ fn expr_with_subscripts(text: &str, first: usize) -> Result<(Expr, Vec<Subscript
         });
     }
     let e = p.ternary()?;
-    if tree_depth(&e) > MAX_DEPTH {
+    if e.depth() > MAX_DEPTH {
         return Err(too_deep());
     }
     if p.pos != p.toks.len() {
