@@ -554,13 +554,24 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     write_bytes(path, bytes)
 }
 
-/// `sdflow show FILE --emit c|sdfg|dot [--opt]`: an intermediate form of the program —
-/// the generated C, the SDFG as JSON, or its drawing — optionally after the default CPU
-/// pipeline.
+/// `sdflow show FILE --emit c|cuda|plan|sdfg|dot [--opt]`: an intermediate form of the
+/// program — the generated C or CUDA, the execution plan, the SDFG as JSON, or its
+/// drawing — optionally after the default pipeline (the GPU one for `cuda`, else the CPU
+/// one).
 pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError> {
     let mut sdfg = load_program(path)?;
+    if !matches!(emit, "c" | "cuda" | "plan" | "sdfg" | "dot") {
+        return Err(CliError::Usage(format!(
+            "--emit {emit}: expected one of c, cuda, plan, sdfg, dot"
+        )));
+    }
     if optimize {
-        sdflow_transforms::Pipeline::cpu()
+        let pipeline = if emit == "cuda" {
+            sdflow_transforms::Pipeline::gpu()
+        } else {
+            sdflow_transforms::Pipeline::cpu()
+        };
+        pipeline
             .run(&mut sdfg)
             .map_err(|source| CliError::Transform {
                 path: path.display().to_string(),
@@ -574,10 +585,23 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
                 path: path.display().to_string(),
                 source,
             }),
+        "plan" => {
+            if let Err(problems) = sdfg.validate() {
+                return Err(CliError::Codegen {
+                    path: path.display().to_string(),
+                    source: sdflow_codegen::CodegenError::Invalid(
+                        problems.iter().map(|p| p.to_string()).collect(),
+                    ),
+                });
+            }
+            sdflow_codegen::Plan::of(&sdfg)
+                .map(|p| p.to_text())
+                .map_err(|source| CliError::Codegen {
+                    path: path.display().to_string(),
+                    source,
+                })
+        }
         "sdfg" => Ok(format::to_json(&sdfg)),
-        "dot" => Ok(sdflow_ir::dot::to_dot(&sdfg)),
-        other => Err(CliError::Usage(format!(
-            "--emit {other}: expected one of c, sdfg, dot"
-        ))),
+        _ => Ok(sdflow_ir::dot::to_dot(&sdfg)),
     }
 }

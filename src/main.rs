@@ -62,14 +62,15 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Print an intermediate form: the generated C, the SDFG, or its drawing.
+    /// Print an intermediate form: the generated C or CUDA, the execution plan, the SDFG,
+    /// or its drawing.
     Show {
         /// The program.
         file: PathBuf,
-        /// What to print: `c`, `sdfg` or `dot`.
+        /// What to print: `c`, `cuda`, `plan`, `sdfg` or `dot`.
         #[arg(long, default_value = "c")]
         emit: String,
-        /// After the default CPU optimization pipeline.
+        /// After the default optimization pipeline (the GPU one for `cuda`).
         #[arg(long)]
         opt: bool,
     },

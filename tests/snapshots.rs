@@ -53,3 +53,31 @@ fn snapshots() {
         expect_file![out.join(format!("{name}.json"))].assert_eq(&format::to_json(&sdfg));
     }
 }
+
+/// The execution plan and the generated C of every example after the CPU pipeline (the
+/// dycore's plan only: its C is 370 KB), as naga snapshots its backends' output: a change
+/// of a scheduling decision or of the emitted text shows up in review.
+#[test]
+fn generated_code_snapshots() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
+    let mut seen = 0;
+    for path in inputs() {
+        if !path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")) {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".sdfg.json")
+            .to_string();
+        let plan = cli::show(&path, "plan", true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        expect_file![out.join(format!("{name}.plan"))].assert_eq(&plan);
+        if name != "dycore" {
+            let c = cli::show(&path, "c", true).unwrap_or_else(|e| panic!("{name}: {e}"));
+            expect_file![out.join(format!("{name}.c"))].assert_eq(&c);
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 5, "the five examples");
+}

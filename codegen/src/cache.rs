@@ -1,7 +1,8 @@
 //! The persistent, content-addressed build cache.
 //!
-//! An entry is a directory `<dir>/<key>/` holding `program.c`, `libprogram.so` and
-//! `ok` (the BLAKE3 hash of the library, written last). It is built in a private
+//! An entry is a directory `<dir>/<key>/` holding the generated source and the artifact
+//! built from it ([`Artifact`]: `program.c` and `libprogram.so` for the CPU, `program.cu`
+//! and `program.cubin` for CUDA) and `ok` (the BLAKE3 hash of the artifact, written last). It is built in a private
 //! temporary directory and renamed into place, under an exclusive lock on
 //! `<dir>/<key>.lock`, so that processes starting together (MPI ranks) compile once and
 //! all load the same library; a reader without the lock sees either no entry or a whole
@@ -18,6 +19,33 @@ use crate::CodegenError;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cache {
     dir: PathBuf,
+}
+
+/// The file names of one kind of cache entry: the generated source and what is built
+/// from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Artifact {
+    /// The generated source, kept for the user.
+    pub source: &'static str,
+    /// The built artifact, whose hash makes the entry whole.
+    pub output: &'static str,
+}
+
+impl Artifact {
+    /// C compiled to a shared library.
+    pub const C_LIBRARY: Artifact = Artifact {
+        source: "program.c",
+        output: "libprogram.so",
+    };
+    /// CUDA C compiled by NVRTC to a device image (CUBIN or PTX).
+    pub const CUDA_IMAGE: Artifact = Artifact {
+        source: "program.cu",
+        output: "program.image",
+    };
+
+    fn extension(&self) -> &'static str {
+        self.source.rsplit('.').next().unwrap_or("src")
+    }
 }
 
 /// Where a library came from.
@@ -64,16 +92,16 @@ impl Cache {
         h.finalize().to_hex()[..32].to_string()
     }
 
-    /// The library of entry `key` if it is whole.
-    fn verified(&self, key: &str) -> Option<PathBuf> {
+    /// The artifact of entry `key` if it is whole.
+    fn verified(&self, key: &str, kind: Artifact) -> Option<PathBuf> {
         let entry = self.dir.join(key);
         let expected = fs::read_to_string(entry.join("ok")).ok()?;
-        let lib = entry.join("libprogram.so");
+        let lib = entry.join(kind.output);
         let bytes = fs::read(&lib).ok()?;
         (blake3::hash(&bytes).to_hex().as_str() == expected.trim()).then_some(lib)
     }
 
-    /// The library of entry `key`, built with `build(source_path, library_path)` from
+    /// The C library of entry `key`, built with `build(source_path, library_path)` from
     /// `source` when the cache has no whole entry.
     pub fn get_or_build(
         &self,
@@ -81,7 +109,19 @@ impl Cache {
         source: &str,
         build: impl FnOnce(&Path, &Path) -> Result<(), CodegenError>,
     ) -> Result<(PathBuf, Origin), CodegenError> {
-        if let Some(lib) = self.verified(key) {
+        self.get_or_build_artifact(key, Artifact::C_LIBRARY, source, build)
+    }
+
+    /// The artifact of kind `kind` of entry `key`, built with
+    /// `build(source_path, artifact_path)` from `source` when the cache has no whole entry.
+    pub fn get_or_build_artifact(
+        &self,
+        key: &str,
+        kind: Artifact,
+        source: &str,
+        build: impl FnOnce(&Path, &Path) -> Result<(), CodegenError>,
+    ) -> Result<(PathBuf, Origin), CodegenError> {
+        if let Some(lib) = self.verified(key, kind) {
             return Ok((lib, Origin::Cached));
         }
         fs::create_dir_all(&self.dir).map_err(|e| io_err("cannot create", &self.dir, e))?;
@@ -94,7 +134,7 @@ impl Cache {
             .map_err(|e| io_err("cannot open", &lock_path, e))?;
         lock.lock()
             .map_err(|e| io_err("cannot lock", &lock_path, e))?;
-        let result = self.build_locked(key, source, build);
+        let result = self.build_locked(key, kind, source, build);
         let _ = lock.unlock();
         result
     }
@@ -102,11 +142,12 @@ impl Cache {
     fn build_locked(
         &self,
         key: &str,
+        kind: Artifact,
         source: &str,
         build: impl FnOnce(&Path, &Path) -> Result<(), CodegenError>,
     ) -> Result<(PathBuf, Origin), CodegenError> {
         // Someone else may have built it while we waited for the lock.
-        if let Some(lib) = self.verified(key) {
+        if let Some(lib) = self.verified(key, kind) {
             return Ok((lib, Origin::Cached));
         }
         let entry = self.dir.join(key);
@@ -129,12 +170,12 @@ impl Cache {
         ));
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir_all(&tmp).map_err(|e| io_err("cannot create", &tmp, e))?;
-        let src = tmp.join("program.c");
-        let lib = tmp.join("libprogram.so");
+        let src = tmp.join(kind.source);
+        let lib = tmp.join(kind.output);
         fs::write(&src, source).map_err(|e| io_err("cannot write", &src, e))?;
         if let Err(e) = build(&src, &lib) {
             // Keep the source for the user: copy it next to the cache entry.
-            let kept = self.dir.join(format!("{key}.failed.c"));
+            let kept = self.dir.join(format!("{key}.failed.{}", kind.extension()));
             let _ = fs::copy(&src, &kept);
             let _ = fs::remove_dir_all(&tmp);
             return Err(match e {
@@ -152,6 +193,6 @@ impl Cache {
             .and_then(|_| f.sync_all())
             .map_err(|e| io_err("cannot write", &ok, e))?;
         fs::rename(&tmp, &entry).map_err(|e| io_err("cannot move into place", &tmp, e))?;
-        Ok((entry.join("libprogram.so"), Origin::Built))
+        Ok((entry.join(kind.output), Origin::Built))
     }
 }

@@ -13,14 +13,19 @@
 
 #![warn(missing_docs)]
 
+pub mod abi;
 pub mod cache;
 pub mod compile;
 pub mod cpu;
+pub mod cuda;
+pub mod plan;
 pub mod program;
 
-pub use cache::{Cache, Origin};
+pub use abi::{ArgSpec, Signature};
+pub use cache::{Artifact, Cache, Origin};
 pub use compile::CompilerOptions;
-pub use cpu::{CpuBackend, EmitOptions, Signature};
+pub use cpu::{CpuBackend, EmitOptions};
+pub use plan::Plan;
 pub use program::{Args, BoundCall, CallError, CompiledProgram, Element};
 
 use std::path::PathBuf;

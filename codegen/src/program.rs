@@ -12,8 +12,8 @@ use sdflow_ir::interp::{Bindings, HostArray};
 use sdflow_ir::{DType, SymExpr, Value};
 
 use crate::CodegenError;
+use crate::abi::Signature;
 use crate::cache::Origin;
-use crate::cpu::Signature;
 use crate::cpu::sites::{RECORD_LEN, Sites};
 
 type InitFn = unsafe extern "C" fn(*const i64, *const f64) -> *mut c_void;
@@ -536,7 +536,7 @@ impl CompiledProgram {
                 values.insert(k.clone(), v.as_i64());
             }
         }
-        let found: Vec<(&crate::cpu::ArgSpec, &HostArray)> = self
+        let found: Vec<(&crate::abi::ArgSpec, &HostArray)> = self
             .signature
             .arrays
             .iter()

@@ -17,12 +17,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use sdflow_ir::{
-    Block, DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, NestedSdfg, Node,
-    NodeId, Reduce, Schedule, Sdfg, Subset, SymExpr, Tasklet, Wcr,
+    DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, NestedSdfg, Node, NodeId,
+    Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
+
+pub use crate::abi::{ArgSpec, Signature};
 
 use super::cexpr::{self, SymCheck, SymNames, convert, ctype, literal};
 use super::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
+use crate::plan::{Flow, Lifetime, Plan, StatePlan, Step, StepKind};
 
 mod checked;
 use crate::CodegenError;
@@ -38,69 +41,6 @@ impl Default for EmitOptions {
     fn default() -> Self {
         EmitOptions {
             parallel_min_points: 4096,
-        }
-    }
-}
-
-/// One array or scalar argument of the generated `run`, in order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ArgSpec {
-    /// Container name.
-    pub name: String,
-    /// Element type.
-    pub dtype: DType,
-    /// Symbolic shape (empty for a scalar).
-    pub shape: Vec<SymExpr>,
-    /// Symbolic strides, in elements.
-    pub strides: Vec<SymExpr>,
-}
-
-/// The calling convention of a generated program: `run(state, args, ints, floats)`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Signature {
-    /// Array and scalar arguments (pointers in `args`), in order.
-    pub arrays: Vec<ArgSpec>,
-    /// Integer symbols passed in `ints`, in order (also passed to `init`).
-    pub ints: Vec<String>,
-    /// Float symbols passed in `floats`, in order.
-    pub floats: Vec<String>,
-}
-
-impl Signature {
-    /// The calling convention of `sdfg`: non-transient containers in argument order,
-    /// then runtime integer and float symbols in name order (loop variables and assigned
-    /// symbols excluded).
-    pub fn of(sdfg: &Sdfg) -> Signature {
-        let args = sdfg.arguments();
-        let arrays = args
-            .iter()
-            .filter_map(|n| {
-                let d = sdfg.arrays.get(n)?;
-                Some(ArgSpec {
-                    name: n.clone(),
-                    dtype: d.dtype(),
-                    shape: d.shape().to_vec(),
-                    strides: d.as_array().map(|a| a.strides.clone()).unwrap_or_default(),
-                })
-            })
-            .collect();
-        let flow = sdfg.loop_and_assigned_symbols();
-        let mut ints = Vec::new();
-        let mut floats = Vec::new();
-        for (n, s) in &sdfg.symbols {
-            if s.value.is_some() || flow.contains(n) {
-                continue;
-            }
-            if s.dtype.is_float() {
-                floats.push(n.clone());
-            } else {
-                ints.push(n.clone());
-            }
-        }
-        Signature {
-            arrays,
-            ints,
-            floats,
         }
     }
 }
@@ -126,7 +66,8 @@ pub fn emit_program_checked(
         loc,
         depth: 0,
     };
-    let run = emit_function(sdfg, opts, &ctx, &mut fns, &mut counter)?;
+    let plan = Plan::of(sdfg)?;
+    let run = emit_function(sdfg, Some(&plan), opts, &ctx, &mut fns, &mut counter)?;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -211,16 +152,6 @@ struct Scope<'a> {
 impl<'a> Scope<'a> {
     fn is_symbol(&self, n: &str) -> bool {
         self.params.contains(n) || self.sdfg.symbols.contains_key(n)
-    }
-
-    /// True when the expressions read a scalar container (a host value that dataflow
-    /// may write), not only symbols.
-    fn reads_scalars(&self, es: &[&SymExpr]) -> bool {
-        es.iter().any(|e| {
-            e.free_symbols()
-                .iter()
-                .any(|n| !self.is_symbol(n) && self.scalar_lvalue(n).is_some())
-        })
     }
 
     fn scalar_lvalue(&self, n: &str) -> Option<String> {
@@ -377,6 +308,7 @@ impl<'a> Scope<'a> {
 /// functions needed along the way are appended to `fns`.
 fn emit_function(
     sdfg: &Sdfg,
+    plan: Option<&Plan>,
     opts: &EmitOptions,
     ctx: &FnCtx<'_>,
     fns: &mut Functions,
@@ -391,35 +323,28 @@ fn emit_function(
     if !top && let Some(name) = fns.by_call.get(&key) {
         return Ok(name.clone());
     }
-    let sig = Signature::of(sdfg);
-    let flow = sdfg.loop_and_assigned_symbols();
-    let all_transients: Vec<(&String, &DataDesc)> =
-        sdfg.arrays.iter().filter(|(_, d)| d.transient()).collect();
-    let is_local = |d: &DataDesc| {
-        d.as_array()
-            .is_some_and(|a| a.storage == sdflow_ir::Storage::Local)
-    };
-    // At the top level, `local` arrays are allocated by each thread of the parallel
-    // region; every other transient once, in `init`. Nested functions allocate all.
-    let transients: Vec<(&String, &DataDesc)> = all_transients
-        .iter()
-        .copied()
-        .filter(|(_, d)| !top || !is_local(d))
-        .collect();
-    let thread_locals: Vec<(&String, &DataDesc)> = all_transients
-        .iter()
-        .copied()
-        .filter(|(_, d)| top && is_local(d))
-        .collect();
-    for (name, d) in &all_transients {
-        for e in d.shape() {
-            if let Some(s) = e.free_symbols().iter().find(|s| flow.contains(*s)) {
-                return Err(CodegenError::Unsupported(format!(
-                    "transient '{name}' has a shape that depends on '{s}', which the control flow assigns"
-                )));
-            }
+    let own_plan;
+    let plan = match plan {
+        Some(p) => p,
+        None => {
+            own_plan = Plan::nested(sdfg)?;
+            &own_plan
         }
-    }
+    };
+    let sig = &plan.signature;
+    let flow = &plan.flow_symbols;
+    // The plan's lifetimes: per-worker arrays are allocated by each thread of the parallel
+    // region; every other transient once, in `init` (a nested function's on entry).
+    // Body-local scalars are declared again in every map iteration that uses them.
+    let alloc = |pred: &dyn Fn(Lifetime) -> bool| -> Vec<(&String, &DataDesc)> {
+        plan.allocations
+            .iter()
+            .filter(|a| pred(a.lifetime))
+            .filter_map(|a| sdfg.arrays.get_key_value(&a.name))
+            .collect()
+    };
+    let transients = alloc(&|l| l != Lifetime::PerWorker);
+    let thread_locals = alloc(&|l| l == Lifetime::PerWorker);
     let mut out = String::new();
     let mut own_name = String::new();
     let scope0 = Scope {
@@ -563,7 +488,7 @@ fn emit_function(
         }
         out.push_str("    {\n");
     }
-    for v in &flow {
+    for v in flow {
         let _ = writeln!(out, "        int64_t s_{v} = 0;");
     }
     let scope = Scope {
@@ -581,7 +506,7 @@ fn emit_function(
             labels: 0,
             top,
         };
-        em.block(&scope, &sdfg.body)?;
+        em.block(&scope, &plan.body)?;
         em.out
     };
     out.push_str(&text);
@@ -642,42 +567,49 @@ impl Emitter<'_> {
         self.out.push('\n');
     }
 
-    fn block(&mut self, sc: &Scope<'_>, b: &Block) -> Result<(), CodegenError> {
+    fn block(&mut self, sc: &Scope<'_>, b: &Flow) -> Result<(), CodegenError> {
         match b {
-            Block::State(id) => {
-                let st = &sc.sdfg.states[id.index()];
+            Flow::State(sp) => {
+                let st = &sc.sdfg.states[sp.id.index()];
                 self.line(&format!("/* state '{}' */", st.name.replace("*/", "* /")));
                 self.state(
                     &sc.at(LocPart::Text(format!("state '{}'", st.name))),
                     &st.graph,
+                    sp,
                 )?;
             }
-            Block::Seq(items) => {
+            Flow::Seq(items) => {
                 for i in items {
                     self.block(sc, i)?;
                 }
             }
-            Block::Loop(l) => {
-                let v = &l.var;
+            Flow::Loop {
+                var: v,
+                init,
+                cond,
+                update,
+                body,
+                host_reads,
+            } => {
                 // Every thread evaluates the condition; when it reads a host scalar that
                 // the body writes, all must have read it before anyone writes it.
-                let host = sc.parallel && sc.reads_scalars(&[&l.init, &l.cond, &l.update]);
+                let host = sc.parallel && !host_reads.is_empty();
                 // Every thread evaluates the same values, so a symbolic error ends the
                 // run on all of them alike.
                 let here = sc.at(LocPart::Text(format!("loop over '{v}'")));
                 let u = self.fresh();
-                self.line(&format!("s_{v} = {};", here.sym(&l.init)));
+                self.line(&format!("s_{v} = {};", here.sym(init)));
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line("for (;;) {");
                 self.indent += 1;
-                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&l.cond)));
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(cond)));
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} == 0) break;"));
                 if host {
                     self.line("#pragma omp barrier");
                 }
-                self.block(sc, &l.body)?;
-                self.line(&format!("s_{v} = {};", here.sym(&l.update)));
+                self.block(sc, body)?;
+                self.line(&format!("s_{v} = {};", here.sym(update)));
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.indent -= 1;
                 self.line("}");
@@ -685,29 +617,37 @@ impl Emitter<'_> {
                     self.line("#pragma omp barrier");
                 }
             }
-            Block::If(i) => {
-                let host = sc.parallel && sc.reads_scalars(&[&i.cond]);
+            Flow::If {
+                cond,
+                then,
+                otherwise,
+                host_reads,
+            } => {
+                let host = sc.parallel && !host_reads.is_empty();
                 let here = sc.at(LocPart::Text("if condition".into()));
                 let u = self.fresh();
-                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(&i.cond)));
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(cond)));
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} != 0) {{"));
                 self.indent += 1;
                 if host {
                     self.line("#pragma omp barrier");
                 }
-                self.block(sc, &i.then)?;
+                self.block(sc, then)?;
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
                 if host {
                     self.line("#pragma omp barrier");
                 }
-                self.block(sc, &i.otherwise)?;
+                self.block(sc, otherwise)?;
                 self.indent -= 1;
                 self.line("}");
             }
-            Block::Assign(a) => {
+            Flow::Assign {
+                assignments: a,
+                host_reads,
+            } => {
                 self.line("{");
                 self.indent += 1;
                 for (k, (n, e)) in a.iter().enumerate() {
@@ -718,8 +658,7 @@ impl Emitter<'_> {
                 for (k, (n, _)) in a.iter().enumerate() {
                     self.line(&format!("s_{n} = sdf_tmp{k};"));
                 }
-                let exprs: Vec<&SymExpr> = a.iter().map(|(_, e)| e).collect();
-                if sc.parallel && sc.reads_scalars(&exprs) {
+                if sc.parallel && !host_reads.is_empty() {
                     self.line("#pragma omp barrier");
                 }
                 self.indent -= 1;
@@ -731,27 +670,20 @@ impl Emitter<'_> {
 
     /// A state-level graph: in a parallel region with worksharing and barriers where
     /// dependences need them; elsewhere plain sequential code.
-    fn state(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
-        let order = df
-            .topological_order()
-            .map_err(|_| CodegenError::Unsupported("a state's graph has a cycle".into()))?;
-        let reach = df.reachability();
-        let mut pending: Vec<NodeId> = Vec::new();
-        for n in order {
-            let work = !matches!(df.node(n), Node::Access(_)) || has_copy_in(df, n);
-            if !work {
-                continue;
-            }
+    fn state(&mut self, sc: &Scope<'_>, df: &Dataflow, sp: &StatePlan) -> Result<(), CodegenError> {
+        // Steps run `nowait`; a barrier goes before a step that waits for one that ran
+        // since the last barrier.
+        let mut pending: Vec<usize> = Vec::new();
+        for (k, step) in sp.steps.iter().enumerate() {
+            let n = step.node;
             if sc.parallel {
-                let depends = pending
-                    .iter()
-                    .any(|&p| reach.as_ref().is_none_or(|r| r.reaches(p, n)));
+                let depends = pending.iter().any(|p| step.waits.contains(p));
                 if depends {
                     self.line("#pragma omp barrier");
                     pending.clear();
                 }
             }
-            let cond = self.condition(sc, df, n);
+            let cond = self.condition(sc, step);
             let u = self.fresh();
             self.line("{");
             self.indent += 1;
@@ -766,7 +698,7 @@ impl Emitter<'_> {
             if !matches!(cond, Cond::Never) {
                 self.line(&format!("if (sdf_c{u}) {{"));
                 self.indent += 1;
-                self.unchecked_node(sc, df, n)?;
+                self.unchecked_node(sc, df, step)?;
                 self.indent -= 1;
                 self.line("} else {");
             } else {
@@ -790,7 +722,7 @@ impl Emitter<'_> {
             }
             self.indent -= 1;
             self.line("}");
-            pending.push(n);
+            pending.push(k);
         }
         if sc.parallel && !pending.is_empty() {
             // Errors end the run after the state, on every thread at once: `sdf_abort`
@@ -810,13 +742,14 @@ impl Emitter<'_> {
         &mut self,
         sc: &Scope<'_>,
         df: &Dataflow,
-        n: NodeId,
+        step: &Step,
     ) -> Result<(), CodegenError> {
-        match df.node(n) {
-            Node::Map(m) if sc.parallel && m.schedule != Schedule::Sequential => {
-                self.parallel_map(sc, df, n, m)?;
+        let n = step.node;
+        match (&step.kind, df.node(n)) {
+            (&StepKind::ParallelMap { collapse, coarse }, Node::Map(m)) if sc.parallel => {
+                self.parallel_map(sc, m, collapse, coarse)?;
             }
-            node => {
+            (_, node) => {
                 if sc.parallel {
                     self.line("#pragma omp single nowait");
                 }
@@ -848,8 +781,8 @@ impl Emitter<'_> {
     /// When node `n` of a state runs unchecked: its in-bounds condition, decided now
     /// when it needs no values, evaluated by `bind` when it needs only the program's
     /// symbols, else evaluated where the node runs.
-    fn condition(&mut self, sc: &Scope<'_>, df: &Dataflow, n: NodeId) -> Cond {
-        let Some(c) = super::bounds::node_condition(sc.sdfg, df, n) else {
+    fn condition(&mut self, sc: &Scope<'_>, step: &Step) -> Cond {
+        let Some(c) = step.in_bounds.clone() else {
             return Cond::Never;
         };
         let statics: BTreeMap<String, i64> = crate::program::static_ints(sc.sdfg);
@@ -988,9 +921,9 @@ impl Emitter<'_> {
     fn parallel_map(
         &mut self,
         sc: &Scope<'_>,
-        _df: &Dataflow,
-        _n: NodeId,
         m: &MapScope,
+        collapse: usize,
+        coarse: bool,
     ) -> Result<(), CodegenError> {
         let sizes: Vec<String> = m
             .ranges
@@ -1005,29 +938,12 @@ impl Emitter<'_> {
         } else {
             sizes.join(" * ")
         };
-        // Collapse all but the innermost loop (when the inner bounds do not use outer
-        // parameters), so the innermost loop stays contiguous.
-        let np = m.params.len();
-        let mut collapse = if np >= 2 { np - 1 } else { 1 };
-        for k in 1..collapse {
-            let r = &m.ranges[k];
-            let uses_outer = m.params[..k]
-                .iter()
-                .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p));
-            if uses_outer {
-                collapse = k;
-                break;
-            }
-        }
+        // The plan collapses all but the innermost loop (when the inner bounds do not use
+        // outer parameters), so the innermost loop stays contiguous.
         self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
         // A map whose body holds maps (tiles, scan columns) does much more than one point
         // of work per iteration: it runs in parallel whenever it has two iterations.
-        let nested = m
-            .body
-            .node_ids()
-            .into_iter()
-            .any(|x| matches!(m.body.node(x), Node::Map(_)));
-        let threshold = if nested { "2" } else { "SDF_PAR_MIN" };
+        let threshold = if coarse { "2" } else { "SDF_PAR_MIN" };
         self.line(&format!("if ({points} >= {threshold}) {{"));
         self.indent += 1;
         if collapse > 1 {
@@ -1442,7 +1358,7 @@ impl Emitter<'_> {
             loc,
             depth: sc.depth,
         };
-        let fname = emit_function(inner, self.opts, &ctx, self.fns, self.counter)?;
+        let fname = emit_function(inner, None, self.opts, &ctx, self.fns, self.counter)?;
         let isig = Signature::of(inner);
         self.line(&format!(
             "{{ /* nested SDFG '{}' */",

@@ -1,7 +1,7 @@
 //! The CPU backend: whole-program C with OpenMP ([`emit`]), compiled by the system C
 //! compiler into a shared library, cached, and loaded.
 
-pub mod bounds;
+pub use crate::plan::bounds;
 pub mod cexpr;
 pub mod emit;
 pub mod sites;

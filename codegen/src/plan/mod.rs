@@ -1,0 +1,681 @@
+//! The execution plan: one backend-neutral description of how a program runs, decided
+//! once and printed by every backend.
+//!
+//! A [`Plan`] says, for one SDFG:
+//! - where each transient lives and for how long ([`Lifetime`]): allocated once per
+//!   loaded program, once per worker (a tile buffer), per map iteration (a body-local
+//!   scalar), or per call of a nested SDFG;
+//! - the structured control flow ([`Flow`]), with the points where host control flow reads
+//!   a value the dataflow wrote (`host_reads`: an OpenMP barrier on the CPU, a device→host
+//!   copy and a synchronization on the GPU — a *sync point*);
+//! - per state, the ordered [`Step`]s (parallel map, single, copy, reduction, nested call),
+//!   each with the earlier steps it waits for (a path in the state's graph), its writes and
+//!   whether their write-conflict resolution must be atomic, its in-bounds condition, and
+//!   for a parallel map its collapse depth and parallel threshold.
+//!
+//! The C emitter turns waits into barriers and steps into worksharing loops or `single`
+//! blocks; the CUDA emitter turns parallel maps into kernels and waits into stream order.
+//! `sdflow show FILE --emit plan` prints a plan ([`Plan::to_text`]).
+
+pub mod bounds;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use sdflow_ir::{
+    Block, DType, DataDesc, Dataflow, LibraryNode, Node, NodeId, Schedule, Sdfg, StateId, Storage,
+    SymExpr, Wcr,
+};
+
+use crate::CodegenError;
+use crate::abi::Signature;
+
+/// How long a transient's storage lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lifetime {
+    /// Allocated once when the program is loaded (`sdflow_init`, device memory on the
+    /// GPU) and kept across calls.
+    Persistent,
+    /// One copy per worker of the parallel region (a tile buffer, `Storage::Local`).
+    PerWorker,
+    /// A scalar declared afresh in every iteration of the map bodies that use it.
+    BodyLocal,
+    /// Allocated on entry of a nested SDFG's function and freed on exit.
+    PerCall,
+}
+
+impl Lifetime {
+    fn name(self) -> &'static str {
+        match self {
+            Lifetime::Persistent => "persistent",
+            Lifetime::PerWorker => "per-worker",
+            Lifetime::BodyLocal => "body-local",
+            Lifetime::PerCall => "per-call",
+        }
+    }
+}
+
+/// One transient and its lifetime class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Allocation {
+    /// Container name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Symbolic shape (empty for a scalar).
+    pub shape: Vec<SymExpr>,
+    /// How long it lives.
+    pub lifetime: Lifetime,
+}
+
+/// The structured control flow of a plan (the SDFG's, with the decisions of each state).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Flow {
+    /// One state's steps.
+    State(StatePlan),
+    /// Blocks in order.
+    Seq(Vec<Flow>),
+    /// `var = init; while cond { body; var = update }`.
+    Loop {
+        /// Loop variable.
+        var: String,
+        /// Initial value.
+        init: SymExpr,
+        /// Continue while non-zero.
+        cond: SymExpr,
+        /// Next value.
+        update: SymExpr,
+        /// The body.
+        body: Box<Flow>,
+        /// Scalars the dataflow writes that the loop's expressions read.
+        host_reads: Vec<String>,
+    },
+    /// A conditional.
+    If {
+        /// Taken when non-zero.
+        cond: SymExpr,
+        /// When the condition holds.
+        then: Box<Flow>,
+        /// Otherwise.
+        otherwise: Box<Flow>,
+        /// Scalars the dataflow writes that the condition reads.
+        host_reads: Vec<String>,
+    },
+    /// Interstate symbol assignments, evaluated together.
+    Assign {
+        /// `(symbol, value)` pairs.
+        assignments: Vec<(String, SymExpr)>,
+        /// Scalars the dataflow writes that the values read.
+        host_reads: Vec<String>,
+    },
+}
+
+impl Flow {
+    /// The scalars host control flow reads at this point (a sync point when not empty).
+    pub fn host_reads(&self) -> &[String] {
+        match self {
+            Flow::Loop { host_reads, .. }
+            | Flow::If { host_reads, .. }
+            | Flow::Assign { host_reads, .. } => host_reads,
+            Flow::State(_) | Flow::Seq(_) => &[],
+        }
+    }
+
+    /// Every state plan, in program order.
+    pub fn states(&self) -> Vec<&StatePlan> {
+        let mut out = Vec::new();
+        self.collect_states(&mut out);
+        out
+    }
+
+    fn collect_states<'a>(&'a self, out: &mut Vec<&'a StatePlan>) {
+        match self {
+            Flow::State(s) => out.push(s),
+            Flow::Seq(items) => items.iter().for_each(|i| i.collect_states(out)),
+            Flow::Loop { body, .. } => body.collect_states(out),
+            Flow::If {
+                then, otherwise, ..
+            } => {
+                then.collect_states(out);
+                otherwise.collect_states(out);
+            }
+            Flow::Assign { .. } => {}
+        }
+    }
+
+    /// The number of places where host control flow reads a value the dataflow wrote.
+    pub fn sync_points(&self) -> usize {
+        let own = usize::from(!self.host_reads().is_empty());
+        own + match self {
+            Flow::State(_) | Flow::Assign { .. } => 0,
+            Flow::Seq(items) => items.iter().map(Flow::sync_points).sum(),
+            Flow::Loop { body, .. } => body.sync_points(),
+            Flow::If {
+                then, otherwise, ..
+            } => then.sync_points() + otherwise.sync_points(),
+        }
+    }
+}
+
+/// One state: its steps in execution order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatePlan {
+    /// The state.
+    pub id: StateId,
+    /// Its name.
+    pub name: String,
+    /// Work in order (access nodes without a copy into them are not steps).
+    pub steps: Vec<Step>,
+}
+
+/// What a step does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepKind {
+    /// A map whose points run in parallel (an `omp for`, a GPU kernel).
+    ParallelMap {
+        /// How many of the outermost parameters are collapsed into one parallel loop
+        /// (at least 1; the innermost stays a contiguous loop on the CPU).
+        collapse: usize,
+        /// Its body holds maps (tiles, scan columns): parallel from two points on rather
+        /// than from the backend's minimum.
+        coarse: bool,
+    },
+    /// A map run by one worker (its schedule is sequential, or the plan is not parallel).
+    SequentialMap,
+    /// A tasklet run once.
+    Tasklet,
+    /// A copy between containers (an access node with copies into it).
+    Copy,
+    /// A reduction library node.
+    Reduce,
+    /// A call of a nested SDFG, with the nested program's own plan.
+    Nested(Box<Plan>),
+}
+
+impl StepKind {
+    fn name(&self) -> &'static str {
+        match self {
+            StepKind::ParallelMap { .. } => "parallel map",
+            StepKind::SequentialMap => "sequential map",
+            StepKind::Tasklet => "tasklet",
+            StepKind::Copy => "copy",
+            StepKind::Reduce => "reduce",
+            StepKind::Nested(_) => "nested call",
+        }
+    }
+}
+
+/// A write of a step to a container.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write {
+    /// The container.
+    pub data: String,
+    /// Its write-conflict resolution, if any.
+    pub wcr: Option<Wcr>,
+    /// The resolution must be atomic: the step runs beside others or in parallel.
+    pub atomic: bool,
+}
+
+/// One unit of work of a state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The state-level node.
+    pub node: NodeId,
+    /// Its label (map label, tasklet name, destination container...).
+    pub label: String,
+    /// What it is.
+    pub kind: StepKind,
+    /// Earlier steps of the state (indices into `steps`) it must wait for.
+    pub waits: Vec<usize>,
+    /// Containers it writes.
+    pub writes: Vec<Write>,
+    /// Containers it reads.
+    pub reads: Vec<String>,
+    /// The condition under which every access of the step is in bounds (`None`: it
+    /// cannot be stated, the step always runs its checked version).
+    pub in_bounds: Option<SymExpr>,
+}
+
+/// How a program executes: see the module documentation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The SDFG's name.
+    pub name: String,
+    /// The calling ABI.
+    pub signature: Signature,
+    /// Steps of a state may run at once (the top-level program); a nested SDFG's plan
+    /// runs sequentially inside the step that calls it.
+    pub parallel: bool,
+    /// Every transient with its lifetime.
+    pub allocations: Vec<Allocation>,
+    /// Symbols the control flow assigns (loop variables, interstate assignments).
+    pub flow_symbols: Vec<String>,
+    /// The control flow.
+    pub body: Flow,
+}
+
+impl Plan {
+    /// The plan of a whole program (`parallel`: its states' steps run in parallel).
+    pub fn of(sdfg: &Sdfg) -> Result<Plan, CodegenError> {
+        plan_sdfg(sdfg, true)
+    }
+
+    /// The plan of a nested SDFG, run sequentially inside the step that calls it.
+    pub fn nested(sdfg: &Sdfg) -> Result<Plan, CodegenError> {
+        plan_sdfg(sdfg, false)
+    }
+
+    /// The number of sync points of the control flow.
+    pub fn sync_points(&self) -> usize {
+        self.body.sync_points()
+    }
+
+    /// The allocation of a transient.
+    pub fn allocation(&self, name: &str) -> Option<&Allocation> {
+        self.allocations.iter().find(|a| a.name == name)
+    }
+
+    /// Transients of one lifetime class, in name order.
+    pub fn with_lifetime(&self, l: Lifetime) -> impl Iterator<Item = &Allocation> {
+        self.allocations.iter().filter(move |a| a.lifetime == l)
+    }
+
+    /// A readable listing of the plan (what `sdflow show --emit plan` prints).
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        self.write_text(&mut out, 0);
+        out
+    }
+
+    fn write_text(&self, out: &mut String, ind: usize) {
+        let pad = "  ".repeat(ind);
+        let _ = writeln!(
+            out,
+            "{pad}plan '{}' ({}; {} sync point{})",
+            self.name,
+            if self.parallel {
+                "parallel"
+            } else {
+                "sequential"
+            },
+            self.sync_points(),
+            if self.sync_points() == 1 { "" } else { "s" }
+        );
+        let sig = &self.signature;
+        let _ = writeln!(
+            out,
+            "{pad}  arguments: {}",
+            if sig.arrays.is_empty() {
+                "-".to_string()
+            } else {
+                sig.arrays
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        if !sig.ints.is_empty() || !sig.floats.is_empty() {
+            let syms: Vec<&str> = sig
+                .ints
+                .iter()
+                .chain(&sig.floats)
+                .map(|s| s.as_str())
+                .collect();
+            let _ = writeln!(out, "{pad}  symbols: {}", syms.join(", "));
+        }
+        for a in &self.allocations {
+            let shape: Vec<String> = a.shape.iter().map(|e| e.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "{pad}  alloc {} {}[{}] {}",
+                a.name,
+                a.dtype.name(),
+                shape.join(", "),
+                a.lifetime.name()
+            );
+        }
+        write_flow(out, &self.body, ind + 1);
+    }
+}
+
+fn write_flow(out: &mut String, f: &Flow, ind: usize) {
+    let pad = "  ".repeat(ind);
+    let sync = |r: &[String]| {
+        if r.is_empty() {
+            String::new()
+        } else {
+            format!("  [sync point: reads {}]", r.join(", "))
+        }
+    };
+    match f {
+        Flow::State(s) => {
+            let _ = writeln!(out, "{pad}state '{}'", s.name);
+            for (k, st) in s.steps.iter().enumerate() {
+                let mut line = format!("{pad}  {k}: {} '{}'", st.kind.name(), st.label);
+                if let StepKind::ParallelMap { collapse, coarse } = &st.kind {
+                    let _ = write!(line, " collapse {collapse}");
+                    if *coarse {
+                        line.push_str(" coarse");
+                    }
+                }
+                if !st.waits.is_empty() {
+                    let w: Vec<String> = st.waits.iter().map(|w| w.to_string()).collect();
+                    let _ = write!(line, " after {}", w.join(","));
+                }
+                if !st.writes.is_empty() {
+                    let w: Vec<String> = st
+                        .writes
+                        .iter()
+                        .map(|w| match w.wcr {
+                            Some(c) => format!(
+                                "{} ({}{})",
+                                w.data,
+                                if w.atomic { "atomic " } else { "" },
+                                c.name()
+                            ),
+                            None => w.data.clone(),
+                        })
+                        .collect();
+                    let _ = write!(line, " writes {}", w.join(", "));
+                }
+                match &st.in_bounds {
+                    None => line.push_str(" checked"),
+                    Some(c) => match c.eval(&|_| None) {
+                        Ok(0) => line.push_str(" checked (out of bounds)"),
+                        Ok(_) => {}
+                        Err(_) => {
+                            let text = c.to_string();
+                            if text.len() <= 60 {
+                                let _ = write!(line, " in bounds if {text}");
+                            } else {
+                                let names: Vec<String> = c.free_symbols().into_iter().collect();
+                                let _ = write!(
+                                    line,
+                                    " in bounds by a condition on {}",
+                                    names.join(", ")
+                                );
+                            }
+                        }
+                    },
+                }
+                let _ = writeln!(out, "{line}");
+                if let StepKind::Nested(p) = &st.kind {
+                    p.write_text(out, ind + 2);
+                }
+            }
+        }
+        Flow::Seq(items) => items.iter().for_each(|i| write_flow(out, i, ind)),
+        Flow::Loop {
+            var,
+            init,
+            cond,
+            update,
+            body,
+            host_reads,
+        } => {
+            let _ = writeln!(
+                out,
+                "{pad}loop {var} = {init}; {cond}; {var} = {update}{}",
+                sync(host_reads)
+            );
+            write_flow(out, body, ind + 1);
+        }
+        Flow::If {
+            cond,
+            then,
+            otherwise,
+            host_reads,
+        } => {
+            let _ = writeln!(out, "{pad}if {cond}{}", sync(host_reads));
+            write_flow(out, then, ind + 1);
+            if !matches!(**otherwise, Flow::Seq(ref v) if v.is_empty()) {
+                let _ = writeln!(out, "{pad}else");
+                write_flow(out, otherwise, ind + 1);
+            }
+        }
+        Flow::Assign {
+            assignments,
+            host_reads,
+        } => {
+            let a: Vec<String> = assignments
+                .iter()
+                .map(|(n, e)| format!("{n} = {e}"))
+                .collect();
+            let _ = writeln!(out, "{pad}assign {}{}", a.join("; "), sync(host_reads));
+        }
+    }
+}
+
+/// The plan of one SDFG; `parallel` at the top level.
+fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
+    let flow = sdfg.loop_and_assigned_symbols();
+    let mut body_scalars = BTreeSet::new();
+    let mut state_level = BTreeSet::new();
+    for s in sdfg.body.states() {
+        let g = &sdfg.states[s.index()].graph;
+        for n in g.node_ids() {
+            match g.node(n) {
+                Node::Map(m) => body_scalars.extend(m.body.accessed_data()),
+                Node::Access(a) => {
+                    state_level.insert(a.to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut allocations = Vec::new();
+    for (name, d) in &sdfg.arrays {
+        if !d.transient() {
+            continue;
+        }
+        for e in d.shape() {
+            if let Some(s) = e.free_symbols().iter().find(|s| flow.contains(*s)) {
+                return Err(CodegenError::Unsupported(format!(
+                    "transient '{name}' has a shape that depends on '{s}', which the control flow assigns"
+                )));
+            }
+        }
+        let lifetime = match d {
+            DataDesc::Array(a) if a.storage == Storage::Local && parallel => Lifetime::PerWorker,
+            DataDesc::Scalar { .. }
+                if body_scalars.contains(name) && !state_level.contains(name) =>
+            {
+                Lifetime::BodyLocal
+            }
+            _ if parallel => Lifetime::Persistent,
+            _ => Lifetime::PerCall,
+        };
+        allocations.push(Allocation {
+            name: name.clone(),
+            dtype: d.dtype(),
+            shape: d.shape().to_vec(),
+            lifetime,
+        });
+    }
+    let body = plan_block(sdfg, &sdfg.body, parallel)?;
+    Ok(Plan {
+        name: sdfg.name.clone(),
+        signature: Signature::of(sdfg),
+        parallel,
+        allocations,
+        flow_symbols: flow.into_iter().collect(),
+        body,
+    })
+}
+
+/// Scalars (not symbols) read by the expressions: values host control flow needs from the
+/// dataflow.
+fn host_reads(sdfg: &Sdfg, es: &[&SymExpr]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for e in es {
+        for n in e.free_symbols() {
+            if sdfg.symbols.contains_key(&n) {
+                continue;
+            }
+            if let Some(DataDesc::Scalar { .. }) = sdfg.arrays.get(&n) {
+                out.insert(n);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn plan_block(sdfg: &Sdfg, b: &Block, parallel: bool) -> Result<Flow, CodegenError> {
+    Ok(match b {
+        Block::State(id) => Flow::State(plan_state(sdfg, *id, parallel)?),
+        Block::Seq(items) => Flow::Seq(
+            items
+                .iter()
+                .map(|i| plan_block(sdfg, i, parallel))
+                .collect::<Result<_, _>>()?,
+        ),
+        Block::Loop(l) => Flow::Loop {
+            var: l.var.clone(),
+            init: l.init.clone(),
+            cond: l.cond.clone(),
+            update: l.update.clone(),
+            body: Box::new(plan_block(sdfg, &l.body, parallel)?),
+            host_reads: host_reads(sdfg, &[&l.init, &l.cond, &l.update]),
+        },
+        Block::If(i) => Flow::If {
+            cond: i.cond.clone(),
+            then: Box::new(plan_block(sdfg, &i.then, parallel)?),
+            otherwise: Box::new(plan_block(sdfg, &i.otherwise, parallel)?),
+            host_reads: host_reads(sdfg, &[&i.cond]),
+        },
+        Block::Assign(a) => {
+            let exprs: Vec<&SymExpr> = a.iter().map(|(_, e)| e).collect();
+            Flow::Assign {
+                assignments: a.clone(),
+                host_reads: host_reads(sdfg, &exprs),
+            }
+        }
+    })
+}
+
+/// Whether node `n` of a state is work (not an access node without copies into it).
+pub fn is_step(df: &Dataflow, n: NodeId) -> bool {
+    !matches!(df.node(n), Node::Access(_))
+        || df
+            .in_edges(n)
+            .into_iter()
+            .any(|e| df.node(df.endpoints(e).0).as_access().is_some())
+}
+
+/// How many outer parameters of a parallel map collapse into one loop: all but the
+/// innermost, fewer when an inner range uses an outer parameter.
+pub fn collapse_depth(m: &sdflow_ir::MapScope) -> usize {
+    let np = m.params.len();
+    let mut collapse = if np >= 2 { np - 1 } else { 1 };
+    for k in 1..collapse {
+        let r = &m.ranges[k];
+        let uses_outer = m.params[..k]
+            .iter()
+            .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p));
+        if uses_outer {
+            collapse = k;
+            break;
+        }
+    }
+    collapse
+}
+
+fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, CodegenError> {
+    let st = &sdfg.states[id.index()];
+    let df = &st.graph;
+    let order = df
+        .topological_order()
+        .map_err(|_| CodegenError::Unsupported("a state's graph has a cycle".into()))?;
+    let reach = df.reachability();
+    let mut steps: Vec<Step> = Vec::new();
+    for n in order {
+        if !is_step(df, n) {
+            continue;
+        }
+        let waits: Vec<usize> = if parallel {
+            steps
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| reach.as_ref().is_none_or(|r| r.reaches(s.node, n)))
+                .map(|(k, _)| k)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let node = df.node(n);
+        let (kind, label) = match node {
+            Node::Map(m) if parallel && m.schedule != Schedule::Sequential => {
+                let coarse = m
+                    .body
+                    .node_ids()
+                    .into_iter()
+                    .any(|x| matches!(m.body.node(x), Node::Map(_)));
+                (
+                    StepKind::ParallelMap {
+                        collapse: collapse_depth(m),
+                        coarse,
+                    },
+                    m.label.clone(),
+                )
+            }
+            Node::Map(m) => (StepKind::SequentialMap, m.label.clone()),
+            Node::Tasklet(t) => (StepKind::Tasklet, t.name.clone()),
+            Node::Access(a) => (StepKind::Copy, a.to_string()),
+            Node::Library(LibraryNode::Reduce(_)) => (StepKind::Reduce, node.describe()),
+            Node::Nested(ns) => (
+                StepKind::Nested(Box::new(plan_sdfg(&ns.sdfg, false)?)),
+                ns.sdfg.name.clone(),
+            ),
+        };
+        let mut writes: Vec<Write> = Vec::new();
+        for e in df.out_edges(n) {
+            let m = &df.edge(e).memlet;
+            if matches!(node, Node::Access(_)) {
+                continue;
+            }
+            if !writes.iter().any(|w| w.data == m.data && w.wcr == m.wcr) {
+                writes.push(Write {
+                    data: m.data.clone(),
+                    wcr: m.wcr,
+                    atomic: parallel && m.wcr.is_some(),
+                });
+            }
+        }
+        if let Node::Access(a) = node {
+            for e in df.in_edges(n) {
+                let m = &df.edge(e).memlet;
+                if df.node(df.endpoints(e).0).as_access().is_some()
+                    && !writes.iter().any(|w| w.data == *a && w.wcr == m.wcr)
+                {
+                    writes.push(Write {
+                        data: a.to_string(),
+                        wcr: m.wcr,
+                        atomic: parallel && m.wcr.is_some(),
+                    });
+                }
+            }
+        }
+        let mut reads = BTreeSet::new();
+        for e in df.in_edges(n) {
+            let src = df.endpoints(e).0;
+            if df.node(src).as_access().is_some() {
+                reads.insert(df.edge(e).memlet.data.clone());
+            }
+        }
+        steps.push(Step {
+            node: n,
+            label,
+            kind,
+            waits,
+            writes,
+            reads: reads.into_iter().collect(),
+            in_bounds: bounds::node_condition(sdfg, df, n),
+        });
+    }
+    Ok(StatePlan {
+        id,
+        name: st.name.clone(),
+        steps,
+    })
+}

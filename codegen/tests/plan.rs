@@ -1,0 +1,95 @@
+//! The execution plan's decisions on small programs: waits follow paths in a state's
+//! graph, independent steps wait for nothing, lifetimes are classed, write-conflict
+//! resolutions in a parallel state are atomic, and a control-flow condition on a scalar
+//! the dataflow writes is a counted sync point.
+
+use sdflow_codegen::plan::{Flow, Lifetime, Plan, StepKind};
+use sdflow_ir::{Block, DType, SdfgBuilder, StateId, SymExpr};
+
+#[test]
+fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
+    let mut b = SdfgBuilder::new("w");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("b", DType::F64, ["N"])
+        .array("c", DType::F64, ["N"])
+        .array("d", DType::F64, ["N"])
+        .transient("t", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("p", &["i"], &["0:N"], |m| {
+            m.tasklet("x", &[("v", "a[i]")], &[("o", "t[i]")], "o = v * 2.0");
+        });
+        s.map("q", &["i"], &["0:N"], |m| {
+            m.tasklet("y", &[("v", "c[i]")], &[("o", "d[i]")], "o = v + 1.0");
+        });
+        s.map("r", &["i"], &["0:N"], |m| {
+            m.tasklet("z", &[("v", "t[i]")], &[("o", "b[i]")], "o = v - 1.0");
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let plan = Plan::of(&s).unwrap();
+    let st = plan.body.states()[0];
+    let by_label = |l: &str| st.steps.iter().position(|x| x.label == l).unwrap();
+    let (p, q, r) = (by_label("p"), by_label("q"), by_label("r"));
+    assert!(st.steps[p].waits.is_empty());
+    assert!(st.steps[q].waits.is_empty());
+    assert_eq!(st.steps[r].waits, vec![p], "r reads what p wrote, and only that");
+    assert!(matches!(
+        st.steps[r].kind,
+        StepKind::ParallelMap {
+            collapse: 1,
+            coarse: false
+        }
+    ));
+    assert_eq!(plan.allocation("t").unwrap().lifetime, Lifetime::Persistent);
+    assert_eq!(plan.sync_points(), 0);
+    // A nested program's plan is sequential: nothing waits, nothing is atomic.
+    let nested = Plan::nested(&s).unwrap();
+    assert!(!nested.parallel);
+    assert!(nested.body.states()[0].steps.iter().all(|x| x.waits.is_empty()));
+    assert_eq!(nested.allocation("t").unwrap().lifetime, Lifetime::PerCall);
+}
+
+#[test]
+fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
+    let mut b = SdfgBuilder::new("lc");
+    b.symbol("k", DType::I64)
+        .scalar("cnt", DType::I64)
+        .array("out", DType::I64, [1]);
+    b.state("body", |s| {
+        s.tasklet("inc", &[("a", "cnt")], &[("o", "cnt")], "o = a + 1");
+    });
+    b.state("after", |s| {
+        s.tasklet("cp", &[("a", "cnt")], &[("o", "out[0] (wcr: sum)")], "o = a");
+    });
+    b.body(Block::seq([
+        Block::for_loop(
+            "k",
+            SymExpr::Int(0),
+            SymExpr::parse("cnt < 20").unwrap(),
+            SymExpr::parse("k + 1").unwrap(),
+            Block::State(StateId(0)),
+        ),
+        Block::State(StateId(1)),
+    ]));
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let plan = Plan::of(&s).unwrap();
+    assert_eq!(plan.sync_points(), 1);
+    let Flow::Seq(items) = &plan.body else {
+        panic!("a sequence")
+    };
+    assert_eq!(items[0].host_reads(), ["cnt".to_string()]);
+    let after = plan.body.states()[1];
+    assert_eq!(after.steps[0].kind, StepKind::Tasklet);
+    let w = &after.steps[0].writes[0];
+    assert_eq!((w.data.as_str(), w.atomic), ("out", true));
+    let text = plan.to_text();
+    assert!(
+        text.contains("loop k = 0; cnt < 20; k = k + 1  [sync point: reads cnt]"),
+        "{text}"
+    );
+    assert!(text.starts_with("plan 'lc' (parallel; 1 sync point)"), "{text}");
+    assert!(text.contains("writes out (atomic sum)"), "{text}");
+}
