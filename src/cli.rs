@@ -478,9 +478,16 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
                 .map_err(|e| CliError::Usage(e.to_string()))?;
         }
         sdflow_codegen::Backend::Gpu => {
-            return Err(CliError::Usage(
-                "the GPU backend is not available yet; use --backend cpu or interp".into(),
-            ));
+            let device = sdflow_codegen::cuda::device::CudaDevice::new(0)
+                .map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
+            let mut prog = sdflow_codegen::cuda::exec::CudaBackend::default()
+                .build(&sdfg, Box::new(device))
+                .map_err(|source| CliError::Codegen {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            prog.run_bindings(&mut bindings)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
         }
     }
     if let Some(o) = &opts.outputs {
@@ -581,6 +588,13 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
     match emit {
         "c" => sdflow_codegen::CpuBackend::default()
             .generate(&sdfg)
+            .map_err(|source| CliError::Codegen {
+                path: path.display().to_string(),
+                source,
+            }),
+        "cuda" => sdflow_codegen::cuda::exec::CudaBackend::default()
+            .generate(&sdfg)
+            .map(|p| p.source)
             .map_err(|source| CliError::Codegen {
                 path: path.display().to_string(),
                 source,

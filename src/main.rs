@@ -49,8 +49,8 @@ enum Command {
         /// A symbol value, NAME=VALUE (repeatable).
         #[arg(short = 's', long = "symbol", value_parser = cli::parse_assignment)]
         symbols: Vec<(String, String)>,
-        /// Where to run: `interp` (the reference interpreter) or `cpu` (compiled C/OpenMP,
-        /// through the build cache).
+        /// Where to run: `interp` (the reference interpreter), `cpu` (compiled C/OpenMP,
+        /// through the build cache) or `cuda` (alias `gpu`: CUDA through NVRTC on GPU 0).
         #[arg(long, default_value = "interp", value_parser = parse_backend)]
         backend: sdflow::codegen::Backend,
     },
@@ -165,7 +165,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
 
 fn parse_backend(s: &str) -> Result<sdflow::codegen::Backend, String> {
     sdflow::codegen::Backend::from_tag(s)
-        .ok_or_else(|| format!("unknown backend '{s}'; expected interp, cpu or gpu"))
+        .ok_or_else(|| format!("unknown backend '{s}'; expected interp, cpu or cuda (gpu)"))
 }
 
 fn main() -> ExitCode {

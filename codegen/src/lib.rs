@@ -68,12 +68,12 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Parses a backend tag: `interp`, `cpu` or `gpu`.
+    /// Parses a backend tag: `interp`, `cpu`, or `cuda` (also spelled `gpu`).
     pub fn from_tag(tag: &str) -> Option<Backend> {
         match tag {
             "interp" => Some(Backend::Interp),
             "cpu" => Some(Backend::Cpu),
-            "gpu" => Some(Backend::Gpu),
+            "gpu" | "cuda" => Some(Backend::Gpu),
             _ => None,
         }
     }
@@ -87,6 +87,7 @@ mod tests {
     fn tags() {
         assert_eq!(Backend::from_tag("cpu"), Some(Backend::Cpu));
         assert_eq!(Backend::from_tag("gpu"), Some(Backend::Gpu));
+        assert_eq!(Backend::from_tag("cuda"), Some(Backend::Gpu));
         assert_eq!(Backend::from_tag("interp"), Some(Backend::Interp));
         assert_eq!(Backend::from_tag("tpu"), None);
     }

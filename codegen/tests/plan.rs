@@ -34,7 +34,11 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
     let (p, q, r) = (by_label("p"), by_label("q"), by_label("r"));
     assert!(st.steps[p].waits.is_empty());
     assert!(st.steps[q].waits.is_empty());
-    assert_eq!(st.steps[r].waits, vec![p], "r reads what p wrote, and only that");
+    assert_eq!(
+        st.steps[r].waits,
+        vec![p],
+        "r reads what p wrote, and only that"
+    );
     assert!(matches!(
         st.steps[r].kind,
         StepKind::ParallelMap {
@@ -47,7 +51,12 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
     // A nested program's plan is sequential: nothing waits, nothing is atomic.
     let nested = Plan::nested(&s).unwrap();
     assert!(!nested.parallel);
-    assert!(nested.body.states()[0].steps.iter().all(|x| x.waits.is_empty()));
+    assert!(
+        nested.body.states()[0]
+            .steps
+            .iter()
+            .all(|x| x.waits.is_empty())
+    );
     assert_eq!(nested.allocation("t").unwrap().lifetime, Lifetime::PerCall);
 }
 
@@ -61,7 +70,12 @@ fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
         s.tasklet("inc", &[("a", "cnt")], &[("o", "cnt")], "o = a + 1");
     });
     b.state("after", |s| {
-        s.tasklet("cp", &[("a", "cnt")], &[("o", "out[0] (wcr: sum)")], "o = a");
+        s.tasklet(
+            "cp",
+            &[("a", "cnt")],
+            &[("o", "out[0] (wcr: sum)")],
+            "o = a",
+        );
     });
     b.body(Block::seq([
         Block::for_loop(
@@ -90,6 +104,9 @@ fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
         text.contains("loop k = 0; cnt < 20; k = k + 1  [sync point: reads cnt]"),
         "{text}"
     );
-    assert!(text.starts_with("plan 'lc' (parallel; 1 sync point)"), "{text}");
+    assert!(
+        text.starts_with("plan 'lc' (parallel; 1 sync point)"),
+        "{text}"
+    );
     assert!(text.contains("writes out (atomic sum)"), "{text}");
 }

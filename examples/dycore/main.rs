@@ -25,12 +25,16 @@ use clap::{Parser, ValueEnum};
 
 use program::Dycore;
 use reference::{Config, interior_max_abs, random_smooth, total_mass, total_tracer_mass};
+use sdflow::codegen::cuda::device::{CudaDevice, Device};
+use sdflow::codegen::cuda::exec::CudaBackend;
 use sdflow::codegen::{CpuBackend, Origin};
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Backend {
     /// Optimized, compiled C/OpenMP.
     Cpu,
+    /// Optimized with the GPU pipeline, CUDA compiled by NVRTC, on GPU 0.
+    Cuda,
     /// The reference interpreter.
     Interp,
 }
@@ -53,8 +57,8 @@ struct Args {
     /// Time steps to run.
     #[arg(long, default_value_t = 100)]
     steps: usize,
-    /// Where to run: compiled C/OpenMP, or the reference interpreter (slow: about a
-    /// second per step at the default size).
+    /// Where to run: compiled C/OpenMP, CUDA on GPU 0, or the reference interpreter
+    /// (slow: about a second per step at the default size).
     #[arg(long, value_enum, default_value = "cpu")]
     backend: Backend,
     /// Turn the (static) hyperdiffusion off.
@@ -194,10 +198,36 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             dycore.run_compiled(&prog, &mut s, args.steps)?;
             t.elapsed().as_secs_f64() / args.steps.max(1) as f64
         }
+        Backend::Cuda => {
+            let t = Instant::now();
+            let mut sdfg = dycore.sdfg.clone();
+            sdflow::transforms::Pipeline::gpu()
+                .run(&mut sdfg)
+                .map_err(|e| format!("optimizer: {e}"))?;
+            let device = CudaDevice::new(0).map_err(|e| format!("--backend cuda: {e}"))?;
+            let name = device.name();
+            let mut prog = CudaBackend::default().build(&sdfg, Box::new(device))?;
+            println!(
+                "optimized and compiled for {name} in {:.0} ms ({})",
+                t.elapsed().as_secs_f64() * 1e3,
+                match prog.origin {
+                    Origin::Built => "built",
+                    Origin::Cached => "loaded from the build cache",
+                }
+            );
+            // The whole run is one call: the state goes to the device, every step is
+            // enqueued, the state comes back.
+            let mut b = dycore.bindings(&s, args.steps);
+            let t = Instant::now();
+            prog.run_bindings(&mut b)?;
+            dycore.store(&b, &mut s);
+            t.elapsed().as_secs_f64() / args.steps.max(1) as f64
+        }
     };
     let where_ = match args.backend {
         Backend::Interp => "the reference interpreter",
         Backend::Cpu => "compiled C/OpenMP",
+        Backend::Cuda => "the GPU (CUDA)",
     };
 
     let mut r = s0.clone();

@@ -1,5 +1,5 @@
 //! GPU scheduling: every top-level map of every state becomes a GPU kernel
-//! (`gpu_device`); maps inside them keep their schedule (a sequential level loop of a
+//! (`gpu_device`) and every host transient array moves to device storage; maps inside them keep their schedule (a sequential level loop of a
 //! vertical scan stays sequential inside the kernel's thread). The last pass of the GPU
 //! pipeline, after fusion decided what a kernel is.
 
@@ -30,6 +30,18 @@ impl Pass for GpuSchedule {
             }
         }
         ch.add("maps_scheduled", n);
+        // Transients live in device memory (tile buffers, if any, stay per thread).
+        let mut moved = 0;
+        for d in sdfg.arrays.values_mut() {
+            if let sdflow_ir::DataDesc::Array(a) = d
+                && a.transient
+                && a.storage == sdflow_ir::Storage::Host
+            {
+                a.storage = sdflow_ir::Storage::Device;
+                moved += 1;
+            }
+        }
+        ch.add("transients_on_device", moved);
         ch
     }
 }

@@ -154,10 +154,23 @@ impl Pipeline {
         Pipeline::from_names(&PASS_NAMES[..7]).expect("the default passes exist")
     }
 
-    /// The default pipeline for the GPU backend: the CPU pipeline, then every top-level
-    /// map becomes a GPU kernel.
+    /// The default pipeline for the GPU backend: the CPU pipeline's passes, with map
+    /// fusion by recomputation only (a tile buffer per thread is a CPU cache
+    /// optimization; on the GPU each point is one thread and neighbours come from the
+    /// caches), then every top-level map becomes a GPU kernel and every transient moves
+    /// to device memory.
     pub fn gpu() -> Pipeline {
-        Pipeline::from_names(&PASS_NAMES).expect("the default passes exist")
+        let passes = PASS_NAMES
+            .iter()
+            .map(|n| match *n {
+                "map_fusion" => Box::new(MapFusion {
+                    tile_rows: 0,
+                    ..MapFusion::default()
+                }) as Box<dyn Pass>,
+                other => pass_by_name(other).expect("the default passes exist"),
+            })
+            .collect();
+        Pipeline::new(passes)
     }
 
     /// Sets the round bound.

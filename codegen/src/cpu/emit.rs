@@ -28,6 +28,7 @@ use super::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
 use crate::plan::{Flow, Lifetime, Plan, StatePlan, Step, StepKind};
 
 mod checked;
+pub(crate) mod device;
 use crate::CodegenError;
 
 /// Options of the C emitter.
@@ -103,6 +104,9 @@ pub fn emit_program_checked(
 /// emitting it once per call text would double the code at every level of nesting.
 #[derive(Default)]
 struct Functions {
+    /// Printing device code (CUDA): functions are `__device__`, write-conflict
+    /// resolutions in parallel maps use atomic compare-and-swap.
+    device: bool,
     texts: Vec<String>,
     by_call: BTreeMap<(usize, String, usize), String>,
 }
@@ -473,8 +477,9 @@ fn emit_function(
         own_name = name.clone();
         let _ = writeln!(
             out,
-            "/* nested SDFG '{}' */\nstatic int {name}(void* const* args, const int64_t* ints, const double* floats) {{\n    (void)ints; (void)floats; (void)args;\n    sdf_err_t* sdf_e = SDF_ERR_PTR();",
-            sdfg.name
+            "/* nested SDFG '{}' */\nstatic {}int {name}(void* const* args, const int64_t* ints, const double* floats) {{\n    (void)ints; (void)floats; (void)args;\n    sdf_err_t* sdf_e = SDF_ERR_PTR();",
+            sdfg.name,
+            if fns.device { "__device__ " } else { "" }
         );
         arg_decls(&mut out);
         symbol_decls(&mut out, "    ");
@@ -1098,7 +1103,14 @@ impl Emitter<'_> {
             return;
         };
         let combined = combine(w, lv, value, dt);
-        if sc.in_parallel_map {
+        if sc.in_parallel_map && self.fns.device {
+            // One compare-and-swap loop per resolution and type (`sdf_atomic_*`).
+            self.line(&format!(
+                "sdf_atomic_{}_{}(&{lv}, {value});",
+                w.name(),
+                dt.name()
+            ));
+        } else if sc.in_parallel_map {
             match (w, dt) {
                 (Wcr::Sum, t) if t.is_float() => {
                     self.line("#pragma omp atomic update");

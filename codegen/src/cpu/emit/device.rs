@@ -1,0 +1,511 @@
+//! CUDA C for a whole program, printed from its [`Plan`]: one kernel per step of every
+//! state (a parallel map is a grid of threads, one map point each, over the plan's
+//! independent parameters; any other step is a one-thread kernel), and for a step whose
+//! in-bounds condition may fail a second, checked one-thread kernel with the
+//! interpreter's checks and messages. Node bodies, tasklets, copies, reductions, nested
+//! SDFGs and checked versions are printed by the same code as the C backend's, with
+//! `__device__` helpers (the C prelude's, rewritten for the device) and compare-and-swap
+//! loops for write-conflict resolutions in parallel maps.
+//!
+//! Every kernel takes the same parameters: the array pointers ([`KernelParams::arrays`]:
+//! the arguments, then the persistent transients), the integer symbols (the program's,
+//! then the symbols its control flow assigns) and the float symbols (as `double`), so
+//! the host prepares one parameter list per call and only the loop variables change.
+
+use super::*;
+use crate::plan::{Plan, StepKind};
+
+/// Options of the CUDA printer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaEmitOptions {
+    /// Threads per block of parallel-map kernels (a multiple of 32). Default 256.
+    pub block_size: u32,
+}
+
+impl Default for CudaEmitOptions {
+    fn default() -> Self {
+        CudaEmitOptions { block_size: 256 }
+    }
+}
+
+/// The parameters every kernel takes, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelParams {
+    /// Array pointers: the program's array and scalar arguments, then its persistent
+    /// transients.
+    pub arrays: Vec<String>,
+    /// 64-bit integer symbols: the program's, then those its control flow assigns.
+    pub ints: Vec<String>,
+    /// Float symbols, passed as `double`.
+    pub floats: Vec<String>,
+}
+
+/// One kernel of the program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelSpec {
+    /// Its name in the module.
+    pub name: String,
+    /// The state's position among the plan's states (program order).
+    pub state: usize,
+    /// The step's position in its state.
+    pub step: usize,
+    /// The checked one-thread version of the step.
+    pub checked: bool,
+    /// For a parallel map: the sizes of the parameters the grid covers, outermost first
+    /// (their product is the number of threads that do work).
+    pub grid_sizes: Option<Vec<SymExpr>>,
+}
+
+/// The CUDA translation unit of a program and what the host needs to run it.
+#[derive(Clone, Debug)]
+pub struct CudaProgram {
+    /// The CUDA C source.
+    pub source: String,
+    /// The plan it prints.
+    pub plan: Plan,
+    /// Every kernel.
+    pub kernels: Vec<KernelSpec>,
+    /// The kernels' common parameters.
+    pub params: KernelParams,
+    /// Error sites of the checked code.
+    pub sites: Sites,
+    /// Threads per block of parallel-map kernels.
+    pub block_size: u32,
+}
+
+impl CudaProgram {
+    /// The kernel of step `step` of state number `state` (`checked`: its checked version).
+    pub fn kernel(&self, state: usize, step: usize, checked: bool) -> Option<usize> {
+        self.kernels
+            .iter()
+            .position(|k| k.state == state && k.step == step && k.checked == checked)
+    }
+}
+
+/// The names of the status kernels every module has.
+pub const STATUS_RESET: &str = "sdf_status_reset";
+/// See [`STATUS_RESET`]: copies `[error flag, error record...]` to its argument.
+pub const STATUS_READ: &str = "sdf_status_read";
+
+const STATUS_KERNELS: &str =
+    "/* The error flag and record: cleared at the start of a call, read after it. */
+extern \"C\" __global__ void sdf_status_reset(void) {
+    sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
+    for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
+extern \"C\" __global__ void sdf_status_read(int64_t* out) {
+    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err); }
+
+";
+
+/// The C prelude rewritten for the device: fixed-width types without headers, the error
+/// record and flag in device memory (set atomically: many threads may fail at once),
+/// overflow checks without compiler builtins, a nanosecond clock from `%globaltimer`.
+fn device_prelude() -> String {
+    let c = cexpr::PRELUDE;
+    let body_start = c.find("/* Raised by integer division").unwrap_or(0);
+    let mut body = c[body_start..].to_string();
+    let reps: &[(&str, &str)] = &[
+        (
+            "static _Thread_local int sdf_error_flag = 0;\nstatic inline void sdf_fail(void) { sdf_error_flag = 1; }",
+            "__device__ int sdf_error_flag = 0;\nstatic __device__ inline void sdf_fail(void) { atomicExch(&sdf_error_flag, 1); }",
+        ),
+        (
+            "static _Thread_local sdf_err_t sdf_err;",
+            "__device__ sdf_err_t sdf_err;",
+        ),
+        (
+            "static _Thread_local int64_t sdf_pv[SDF_MAXP];",
+            "__device__ int64_t sdf_pv[SDF_MAXP];",
+        ),
+        (
+            "#define SDF_ERR_PTR() __extension__({ sdf_err_t* sdf_p_ = &sdf_err; __asm__(\"\" : \"+r\"(sdf_p_)); sdf_p_; })",
+            "#define SDF_ERR_PTR() (&sdf_err)",
+        ),
+        (
+            "    if (sdf_err.failed) return;\n    sdf_err.failed = 1; sdf_err.site",
+            "    if (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) != 0ULL) return;\n    sdf_err.site",
+        ),
+        (
+            "    struct timespec ts;\n    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;\n    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec; }",
+            "    uint64_t t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return (int64_t)t; }",
+        ),
+        ("__builtin_add_overflow(", "sdf_ovf_add("),
+        ("__builtin_sub_overflow(", "sdf_ovf_sub("),
+        ("__builtin_mul_overflow(", "sdf_ovf_mul("),
+        ("static inline", "static __device__ inline"),
+    ];
+    for (a, b) in reps {
+        body = body.replace(a, b);
+    }
+    let mut out = String::from(
+        r#"#pragma nv_diag_suppress 177
+#pragma nv_diag_suppress 550
+typedef signed char int8_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define INT64_MIN (-9223372036854775807LL - 1)
+#define INT64_MAX 9223372036854775807LL
+#ifndef NAN
+#define NAN __longlong_as_double(0x7ff8000000000000ULL)
+#endif
+#ifndef INFINITY
+#define INFINITY __longlong_as_double(0x7ff0000000000000ULL)
+#endif
+#define restrict __restrict__
+static __device__ inline void* sdf_calloc(size_t n, size_t s) {
+    void* p = malloc(n * s); if (p) memset(p, 0, n * s); return p; }
+#define calloc(n, s) sdf_calloc((n), (s))
+/* Signed overflow checks, exact, without compiler builtins. */
+static __device__ inline bool sdf_ovf_add(int64_t a, int64_t b, int64_t* r) {
+    uint64_t u = (uint64_t)a + (uint64_t)b; *r = (int64_t)u;
+    return ((a ^ *r) & (b ^ *r)) < 0; }
+static __device__ inline bool sdf_ovf_sub(int64_t a, int64_t b, int64_t* r) {
+    uint64_t u = (uint64_t)a - (uint64_t)b; *r = (int64_t)u;
+    return ((a ^ b) & (a ^ *r)) < 0; }
+static __device__ inline bool sdf_ovf_mul(int64_t a, int64_t b, int64_t* r) {
+    *r = (int64_t)((uint64_t)a * (uint64_t)b);
+    if (a == 0 || b == 0) return false;
+    if ((a == -1 && b == INT64_MIN) || (b == -1 && a == INT64_MIN)) return true;
+    return (*r / b) != a; }
+"#,
+    );
+    out.push_str(&body);
+    out.push_str(&atomics());
+    out
+}
+
+/// `sdf_atomic_<wcr>_<type>(p, n)`: `*p = combine(*p, n)` atomically, by compare-and-swap
+/// of the element's bits (of its 32-bit word for `bool`), with exactly the combination
+/// the sequential code uses.
+fn atomics() -> String {
+    let mut out = String::from("/* Write-conflict resolutions in parallel maps. */\n");
+    for w in [Wcr::Sum, Wcr::Prod, Wcr::Min, Wcr::Max] {
+        for t in [DType::F64, DType::F32, DType::I64, DType::I32, DType::Bool] {
+            let f = format!("sdf_atomic_{}_{}", w.name(), t.name());
+            let c = combine(w, "o", "n", t);
+            let ct = ctype(t);
+            let _ = match t {
+                DType::F64 | DType::I64 => {
+                    let (from, to) = if t == DType::F64 {
+                        (
+                            "__longlong_as_double((long long)assumed)",
+                            "(unsigned long long)__double_as_longlong(r)",
+                        )
+                    } else {
+                        ("(int64_t)assumed", "(unsigned long long)r")
+                    };
+                    writeln!(
+                        out,
+                        "static __device__ inline void {f}({ct}* p, {ct} n) {{\n    unsigned long long* a = (unsigned long long*)p; unsigned long long old = *a, assumed;\n    do {{ assumed = old; const {ct} o = {from}; const {ct} r = {c}; old = atomicCAS(a, assumed, {to}); }} while (assumed != old); }}"
+                    )
+                }
+                DType::F32 | DType::I32 => {
+                    let (from, to) = if t == DType::F32 {
+                        (
+                            "__int_as_float((int)assumed)",
+                            "(unsigned int)__float_as_int(r)",
+                        )
+                    } else {
+                        ("(int32_t)assumed", "(unsigned int)r")
+                    };
+                    writeln!(
+                        out,
+                        "static __device__ inline void {f}({ct}* p, {ct} n) {{\n    unsigned int* a = (unsigned int*)p; unsigned int old = *a, assumed;\n    do {{ assumed = old; const {ct} o = {from}; const {ct} r = {c}; old = atomicCAS(a, assumed, {to}); }} while (assumed != old); }}"
+                    )
+                }
+                DType::Bool => writeln!(
+                    out,
+                    "static __device__ inline void {f}(bool* p, bool n) {{\n    unsigned int* a = (unsigned int*)((size_t)p & ~(size_t)3); const unsigned int sh = (unsigned int)(((size_t)p & 3) * 8);\n    unsigned int old = *a, assumed;\n    do {{ assumed = old; const bool o = ((assumed >> sh) & 0xffu) != 0; const bool r = {c};\n         old = atomicCAS(a, assumed, (assumed & ~(0xffu << sh)) | ((unsigned int)r << sh)); }} while (assumed != old); }}"
+                ),
+            };
+        }
+    }
+    out
+}
+
+/// The parameters of every kernel of `plan`.
+fn kernel_params(plan: &Plan) -> KernelParams {
+    let sig = &plan.signature;
+    let mut arrays: Vec<String> = sig.arrays.iter().map(|a| a.name.clone()).collect();
+    arrays.extend(
+        plan.with_lifetime(Lifetime::Persistent)
+            .map(|a| a.name.clone()),
+    );
+    let mut ints = sig.ints.clone();
+    ints.extend(plan.flow_symbols.iter().cloned());
+    KernelParams {
+        arrays,
+        ints,
+        floats: sig.floats.clone(),
+    }
+}
+
+/// How many leading parameters of a map a grid covers: all whose ranges do not use an
+/// outer parameter.
+pub(crate) fn grid_depth(m: &MapScope) -> usize {
+    let mut depth = m.params.len();
+    for k in 1..m.params.len() {
+        let r = &m.ranges[k];
+        if m.params[..k]
+            .iter()
+            .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p))
+        {
+            depth = k;
+            break;
+        }
+    }
+    depth
+}
+
+/// Prints the CUDA translation unit of `sdfg` (validated by the caller) from its plan.
+pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, CodegenError> {
+    let plan = Plan::of(sdfg)?;
+    // Local (per-worker) arrays become arrays private to each GPU thread, of a size known
+    // when the program is compiled.
+    let statics = crate::program::static_ints(sdfg);
+    let mut thread_arrays = Vec::new();
+    for a in plan.with_lifetime(Lifetime::PerWorker) {
+        let mut n: i64 = 1;
+        for e in &a.shape {
+            match e.eval(&|x| statics.get(x).copied()) {
+                Ok(v) => n = n.saturating_mul(v.max(0)),
+                Err(_) => {
+                    return Err(CodegenError::Unsupported(format!(
+                        "transient '{}' has local (per-thread) storage of shape [{}], which is not known when the program is compiled; \
+                         the CUDA backend gives each thread a fixed-size array (specialize the symbols, or optimize with the GPU pipeline, which does not tile)",
+                        a.name,
+                        a.shape
+                            .iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+        }
+        if n > 4096 {
+            return Err(CodegenError::Unsupported(format!(
+                "transient '{}' has local (per-thread) storage of {n} elements; the CUDA backend gives each thread at most 4096",
+                a.name
+            )));
+        }
+        thread_arrays.push((a.name.clone(), a.dtype, n.max(1)));
+    }
+    if opts.block_size == 0 || !opts.block_size.is_multiple_of(32) || opts.block_size > 1024 {
+        return Err(CodegenError::Unsupported(format!(
+            "block size {} is not a multiple of 32 between 32 and 1024",
+            opts.block_size
+        )));
+    }
+    let params = kernel_params(&plan);
+    let emit_opts = EmitOptions::default();
+    let mut fns = Functions {
+        device: true,
+        ..Functions::default()
+    };
+    let mut counter = 0;
+    let sites = RefCell::new(Sites::default());
+    let mut kernels = Vec::new();
+    let mut text = String::new();
+    let head = {
+        let mut h = String::new();
+        for a in &params.arrays {
+            let d = &sdfg.arrays[a];
+            let _ = write!(h, "{}* __restrict__ a_{a}, ", ctype(d.dtype()));
+        }
+        for n in &params.ints {
+            let _ = write!(h, "const int64_t s_{n}, ");
+        }
+        for (k, _) in params.floats.iter().enumerate() {
+            let _ = write!(h, "const double sdf_f{k}, ");
+        }
+        h.trim_end_matches(", ").to_string()
+    };
+    let mut prologue = String::from("    sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;\n");
+    for (n, t, len) in &thread_arrays {
+        let _ = writeln!(prologue, "    {} a_{n}[{len}] = {{0}};", ctype(*t));
+    }
+    for (k, n) in params.floats.iter().enumerate() {
+        let t = ctype(sdfg.symbols[n].dtype);
+        let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f{k};");
+    }
+    for (n, s) in &sdfg.symbols {
+        if let Some(v) = s.value {
+            let (t, v) = if s.dtype.is_float() {
+                (ctype(s.dtype), v.cast(s.dtype))
+            } else {
+                ("int64_t", v.cast(DType::I64))
+            };
+            let _ = writeln!(prologue, "    const {t} s_{n} = {};", literal(v));
+        }
+    }
+    let base = |loc: Vec<LocPart>| Scope {
+        sdfg,
+        params: BTreeSet::new(),
+        locals: BTreeSet::new(),
+        parallel: false,
+        in_parallel_map: false,
+        checked: false,
+        stop: None,
+        loc,
+        depth: 0,
+        sites: &sites,
+    };
+    let top_loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
+    for (si, sp) in plan.body.states().into_iter().enumerate() {
+        let st = &sdfg.states[sp.id.index()];
+        let df = &st.graph;
+        let mut loc = top_loc.clone();
+        loc.push(LocPart::Text(format!("state '{}'", st.name)));
+        for (k, step) in sp.steps.iter().enumerate() {
+            let n = step.node;
+            let name = format!("sdf_k{si}_{k}");
+            let mut em = Emitter {
+                opts: &emit_opts,
+                fns: &mut fns,
+                counter: &mut counter,
+                out: String::new(),
+                indent: 1,
+                labels: 0,
+                top: false,
+            };
+            let sc = base(loc.clone());
+            let grid_sizes = match (&step.kind, df.node(n)) {
+                (StepKind::ParallelMap { .. }, Node::Map(m)) => {
+                    let g = grid_depth(m);
+                    let sizes: Vec<SymExpr> = m.ranges[..g].iter().map(|r| r.size()).collect();
+                    let _ = writeln!(
+                        em.out,
+                        "/* state '{}', map '{}' */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
+                        st.name.replace("*/", "* /"),
+                        m.label.replace("*/", "* /"),
+                        opts.block_size
+                    );
+                    for (d, size) in sizes.iter().enumerate() {
+                        em.line(&format!(
+                            "const int64_t sdf_n{d} = sdf_max64({}, 0);",
+                            sc.sym(size)
+                        ));
+                    }
+                    let total = if g == 0 {
+                        "1".to_string()
+                    } else {
+                        (0..g)
+                            .map(|d| format!("sdf_n{d}"))
+                            .collect::<Vec<_>>()
+                            .join(" * ")
+                    };
+                    em.line(&format!("const int64_t sdf_total = {total};"));
+                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
+                    em.indent += 1;
+                    em.line("int64_t sdf_r = sdf_t; (void)sdf_r;");
+                    for d in (0..g).rev() {
+                        let (p, r) = (&m.params[d], &m.ranges[d]);
+                        em.line(&format!(
+                            "const int64_t s_{p} = ({}) + (sdf_r % sdf_n{d}) * ({}); sdf_r /= sdf_n{d};",
+                            sc.sub_sym(&r.start),
+                            sc.sub_sym(&r.step)
+                        ));
+                    }
+                    let mut inner_sc = base(loc.clone());
+                    inner_sc.params.extend(m.params[..g].iter().cloned());
+                    for d in g..m.params.len() {
+                        let h = em.loop_header(&inner_sc, m, d);
+                        em.line(&h);
+                        em.indent += 1;
+                        inner_sc.params.insert(m.params[d].clone());
+                    }
+                    let inner = em.body_scope(&inner_sc, m, true);
+                    em.body(&inner, &m.body)?;
+                    for _ in g..m.params.len() {
+                        em.indent -= 1;
+                        em.line("}");
+                    }
+                    em.indent -= 1;
+                    em.line("}");
+                    em.out.push_str("}\n\n");
+                    Some(sizes)
+                }
+                (_, node) => {
+                    let _ = writeln!(
+                        em.out,
+                        "/* state '{}', {} */\nextern \"C\" __global__ void {name}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+                        st.name.replace("*/", "* /"),
+                        node.describe().replace("*/", "* /"),
+                    );
+                    let inner = match node {
+                        Node::Map(_) => sc,
+                        other => sc.at(LocPart::Text(other.describe())),
+                    };
+                    em.node(&inner, df, n)?;
+                    em.out.push_str("}\n\n");
+                    None
+                }
+            };
+            text.push_str(&em.out);
+            kernels.push(KernelSpec {
+                name: name.clone(),
+                state: si,
+                step: k,
+                checked: false,
+                grid_sizes,
+            });
+            let always = step
+                .in_bounds
+                .as_ref()
+                .is_some_and(|c| c.eval(&|_| None).is_ok_and(|v| v != 0));
+            if !always {
+                let cname = format!("{name}_checked");
+                let mut em = Emitter {
+                    opts: &emit_opts,
+                    fns: &mut fns,
+                    counter: &mut counter,
+                    out: String::new(),
+                    indent: 1,
+                    labels: 0,
+                    top: false,
+                };
+                let _ = writeln!(
+                    em.out,
+                    "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+                    st.name.replace("*/", "* /"),
+                );
+                let sc = base(loc.clone());
+                em.checked_node(&sc, df, n)?;
+                em.out.push_str("}\n\n");
+                text.push_str(&em.out);
+                kernels.push(KernelSpec {
+                    name: cname,
+                    state: si,
+                    step: k,
+                    checked: true,
+                    grid_sizes: None,
+                });
+            }
+        }
+    }
+    let mut source = format!(
+        "/* Generated by sdflow from SDFG '{}' for CUDA. Do not edit. */\n",
+        sdfg.name
+    );
+    source.push_str(&device_prelude());
+    source.push('\n');
+    for f in &fns.texts {
+        source.push_str(f);
+        source.push('\n');
+    }
+    source.push_str(&text);
+    source.push_str(STATUS_KERNELS);
+    Ok(CudaProgram {
+        source,
+        plan,
+        kernels,
+        params,
+        sites: sites.into_inner(),
+        block_size: opts.block_size,
+    })
+}

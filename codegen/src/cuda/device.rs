@@ -1,0 +1,204 @@
+//! The host layer the CUDA executor calls: one [`Device`] trait over one stream, and two
+//! implementations of it.
+//!
+//! - [`CudaDevice`]: the CUDA driver API through `cudarc` (one context, one non-blocking
+//!   stream, `cudarc`'s per-buffer event tracking disabled, raw `cuLaunchKernel`, CUDA
+//!   graph capture and replay).
+//! - [`RecordingDevice`]: a fake for tests without a GPU. Memory is real host memory
+//!   behind fake device pointers, so data round-trips; launches are only recorded.
+//!
+//! Everything is enqueued on the program's one stream in call order. Nothing blocks the
+//! host except [`Device::synchronize`], [`Device::copy_d2h_sync`], [`Event::wait`] and the
+//! allocations and frees done at load time.
+
+mod driver;
+mod recording;
+mod staging;
+
+pub use driver::CudaDevice;
+pub use recording::{Call, Launch, RecordingDevice};
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A device address (`CUdeviceptr`).
+pub type DevPtr = u64;
+
+/// One kernel argument, passed by value as the kernel's parameter of the same type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A device pointer (`T*`).
+    Ptr(DevPtr),
+    /// `long long` / `int64_t`.
+    I64(i64),
+    /// `int` / `int32_t`.
+    I32(i32),
+    /// `double`.
+    F64(f64),
+    /// `float`.
+    F32(f32),
+}
+
+/// A kernel of a loaded module, as returned by [`Device::load_module`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId(pub usize);
+
+/// An instantiated CUDA graph, as returned by [`Device::end_capture`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GraphId(pub usize);
+
+/// Why a device operation failed: the driver's error name and text, and what was done.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct DeviceError(pub String);
+
+/// How much a device was asked to do (for tests and `sdflow` statistics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Kernel launches enqueued (also those captured into a graph; not replays).
+    pub launches: u64,
+    /// Copies enqueued: host to device, device to host and device to device.
+    pub copies: u64,
+    /// Host waits: [`Device::synchronize`], [`Device::copy_d2h_sync`] and [`Event::wait`]
+    /// on events this device recorded.
+    pub syncs: u64,
+    /// Graph replays.
+    pub replays: u64,
+}
+
+/// Everything one enqueues on the program's one stream, in order. Nothing here blocks the
+/// host except `synchronize`, `copy_d2h_sync` and the allocations/frees at load time.
+pub trait Device: Send {
+    /// The device's name and architecture, e.g. `NVIDIA H100 80GB HBM3 (sm_90)`.
+    fn name(&self) -> String;
+    /// The compute capability `(major, minor)`.
+    fn arch(&self) -> (u32, u32);
+    /// Loads a CUBIN or PTX image and looks up `kernels` in it, in order.
+    fn load_module(
+        &mut self,
+        image: &[u8],
+        kernels: &[String],
+    ) -> Result<Vec<KernelId>, DeviceError>;
+    /// Allocates `bytes` of device memory, zeroed (in stream order) before any later work.
+    fn alloc_zeroed(&mut self, bytes: usize) -> Result<DevPtr, DeviceError>;
+    /// Frees an allocation once the work enqueued before is done with it.
+    fn free(&mut self, p: DevPtr);
+    /// Enqueues a kernel launch.
+    fn launch(
+        &mut self,
+        k: KernelId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[KernelArg],
+    ) -> Result<(), DeviceError>;
+    /// Enqueues a copy from the host; may stage through pinned memory; returns once the
+    /// host slice may be reused.
+    fn copy_h2d(&mut self, dst: DevPtr, src: &[u8]) -> Result<(), DeviceError>;
+    /// Copies to the host after all work enqueued before: a sync point.
+    fn copy_d2h_sync(&mut self, dst: &mut [u8], src: DevPtr) -> Result<(), DeviceError>;
+    /// Enqueues a device-to-device copy.
+    fn copy_d2d(&mut self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<(), DeviceError>;
+    /// Enqueues zeroing `bytes` bytes at `dst`.
+    fn memset_zero(&mut self, dst: DevPtr, bytes: usize) -> Result<(), DeviceError>;
+    /// Records an event after everything enqueued so far.
+    fn record_event(&mut self) -> Result<Event, DeviceError>;
+    /// Waits for everything enqueued so far.
+    fn synchronize(&mut self) -> Result<(), DeviceError>;
+    /// Starts capturing the stream into a CUDA graph: launches, device copies and memsets
+    /// are recorded, not run, until [`Device::end_capture`].
+    fn begin_capture(&mut self) -> Result<(), DeviceError>;
+    /// Ends the capture and instantiates the graph.
+    fn end_capture(&mut self) -> Result<GraphId, DeviceError>;
+    /// Enqueues one run of a captured graph.
+    fn replay(&mut self, g: GraphId) -> Result<(), DeviceError>;
+    /// What was done so far.
+    fn counters(&self) -> Counters;
+}
+
+/// What an [`Event`] is made of, per device implementation.
+pub trait EventImpl: Send + Sync {
+    /// Blocks until the work recorded before the event is done.
+    fn wait(&self) -> Result<(), DeviceError>;
+    /// Whether that work is done, without waiting; `Err` for a failure seen meanwhile.
+    fn query(&self) -> Result<bool, DeviceError>;
+}
+
+/// A point in the stream: completion of everything enqueued before it was recorded. Can be
+/// sent to and waited on from any thread.
+pub struct Event {
+    inner: Box<dyn EventImpl>,
+    syncs: Arc<AtomicU64>,
+}
+
+impl Event {
+    /// Wraps an implementation; `syncs` is the recording device's counter of host waits.
+    pub fn new(inner: Box<dyn EventImpl>, syncs: Arc<AtomicU64>) -> Event {
+        Event { inner, syncs }
+    }
+
+    /// Blocks until the work recorded before this event is done (a sync point, counted in
+    /// the device's [`Counters::syncs`]). An `Err` is a failure of that work (or of
+    /// anything else on the device since).
+    pub fn wait(&self) -> Result<(), DeviceError> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.wait()
+    }
+
+    /// Whether the work is done, without waiting. Also `true` when the device reported a
+    /// failure meanwhile, so that a poller goes on to [`Event::wait`], which returns it.
+    pub fn is_done(&self) -> bool {
+        self.inner.query().unwrap_or(true)
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event").finish_non_exhaustive()
+    }
+}
+
+/// The bytes of `args` as laid out for `cuLaunchKernel`: one 8-byte slot per argument,
+/// the value in its native representation at the start of the slot.
+fn arg_slots(args: &[KernelArg], slots: &mut Vec<u64>) {
+    slots.clear();
+    for a in args {
+        let mut bytes = [0u8; 8];
+        match *a {
+            KernelArg::Ptr(p) => bytes = p.to_ne_bytes(),
+            KernelArg::I64(v) => bytes = v.to_ne_bytes(),
+            KernelArg::F64(v) => bytes = v.to_ne_bytes(),
+            KernelArg::I32(v) => bytes[..4].copy_from_slice(&v.to_ne_bytes()),
+            KernelArg::F32(v) => bytes[..4].copy_from_slice(&v.to_ne_bytes()),
+        }
+        slots.push(u64::from_ne_bytes(bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_slots_hold_native_values() {
+        let mut slots = Vec::new();
+        arg_slots(
+            &[
+                KernelArg::Ptr(0xdead_beef_0000),
+                KernelArg::I32(-2),
+                KernelArg::F32(1.5),
+                KernelArg::F64(-0.25),
+                KernelArg::I64(-7),
+            ],
+            &mut slots,
+        );
+        assert_eq!(slots.len(), 5);
+        assert_eq!(slots[0], 0xdead_beef_0000);
+        let b = slots[1].to_ne_bytes();
+        assert_eq!(i32::from_ne_bytes(b[..4].try_into().unwrap()), -2);
+        let b = slots[2].to_ne_bytes();
+        assert_eq!(f32::from_ne_bytes(b[..4].try_into().unwrap()), 1.5);
+        assert_eq!(f64::from_bits(slots[3]), -0.25);
+        assert_eq!(slots[4] as i64, -7);
+    }
+}

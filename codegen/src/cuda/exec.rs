@@ -1,0 +1,785 @@
+//! Host orchestration of a compiled CUDA program: the plan's control flow runs on the host
+//! and enqueues every kernel of a call on the device's one stream, in program order,
+//! and returns. Nothing in a call waits for the device, except where host control flow
+//! reads a value the dataflow wrote (a sync point the plan names and
+//! [`GpuProgram::sync_points`] counts). Completion is a [`Completion`]: wait on it to
+//! learn whether the call failed (the device's error record, turned into the
+//! interpreter's message).
+
+use std::collections::BTreeMap;
+
+use sdflow_ir::interp::{Bindings, HostArray};
+use sdflow_ir::symexpr::EvalError;
+use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr};
+
+use super::device::{DevPtr, Device, Event, GraphId, KernelArg, KernelId};
+use super::emit::{CudaEmitOptions, CudaProgram, STATUS_READ, STATUS_RESET, emit_cuda};
+use super::nvrtc::{self, Arch, NvrtcOptions, Output};
+use crate::CodegenError;
+use crate::cache::{Artifact, Cache, Origin};
+use crate::cpu::sites::RECORD_LEN;
+use crate::plan::Flow;
+use crate::program::{CallError, static_ints};
+
+/// Code generation, NVRTC compilation and caching for CUDA.
+#[derive(Clone, Debug)]
+pub struct CudaBackend {
+    /// Printer options (block size).
+    pub emit: CudaEmitOptions,
+    /// NVRTC options beyond the fixed ones (`--fmad=false`, precise division and square
+    /// root); the architecture is the device's.
+    pub extra_options: Vec<String>,
+    /// Where device images are cached (`None`: compile every time).
+    pub cache: Option<Cache>,
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        CudaBackend {
+            emit: CudaEmitOptions::default(),
+            extra_options: Vec::new(),
+            cache: Some(Cache::from_env()),
+        }
+    }
+}
+
+impl CudaBackend {
+    /// The CUDA program of `sdfg` (validated first).
+    pub fn generate(&self, sdfg: &Sdfg) -> Result<CudaProgram, CodegenError> {
+        if let Err(problems) = sdfg.validate() {
+            return Err(CodegenError::Invalid(
+                problems.iter().map(|p| p.to_string()).collect(),
+            ));
+        }
+        emit_cuda(sdfg, &self.emit)
+    }
+
+    /// NVRTC's options for `arch`: `--device-int128` (the checked range arithmetic uses
+    /// 128-bit integers) and the extra ones.
+    pub fn nvrtc_options(&self, arch: Arch) -> NvrtcOptions {
+        let mut extra = vec!["--device-int128".to_string()];
+        extra.extend(self.extra_options.iter().cloned());
+        NvrtcOptions { arch, extra }
+    }
+
+    /// Compiles `prog` for `arch` to a CUBIN (machine code for exactly that device, which
+    /// any driver that runs the device loads; PTX from a newer NVRTC would be refused by
+    /// an older driver), through the cache.
+    pub fn compile(
+        &self,
+        prog: &CudaProgram,
+        arch: Arch,
+    ) -> Result<(Vec<u8>, Origin), CodegenError> {
+        let opts = self.nvrtc_options(arch);
+        let build = |src: &std::path::Path, out: &std::path::Path| {
+            let c =
+                nvrtc::compile(&prog.source, "program.cu", &opts, Output::Cubin).map_err(|e| {
+                    match e {
+                        CodegenError::Compiler { message, .. } => CodegenError::Compiler {
+                            message,
+                            source_file: Some(src.to_path_buf()),
+                        },
+                        other => other,
+                    }
+                })?;
+            std::fs::write(out, &c.image)
+                .map_err(|e| CodegenError::Cache(format!("{}: {e}", out.display())))
+        };
+        match &self.cache {
+            Some(cache) => {
+                let version = nvrtc::available().map(|i| i.to_string()).map_err(|e| {
+                    CodegenError::Compiler {
+                        message: e,
+                        source_file: None,
+                    }
+                })?;
+                let key = Cache::key(&[
+                    &prog.source,
+                    &opts.arguments(Output::Cubin).join(" "),
+                    &version,
+                    env!("CARGO_PKG_VERSION"),
+                ]);
+                let (path, origin) =
+                    cache.get_or_build_artifact(&key, Artifact::CUDA_IMAGE, &prog.source, build)?;
+                let image = std::fs::read(&path)
+                    .map_err(|e| CodegenError::Cache(format!("{}: {e}", path.display())))?;
+                Ok((image, origin))
+            }
+            None => {
+                let c = nvrtc::compile(&prog.source, "program.cu", &opts, Output::Cubin)?;
+                Ok((c.image, Origin::Built))
+            }
+        }
+    }
+
+    /// Generates, compiles (or finds in the cache) and loads `sdfg` on `device`.
+    pub fn build(&self, sdfg: &Sdfg, device: Box<dyn Device>) -> Result<GpuProgram, CodegenError> {
+        let prog = self.generate(sdfg)?;
+        let (major, minor) = device.arch();
+        let (image, origin) = self.compile(&prog, Arch { major, minor })?;
+        GpuProgram::load(sdfg, prog, &image, device, origin)
+    }
+}
+
+/// A program compiled for and loaded on a device, its transients allocated once.
+pub struct GpuProgram {
+    prog: CudaProgram,
+    device: Box<dyn Device>,
+    kernels: Vec<KernelId>,
+    reset: KernelId,
+    read: KernelId,
+    /// Device storage of the persistent transients, in `params.arrays` order after the
+    /// arguments.
+    transients: Vec<DevPtr>,
+    transient_descs: Vec<DataDesc>,
+    /// The runtime symbol values the transients are allocated for.
+    allocated_for: Option<Vec<i64>>,
+    /// Replay captured graphs.
+    graphs: bool,
+    graph_cache: BTreeMap<GraphKey, GraphId>,
+    status: DevPtr,
+    statics: BTreeMap<String, i64>,
+    /// Element types of host scalars control flow reads.
+    scalar_types: BTreeMap<String, DType>,
+    /// The program's name.
+    pub name: String,
+    /// Whether this load compiled the image or found it in the cache.
+    pub origin: Origin,
+}
+
+/// Captured graphs kept per program; past this the cache starts again.
+const MAX_GRAPHS: usize = 64;
+
+/// What a captured call depends on: its kernels' parameters are baked into the graph.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct GraphKey {
+    arrays: Vec<DevPtr>,
+    ints: Vec<i64>,
+    floats: Vec<u64>,
+}
+
+/// The end of an enqueued call: wait on it to learn its outcome.
+#[derive(Debug)]
+pub struct Completion {
+    event: Event,
+}
+
+impl Completion {
+    /// Whether the call's work is done, without waiting.
+    pub fn is_done(&self) -> bool {
+        self.event.is_done()
+    }
+}
+
+fn load_err(e: impl std::fmt::Display) -> CodegenError {
+    CodegenError::Load(e.to_string())
+}
+
+impl GpuProgram {
+    /// Loads the compiled `image` of `prog` (printed from `sdfg`) on `device`. Persistent
+    /// transients are allocated once: at load when their shapes are static, else at the
+    /// first call, and again only when a call's symbol values change them.
+    pub fn load(
+        sdfg: &Sdfg,
+        prog: CudaProgram,
+        image: &[u8],
+        mut device: Box<dyn Device>,
+        origin: Origin,
+    ) -> Result<GpuProgram, CodegenError> {
+        let mut names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
+        names.push(STATUS_RESET.into());
+        names.push(STATUS_READ.into());
+        let ids = device.load_module(image, &names).map_err(load_err)?;
+        let statics = static_ints(sdfg);
+        let nargs = prog.plan.signature.arrays.len();
+        let transient_descs: Vec<DataDesc> = prog.params.arrays[nargs..]
+            .iter()
+            .map(|n| sdfg.arrays[n].clone())
+            .collect();
+        let status = device
+            .alloc_zeroed((1 + RECORD_LEN) * 8)
+            .map_err(load_err)?;
+        let scalar_types = sdfg
+            .arrays
+            .iter()
+            .filter(|(_, d)| matches!(d, DataDesc::Scalar { .. }))
+            .map(|(n, d)| (n.clone(), d.dtype()))
+            .collect();
+        let k = prog.kernels.len();
+        let mut p = GpuProgram {
+            kernels: ids[..k].to_vec(),
+            reset: ids[k],
+            read: ids[k + 1],
+            transients: Vec::new(),
+            transient_descs,
+            graphs: true,
+            graph_cache: BTreeMap::new(),
+            allocated_for: None,
+            status,
+            statics,
+            scalar_types,
+            name: sdfg.name.clone(),
+            origin,
+            prog,
+            device,
+        };
+        // Transients whose shapes need no runtime symbol are allocated now; the others at
+        // the first call (again only when the symbol values change).
+        if p.prog.plan.signature.ints.is_empty() {
+            p.allocate(&[])
+                .map_err(|e| CodegenError::Load(e.to_string()))?;
+        }
+        Ok(p)
+    }
+
+    /// Allocates the transients for the runtime symbol values `ints`, unless they are
+    /// allocated for those values already.
+    fn allocate(&mut self, ints: &[i64]) -> Result<(), CallError> {
+        if self.allocated_for.as_deref() == Some(ints) {
+            return Ok(());
+        }
+        for p in self.transients.drain(..) {
+            self.device.free(p);
+        }
+        // Captured graphs hold the old pointers.
+        self.graph_cache.clear();
+        let mut env = self.statics.clone();
+        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
+            env.insert(n.clone(), *v);
+        }
+        let names = &self.prog.params.arrays[self.prog.plan.signature.arrays.len()..];
+        for (name, d) in names.iter().zip(&self.transient_descs) {
+            let elems =
+                elements(d, &env).map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
+            let bytes = (elems.max(1) as usize) * d.dtype().size_bytes();
+            let p = self
+                .device
+                .alloc_zeroed(bytes)
+                .map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
+            self.transients.push(p);
+        }
+        self.allocated_for = Some(ints.to_vec());
+        Ok(())
+    }
+
+    /// The generated program (source, plan, kernels).
+    pub fn program(&self) -> &CudaProgram {
+        &self.prog
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &dyn Device {
+        self.device.as_ref()
+    }
+
+    /// The device, to allocate and fill arrays a model keeps there.
+    pub fn device_mut(&mut self) -> &mut dyn Device {
+        self.device.as_mut()
+    }
+
+    /// The plan's sync points: places where host control flow waits for a device value.
+    pub fn sync_points(&self) -> usize {
+        self.prog.plan.sync_points()
+    }
+
+    fn run_err(&self, message: String) -> CallError {
+        CallError::Run {
+            program: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Enqueues one call on device arrays (`arrays`: device pointers of the signature's
+    /// arrays, in order; `ints`, `floats`: the signature's symbol values) and returns
+    /// without waiting for the device.
+    pub fn call(
+        &mut self,
+        arrays: &[DevPtr],
+        ints: &[i64],
+        floats: &[f64],
+    ) -> Result<Completion, CallError> {
+        let sig = &self.prog.plan.signature;
+        if arrays.len() != sig.arrays.len()
+            || ints.len() != sig.ints.len()
+            || floats.len() != sig.floats.len()
+        {
+            return Err(CallError::Bind {
+                program: self.name.clone(),
+                message: format!(
+                    "expected {} arrays, {} integer and {} float symbols; got {}, {} and {}",
+                    sig.arrays.len(),
+                    sig.ints.len(),
+                    sig.floats.len(),
+                    arrays.len(),
+                    ints.len(),
+                    floats.len()
+                ),
+            });
+        }
+        self.allocate(ints)?;
+        // A call whose control flow needs no device value is one CUDA graph, captured the
+        // first time these values are seen and replayed after.
+        let key = GraphKey {
+            arrays: arrays.to_vec(),
+            ints: ints.to_vec(),
+            floats: floats.iter().map(|f| f.to_bits()).collect(),
+        };
+        let graphs = self.graphs && self.prog.plan.sync_points() == 0;
+        if graphs {
+            if let Some(g) = self.graph_cache.get(&key) {
+                let g = *g;
+                self.device.replay(g).map_err(|e| self.run_err(e.0))?;
+                let event = self.device.record_event().map_err(|e| self.run_err(e.0))?;
+                return Ok(Completion { event });
+            }
+            self.device.begin_capture().map_err(|e| self.run_err(e.0))?;
+        }
+        let enqueued = self.enqueue(arrays, ints, floats);
+        if graphs {
+            let g = self.device.end_capture().map_err(|e| self.run_err(e.0));
+            enqueued?;
+            let g = g?;
+            if self.graph_cache.len() >= MAX_GRAPHS {
+                self.graph_cache.clear();
+            }
+            self.graph_cache.insert(key, g);
+            self.device.replay(g).map_err(|e| self.run_err(e.0))?;
+        } else {
+            enqueued?;
+        }
+        let event = self.device.record_event().map_err(|e| self.run_err(e.0))?;
+        Ok(Completion { event })
+    }
+
+    /// Enqueues the status reset and every step of the control flow, in order.
+    fn enqueue(
+        &mut self,
+        arrays: &[DevPtr],
+        ints: &[i64],
+        floats: &[f64],
+    ) -> Result<(), CallError> {
+        let sig = &self.prog.plan.signature;
+        let mut env: BTreeMap<String, i64> = self.statics.clone();
+        for (n, v) in sig.ints.iter().zip(ints) {
+            env.insert(n.clone(), *v);
+        }
+        for n in &self.prog.plan.flow_symbols {
+            env.entry(n.clone()).or_insert(0);
+        }
+        let mut args: Vec<KernelArg> = arrays
+            .iter()
+            .chain(&self.transients)
+            .map(|p| KernelArg::Ptr(*p))
+            .collect();
+        let int_base = args.len();
+        args.extend(self.prog.params.ints.iter().map(|_| KernelArg::I64(0)));
+        args.extend(floats.iter().map(|f| KernelArg::F64(*f)));
+        self.device
+            .launch(self.reset, [1, 1, 1], [1, 1, 1], &[])
+            .map_err(|e| self.run_err(e.0))?;
+        let body = self.prog.plan.body.clone();
+        let mut run = Run {
+            p: self,
+            env,
+            args,
+            int_base,
+            arrays: arrays.to_vec(),
+            state_no: 0,
+        };
+        run.flow(&body)
+    }
+
+    /// Turns replay of captured CUDA graphs on or off (on by default). Off, every call
+    /// launches its kernels one by one.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = on;
+    }
+
+    /// Waits for `c` and reports the call's outcome: the device's first error, with the
+    /// interpreter's message.
+    pub fn wait(&mut self, c: Completion) -> Result<(), CallError> {
+        c.event.wait().map_err(|e| self.run_err(e.0))?;
+        self.device
+            .launch(
+                self.read,
+                [1, 1, 1],
+                [1, 1, 1],
+                &[KernelArg::Ptr(self.status)],
+            )
+            .map_err(|e| self.run_err(e.0))?;
+        let mut bytes = vec![0u8; (1 + RECORD_LEN) * 8];
+        self.device
+            .copy_d2h_sync(&mut bytes, self.status)
+            .map_err(|e| self.run_err(e.0))?;
+        let words: Vec<i64> = bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        let mut rec = [0i64; RECORD_LEN];
+        rec.copy_from_slice(&words[1..]);
+        if rec[0] != 0 {
+            return Err(self.run_err(self.prog.sites.message(&rec)));
+        }
+        if words[0] != 0 {
+            return Err(self.run_err(
+                "integer division by zero, an index-table entry out of bounds, a nested SDFG's window outside its array or not the size of its connector, or an allocation failure, in the program"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs on interpreter-style bindings: arrays copied to the device, one call, results
+    /// copied back (for tests and `sdflow run --backend cuda`; a model keeps its arrays
+    /// on the device and calls [`GpuProgram::call`]).
+    pub fn run_bindings(&mut self, b: &mut Bindings) -> Result<(), CallError> {
+        let sig = self.prog.plan.signature.clone();
+        let bind_err = |m: String| CallError::Bind {
+            program: self.name.clone(),
+            message: m,
+        };
+        let mut values = self.statics.clone();
+        let mut floats = Vec::new();
+        for n in &sig.floats {
+            let v = b
+                .symbols
+                .get(n)
+                .ok_or_else(|| bind_err(format!("symbol '{n}' has no value")))?;
+            floats.push(v.as_f64());
+        }
+        for (k, v) in &b.symbols {
+            if sig.ints.contains(k) {
+                values.insert(k.clone(), v.as_i64());
+            }
+        }
+        for spec in &sig.arrays {
+            if !b.arrays.contains_key(&spec.name) {
+                return Err(bind_err(format!("missing argument '{}'", spec.name)));
+            }
+        }
+        {
+            let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
+                .arrays
+                .iter()
+                .map(|s| sdflow_ir::bind::ArgLayout {
+                    name: &s.name,
+                    shape: &s.shape,
+                    strides: &s.strides,
+                    extents: b.arrays[&s.name].shape(),
+                    elem_strides: None,
+                })
+                .collect();
+            let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
+            sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
+                .map_err(|e| bind_err(e.0))?;
+        }
+        let mut ints = Vec::new();
+        for s in &sig.ints {
+            ints.push(*values.get(s).ok_or_else(|| {
+                bind_err(format!(
+                    "symbol '{s}' has no value (give it, or pass an array whose shape names it)"
+                ))
+            })?);
+        }
+        // Each argument in its declared dense layout, as bytes.
+        let mut ptrs = Vec::new();
+        let mut orders = Vec::new();
+        for spec in &sig.arrays {
+            let a = &b.arrays[&spec.name];
+            if a.dtype() != spec.dtype {
+                return Err(bind_err(format!(
+                    "'{}' is {}, the program declares {}",
+                    spec.name,
+                    a.dtype(),
+                    spec.dtype
+                )));
+            }
+            let order = if spec.shape.is_empty() {
+                Vec::new()
+            } else {
+                sdflow_ir::bind::dense_order(&spec.strides, a.shape(), &values).ok_or_else(
+                    || {
+                        bind_err(format!(
+                            "'{}': its declared strides are not a dense layout of shape {:?}",
+                            spec.name,
+                            a.shape()
+                        ))
+                    },
+                )?
+            };
+            let bytes = to_bytes(a, &order);
+            let p = self
+                .device
+                .alloc_zeroed(bytes.len().max(8))
+                .map_err(|e| self.run_err(e.0))?;
+            self.device
+                .copy_h2d(p, &bytes)
+                .map_err(|e| self.run_err(e.0))?;
+            ptrs.push(p);
+            orders.push(order);
+        }
+        let result = self.call(&ptrs, &ints, &floats).and_then(|c| self.wait(c));
+        for ((spec, p), order) in sig.arrays.iter().zip(&ptrs).zip(&orders) {
+            if result.is_ok() {
+                let a = b.arrays.get_mut(&spec.name).expect("checked above");
+                let mut bytes = vec![0u8; to_bytes(a, order).len()];
+                self.device
+                    .copy_d2h_sync(&mut bytes, *p)
+                    .map_err(|e| self.run_err(e.0))?;
+                from_bytes(a, order, &bytes);
+            }
+            self.device.free(*p);
+        }
+        result
+    }
+}
+
+/// The number of elements of a container for the symbol values `env`.
+fn elements(d: &DataDesc, env: &BTreeMap<String, i64>) -> Result<i64, String> {
+    let mut n: i64 = 1;
+    for e in d.shape() {
+        let v = e.eval_map(env).map_err(|e| e.to_string())?;
+        n = n.saturating_mul(v.max(0));
+    }
+    if n > 1 << 40 {
+        return Err(format!("{n} elements"));
+    }
+    Ok(n)
+}
+
+/// The elements of `a` in the dense layout `order` (dimensions slowest first), as
+/// little-endian bytes of its element type.
+fn to_bytes(a: &HostArray, order: &[usize]) -> Vec<u8> {
+    fn go<T: Copy>(a: &ndarray::ArrayD<T>, order: &[usize], f: impl Fn(T) -> Vec<u8>) -> Vec<u8> {
+        let v = if order.is_empty() {
+            a.view()
+        } else {
+            a.view().permuted_axes(order.to_vec())
+        };
+        v.iter().flat_map(|x| f(*x)).collect()
+    }
+    match a {
+        HostArray::F64(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
+        HostArray::F32(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
+        HostArray::I64(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
+        HostArray::I32(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
+        HostArray::Bool(x) => go(x, order, |v| vec![u8::from(v)]),
+    }
+}
+
+/// Writes `bytes` (as [`to_bytes`] lays them out) back into `a`.
+fn from_bytes(a: &mut HostArray, order: &[usize], bytes: &[u8]) {
+    fn go<T: Copy, const W: usize>(
+        a: &mut ndarray::ArrayD<T>,
+        order: &[usize],
+        bytes: &[u8],
+        f: impl Fn([u8; W]) -> T,
+    ) {
+        let mut v = if order.is_empty() {
+            a.view_mut()
+        } else {
+            a.view_mut().permuted_axes(order.to_vec())
+        };
+        for (x, c) in v.iter_mut().zip(bytes.chunks_exact(W)) {
+            *x = f(c.try_into().unwrap_or([0; W]));
+        }
+    }
+    match a {
+        HostArray::F64(x) => go(x, order, bytes, f64::from_le_bytes),
+        HostArray::F32(x) => go(x, order, bytes, f32::from_le_bytes),
+        HostArray::I64(x) => go(x, order, bytes, i64::from_le_bytes),
+        HostArray::I32(x) => go(x, order, bytes, i32::from_le_bytes),
+        HostArray::Bool(x) => go(x, order, bytes, |b: [u8; 1]| b[0] != 0),
+    }
+}
+
+/// One call's walk over the plan's control flow.
+struct Run<'p> {
+    p: &'p mut GpuProgram,
+    env: BTreeMap<String, i64>,
+    args: Vec<KernelArg>,
+    int_base: usize,
+    arrays: Vec<DevPtr>,
+    state_no: usize,
+}
+
+impl Run<'_> {
+    fn err(&self, m: String) -> CallError {
+        self.p.run_err(m)
+    }
+
+    /// Evaluates a control-flow expression; scalars it reads are fetched from the device
+    /// first (the plan's sync point).
+    fn eval(&mut self, e: &SymExpr, host_reads: &[String], what: &str) -> Result<i64, CallError> {
+        let free = e.free_symbols();
+        for n in host_reads.iter().filter(|n| free.contains(*n)) {
+            let v = self.fetch_scalar(n)?;
+            self.env.insert(n.clone(), v);
+        }
+        e.eval_map(&self.env).map_err(|err| match err {
+            EvalError::Unbound(n) => self.err(format!("{what}: '{n}' has no value")),
+            other => self.err(format!("{what}: {other}")),
+        })
+    }
+
+    /// The value of a scalar container, read from the device (a sync point).
+    fn fetch_scalar(&mut self, n: &str) -> Result<i64, CallError> {
+        let ptr = self.pointer(n).ok_or_else(|| {
+            self.err(format!(
+                "control flow reads '{n}', which is not a container"
+            ))
+        })?;
+        let t = self.p.scalar_types.get(n).copied().unwrap_or(DType::I64);
+        let mut b = vec![0u8; t.size_bytes()];
+        self.p
+            .device
+            .copy_d2h_sync(&mut b, ptr)
+            .map_err(|e| self.err(e.0))?;
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(&b);
+        Ok(match t {
+            DType::Bool => i64::from(b[0] != 0),
+            DType::I32 => i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64,
+            DType::I64 => i64::from_le_bytes(w),
+            // Saturating, NaN to 0, as the interpreter converts.
+            DType::F32 => f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64,
+            DType::F64 => f64::from_le_bytes(w) as i64,
+        })
+    }
+
+    fn pointer(&self, n: &str) -> Option<DevPtr> {
+        let k = self.p.prog.params.arrays.iter().position(|a| a == n)?;
+        let nargs = self.arrays.len();
+        Some(if k < nargs {
+            self.arrays[k]
+        } else {
+            self.p.transients[k - nargs]
+        })
+    }
+
+    fn flow(&mut self, f: &Flow) -> Result<(), CallError> {
+        match f {
+            Flow::State(sp) => {
+                let si = self.state_no;
+                self.state_no += 1;
+                for k in 0..sp.steps.len() {
+                    self.step(si, k, sp)?;
+                }
+            }
+            Flow::Seq(items) => {
+                for i in items {
+                    self.flow(i)?;
+                }
+            }
+            Flow::Loop {
+                var,
+                init,
+                cond,
+                update,
+                body,
+                host_reads,
+            } => {
+                let first = self.state_no;
+                let what = format!("loop over '{var}'");
+                let v = self.eval(init, host_reads, &what)?;
+                self.env.insert(var.clone(), v);
+                loop {
+                    if self.eval(cond, host_reads, &what)? == 0 {
+                        break;
+                    }
+                    self.state_no = first;
+                    self.flow(body)?;
+                    let v = self.eval(update, host_reads, &what)?;
+                    self.env.insert(var.clone(), v);
+                }
+                self.state_no = first + body.states().len();
+            }
+            Flow::If {
+                cond,
+                then,
+                otherwise,
+                host_reads,
+            } => {
+                let first = self.state_no;
+                let c = self.eval(cond, host_reads, "if condition")?;
+                let n_then = then.states().len();
+                if c != 0 {
+                    self.flow(then)?;
+                } else {
+                    self.state_no = first + n_then;
+                    self.flow(otherwise)?;
+                }
+                self.state_no = first + n_then + otherwise.states().len();
+            }
+            Flow::Assign {
+                assignments,
+                host_reads,
+            } => {
+                let mut vals = Vec::new();
+                for (n, e) in assignments {
+                    vals.push((
+                        n.clone(),
+                        self.eval(e, host_reads, &format!("assignment to '{n}'"))?,
+                    ));
+                }
+                self.env.extend(vals);
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, si: usize, k: usize, sp: &crate::plan::StatePlan) -> Result<(), CallError> {
+        let step = &sp.steps[k];
+        // Unchecked when the in-bounds condition holds for the current symbol values
+        // (one that reads a scalar runs checked rather than waiting for the device).
+        let ok = step
+            .in_bounds
+            .as_ref()
+            .is_some_and(|c| c.eval_map(&self.env).is_ok_and(|v| v != 0));
+        let kernel = if ok {
+            self.p.prog.kernel(si, k, false)
+        } else {
+            self.p
+                .prog
+                .kernel(si, k, true)
+                .or_else(|| self.p.prog.kernel(si, k, false))
+        }
+        .ok_or_else(|| self.err(format!("no kernel for step {k} of state '{}'", sp.name)))?;
+        let spec = &self.p.prog.kernels[kernel];
+        let bs = self.p.prog.block_size;
+        let (grid, block) = match (&spec.grid_sizes, spec.checked) {
+            (Some(sizes), false) => {
+                let mut total: i64 = 1;
+                for s in sizes {
+                    let v = s
+                        .eval_map(&self.env)
+                        .map_err(|e| self.err(format!("map '{}': {e}", step.label)))?;
+                    total = total.saturating_mul(v.max(0));
+                }
+                if total == 0 {
+                    return Ok(());
+                }
+                let blocks = (total as u64).div_ceil(bs as u64).min(i32::MAX as u64) as u32;
+                ([blocks, 1, 1], [bs, 1, 1])
+            }
+            _ => ([1, 1, 1], [1, 1, 1]),
+        };
+        for (j, n) in self.p.prog.params.ints.iter().enumerate() {
+            self.args[self.int_base + j] = KernelArg::I64(self.env.get(n).copied().unwrap_or(0));
+        }
+        let id = self.p.kernels[kernel];
+        self.p
+            .device
+            .launch(id, grid, block, &self.args)
+            .map_err(|e| self.err(e.0))
+    }
+}
+
+impl Drop for GpuProgram {
+    fn drop(&mut self) {
+        for p in self.transients.drain(..) {
+            self.device.free(p);
+        }
+        self.device.free(self.status);
+    }
+}
