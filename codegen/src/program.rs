@@ -530,39 +530,51 @@ impl CompiledProgram {
     /// The dense layout each argument's declared strides describe (dimensions slowest
     /// first), with symbol values from `b` and the extents of its arrays.
     fn declared_layouts(&self, b: &Bindings) -> Result<BTreeMap<String, Vec<usize>>, CallError> {
-        let mut values = self.statics.clone();
-        for (k, v) in &b.symbols {
-            if self.signature.ints.contains(k) {
-                values.insert(k.clone(), v.as_i64());
-            }
-        }
-        let found: Vec<(&crate::abi::ArgSpec, &HostArray)> = self
+        let values =
+            binding_symbols(&self.signature, &self.statics, b).map_err(|e| self.bind_err(e))?;
+        Ok(self
             .signature
             .arrays
             .iter()
-            .filter_map(|s| Some((s, b.arrays.get(&s.name)?)))
-            .collect();
-        let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = found
-            .iter()
-            .map(|(s, a)| sdflow_ir::bind::ArgLayout {
-                name: &s.name,
-                shape: &s.shape,
-                strides: &s.strides,
-                extents: a.shape(),
-                elem_strides: None,
-            })
-            .collect();
-        let inferable = |x: &str| self.signature.ints.iter().any(|s| s == x);
-        sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
-            .map_err(|e| self.bind_err(e.0))?;
-        Ok(found
-            .iter()
-            .filter_map(|(s, a)| {
+            .filter_map(|s| {
+                let a = b.arrays.get(&s.name)?;
                 let order = sdflow_ir::bind::dense_order(&s.strides, a.shape(), &values)?;
                 Some((s.name.clone(), order))
             })
             .collect())
     }
+}
+
+/// The integer symbol values of interpreter-style bindings for a program of signature
+/// `sig`: its static ones, those given, and those read off the arrays' extents where a
+/// dimension is declared as a bare symbol.
+pub(crate) fn binding_symbols(
+    sig: &Signature,
+    statics: &BTreeMap<String, i64>,
+    b: &Bindings,
+) -> Result<BTreeMap<String, i64>, String> {
+    let mut values = statics.clone();
+    for (k, v) in &b.symbols {
+        if sig.ints.contains(k) {
+            values.insert(k.clone(), v.as_i64());
+        }
+    }
+    let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
+        .arrays
+        .iter()
+        .filter_map(|s| {
+            Some(sdflow_ir::bind::ArgLayout {
+                name: &s.name,
+                shape: &s.shape,
+                strides: &s.strides,
+                extents: b.arrays.get(&s.name)?.shape(),
+                elem_strides: None,
+            })
+        })
+        .collect();
+    let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
+    sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values).map_err(|e| e.0)?;
+    Ok(values)
 }
 
 /// A mutable view of `a` in the dense layout `order` (dimensions slowest first; `None`:

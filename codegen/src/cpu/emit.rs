@@ -371,21 +371,7 @@ fn emit_function(
             let t = ctype(sdfg.symbols[n].dtype);
             let _ = writeln!(out, "{ind}const {t} s_{n} = ({t})floats[{k}];");
         }
-        for (n, s) in &sdfg.symbols {
-            if let Some(v) = s.value {
-                let t = if s.dtype.is_float() {
-                    ctype(s.dtype)
-                } else {
-                    "int64_t"
-                };
-                let v = if s.dtype.is_float() {
-                    v.cast(s.dtype)
-                } else {
-                    v.cast(DType::I64)
-                };
-                let _ = writeln!(out, "{ind}const {t} s_{n} = {};", literal(v));
-            }
-        }
+        static_symbol_decls(out, sdfg, ind);
     };
     let size_of = |d: &DataDesc| -> String {
         match d {
@@ -1603,6 +1589,21 @@ impl Emitter<'_> {
         self.line("}");
         self.indent -= 1;
         self.line("}");
+    }
+}
+
+/// Declares every static symbol (`const` with its value; integers as `int64_t`) at
+/// indentation `ind`.
+fn static_symbol_decls(out: &mut String, sdfg: &Sdfg, ind: &str) {
+    for (n, s) in &sdfg.symbols {
+        if let Some(v) = s.value {
+            let (t, v) = if s.dtype.is_float() {
+                (ctype(s.dtype), v.cast(s.dtype))
+            } else {
+                ("int64_t", v.cast(DType::I64))
+            };
+            let _ = writeln!(out, "{ind}const {t} s_{n} = {};", literal(v));
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cpu::sites::RECORD_LEN;
 use crate::plan::Flow;
-use crate::program::{CallError, static_ints};
+use crate::program::{CallError, binding_symbols, static_ints};
 
 /// Code generation, NVRTC compilation and caching for CUDA.
 #[derive(Clone, Debug)]
@@ -126,6 +126,8 @@ pub struct GpuProgram {
     prog: CudaProgram,
     device: Box<dyn Device>,
     kernels: Vec<KernelId>,
+    /// Per state (in plan order) and step: its kernels' positions in `kernels`.
+    step_kernels: Vec<Vec<StepKernels>>,
     reset: KernelId,
     read: KernelId,
     /// Device storage of the persistent transients, in `params.arrays` order after the
@@ -145,6 +147,14 @@ pub struct GpuProgram {
     pub name: String,
     /// Whether this load compiled the image or found it in the cache.
     pub origin: Origin,
+}
+
+/// The kernels of one step: the unchecked one and, where the in-bounds condition may
+/// fail, the checked one (positions in `CudaProgram::kernels`).
+#[derive(Clone, Copy, Debug, Default)]
+struct StepKernels {
+    unchecked: Option<usize>,
+    checked: Option<usize>,
 }
 
 /// Captured graphs kept per program; past this the cache starts again.
@@ -206,8 +216,24 @@ impl GpuProgram {
             .map(|(n, d)| (n.clone(), d.dtype()))
             .collect();
         let k = prog.kernels.len();
+        let mut step_kernels: Vec<Vec<StepKernels>> = prog
+            .plan
+            .body
+            .states()
+            .iter()
+            .map(|sp| vec![StepKernels::default(); sp.steps.len()])
+            .collect();
+        for (i, spec) in prog.kernels.iter().enumerate() {
+            let slot = &mut step_kernels[spec.state][spec.step];
+            if spec.checked {
+                slot.checked = Some(i);
+            } else {
+                slot.unchecked = Some(i);
+            }
+        }
         let mut p = GpuProgram {
             kernels: ids[..k].to_vec(),
+            step_kernels,
             reset: ids[k],
             read: ids[k + 1],
             transients: Vec::new(),
@@ -377,16 +403,31 @@ impl GpuProgram {
         self.device
             .launch(self.reset, [1, 1, 1], [1, 1, 1], &[])
             .map_err(|e| self.run_err(e.0))?;
-        let body = self.prog.plan.body.clone();
+        let GpuProgram {
+            prog,
+            device,
+            kernels,
+            step_kernels,
+            transients,
+            scalar_types,
+            name,
+            ..
+        } = self;
         let mut run = Run {
-            p: self,
+            prog,
+            device: device.as_mut(),
+            kernels,
+            step_kernels,
+            transients,
+            scalar_types,
+            name,
             env,
             args,
             int_base,
-            arrays: arrays.to_vec(),
+            arrays,
             state_no: 0,
         };
-        run.flow(&body)
+        run.flow(&prog.plan.body)
     }
 
     /// Turns replay of captured CUDA graphs on or off (on by default). Off, every call
@@ -438,7 +479,6 @@ impl GpuProgram {
             program: self.name.clone(),
             message: m,
         };
-        let mut values = self.statics.clone();
         let mut floats = Vec::new();
         for n in &sig.floats {
             let v = b
@@ -447,32 +487,12 @@ impl GpuProgram {
                 .ok_or_else(|| bind_err(format!("symbol '{n}' has no value")))?;
             floats.push(v.as_f64());
         }
-        for (k, v) in &b.symbols {
-            if sig.ints.contains(k) {
-                values.insert(k.clone(), v.as_i64());
-            }
-        }
         for spec in &sig.arrays {
             if !b.arrays.contains_key(&spec.name) {
                 return Err(bind_err(format!("missing argument '{}'", spec.name)));
             }
         }
-        {
-            let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
-                .arrays
-                .iter()
-                .map(|s| sdflow_ir::bind::ArgLayout {
-                    name: &s.name,
-                    shape: &s.shape,
-                    strides: &s.strides,
-                    extents: b.arrays[&s.name].shape(),
-                    elem_strides: None,
-                })
-                .collect();
-            let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
-            sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
-                .map_err(|e| bind_err(e.0))?;
-        }
+        let values = binding_symbols(&sig, &self.statics, b).map_err(bind_err)?;
         let mut ints = Vec::new();
         for s in &sig.ints {
             ints.push(*values.get(s).ok_or_else(|| {
@@ -593,19 +613,29 @@ fn from_bytes(a: &mut HostArray, order: &[usize], bytes: &[u8]) {
     }
 }
 
-/// One call's walk over the plan's control flow.
+/// One call's walk over the plan's control flow (borrowing the program's parts, so the
+/// plan is read in place while the device is driven).
 struct Run<'p> {
-    p: &'p mut GpuProgram,
+    prog: &'p CudaProgram,
+    device: &'p mut dyn Device,
+    kernels: &'p [KernelId],
+    step_kernels: &'p [Vec<StepKernels>],
+    transients: &'p [DevPtr],
+    scalar_types: &'p BTreeMap<String, DType>,
+    name: &'p str,
     env: BTreeMap<String, i64>,
     args: Vec<KernelArg>,
     int_base: usize,
-    arrays: Vec<DevPtr>,
+    arrays: &'p [DevPtr],
     state_no: usize,
 }
 
 impl Run<'_> {
-    fn err(&self, m: String) -> CallError {
-        self.p.run_err(m)
+    fn err(&self, message: String) -> CallError {
+        CallError::Run {
+            program: self.name.to_string(),
+            message,
+        }
     }
 
     /// Evaluates a control-flow expression; scalars it reads are fetched from the device
@@ -629,10 +659,9 @@ impl Run<'_> {
                 "control flow reads '{n}', which is not a container"
             ))
         })?;
-        let t = self.p.scalar_types.get(n).copied().unwrap_or(DType::I64);
+        let t = self.scalar_types.get(n).copied().unwrap_or(DType::I64);
         let mut b = vec![0u8; t.size_bytes()];
-        self.p
-            .device
+        self.device
             .copy_d2h_sync(&mut b, ptr)
             .map_err(|e| self.err(e.0))?;
         let mut w = [0u8; 8];
@@ -648,12 +677,12 @@ impl Run<'_> {
     }
 
     fn pointer(&self, n: &str) -> Option<DevPtr> {
-        let k = self.p.prog.params.arrays.iter().position(|a| a == n)?;
+        let k = self.prog.params.arrays.iter().position(|a| a == n)?;
         let nargs = self.arrays.len();
         Some(if k < nargs {
             self.arrays[k]
         } else {
-            self.p.transients[k - nargs]
+            self.transients[k - nargs]
         })
     }
 
@@ -692,7 +721,7 @@ impl Run<'_> {
                     let v = self.eval(update, host_reads, &what)?;
                     self.env.insert(var.clone(), v);
                 }
-                self.state_no = first + body.states().len();
+                self.state_no = first + body.state_count();
             }
             Flow::If {
                 cond,
@@ -702,14 +731,14 @@ impl Run<'_> {
             } => {
                 let first = self.state_no;
                 let c = self.eval(cond, host_reads, "if condition")?;
-                let n_then = then.states().len();
+                let n_then = then.state_count();
                 if c != 0 {
                     self.flow(then)?;
                 } else {
                     self.state_no = first + n_then;
                     self.flow(otherwise)?;
                 }
-                self.state_no = first + n_then + otherwise.states().len();
+                self.state_no = first + n_then + otherwise.state_count();
             }
             Flow::Assign {
                 assignments,
@@ -736,17 +765,15 @@ impl Run<'_> {
             .in_bounds
             .as_ref()
             .is_some_and(|c| c.eval_map(&self.env).is_ok_and(|v| v != 0));
+        let sk = self.step_kernels[si][k];
         let kernel = if ok {
-            self.p.prog.kernel(si, k, false)
+            sk.unchecked
         } else {
-            self.p
-                .prog
-                .kernel(si, k, true)
-                .or_else(|| self.p.prog.kernel(si, k, false))
+            sk.checked.or(sk.unchecked)
         }
         .ok_or_else(|| self.err(format!("no kernel for step {k} of state '{}'", sp.name)))?;
-        let spec = &self.p.prog.kernels[kernel];
-        let bs = self.p.prog.block_size;
+        let spec = &self.prog.kernels[kernel];
+        let bs = self.prog.block_size;
         let (grid, block) = match (&spec.grid_sizes, spec.checked) {
             (Some(sizes), false) => {
                 let mut total: i64 = 1;
@@ -764,12 +791,11 @@ impl Run<'_> {
             }
             _ => ([1, 1, 1], [1, 1, 1]),
         };
-        for (j, n) in self.p.prog.params.ints.iter().enumerate() {
+        for (j, n) in self.prog.params.ints.iter().enumerate() {
             self.args[self.int_base + j] = KernelArg::I64(self.env.get(n).copied().unwrap_or(0));
         }
-        let id = self.p.kernels[kernel];
-        self.p
-            .device
+        let id = self.kernels[kernel];
+        self.device
             .launch(id, grid, block, &self.args)
             .map_err(|e| self.err(e.0))
     }

@@ -128,6 +128,19 @@ impl Flow {
         out
     }
 
+    /// The number of states, as [`Flow::states`] lists them.
+    pub fn state_count(&self) -> usize {
+        match self {
+            Flow::State(_) => 1,
+            Flow::Seq(items) => items.iter().map(Flow::state_count).sum(),
+            Flow::Loop { body, .. } => body.state_count(),
+            Flow::If {
+                then, otherwise, ..
+            } => then.state_count() + otherwise.state_count(),
+            Flow::Assign { .. } => 0,
+        }
+    }
+
     fn collect_states<'a>(&'a self, out: &mut Vec<&'a StatePlan>) {
         match self {
             Flow::State(s) => out.push(s),
@@ -563,22 +576,27 @@ pub fn is_step(df: &Dataflow, n: NodeId) -> bool {
             .any(|e| df.node(df.endpoints(e).0).as_access().is_some())
 }
 
-/// How many outer parameters of a parallel map collapse into one loop: all but the
-/// innermost, fewer when an inner range uses an outer parameter.
+/// How many leading parameters of a map have ranges that use no outer parameter (so
+/// their points form one box that can be flattened): all, or the position of the first
+/// range that uses an outer parameter.
+pub fn independent_depth(m: &sdflow_ir::MapScope) -> usize {
+    (1..m.params.len())
+        .find(|&k| {
+            let r = &m.ranges[k];
+            m.params[..k]
+                .iter()
+                .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p))
+        })
+        .unwrap_or(m.params.len())
+}
+
+/// How many outer parameters of a parallel map collapse into one loop on the CPU: the
+/// independent ones but the innermost (which stays a contiguous, vectorizable loop), at
+/// least one.
 pub fn collapse_depth(m: &sdflow_ir::MapScope) -> usize {
-    let np = m.params.len();
-    let mut collapse = if np >= 2 { np - 1 } else { 1 };
-    for k in 1..collapse {
-        let r = &m.ranges[k];
-        let uses_outer = m.params[..k]
-            .iter()
-            .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p));
-        if uses_outer {
-            collapse = k;
-            break;
-        }
-    }
-    collapse
+    independent_depth(m)
+        .min(m.params.len().saturating_sub(1))
+        .max(1)
 }
 
 fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, CodegenError> {

@@ -244,23 +244,6 @@ fn kernel_params(plan: &Plan) -> KernelParams {
     }
 }
 
-/// How many leading parameters of a map a grid covers: all whose ranges do not use an
-/// outer parameter.
-pub(crate) fn grid_depth(m: &MapScope) -> usize {
-    let mut depth = m.params.len();
-    for k in 1..m.params.len() {
-        let r = &m.ranges[k];
-        if m.params[..k]
-            .iter()
-            .any(|p| r.start.mentions(p) || r.end.mentions(p) || r.step.mentions(p))
-        {
-            depth = k;
-            break;
-        }
-    }
-    depth
-}
-
 /// Prints the CUDA translation unit of `sdfg` (validated by the caller) from its plan.
 pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, CodegenError> {
     let plan = Plan::of(sdfg)?;
@@ -333,16 +316,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
         let t = ctype(sdfg.symbols[n].dtype);
         let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f{k};");
     }
-    for (n, s) in &sdfg.symbols {
-        if let Some(v) = s.value {
-            let (t, v) = if s.dtype.is_float() {
-                (ctype(s.dtype), v.cast(s.dtype))
-            } else {
-                ("int64_t", v.cast(DType::I64))
-            };
-            let _ = writeln!(prologue, "    const {t} s_{n} = {};", literal(v));
-        }
-    }
+    static_symbol_decls(&mut prologue, sdfg, "    ");
     let base = |loc: Vec<LocPart>| Scope {
         sdfg,
         params: BTreeSet::new(),
@@ -376,7 +350,8 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
             let sc = base(loc.clone());
             let grid_sizes = match (&step.kind, df.node(n)) {
                 (StepKind::ParallelMap { .. }, Node::Map(m)) => {
-                    let g = grid_depth(m);
+                    // A grid covers every parameter whose range does not use an outer one.
+                    let g = crate::plan::independent_depth(m);
                     let sizes: Vec<SymExpr> = m.ranges[..g].iter().map(|r| r.size()).collect();
                     let _ = writeln!(
                         em.out,
