@@ -481,7 +481,10 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
             let device = sdflow_codegen::cuda::device::CudaDevice::new(0)
                 .map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
             let mut prog = sdflow_codegen::cuda::exec::CudaBackend::default()
-                .build(&sdfg, Box::new(device))
+                .build(
+                    &sdfg,
+                    &sdflow_codegen::cuda::device::DeviceHandle::new(device),
+                )
                 .map_err(|source| CliError::Codegen {
                     path: path.display().to_string(),
                     source,

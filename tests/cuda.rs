@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use expect_test::expect_file;
 use sdflow::cli;
+use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle};
 use sdflow_codegen::cuda::exec::CudaBackend;
 use sdflow_codegen::cuda::nvrtc::{self, Arch, Output};
 use sdflow_ir::Sdfg;
@@ -152,20 +153,37 @@ fn cuda_snapshots() {
 /// On a GPU (skipped without one): every example and the dycore, optimized with the GPU
 /// pipeline and run through CUDA, equal the interpreter bit for bit on the unoptimized
 /// program.
+/// The GPU, or `None` after saying why the test is skipped (no NVRTC, no driver, no
+/// device).
+fn gpu_or_skip(test: &str) -> Option<CudaDevice> {
+    if !nvrtc_or_skip(test) {
+        return None;
+    }
+    match CudaDevice::count() {
+        Ok(0) => {
+            eprintln!("skipped {test}: no GPU");
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+        Ok(_) => match CudaDevice::new(0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("skipped {test}: {e}");
+                None
+            }
+        },
+    }
+}
+
+/// On a GPU (skipped without one): every example and the dycore, optimized with the GPU
+/// pipeline and run through CUDA, equal the interpreter bit for bit on the unoptimized
+/// program.
 #[test]
 fn gpu_runs_equal_the_interpreter() {
-    use sdflow_codegen::cuda::device::CudaDevice;
-    if !nvrtc_or_skip("gpu_runs_equal_the_interpreter") {
-        return;
-    }
-    if let Err(e) = CudaDevice::count().and_then(|n| {
-        if n == 0 {
-            Err(sdflow_codegen::cuda::device::DeviceError("no GPU".into()))
-        } else {
-            Ok(n)
-        }
-    }) {
-        eprintln!("skipped gpu_runs_equal_the_interpreter: {e}");
+    if gpu_or_skip("gpu_runs_equal_the_interpreter").is_none() {
         return;
     }
     let backend = CudaBackend {
@@ -183,7 +201,7 @@ fn gpu_runs_equal_the_interpreter() {
         sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
         let device = CudaDevice::new(0).unwrap();
         let mut prog = backend
-            .build(&opt, Box::new(device))
+            .build(&opt, &DeviceHandle::new(device))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         for graphs in [true, false] {
             prog.set_graphs(graphs);
@@ -202,4 +220,132 @@ fn gpu_runs_equal_the_interpreter() {
             }
         }
     }
+}
+
+/// On a GPU: a float symbol changed between calls reaches the kernels through the
+/// program's buffer while the captured graph is replayed, and each result equals the
+/// interpreter's for that value.
+#[test]
+fn gpu_float_symbols_change_without_a_new_graph() {
+    use sdflow_codegen::cuda::exec::DeviceArgs;
+    let Some(device) = gpu_or_skip("gpu_float_symbols_change_without_a_new_graph") else {
+        return;
+    };
+    let s = cli::load_program(Path::new(&format!(
+        "{}/examples/hyperdiffusion.sdfg.json",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+    .unwrap();
+    let mut opt = s.clone();
+    sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+    let handle = DeviceHandle::new(device);
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let mut prog = backend.build(&opt, &handle).unwrap();
+    let mut symbols = std::collections::BTreeMap::new();
+    symbols.insert("N".to_string(), sdflow_ir::Value::I64(64));
+    symbols.insert("alpha".to_string(), sdflow_ir::Value::F64(0.25));
+    let inputs = sdflow_ir::interp::random_bindings(&s, &symbols, 5).unwrap();
+    let u = prog.upload("u", &inputs.arrays["u"]).unwrap();
+    let out = prog.upload("out", &inputs.arrays["out"]).unwrap();
+    let mut call = prog
+        .bind(
+            DeviceArgs::new()
+                .array("u", &u)
+                .array("out", &out)
+                .float("alpha", 0.25),
+        )
+        .unwrap();
+    let mut launches = None;
+    for alpha in [0.25, -1.0 / 3.0, 7.5] {
+        call.set_float("alpha", alpha).unwrap();
+        let done = prog.call_bound(&call).unwrap();
+        prog.wait(done).unwrap();
+        let l = handle.lock().counters().launches;
+        // The first call captures; later ones replay (only the status reads launch).
+        if let Some(before) = launches {
+            assert_eq!(l - before, 1, "alpha {alpha}: replayed, not captured again");
+        }
+        launches = Some(l);
+        let mut expected = inputs.clone();
+        expected
+            .symbols
+            .insert("alpha".into(), sdflow_ir::Value::F64(alpha));
+        sdflow_ir::interp::run(&s, &mut expected).unwrap();
+        assert_eq!(
+            out.to_host().unwrap().bits(),
+            expected.arrays["out"].bits(),
+            "alpha {alpha}"
+        );
+    }
+}
+
+/// On a GPU: a failing call's error is kept until it is read, even when later calls
+/// were enqueued before the wait; reading it clears it.
+#[test]
+fn gpu_errors_are_kept_until_read() {
+    use sdflow_codegen::cuda::array::DeviceArray;
+    use sdflow_codegen::cuda::exec::DeviceArgs;
+    use sdflow_ir::interp::HostArray;
+    use sdflow_ir::{DType, SdfgBuilder};
+    let Some(device) = gpu_or_skip("gpu_errors_are_kept_until_read") else {
+        return;
+    };
+    let mut b = SdfgBuilder::new("divide");
+    b.array("a", DType::I64, [8]).array("out", DType::I64, [8]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:8"], |m| {
+            m.tasklet("t", &[("x", "a[i]")], &[("o", "out[i]")], "o = 100 / x");
+        });
+    });
+    let s = b.build();
+    let handle = DeviceHandle::new(device);
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let mut prog = backend.build(&s, &handle).unwrap();
+    let with_zero = HostArray::from_values(
+        DType::I64,
+        &[8],
+        &(0..8)
+            .map(|k| sdflow_ir::Value::I64(if k == 5 { 0 } else { k + 1 }))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let mut expected = sdflow_ir::interp::Bindings::default();
+    expected.arrays.insert("a".into(), with_zero.clone());
+    expected
+        .arrays
+        .insert("out".into(), HostArray::zeros(DType::I64, &[8]));
+    let message = sdflow_ir::interp::run(&s, &mut expected)
+        .unwrap_err()
+        .to_string();
+    let mut a = DeviceArray::from_host(&handle, &with_zero).unwrap();
+    let out = DeviceArray::zeros(&handle, DType::I64, &[8]).unwrap();
+    let call = prog
+        .bind(DeviceArgs::new().array("a", &a).array("out", &out))
+        .unwrap();
+    // The first call fails; the array is mended and the second call succeeds; waiting
+    // on the second still reports the first one's error.
+    let ones = HostArray::from_values(DType::I64, &[8], &[sdflow_ir::Value::I64(1); 8]).unwrap();
+    let first = prog.call_bound(&call).unwrap();
+    a.copy_from_host(&ones).unwrap();
+    let second = prog.call_bound(&call).unwrap();
+    drop(first);
+    let e = prog.wait(second).unwrap_err().to_string();
+    assert!(
+        e.contains("division by zero"),
+        "{e} (interpreter: {message})"
+    );
+    // Read and cleared: the next call reports success.
+    let done = prog.call_bound(&call).unwrap();
+    prog.wait(done).unwrap();
+    assert_eq!(
+        out.to_host().unwrap().bits(),
+        vec![100u64; 8],
+        "100 / 1 everywhere"
+    );
 }

@@ -384,3 +384,34 @@ fn compiled_conserves_mass_and_keeps_a_lake_at_rest() {
     );
     assert!(u < 1e-13 && v < 1e-13, "|u| = {u:e}, |v| = {v:e}");
 }
+
+#[test]
+fn the_gpu_path_keeps_the_state_on_the_device_and_replays_one_graph_per_step() {
+    use sdflow::codegen::Origin;
+    use sdflow::codegen::cuda::device::{DeviceHandle, RecordingDevice};
+    use sdflow::codegen::cuda::emit::{CudaEmitOptions, emit_cuda};
+    use sdflow::codegen::cuda::exec::GpuProgram;
+    // A recording device runs no kernel: the state must come back as it went, through
+    // the uploads and downloads of the arrays, and each step must be one graph replay.
+    let cfg = small();
+    let dycore = Dycore::new(&cfg).unwrap();
+    let mut sdfg = dycore.sdfg.clone();
+    sdflow::transforms::Pipeline::gpu().run(&mut sdfg).unwrap();
+    let prog = emit_cuda(&sdfg, &CudaEmitOptions::default()).unwrap();
+    let device = DeviceHandle::new(RecordingDevice::new((9, 0)));
+    let mut gpu = GpuProgram::load(&sdfg, prog, b"image", &device, Origin::Built).unwrap();
+    let s0 = random_smooth(&cfg, 5);
+    let mut s = s0.clone();
+    let times = dycore.run_gpu(&mut gpu, &mut s, 4).unwrap();
+    assert!(times.enqueue <= times.total);
+    for (a, b) in [(&s.h, &s0.h), (&s.u, &s0.u), (&s.v, &s0.v), (&s.qh, &s0.qh)] {
+        assert_eq!(a, b);
+    }
+    let c = device.lock().counters();
+    assert_eq!(c.replays, 4, "{c:?}");
+    // Six arrays up, the float symbols once, the status record, six arrays down.
+    assert_eq!(c.copies, 6 + 1 + 1 + 6, "{c:?}");
+    // No step waits: the host waits for the last completion, reads the status record
+    // and copies the six arrays back.
+    assert_eq!(c.syncs, 1 + 1 + 6, "{c:?}");
+}

@@ -318,95 +318,29 @@ impl CompiledProgram {
     /// Checks the arguments once and lays them out for [`BoundCall::call`].
     pub fn bind<'a>(&'a self, args: Args<'a>) -> Result<BoundCall<'a>, CallError> {
         let sig = &self.signature;
-        for (name, _) in &args.arrays {
-            if !sig.arrays.iter().any(|a| a.name == *name) {
-                return Err(self.bind_err(format!("it has no array argument '{name}'")));
-            }
-        }
-        for name in args.ints.keys().chain(args.floats.keys()) {
-            if !sig.ints.contains(name) && !sig.floats.contains(name) {
-                return Err(self.bind_err(format!("it has no runtime symbol '{name}'")));
-            }
-        }
-        let find = |name: &str| args.arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a);
-        // Symbol values: given, or read off a dimension declared as a bare symbol.
-        let mut values: BTreeMap<String, i64> = self.statics.clone();
-        values.extend(args.ints.iter().map(|(k, v)| (k.clone(), *v)));
-        let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
+        let passed: Vec<PassedArray<'_>> = args
             .arrays
             .iter()
-            .filter_map(|spec| {
-                let a = find(&spec.name)?;
-                Some(sdflow_ir::bind::ArgLayout {
-                    name: &spec.name,
-                    shape: &spec.shape,
-                    strides: &spec.strides,
-                    extents: &a.shape,
-                    elem_strides: Some(&a.strides),
-                })
+            .map(|(name, a)| PassedArray {
+                name,
+                dtype: a.dtype,
+                shape: &a.shape,
+                strides: &a.strides,
             })
             .collect();
-        let inferable = |s: &str| sig.ints.iter().any(|x| x == s);
-        sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values)
-            .map_err(|e| self.bind_err(e.0))?;
-        let mut ints = Vec::new();
-        for s in &sig.ints {
-            let v = values.get(s).ok_or_else(|| {
-                self.bind_err(format!(
-                    "symbol '{s}' has no value (give it, or pass an array whose shape names it)"
-                ))
-            })?;
-            ints.push(*v);
-        }
-        let mut floats = Vec::new();
-        for s in &sig.floats {
-            let v = args
-                .floats
-                .get(s)
-                .copied()
-                .or_else(|| args.ints.get(s).map(|&i| i as f64))
-                .ok_or_else(|| self.bind_err(format!("float symbol '{s}' has no value")))?;
-            floats.push(v);
-        }
-        let eval = |e: &SymExpr| {
-            e.eval_map(&values)
-                .map_err(|x| self.bind_err(format!("cannot evaluate '{e}': {x}")))
-        };
+        let checked = check_arguments(sig, &self.statics, &passed, &args.ints, &args.floats)
+            .map_err(|m| self.bind_err(m))?;
+        let CheckedArgs {
+            values,
+            mut ints,
+            mut floats,
+            arrays,
+        } = checked;
         let mut ptrs = Vec::new();
         let mut empty: Vec<Vec<u64>> = Vec::new();
         let mut spans: Vec<(usize, usize, &str)> = Vec::new();
-        for spec in &sig.arrays {
-            let a = find(&spec.name)
-                .ok_or_else(|| self.bind_err(format!("missing argument '{}'", spec.name)))?;
-            if a.dtype != spec.dtype {
-                return Err(self.bind_err(format!(
-                    "'{}' is {}, the program needs {}",
-                    spec.name, a.dtype, spec.dtype
-                )));
-            }
-            let want: Vec<i64> = spec.shape.iter().map(eval).collect::<Result<_, _>>()?;
-            let have: Vec<i64> = a.shape.iter().map(|&n| n as i64).collect();
-            let scalar_ok = want.is_empty() && have.iter().product::<i64>() == 1;
-            if want != have && !scalar_ok {
-                return Err(self.bind_err(format!(
-                    "'{}' has shape {have:?}, the program needs {want:?}",
-                    spec.name
-                )));
-            }
-            let mut strides: Vec<i64> = Vec::new();
-            if !want.is_empty() {
-                strides = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
-                sdflow_ir::bind::check_layout(&spec.name, &want, &strides)
-                    .map_err(|e| self.bind_err(format!("the program's {}", e.0)))?;
-                for (d, (&w, &h)) in strides.iter().zip(&a.strides).enumerate() {
-                    if want[d] > 1 && w != h as i64 {
-                        return Err(self.bind_err(format!(
-                            "'{}' has strides {:?}, the program needs {strides:?} (dimension {d})",
-                            spec.name, a.strides
-                        )));
-                    }
-                }
-            }
+        for (spec, (k, have, strides)) in sig.arrays.iter().zip(&arrays) {
+            let a = &args.arrays[*k].1;
             let (lo, hi) = a.span();
             if let Some((_, _, other)) = spans.iter().find(|(l, h, _)| lo < *h && *l < hi) {
                 return Err(self.bind_err(format!(
@@ -428,7 +362,7 @@ impl CompiledProgram {
                     ))
                 };
                 let (mut lo, mut hi) = (0i64, 0i64);
-                for (n, st) in have.iter().zip(&strides) {
+                for (n, st) in have.iter().zip(strides.iter()) {
                     let reach = (n.max(&1) - 1).checked_mul(*st).ok_or_else(too_big)?;
                     if reach < 0 {
                         lo = lo.checked_add(reach).ok_or_else(too_big)?;
@@ -543,6 +477,135 @@ impl CompiledProgram {
             })
             .collect())
     }
+}
+
+/// One array argument as a call passes it (host or device memory alike).
+pub(crate) struct PassedArray<'a> {
+    /// The argument's name.
+    pub name: &'a str,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its extents.
+    pub shape: &'a [usize],
+    /// Its strides, in elements.
+    pub strides: &'a [isize],
+}
+
+/// A call's arguments checked against its signature.
+pub(crate) struct CheckedArgs {
+    /// Every integer symbol's value: static, given, or inferred from the arrays.
+    pub values: BTreeMap<String, i64>,
+    /// The signature's integer symbols' values, in order.
+    pub ints: Vec<i64>,
+    /// The signature's float symbols' values, in order.
+    pub floats: Vec<f64>,
+    /// Per array of the signature: the position of the array passed for it, its extents
+    /// and its declared strides (empty for a scalar).
+    pub arrays: Vec<(usize, Vec<i64>, Vec<i64>)>,
+}
+
+/// Checks arrays and symbol values passed to a program of signature `sig`: every name
+/// is the program's, every symbol has a value (given or implied by the arrays), every
+/// array has the declared element type, shape and strides. Aliasing is the caller's
+/// check (it knows the memory).
+pub(crate) fn check_arguments(
+    sig: &Signature,
+    statics: &BTreeMap<String, i64>,
+    passed: &[PassedArray<'_>],
+    ints: &BTreeMap<String, i64>,
+    floats: &BTreeMap<String, f64>,
+) -> Result<CheckedArgs, String> {
+    for a in passed {
+        if !sig.arrays.iter().any(|s| s.name == a.name) {
+            return Err(format!("it has no array argument '{}'", a.name));
+        }
+    }
+    for name in ints.keys().chain(floats.keys()) {
+        if !sig.ints.contains(name) && !sig.floats.contains(name) {
+            return Err(format!("it has no runtime symbol '{name}'"));
+        }
+    }
+    let find = |name: &str| passed.iter().position(|a| a.name == name);
+    // Symbol values: given, or implied by the arrays' extents and strides.
+    let mut values: BTreeMap<String, i64> = statics.clone();
+    values.extend(ints.iter().map(|(k, v)| (k.clone(), *v)));
+    let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
+        .arrays
+        .iter()
+        .filter_map(|spec| {
+            let a = &passed[find(&spec.name)?];
+            Some(sdflow_ir::bind::ArgLayout {
+                name: &spec.name,
+                shape: &spec.shape,
+                strides: &spec.strides,
+                extents: a.shape,
+                elem_strides: Some(a.strides),
+            })
+        })
+        .collect();
+    let inferable = |s: &str| sig.ints.iter().any(|x| x == s);
+    sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values).map_err(|e| e.0)?;
+    let mut int_values = Vec::new();
+    for s in &sig.ints {
+        let v = values.get(s).ok_or_else(|| {
+            format!("symbol '{s}' has no value (give it, or pass an array whose shape names it)")
+        })?;
+        int_values.push(*v);
+    }
+    let mut float_values = Vec::new();
+    for s in &sig.floats {
+        let v = floats
+            .get(s)
+            .copied()
+            .or_else(|| ints.get(s).map(|&i| i as f64))
+            .ok_or_else(|| format!("float symbol '{s}' has no value"))?;
+        float_values.push(v);
+    }
+    let eval = |e: &SymExpr| {
+        e.eval_map(&values)
+            .map_err(|x| format!("cannot evaluate '{e}': {x}"))
+    };
+    let mut arrays = Vec::new();
+    for spec in &sig.arrays {
+        let k = find(&spec.name).ok_or_else(|| format!("missing argument '{}'", spec.name))?;
+        let a = &passed[k];
+        if a.dtype != spec.dtype {
+            return Err(format!(
+                "'{}' is {}, the program needs {}",
+                spec.name, a.dtype, spec.dtype
+            ));
+        }
+        let want: Vec<i64> = spec.shape.iter().map(eval).collect::<Result<_, _>>()?;
+        let have: Vec<i64> = a.shape.iter().map(|&n| n as i64).collect();
+        let scalar_ok = want.is_empty() && have.iter().product::<i64>() == 1;
+        if want != have && !scalar_ok {
+            return Err(format!(
+                "'{}' has shape {have:?}, the program needs {want:?}",
+                spec.name
+            ));
+        }
+        let mut strides: Vec<i64> = Vec::new();
+        if !want.is_empty() {
+            strides = spec.strides.iter().map(eval).collect::<Result<_, _>>()?;
+            sdflow_ir::bind::check_layout(&spec.name, &want, &strides)
+                .map_err(|e| format!("the program's {}", e.0))?;
+            for (d, (&w, &h)) in strides.iter().zip(a.strides).enumerate() {
+                if want[d] > 1 && w != h as i64 {
+                    return Err(format!(
+                        "'{}' has strides {:?}, the program needs {strides:?} (dimension {d})",
+                        spec.name, a.strides
+                    ));
+                }
+            }
+        }
+        arrays.push((k, have, strides));
+    }
+    Ok(CheckedArgs {
+        values,
+        ints: int_values,
+        floats: float_values,
+        arrays,
+    })
 }
 
 /// The integer symbol values of interpreter-style bindings for a program of signature

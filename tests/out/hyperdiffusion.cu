@@ -238,9 +238,9 @@ static __device__ inline void sdf_atomic_max_bool(bool* p, bool n) {
          old = atomicCAS(a, assumed, (assumed & ~(0xffu << sh)) | ((unsigned int)r << sh)); } while (assumed != old); }
 
 /* state 'lap_of_lap', map 'lap1+lap2' */
-extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ a_u, double* __restrict__ a_out, const int64_t s_N, const double sdf_f0) {
+extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ a_u, double* __restrict__ a_out, const int64_t s_N, const double* __restrict__ sdf_f) {
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
-    const double s_alpha = (double)sdf_f0;
+    const double s_alpha = (double)sdf_f[0];
 
     const int64_t sdf_n0 = sdf_max64(sdf_ssub(s_N, 4LL, 0), 0);
     const int64_t sdf_n1 = sdf_max64(sdf_ssub(s_N, 4LL, 1), 0);
@@ -320,9 +320,9 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
 }
 
 /* state 'lap_of_lap', step 0 (checked) */
-extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __restrict__ a_out, const int64_t s_N, const double sdf_f0) {
+extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __restrict__ a_out, const int64_t s_N, const double* __restrict__ sdf_f) {
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
-    const double s_alpha = (double)sdf_f0;
+    const double s_alpha = (double)sdf_f[0];
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
         { /* map 'lap1+lap2' (checked) */
@@ -486,10 +486,9 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
     }
 }
 
-/* The error flag and record: cleared at the start of a call, read after it. */
-extern "C" __global__ void sdf_status_reset(void) {
+/* The error flag and record: kept from the first failure until they are read. */
+extern "C" __global__ void sdf_status_read(int64_t* out) {
+    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err);
     sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
     for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
-extern "C" __global__ void sdf_status_read(int64_t* out) {
-    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err); }
 

@@ -313,10 +313,9 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
     }
 }
 
-/* The error flag and record: cleared at the start of a call, read after it. */
-extern "C" __global__ void sdf_status_reset(void) {
+/* The error flag and record: kept from the first failure until they are read. */
+extern "C" __global__ void sdf_status_read(int64_t* out) {
+    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err);
     sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
     for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
-extern "C" __global__ void sdf_status_read(int64_t* out) {
-    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err); }
 

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use sdflow_ir::{
-    DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, NestedSdfg, Node, NodeId,
-    Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
+    DType, DataDesc, Dataflow, Dim, Edge, EdgeId, Expr, LibraryNode, MapScope, Memlet, NestedSdfg,
+    Node, NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
 
 pub use crate::abi::{ArgSpec, Signature};
@@ -1113,7 +1113,8 @@ impl Emitter<'_> {
     }
 
     /// Copies `edge`'s source subset of `src` to its destination subset of `dst`, element
-    /// by element in row-major order (all reads before the writes).
+    /// by element in row-major order (within one container, which may overlap itself, all
+    /// reads before the writes).
     fn copy(
         &mut self,
         sc: &Scope<'_>,
@@ -1123,18 +1124,7 @@ impl Emitter<'_> {
     ) -> Result<(), CodegenError> {
         let m = &edge.memlet;
         let sdfg = sc.sdfg;
-        let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
-        let s_sub = if m.subset.0.is_empty() {
-            full(src)
-        } else {
-            m.subset.clone()
-        };
-        let d_sub = match &m.other_subset {
-            Some(o) if !o.0.is_empty() => o.clone(),
-            Some(_) => full(dst),
-            None if m.subset.0.is_empty() => full(dst),
-            None => m.subset.clone(),
-        };
+        let (s_sub, d_sub) = copy_subsets(sdfg, src, dst, m);
         let st = sdfg.arrays.get(src).map_or(DType::F64, DataDesc::dtype);
         let dt = sdfg.arrays.get(dst).map_or(DType::F64, DataDesc::dtype);
         self.line(&format!(
@@ -1144,6 +1134,17 @@ impl Emitter<'_> {
         self.indent += 1;
         let vol = subset_volume(sc, &s_sub);
         self.line(&format!("const int64_t sdf_n = {vol};"));
+        if src != dst {
+            // Two containers never overlap: element by element, without a buffer.
+            self.line("for (int64_t sdf_q = 0; sdf_q < sdf_n; sdf_q++) {");
+            self.indent += 1;
+            self.copy_element(sc, src, dst, edge, "sdf_q");
+            self.indent -= 1;
+            self.line("}");
+            self.indent -= 1;
+            self.line("}");
+            return Ok(());
+        }
         self.line(&format!(
             "{}* sdf_buf = ({}*)malloc((size_t)(sdf_n > 0 ? sdf_n : 1) * sizeof({}));",
             ctype(st),
@@ -1170,6 +1171,19 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Element number `q` (row-major in the source subset) of a copy between two
+    /// different containers, by the current thread: the CUDA printer's grid covers a
+    /// copy's elements this way (the containers do not overlap, so no buffer is needed).
+    fn copy_element(&mut self, sc: &Scope<'_>, src: &str, dst: &str, edge: &Edge, q: &str) {
+        let m = &edge.memlet;
+        let (s_sub, d_sub) = copy_subsets(sc.sdfg, src, dst, m);
+        let st = sc.sdfg.arrays.get(src).map_or(DType::F64, DataDesc::dtype);
+        let dt = sc.sdfg.arrays.get(dst).map_or(DType::F64, DataDesc::dtype);
+        let s_el = self.decompose(sc, src, &s_sub, q, "sdf_s");
+        let d_el = self.decompose(sc, dst, &d_sub, q, "sdf_d");
+        self.store(sc, &d_el, &convert(&s_el, st, dt), dt, m.wcr);
     }
 
     /// Declares the multi-index of element number `q` (row-major) of `subset` and returns
@@ -1617,6 +1631,24 @@ fn has_copy_in(df: &Dataflow, n: NodeId) -> bool {
     df.in_edges(n)
         .into_iter()
         .any(|e| df.node(df.endpoints(e).0).as_access().is_some())
+}
+
+/// The source and destination subsets of a copy from `src` to `dst` (an empty subset is
+/// the whole container).
+fn copy_subsets(sdfg: &Sdfg, src: &str, dst: &str, m: &Memlet) -> (Subset, Subset) {
+    let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
+    let s_sub = if m.subset.0.is_empty() {
+        full(src)
+    } else {
+        m.subset.clone()
+    };
+    let d_sub = match &m.other_subset {
+        Some(o) if !o.0.is_empty() => o.clone(),
+        Some(_) => full(dst),
+        None if m.subset.0.is_empty() => full(dst),
+        None => m.subset.clone(),
+    };
+    (s_sub, d_sub)
 }
 
 fn subset_volume(sc: &Scope<'_>, s: &Subset) -> String {

@@ -19,8 +19,8 @@ pub use driver::CudaDevice;
 pub use recording::{Call, Launch, RecordingDevice};
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A device address (`CUdeviceptr`).
 pub type DevPtr = u64;
@@ -114,6 +114,51 @@ pub trait Device: Send {
     fn replay(&mut self, g: GraphId) -> Result<(), DeviceError>;
     /// What was done so far.
     fn counters(&self) -> Counters;
+    /// The implementation, to look at its own state (a [`RecordingDevice`]'s log).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A device shared by the programs loaded on it and the arrays allocated there: all of
+/// them enqueue on the device's one stream, in the order the host calls them, so an array
+/// one program writes is ready for the next program's call without a wait. Cloning the
+/// handle shares the device; it is freed when the last handle, program and array are gone.
+#[derive(Clone)]
+pub struct DeviceHandle(Arc<Mutex<Box<dyn Device>>>);
+
+impl DeviceHandle {
+    /// Shares `device`.
+    pub fn new(device: impl Device + 'static) -> DeviceHandle {
+        DeviceHandle::from_box(Box::new(device))
+    }
+
+    /// Shares a boxed device.
+    pub fn from_box(device: Box<dyn Device>) -> DeviceHandle {
+        DeviceHandle(Arc::new(Mutex::new(device)))
+    }
+
+    /// The device, for as long as the guard lives (other threads using the handle wait).
+    /// A thread that panicked while holding it leaves the device as it was: every device
+    /// operation is one driver call, so there is no half-done state to refuse.
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn Device>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether both handles share one device.
+    pub fn same(&self, other: &DeviceHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for DeviceHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `try_lock`: printing a handle while its device is held must not deadlock.
+        match self.0.try_lock() {
+            Ok(d) => f.debug_tuple("DeviceHandle").field(&d.name()).finish(),
+            Err(_) => f.debug_tuple("DeviceHandle").field(&"in use").finish(),
+        }
+    }
 }
 
 /// What an [`Event`] is made of, per device implementation.

@@ -5,21 +5,31 @@
 //! [`GpuProgram::sync_points`] counts). Completion is a [`Completion`]: wait on it to
 //! learn whether the call failed (the device's error record, turned into the
 //! interpreter's message).
+//!
+//! Arguments are [`DeviceArray`]s, checked once by [`GpuProgram::bind`]; the
+//! [`GpuCall`] it returns is enqueued by [`GpuProgram::call_bound`] as often as a model
+//! needs. Float symbols reach the kernels through a small device buffer, so a call that
+//! changes only them (a time step `dt`, a coefficient) replays the graph captured before.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use sdflow_ir::interp::{Bindings, HostArray};
+use sdflow_ir::interp::Bindings;
 use sdflow_ir::symexpr::EvalError;
 use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr};
 
-use super::device::{DevPtr, Device, Event, GraphId, KernelArg, KernelId};
-use super::emit::{CudaEmitOptions, CudaProgram, STATUS_READ, STATUS_RESET, emit_cuda};
+use super::array::{Buffer, DeviceArray};
+use super::device::{DevPtr, Device, DeviceHandle, Event, GraphId, KernelArg, KernelId};
+use super::emit::{CudaEmitOptions, CudaProgram, STATUS_READ, emit_cuda};
 use super::nvrtc::{self, Arch, NvrtcOptions, Output};
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cpu::sites::RECORD_LEN;
 use crate::plan::Flow;
-use crate::program::{CallError, binding_symbols, static_ints};
+use crate::program::{
+    CallError, CheckedArgs, PassedArray, binding_symbols, check_arguments, static_ints,
+};
 
 /// Code generation, NVRTC compilation and caching for CUDA.
 #[derive(Clone, Debug)]
@@ -113,9 +123,9 @@ impl CudaBackend {
     }
 
     /// Generates, compiles (or finds in the cache) and loads `sdfg` on `device`.
-    pub fn build(&self, sdfg: &Sdfg, device: Box<dyn Device>) -> Result<GpuProgram, CodegenError> {
+    pub fn build(&self, sdfg: &Sdfg, device: &DeviceHandle) -> Result<GpuProgram, CodegenError> {
         let prog = self.generate(sdfg)?;
-        let (major, minor) = device.arch();
+        let (major, minor) = device.lock().arch();
         let (image, origin) = self.compile(&prog, Arch { major, minor })?;
         GpuProgram::load(sdfg, prog, &image, device, origin)
     }
@@ -124,11 +134,12 @@ impl CudaBackend {
 /// A program compiled for and loaded on a device, its transients allocated once.
 pub struct GpuProgram {
     prog: CudaProgram,
-    device: Box<dyn Device>,
+    device: DeviceHandle,
+    /// Tells bound calls apart from other programs'.
+    id: u64,
     kernels: Vec<KernelId>,
     /// Per state (in plan order) and step: its kernels' positions in `kernels`.
     step_kernels: Vec<Vec<StepKernels>>,
-    reset: KernelId,
     read: KernelId,
     /// Device storage of the persistent transients, in `params.arrays` order after the
     /// arguments.
@@ -136,6 +147,10 @@ pub struct GpuProgram {
     transient_descs: Vec<DataDesc>,
     /// The runtime symbol values the transients are allocated for.
     allocated_for: Option<Vec<i64>>,
+    /// The float symbols' values, read by every kernel (absent without float symbols).
+    floats_buffer: Option<DevPtr>,
+    /// The bits last copied into `floats_buffer`.
+    floats_written: Option<Vec<u64>>,
     /// Replay captured graphs.
     graphs: bool,
     graph_cache: BTreeMap<GraphKey, GraphId>,
@@ -160,12 +175,12 @@ struct StepKernels {
 /// Captured graphs kept per program; past this the cache starts again.
 const MAX_GRAPHS: usize = 64;
 
-/// What a captured call depends on: its kernels' parameters are baked into the graph.
+/// What a captured call depends on: its launches' parameters and grids are baked into
+/// the graph. Float symbols are not: kernels read them from the program's buffer.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct GraphKey {
     arrays: Vec<DevPtr>,
     ints: Vec<i64>,
-    floats: Vec<u64>,
 }
 
 /// The end of an enqueued call: wait on it to learn its outcome.
@@ -181,6 +196,81 @@ impl Completion {
     }
 }
 
+/// Arguments of a call on device arrays, by name: arrays and symbol values (integer
+/// symbols a shape names need not be given).
+#[derive(Default)]
+pub struct DeviceArgs<'a> {
+    arrays: Vec<(String, &'a DeviceArray)>,
+    ints: BTreeMap<String, i64>,
+    floats: BTreeMap<String, f64>,
+}
+
+impl<'a> DeviceArgs<'a> {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        DeviceArgs::default()
+    }
+
+    /// An array (or scalar) argument.
+    pub fn array(mut self, name: &str, a: &'a DeviceArray) -> Self {
+        self.arrays.push((name.to_string(), a));
+        self
+    }
+
+    /// An integer symbol's value.
+    pub fn int(mut self, name: &str, v: i64) -> Self {
+        self.ints.insert(name.to_string(), v);
+        self
+    }
+
+    /// A float symbol's value.
+    pub fn float(mut self, name: &str, v: f64) -> Self {
+        self.floats.insert(name.to_string(), v);
+        self
+    }
+}
+
+/// A call checked against its program once ([`GpuProgram::bind`]) and enqueued by
+/// [`GpuProgram::call_bound`] as often as needed. It keeps its arrays' memory alive.
+/// Float symbols may change between calls ([`GpuCall::set_float`]) without a new graph.
+pub struct GpuCall {
+    program: u64,
+    program_name: String,
+    key: GraphKey,
+    float_names: Vec<String>,
+    floats: Vec<f64>,
+    _arrays: Vec<Arc<Buffer>>,
+}
+
+impl GpuCall {
+    /// Sets a float symbol for the next calls.
+    pub fn set_float(&mut self, name: &str, v: f64) -> Result<(), CallError> {
+        match self.float_names.iter().position(|n| n == name) {
+            Some(k) => {
+                self.floats[k] = v;
+                Ok(())
+            }
+            None => Err(CallError::Bind {
+                program: self.program_name.clone(),
+                message: format!("it has no float symbol '{name}'"),
+            }),
+        }
+    }
+
+    /// The integer symbols' values, in the signature's order.
+    pub fn ints(&self) -> &[i64] {
+        &self.key.ints
+    }
+
+    /// The float symbols' values, in the signature's order.
+    pub fn floats(&self) -> &[f64] {
+        &self.floats
+    }
+}
+
+/// Distinct ids of loaded programs.
+static NEXT_PROGRAM: AtomicU64 = AtomicU64::new(1);
+
 fn load_err(e: impl std::fmt::Display) -> CodegenError {
     CodegenError::Load(e.to_string())
 }
@@ -193,22 +283,35 @@ impl GpuProgram {
         sdfg: &Sdfg,
         prog: CudaProgram,
         image: &[u8],
-        mut device: Box<dyn Device>,
+        device: &DeviceHandle,
         origin: Origin,
     ) -> Result<GpuProgram, CodegenError> {
         let mut names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
-        names.push(STATUS_RESET.into());
         names.push(STATUS_READ.into());
-        let ids = device.load_module(image, &names).map_err(load_err)?;
         let statics = static_ints(sdfg);
         let nargs = prog.plan.signature.arrays.len();
         let transient_descs: Vec<DataDesc> = prog.params.arrays[nargs..]
             .iter()
             .map(|n| sdfg.arrays[n].clone())
             .collect();
-        let status = device
-            .alloc_zeroed((1 + RECORD_LEN) * 8)
-            .map_err(load_err)?;
+        let (ids, status, floats_buffer) = {
+            let mut dev = device.lock();
+            let ids = dev.load_module(image, &names).map_err(load_err)?;
+            let status = dev.alloc_zeroed((1 + RECORD_LEN) * 8).map_err(load_err)?;
+            let floats = prog.params.floats.len();
+            let floats_buffer = if floats > 0 {
+                match dev.alloc_zeroed(floats * 8) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        dev.free(status);
+                        return Err(load_err(e));
+                    }
+                }
+            } else {
+                None
+            };
+            (ids, status, floats_buffer)
+        };
         let scalar_types = sdfg
             .arrays
             .iter()
@@ -234,10 +337,11 @@ impl GpuProgram {
         let mut p = GpuProgram {
             kernels: ids[..k].to_vec(),
             step_kernels,
-            reset: ids[k],
-            read: ids[k + 1],
+            read: ids[k],
             transients: Vec::new(),
             transient_descs,
+            floats_buffer,
+            floats_written: None,
             graphs: true,
             graph_cache: BTreeMap::new(),
             allocated_for: None,
@@ -247,12 +351,14 @@ impl GpuProgram {
             name: sdfg.name.clone(),
             origin,
             prog,
-            device,
+            device: device.clone(),
+            id: NEXT_PROGRAM.fetch_add(1, Ordering::Relaxed),
         };
         // Transients whose shapes need no runtime symbol are allocated now; the others at
         // the first call (again only when the symbol values change).
         if p.prog.plan.signature.ints.is_empty() {
-            p.allocate(&[])
+            let dev = p.device.clone();
+            p.allocate(&mut **dev.lock(), &[])
                 .map_err(|e| CodegenError::Load(e.to_string()))?;
         }
         Ok(p)
@@ -260,15 +366,16 @@ impl GpuProgram {
 
     /// Allocates the transients for the runtime symbol values `ints`, unless they are
     /// allocated for those values already.
-    fn allocate(&mut self, ints: &[i64]) -> Result<(), CallError> {
+    fn allocate(&mut self, device: &mut dyn Device, ints: &[i64]) -> Result<(), CallError> {
         if self.allocated_for.as_deref() == Some(ints) {
             return Ok(());
         }
         for p in self.transients.drain(..) {
-            self.device.free(p);
+            device.free(p);
         }
         // Captured graphs hold the old pointers.
         self.graph_cache.clear();
+        self.allocated_for = None;
         let mut env = self.statics.clone();
         for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
             env.insert(n.clone(), *v);
@@ -278,8 +385,7 @@ impl GpuProgram {
             let elems =
                 elements(d, &env).map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
             let bytes = (elems.max(1) as usize) * d.dtype().size_bytes();
-            let p = self
-                .device
+            let p = device
                 .alloc_zeroed(bytes)
                 .map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
             self.transients.push(p);
@@ -293,14 +399,9 @@ impl GpuProgram {
         &self.prog
     }
 
-    /// The device it runs on.
-    pub fn device(&self) -> &dyn Device {
-        self.device.as_ref()
-    }
-
-    /// The device, to allocate and fill arrays a model keeps there.
-    pub fn device_mut(&mut self) -> &mut dyn Device {
-        self.device.as_mut()
+    /// The device it runs on; arrays for its calls are allocated there.
+    pub fn device(&self) -> &DeviceHandle {
+        &self.device
     }
 
     /// The plan's sync points: places where host control flow waits for a device value.
@@ -315,10 +416,127 @@ impl GpuProgram {
         }
     }
 
-    /// Enqueues one call on device arrays (`arrays`: device pointers of the signature's
-    /// arrays, in order; `ints`, `floats`: the signature's symbol values) and returns
-    /// without waiting for the device.
-    pub fn call(
+    fn bind_err(&self, message: String) -> CallError {
+        CallError::Bind {
+            program: self.name.clone(),
+            message,
+        }
+    }
+
+    /// A copy of `a` on the program's device, laid out as the program declares argument
+    /// `name` (row-major where the declared strides do not say, or need symbols that
+    /// `a` alone does not give).
+    pub fn upload(
+        &self,
+        name: &str,
+        a: &sdflow_ir::interp::HostArray,
+    ) -> Result<DeviceArray, CallError> {
+        let sig = &self.prog.plan.signature;
+        let spec = sig
+            .arrays
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| self.bind_err(format!("it has no array argument '{name}'")))?;
+        let mut values = self.statics.clone();
+        let layout = sdflow_ir::bind::ArgLayout {
+            name,
+            shape: &spec.shape,
+            strides: &spec.strides,
+            extents: a.shape(),
+            elem_strides: None,
+        };
+        let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
+        sdflow_ir::bind::infer_symbols(&[layout], &inferable, &mut values)
+            .map_err(|e| self.bind_err(e.0))?;
+        let order = if spec.shape.is_empty() {
+            Vec::new()
+        } else {
+            sdflow_ir::bind::dense_order(&spec.strides, a.shape(), &values)
+                .unwrap_or_else(|| (0..a.shape().len()).collect())
+        };
+        DeviceArray::from_host_in(&self.device, a, &order)
+            .map_err(|e| self.run_err(format!("'{name}': {e}")))
+    }
+
+    /// Checks `args` against the program once: names, element types, shapes, strides,
+    /// the device they live on, no array passed twice; symbol values given or implied
+    /// by the arrays.
+    pub fn bind(&self, args: DeviceArgs<'_>) -> Result<GpuCall, CallError> {
+        let sig = &self.prog.plan.signature;
+        let passed: Vec<PassedArray<'_>> = args
+            .arrays
+            .iter()
+            .map(|(name, a)| PassedArray {
+                name,
+                dtype: a.dtype(),
+                shape: a.extents(),
+                strides: a.strides(),
+            })
+            .collect();
+        let CheckedArgs {
+            ints,
+            floats,
+            arrays,
+            ..
+        } = check_arguments(sig, &self.statics, &passed, &args.ints, &args.floats)
+            .map_err(|m| self.bind_err(m))?;
+        let mut ptrs = Vec::new();
+        let mut keep = Vec::new();
+        for (spec, (k, _, _)) in sig.arrays.iter().zip(&arrays) {
+            let (_, a) = &args.arrays[*k];
+            if !a.device().same(&self.device) {
+                return Err(self.bind_err(format!(
+                    "'{}' lives on another device than the program",
+                    spec.name
+                )));
+            }
+            if let Some(j) = ptrs.iter().position(|p| *p == a.ptr()) {
+                return Err(self.bind_err(format!(
+                    "'{}' and '{}' are the same device array; pass distinct arrays",
+                    sig.arrays[j].name, spec.name
+                )));
+            }
+            ptrs.push(a.ptr());
+            keep.push(a.buf.clone());
+        }
+        Ok(GpuCall {
+            program: self.id,
+            program_name: self.name.clone(),
+            key: GraphKey { arrays: ptrs, ints },
+            float_names: sig.floats.clone(),
+            floats,
+            _arrays: keep,
+        })
+    }
+
+    /// Binds and enqueues one call (see [`GpuProgram::bind`]).
+    pub fn call(&mut self, args: DeviceArgs<'_>) -> Result<Completion, CallError> {
+        let c = self.bind(args)?;
+        self.call_bound(&c)
+    }
+
+    /// Enqueues a bound call and returns without waiting for the device.
+    pub fn call_bound(&mut self, c: &GpuCall) -> Result<Completion, CallError> {
+        if c.program != self.id {
+            return Err(self.bind_err(format!(
+                "the call was bound for another program ('{}')",
+                c.program_name
+            )));
+        }
+        self.enqueue_call(&c.key, &c.floats)
+    }
+
+    /// Enqueues one call on raw device addresses (`arrays`: the signature's arrays in
+    /// order; `ints`, `floats`: the signature's symbol values) and returns without
+    /// waiting for the device.
+    ///
+    /// # Safety
+    ///
+    /// Every address must be an allocation on this program's device, large enough for
+    /// the array's declared shape with these symbol values and in its declared layout,
+    /// alive until the call completes, and distinct from the others. [`GpuProgram::bind`]
+    /// checks all of that for [`DeviceArray`]s.
+    pub unsafe fn call_raw(
         &mut self,
         arrays: &[DevPtr],
         ints: &[i64],
@@ -329,105 +547,105 @@ impl GpuProgram {
             || ints.len() != sig.ints.len()
             || floats.len() != sig.floats.len()
         {
-            return Err(CallError::Bind {
-                program: self.name.clone(),
-                message: format!(
-                    "expected {} arrays, {} integer and {} float symbols; got {}, {} and {}",
-                    sig.arrays.len(),
-                    sig.ints.len(),
-                    sig.floats.len(),
-                    arrays.len(),
-                    ints.len(),
-                    floats.len()
-                ),
-            });
+            return Err(self.bind_err(format!(
+                "expected {} arrays, {} integer and {} float symbols; got {}, {} and {}",
+                sig.arrays.len(),
+                sig.ints.len(),
+                sig.floats.len(),
+                arrays.len(),
+                ints.len(),
+                floats.len()
+            )));
         }
-        self.allocate(ints)?;
-        // A call whose control flow needs no device value is one CUDA graph, captured the
-        // first time these values are seen and replayed after.
         let key = GraphKey {
             arrays: arrays.to_vec(),
             ints: ints.to_vec(),
-            floats: floats.iter().map(|f| f.to_bits()).collect(),
         };
+        self.enqueue_call(&key, floats)
+    }
+
+    fn enqueue_call(&mut self, key: &GraphKey, floats: &[f64]) -> Result<Completion, CallError> {
+        let handle = self.device.clone();
+        let mut dev = handle.lock();
+        let dev: &mut dyn Device = &mut **dev;
+        self.allocate(dev, &key.ints)?;
+        // The float symbols go to the device buffer the kernels read, in stream order,
+        // before the call's work; unchanged values need no copy.
+        if let Some(buf) = self.floats_buffer {
+            let same = self
+                .floats_written
+                .as_ref()
+                .is_some_and(|w| w.iter().copied().eq(floats.iter().map(|f| f.to_bits())));
+            if !same {
+                let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
+                self.floats_written = None;
+                dev.copy_h2d(buf, &bytes).map_err(|e| self.run_err(e.0))?;
+                self.floats_written = Some(floats.iter().map(|f| f.to_bits()).collect());
+            }
+        }
+        // A call whose control flow needs no device value is one CUDA graph, captured the
+        // first time these arrays and integer values are seen and replayed after.
         let graphs = self.graphs && self.prog.plan.sync_points() == 0;
         if graphs {
-            if let Some(g) = self.graph_cache.get(&key) {
+            if let Some(g) = self.graph_cache.get(key) {
                 let g = *g;
-                self.device.replay(g).map_err(|e| self.run_err(e.0))?;
-                let event = self.device.record_event().map_err(|e| self.run_err(e.0))?;
+                dev.replay(g).map_err(|e| self.run_err(e.0))?;
+                let event = dev.record_event().map_err(|e| self.run_err(e.0))?;
                 return Ok(Completion { event });
             }
-            self.device.begin_capture().map_err(|e| self.run_err(e.0))?;
+            dev.begin_capture().map_err(|e| self.run_err(e.0))?;
         }
-        let enqueued = self.enqueue(arrays, ints, floats);
+        let enqueued = self.enqueue(dev, key);
         if graphs {
-            let g = self.device.end_capture().map_err(|e| self.run_err(e.0));
+            let g = dev.end_capture().map_err(|e| self.run_err(e.0));
             enqueued?;
             let g = g?;
             if self.graph_cache.len() >= MAX_GRAPHS {
                 self.graph_cache.clear();
             }
-            self.graph_cache.insert(key, g);
-            self.device.replay(g).map_err(|e| self.run_err(e.0))?;
+            self.graph_cache.insert(key.clone(), g);
+            dev.replay(g).map_err(|e| self.run_err(e.0))?;
         } else {
             enqueued?;
         }
-        let event = self.device.record_event().map_err(|e| self.run_err(e.0))?;
+        let event = dev.record_event().map_err(|e| self.run_err(e.0))?;
         Ok(Completion { event })
     }
 
-    /// Enqueues the status reset and every step of the control flow, in order.
-    fn enqueue(
-        &mut self,
-        arrays: &[DevPtr],
-        ints: &[i64],
-        floats: &[f64],
-    ) -> Result<(), CallError> {
+    /// Enqueues every step of the control flow, in order.
+    fn enqueue(&self, device: &mut dyn Device, key: &GraphKey) -> Result<(), CallError> {
         let sig = &self.prog.plan.signature;
         let mut env: BTreeMap<String, i64> = self.statics.clone();
-        for (n, v) in sig.ints.iter().zip(ints) {
+        for (n, v) in sig.ints.iter().zip(&key.ints) {
             env.insert(n.clone(), *v);
         }
         for n in &self.prog.plan.flow_symbols {
             env.entry(n.clone()).or_insert(0);
         }
-        let mut args: Vec<KernelArg> = arrays
+        let mut args: Vec<KernelArg> = key
+            .arrays
             .iter()
             .chain(&self.transients)
             .map(|p| KernelArg::Ptr(*p))
             .collect();
         let int_base = args.len();
         args.extend(self.prog.params.ints.iter().map(|_| KernelArg::I64(0)));
-        args.extend(floats.iter().map(|f| KernelArg::F64(*f)));
-        self.device
-            .launch(self.reset, [1, 1, 1], [1, 1, 1], &[])
-            .map_err(|e| self.run_err(e.0))?;
-        let GpuProgram {
-            prog,
-            device,
-            kernels,
-            step_kernels,
-            transients,
-            scalar_types,
-            name,
-            ..
-        } = self;
+        args.extend(self.floats_buffer.map(KernelArg::Ptr));
         let mut run = Run {
-            prog,
-            device: device.as_mut(),
-            kernels,
-            step_kernels,
-            transients,
-            scalar_types,
-            name,
+            prog: &self.prog,
+            device,
+            kernels: &self.kernels,
+            step_kernels: &self.step_kernels,
+            transients: &self.transients,
+            scalar_types: &self.scalar_types,
+            name: &self.name,
             env,
             args,
             int_base,
-            arrays,
+            arrays: &key.arrays,
             state_no: 0,
         };
-        run.flow(&prog.plan.body)
+        run.flow(&self.prog.plan.body)
     }
 
     /// Turns replay of captured CUDA graphs on or off (on by default). Off, every call
@@ -436,22 +654,25 @@ impl GpuProgram {
         self.graphs = on;
     }
 
-    /// Waits for `c` and reports the call's outcome: the device's first error, with the
-    /// interpreter's message.
+    /// Waits for `c` and reports the outcome: the first error the device met since the
+    /// last `wait` (in this call or in one enqueued earlier and not waited for), with the
+    /// interpreter's message. Reading the device's error record waits for all work
+    /// enqueued so far, and clears the record.
     pub fn wait(&mut self, c: Completion) -> Result<(), CallError> {
         c.event.wait().map_err(|e| self.run_err(e.0))?;
-        self.device
-            .launch(
+        let mut bytes = vec![0u8; (1 + RECORD_LEN) * 8];
+        {
+            let mut dev = self.device.lock();
+            dev.launch(
                 self.read,
                 [1, 1, 1],
                 [1, 1, 1],
                 &[KernelArg::Ptr(self.status)],
             )
             .map_err(|e| self.run_err(e.0))?;
-        let mut bytes = vec![0u8; (1 + RECORD_LEN) * 8];
-        self.device
-            .copy_d2h_sync(&mut bytes, self.status)
-            .map_err(|e| self.run_err(e.0))?;
+            dev.copy_d2h_sync(&mut bytes, self.status)
+                .map_err(|e| self.run_err(e.0))?;
+        }
         let words: Vec<i64> = bytes
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
@@ -472,54 +693,35 @@ impl GpuProgram {
 
     /// Runs on interpreter-style bindings: arrays copied to the device, one call, results
     /// copied back (for tests and `sdflow run --backend cuda`; a model keeps its arrays
-    /// on the device and calls [`GpuProgram::call`]).
+    /// on the device: [`GpuProgram::upload`], [`GpuProgram::bind`]).
     pub fn run_bindings(&mut self, b: &mut Bindings) -> Result<(), CallError> {
         let sig = self.prog.plan.signature.clone();
-        let bind_err = |m: String| CallError::Bind {
-            program: self.name.clone(),
-            message: m,
-        };
-        let mut floats = Vec::new();
-        for n in &sig.floats {
-            let v = b
-                .symbols
-                .get(n)
-                .ok_or_else(|| bind_err(format!("symbol '{n}' has no value")))?;
-            floats.push(v.as_f64());
+        let mut floats = BTreeMap::new();
+        let mut ints = BTreeMap::new();
+        for (k, v) in &b.symbols {
+            if sig.floats.contains(k) {
+                floats.insert(k.clone(), v.as_f64());
+            } else if sig.ints.contains(k) {
+                ints.insert(k.clone(), v.as_i64());
+            }
         }
         for spec in &sig.arrays {
             if !b.arrays.contains_key(&spec.name) {
-                return Err(bind_err(format!("missing argument '{}'", spec.name)));
+                return Err(self.bind_err(format!("missing argument '{}'", spec.name)));
             }
         }
-        let values = binding_symbols(&sig, &self.statics, b).map_err(bind_err)?;
-        let mut ints = Vec::new();
-        for s in &sig.ints {
-            ints.push(*values.get(s).ok_or_else(|| {
-                bind_err(format!(
-                    "symbol '{s}' has no value (give it, or pass an array whose shape names it)"
-                ))
-            })?);
-        }
-        // Each argument in its declared dense layout, as bytes.
-        let mut ptrs = Vec::new();
-        let mut orders = Vec::new();
+        // Each argument in the layout its declared strides describe with the symbol
+        // values the bindings give.
+        let values = binding_symbols(&sig, &self.statics, b).map_err(|m| self.bind_err(m))?;
+        let mut device_arrays = Vec::new();
         for spec in &sig.arrays {
             let a = &b.arrays[&spec.name];
-            if a.dtype() != spec.dtype {
-                return Err(bind_err(format!(
-                    "'{}' is {}, the program declares {}",
-                    spec.name,
-                    a.dtype(),
-                    spec.dtype
-                )));
-            }
             let order = if spec.shape.is_empty() {
                 Vec::new()
             } else {
                 sdflow_ir::bind::dense_order(&spec.strides, a.shape(), &values).ok_or_else(
                     || {
-                        bind_err(format!(
+                        self.bind_err(format!(
                             "'{}': its declared strides are not a dense layout of shape {:?}",
                             spec.name,
                             a.shape()
@@ -527,30 +729,29 @@ impl GpuProgram {
                     },
                 )?
             };
-            let bytes = to_bytes(a, &order);
-            let p = self
-                .device
-                .alloc_zeroed(bytes.len().max(8))
-                .map_err(|e| self.run_err(e.0))?;
-            self.device
-                .copy_h2d(p, &bytes)
-                .map_err(|e| self.run_err(e.0))?;
-            ptrs.push(p);
-            orders.push(order);
+            let d = DeviceArray::from_host_in(&self.device, a, &order)
+                .map_err(|e| self.run_err(format!("'{}': {e}", spec.name)))?;
+            device_arrays.push(d);
         }
-        let result = self.call(&ptrs, &ints, &floats).and_then(|c| self.wait(c));
-        for ((spec, p), order) in sig.arrays.iter().zip(&ptrs).zip(&orders) {
-            if result.is_ok() {
-                let a = b.arrays.get_mut(&spec.name).expect("checked above");
-                let mut bytes = vec![0u8; to_bytes(a, order).len()];
-                self.device
-                    .copy_d2h_sync(&mut bytes, *p)
-                    .map_err(|e| self.run_err(e.0))?;
-                from_bytes(a, order, &bytes);
-            }
-            self.device.free(*p);
+        let mut args = DeviceArgs::new();
+        for (spec, d) in sig.arrays.iter().zip(&device_arrays) {
+            args = args.array(&spec.name, d);
         }
-        result
+        for (k, v) in &ints {
+            args = args.int(k, *v);
+        }
+        for (k, v) in &floats {
+            args = args.float(k, *v);
+        }
+        let call = self.bind(args)?;
+        let done = self.call_bound(&call)?;
+        self.wait(done)?;
+        for (spec, d) in sig.arrays.iter().zip(&device_arrays) {
+            let a = b.arrays.get_mut(&spec.name).expect("checked above");
+            d.copy_to_host(a)
+                .map_err(|e| self.run_err(format!("'{}': {e}", spec.name)))?;
+        }
+        Ok(())
     }
 }
 
@@ -565,52 +766,6 @@ fn elements(d: &DataDesc, env: &BTreeMap<String, i64>) -> Result<i64, String> {
         return Err(format!("{n} elements"));
     }
     Ok(n)
-}
-
-/// The elements of `a` in the dense layout `order` (dimensions slowest first), as
-/// little-endian bytes of its element type.
-fn to_bytes(a: &HostArray, order: &[usize]) -> Vec<u8> {
-    fn go<T: Copy>(a: &ndarray::ArrayD<T>, order: &[usize], f: impl Fn(T) -> Vec<u8>) -> Vec<u8> {
-        let v = if order.is_empty() {
-            a.view()
-        } else {
-            a.view().permuted_axes(order.to_vec())
-        };
-        v.iter().flat_map(|x| f(*x)).collect()
-    }
-    match a {
-        HostArray::F64(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
-        HostArray::F32(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
-        HostArray::I64(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
-        HostArray::I32(x) => go(x, order, |v| v.to_le_bytes().to_vec()),
-        HostArray::Bool(x) => go(x, order, |v| vec![u8::from(v)]),
-    }
-}
-
-/// Writes `bytes` (as [`to_bytes`] lays them out) back into `a`.
-fn from_bytes(a: &mut HostArray, order: &[usize], bytes: &[u8]) {
-    fn go<T: Copy, const W: usize>(
-        a: &mut ndarray::ArrayD<T>,
-        order: &[usize],
-        bytes: &[u8],
-        f: impl Fn([u8; W]) -> T,
-    ) {
-        let mut v = if order.is_empty() {
-            a.view_mut()
-        } else {
-            a.view_mut().permuted_axes(order.to_vec())
-        };
-        for (x, c) in v.iter_mut().zip(bytes.chunks_exact(W)) {
-            *x = f(c.try_into().unwrap_or([0; W]));
-        }
-    }
-    match a {
-        HostArray::F64(x) => go(x, order, bytes, f64::from_le_bytes),
-        HostArray::F32(x) => go(x, order, bytes, f32::from_le_bytes),
-        HostArray::I64(x) => go(x, order, bytes, i64::from_le_bytes),
-        HostArray::I32(x) => go(x, order, bytes, i32::from_le_bytes),
-        HostArray::Bool(x) => go(x, order, bytes, |b: [u8; 1]| b[0] != 0),
-    }
 }
 
 /// One call's walk over the plan's control flow (borrowing the program's parts, so the
@@ -803,9 +958,13 @@ impl Run<'_> {
 
 impl Drop for GpuProgram {
     fn drop(&mut self) {
+        let mut dev = self.device.lock();
         for p in self.transients.drain(..) {
-            self.device.free(p);
+            dev.free(p);
         }
-        self.device.free(self.status);
+        dev.free(self.status);
+        if let Some(p) = self.floats_buffer.take() {
+            dev.free(p);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! driver, the functions here return errors saying so, and never panic.
 //! See `../shared/DESIGN.md` ("codegen", CUDA).
 
+pub mod array;
 pub mod device;
 pub mod emit;
 pub mod exec;

@@ -9,8 +9,10 @@
 //!
 //! Every kernel takes the same parameters: the array pointers ([`KernelParams::arrays`]:
 //! the arguments, then the persistent transients), the integer symbols (the program's,
-//! then the symbols its control flow assigns) and the float symbols (as `double`), so
-//! the host prepares one parameter list per call and only the loop variables change.
+//! then the symbols its control flow assigns) and, where the program has float symbols,
+//! a pointer to their values (as `double`, in a device buffer the host fills before a
+//! call), so the host prepares one parameter list per call, only the loop variables
+//! change, and a captured graph stays valid when only float symbols do.
 
 use super::*;
 use crate::plan::{Plan, StepKind};
@@ -36,7 +38,8 @@ pub struct KernelParams {
     pub arrays: Vec<String>,
     /// 64-bit integer symbols: the program's, then those its control flow assigns.
     pub ints: Vec<String>,
-    /// Float symbols, passed as `double`.
+    /// Float symbols, read as `double` from a device buffer the last parameter points
+    /// to (absent when there are none).
     pub floats: Vec<String>,
 }
 
@@ -82,18 +85,17 @@ impl CudaProgram {
     }
 }
 
-/// The names of the status kernels every module has.
-pub const STATUS_RESET: &str = "sdf_status_reset";
-/// See [`STATUS_RESET`]: copies `[error flag, error record...]` to its argument.
+/// The name of the status kernel every module has: it copies `[error flag, error
+/// record...]` to its argument and clears them, so an error stays until it is read (a
+/// later call does not hide an earlier one's failure).
 pub const STATUS_READ: &str = "sdf_status_read";
 
 const STATUS_KERNELS: &str =
-    "/* The error flag and record: cleared at the start of a call, read after it. */
-extern \"C\" __global__ void sdf_status_reset(void) {
+    "/* The error flag and record: kept from the first failure until they are read. */
+extern \"C\" __global__ void sdf_status_read(int64_t* out) {
+    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err);
     sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
     for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
-extern \"C\" __global__ void sdf_status_read(int64_t* out) {
-    out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err); }
 
 ";
 
@@ -227,6 +229,22 @@ fn atomics() -> String {
     out
 }
 
+/// The one copy into access node `n` when it comes from another container (a copy the
+/// CUDA printer spreads over a grid); `None` for several copies into the node or a copy
+/// within one container (which may overlap: it keeps the buffered one-thread form).
+fn parallel_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
+    let dst = df.node(n).as_access()?;
+    let copies: Vec<EdgeId> = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
+        .collect();
+    match copies.as_slice() {
+        [e] if df.node(df.endpoints(*e).0).as_access() != Some(dst) => Some(*e),
+        _ => None,
+    }
+}
+
 /// The parameters of every kernel of `plan`.
 fn kernel_params(plan: &Plan) -> KernelParams {
     let sig = &plan.signature;
@@ -303,8 +321,8 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
         for n in &params.ints {
             let _ = write!(h, "const int64_t s_{n}, ");
         }
-        for (k, _) in params.floats.iter().enumerate() {
-            let _ = write!(h, "const double sdf_f{k}, ");
+        if !params.floats.is_empty() {
+            h.push_str("const double* __restrict__ sdf_f, ");
         }
         h.trim_end_matches(", ").to_string()
     };
@@ -314,7 +332,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
     }
     for (k, n) in params.floats.iter().enumerate() {
         let t = ctype(sdfg.symbols[n].dtype);
-        let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f{k};");
+        let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f[{k}];");
     }
     static_symbol_decls(&mut prologue, sdfg, "    ");
     let base = |loc: Vec<LocPart>| Scope {
@@ -400,6 +418,44 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                         em.indent -= 1;
                         em.line("}");
                     }
+                    em.indent -= 1;
+                    em.line("}");
+                    em.out.push_str("}\n\n");
+                    Some(sizes)
+                }
+                (StepKind::Copy, Node::Access(dst)) if parallel_copy(df, n).is_some() => {
+                    // A copy between two containers: a grid over its elements.
+                    let e = parallel_copy(df, n).expect("checked by the guard");
+                    let src = df
+                        .node(df.endpoints(e).0)
+                        .as_access()
+                        .expect("an access node");
+                    let edge = df.edge(e);
+                    let (s_sub, _) = copy_subsets(sdfg, src, dst, &edge.memlet);
+                    let sizes: Vec<SymExpr> = s_sub.0.iter().map(|d| d.size()).collect();
+                    let _ = writeln!(
+                        em.out,
+                        "/* state '{}', copy {} */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
+                        st.name.replace("*/", "* /"),
+                        edge.memlet.to_string().replace("*/", "* /"),
+                        opts.block_size
+                    );
+                    let total = if sizes.is_empty() {
+                        "1".to_string()
+                    } else {
+                        sizes
+                            .iter()
+                            .map(|z| format!("sdf_max64({}, 0)", sc.sym(z)))
+                            .collect::<Vec<_>>()
+                            .join(" * ")
+                    };
+                    em.line(&format!("const int64_t sdf_total = {total};"));
+                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
+                    em.indent += 1;
+                    // Write-conflict resolutions of the copy become atomic like a map's.
+                    let mut esc = base(loc.clone());
+                    esc.in_parallel_map = true;
+                    em.copy_element(&esc, src, dst, edge, "sdf_t");
                     em.indent -= 1;
                     em.line("}");
                     em.out.push_str("}\n\n");

@@ -636,6 +636,10 @@ impl Device for CudaDevice {
             replays: self.replays,
         }
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl Drop for CudaDevice {

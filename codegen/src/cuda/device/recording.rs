@@ -431,6 +431,10 @@ impl Device for RecordingDevice {
             replays: self.replays,
         }
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 #[cfg(test)]
