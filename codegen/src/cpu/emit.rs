@@ -1232,61 +1232,44 @@ impl Emitter<'_> {
         n: NodeId,
         r: &Reduce,
     ) -> Result<(), CodegenError> {
-        let input = df
-            .in_edges(n)
-            .into_iter()
-            .map(|e| df.edge(e))
-            .find(|e| e.dst_conn.as_deref() == Some("in"))
-            .ok_or_else(|| CodegenError::Unsupported("reduce without input".into()))?;
-        let output = df
-            .out_edges(n)
-            .into_iter()
-            .map(|e| df.edge(e))
-            .find(|e| e.src_conn.as_deref() == Some("out"))
-            .ok_or_else(|| CodegenError::Unsupported("reduce without output".into()))?;
-        let sdfg = sc.sdfg;
-        let idata = &input.memlet.data;
-        let odata = &output.memlet.data;
-        let it = sdfg.arrays.get(idata).map_or(DType::F64, DataDesc::dtype);
-        let ot = sdfg.arrays.get(odata).map_or(DType::F64, DataDesc::dtype);
-        let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
-        let isub = if input.memlet.subset.0.is_empty() {
-            full(idata)
-        } else {
-            input.memlet.subset.clone()
-        };
-        let osub = if output.memlet.subset.0.is_empty() {
-            full(odata)
-        } else {
-            output.memlet.subset.clone()
-        };
-        let rank = isub.rank();
-        let axes: BTreeSet<usize> = match &r.axes {
-            Some(a) => a.iter().copied().collect(),
-            None => (0..rank).collect(),
-        };
-        let kept: Vec<usize> = (0..rank).filter(|k| !axes.contains(k)).collect();
-        let red: Vec<usize> = (0..rank).filter(|k| axes.contains(k)).collect();
-        let sizes: Vec<String> = isub.0.iter().map(|d| sc.sym(&d.size())).collect();
-        let prod = |ks: &[usize]| {
-            if ks.is_empty() {
-                "1".to_string()
-            } else {
-                ks.iter()
-                    .map(|k| format!("sdf_max64({}, 0)", sizes[*k]))
-                    .collect::<Vec<_>>()
-                    .join(" * ")
-            }
-        };
+        let parts = ReduceParts::of(sc, df, n, r)?;
         self.line("{ /* reduce */");
         self.indent += 1;
         self.line(&format!(
             "const int64_t sdf_nk = {}, sdf_nr = {};",
-            prod(&kept),
-            prod(&red)
+            parts.count(sc, &parts.kept),
+            parts.count(sc, &parts.red)
         ));
         self.line("for (int64_t sdf_o = 0; sdf_o < sdf_nk; sdf_o++) {");
         self.indent += 1;
+        self.reduce_point(sc, &parts);
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// Output element number `sdf_o` (row-major over the kept axes) of a reduction: its
+    /// inputs combined in row-major order over the reduced axes (`sdf_nr` of them), then
+    /// stored. Each output element is one sequential sum, so a grid over the outputs (the
+    /// CUDA printer's) combines in the interpreter's order.
+    fn reduce_point(&mut self, sc: &Scope<'_>, parts: &ReduceParts<'_>) {
+        let ReduceParts {
+            r,
+            idata,
+            odata,
+            it,
+            ot,
+            isub,
+            osub,
+            wcr,
+            ..
+        } = parts;
+        let (r, it, ot) = (*r, *it, *ot);
+        let sdfg = sc.sdfg;
+        let rank = isub.rank();
+        let sizes: Vec<String> = isub.0.iter().map(|d| sc.sym(&d.size())).collect();
         let t = ctype(it);
         match r.identity {
             Some(v) => self.line(&format!(
@@ -1301,7 +1284,7 @@ impl Emitter<'_> {
         self.line("int64_t sdf_ko = sdf_o, sdf_ri = sdf_i;");
         let mut idx = vec![String::new(); rank];
         for k in (0..rank).rev() {
-            let (var, src) = if axes.contains(&k) {
+            let (var, src) = if parts.red.contains(&k) {
                 ("sdf_ri", "r")
             } else {
                 ("sdf_ko", "k")
@@ -1310,7 +1293,10 @@ impl Emitter<'_> {
             let (start, step) = match d {
                 Dim::Range { start, step, .. } => (sc.sym(start), sc.sym(step)),
                 other => (
-                    sc.index(other, sdfg.arrays.get(idata).and_then(|d| d.shape().get(k))),
+                    sc.index(
+                        other,
+                        sdfg.arrays.get(*idata).and_then(|d| d.shape().get(k)),
+                    ),
                     "1".to_string(),
                 ),
             };
@@ -1322,7 +1308,7 @@ impl Emitter<'_> {
         }
         let strides = sdfg
             .arrays
-            .get(idata)
+            .get(*idata)
             .and_then(|d| d.as_array())
             .map(|a| a.strides.clone())
             .unwrap_or_default();
@@ -1337,19 +1323,8 @@ impl Emitter<'_> {
         }
         self.indent -= 1;
         self.line("}");
-        let d_el = self.decompose(sc, odata, &osub, "sdf_o", "sdf_w");
-        self.store(
-            sc,
-            &d_el,
-            &convert("sdf_acc", it, ot),
-            ot,
-            output.memlet.wcr,
-        );
-        self.indent -= 1;
-        self.line("}");
-        self.indent -= 1;
-        self.line("}");
-        Ok(())
+        let d_el = self.decompose(sc, odata, osub, "sdf_o", "sdf_w");
+        self.store(sc, &d_el, &convert("sdf_acc", it, ot), ot, *wcr);
     }
 
     /// A nested SDFG: inner arrays filled from the caller's subsets, the callee run as a
@@ -1631,6 +1606,92 @@ fn has_copy_in(df: &Dataflow, n: NodeId) -> bool {
     df.in_edges(n)
         .into_iter()
         .any(|e| df.node(df.endpoints(e).0).as_access().is_some())
+}
+
+/// What printing a reduction needs: its input and output windows and which axes of the
+/// input it reduces.
+struct ReduceParts<'a> {
+    r: &'a Reduce,
+    idata: &'a str,
+    odata: &'a str,
+    it: DType,
+    ot: DType,
+    isub: Subset,
+    osub: Subset,
+    wcr: Option<Wcr>,
+    /// Input axes kept (one output element per point of them) and reduced.
+    kept: Vec<usize>,
+    red: Vec<usize>,
+}
+
+impl<'a> ReduceParts<'a> {
+    fn of(
+        sc: &Scope<'a>,
+        df: &'a Dataflow,
+        n: NodeId,
+        r: &'a Reduce,
+    ) -> Result<ReduceParts<'a>, CodegenError> {
+        let input = df
+            .in_edges(n)
+            .into_iter()
+            .map(|e| df.edge(e))
+            .find(|e| e.dst_conn.as_deref() == Some("in"))
+            .ok_or_else(|| CodegenError::Unsupported("reduce without input".into()))?;
+        let output = df
+            .out_edges(n)
+            .into_iter()
+            .map(|e| df.edge(e))
+            .find(|e| e.src_conn.as_deref() == Some("out"))
+            .ok_or_else(|| CodegenError::Unsupported("reduce without output".into()))?;
+        let sdfg = sc.sdfg;
+        let idata = input.memlet.data.as_str();
+        let odata = output.memlet.data.as_str();
+        let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
+        let isub = if input.memlet.subset.0.is_empty() {
+            full(idata)
+        } else {
+            input.memlet.subset.clone()
+        };
+        let osub = if output.memlet.subset.0.is_empty() {
+            full(odata)
+        } else {
+            output.memlet.subset.clone()
+        };
+        let rank = isub.rank();
+        let axes: BTreeSet<usize> = match &r.axes {
+            Some(a) => a.iter().copied().collect(),
+            None => (0..rank).collect(),
+        };
+        Ok(ReduceParts {
+            r,
+            idata,
+            odata,
+            it: sdfg.arrays.get(idata).map_or(DType::F64, DataDesc::dtype),
+            ot: sdfg.arrays.get(odata).map_or(DType::F64, DataDesc::dtype),
+            kept: (0..rank).filter(|k| !axes.contains(k)).collect(),
+            red: (0..rank).filter(|k| axes.contains(k)).collect(),
+            isub,
+            osub,
+            wcr: output.memlet.wcr,
+        })
+    }
+
+    /// The sizes of the input axes `ks`.
+    fn sizes(&self, ks: &[usize]) -> Vec<SymExpr> {
+        ks.iter().map(|k| self.isub.0[*k].size()).collect()
+    }
+
+    /// C text of the number of points of the input axes `ks`.
+    fn count(&self, sc: &Scope<'_>, ks: &[usize]) -> String {
+        if ks.is_empty() {
+            return "1".to_string();
+        }
+        self.sizes(ks)
+            .iter()
+            .map(|z| format!("sdf_max64({}, 0)", sc.sym(z)))
+            .collect::<Vec<_>>()
+            .join(" * ")
+    }
 }
 
 /// The source and destination subsets of a copy from `src` to `dst` (an empty subset is

@@ -461,6 +461,32 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     em.out.push_str("}\n\n");
                     Some(sizes)
                 }
+                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r))) => {
+                    // A grid over the output elements; each thread combines its inputs in
+                    // the interpreter's order.
+                    let parts = ReduceParts::of(&sc, df, n, r)?;
+                    let _ = writeln!(
+                        em.out,
+                        "/* state '{}', reduce */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
+                        st.name.replace("*/", "* /"),
+                        opts.block_size
+                    );
+                    em.line(&format!(
+                        "const int64_t sdf_nk = {}, sdf_nr = {};",
+                        parts.count(&sc, &parts.kept),
+                        parts.count(&sc, &parts.red)
+                    ));
+                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_nk; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
+                    em.indent += 1;
+                    em.line("const int64_t sdf_o = sdf_t;");
+                    let mut esc = base(loc.clone());
+                    esc.in_parallel_map = true;
+                    em.reduce_point(&esc, &parts);
+                    em.indent -= 1;
+                    em.line("}");
+                    em.out.push_str("}\n\n");
+                    Some(parts.sizes(&parts.kept))
+                }
                 (_, node) => {
                     let _ = writeln!(
                         em.out,
