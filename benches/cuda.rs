@@ -213,11 +213,13 @@ fn bench_bandwidth(c: &mut Criterion) {
         d.free(a);
         d.free(b);
     }
-    let hyper = sdflow::cli::load_program(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/hyperdiffusion.sdfg.json"
-    )))
-    .expect("example");
+    // `SDFLOW_ROOT`: the repository, when the prebuilt bench runs elsewhere
+    // (`scripts/gpu-bundle.sh`).
+    let root = std::env::var_os("SDFLOW_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let hyper = sdflow::cli::load_program(&root.join("examples/hyperdiffusion.sdfg.json"))
+        .expect("example");
     for n in [4096usize, 8192] {
         let mut inputs = Bindings::default();
         inputs.arrays.insert("u".into(), field(&[n, n], 0.1));

@@ -8,7 +8,7 @@
 //! wheel's usual places. Without it the compile tests say so on standard error and
 //! return; the snapshots need no NVRTC.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use expect_test::expect_file;
 use sdflow::cli;
@@ -17,8 +17,12 @@ use sdflow_codegen::cuda::exec::CudaBackend;
 use sdflow_codegen::cuda::nvrtc::{self, Arch, Output};
 use sdflow_ir::Sdfg;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The repository: `SDFLOW_ROOT` when set (the prebuilt binaries of
+/// `scripts/gpu-bundle.sh` run on another machine), else where this was built.
+fn root() -> PathBuf {
+    std::env::var_os("SDFLOW_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn nvrtc_or_skip(test: &str) -> bool {
@@ -231,11 +235,7 @@ fn gpu_float_symbols_change_without_a_new_graph() {
     let Some(device) = gpu_or_skip("gpu_float_symbols_change_without_a_new_graph") else {
         return;
     };
-    let s = cli::load_program(Path::new(&format!(
-        "{}/examples/hyperdiffusion.sdfg.json",
-        env!("CARGO_MANIFEST_DIR")
-    )))
-    .unwrap();
+    let s = cli::load_program(&root().join("examples/hyperdiffusion.sdfg.json")).unwrap();
     let mut opt = s.clone();
     sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
     let handle = DeviceHandle::new(device);
@@ -348,4 +348,184 @@ fn gpu_errors_are_kept_until_read() {
         vec![100u64; 8],
         "100 / 1 everywhere"
     );
+}
+
+/// Whether a program's tasklets call a transcendental function (CUDA's math library
+/// differs from the host's there, within its documented error bounds).
+fn uses_transcendentals(s: &Sdfg) -> bool {
+    let text = sdflow_ir::format::to_json(s);
+    let bytes = text.as_bytes();
+    [
+        "exp", "log", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+        "pow", "atan2",
+    ]
+    .iter()
+    .any(|f| {
+        let pat = format!("{f}(");
+        text.match_indices(&pat)
+            .any(|(i, _)| i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'))
+    })
+}
+
+/// On a GPU: every DaCe corpus program on random inputs, optimized with the GPU pipeline,
+/// equals the interpreter bit for bit, or (with transcendental functions) within 64 ulp
+/// of the largest magnitude of each array; where the interpreter stops with an error,
+/// the GPU reports one too.
+#[test]
+fn gpu_dace_corpus_equals_the_interpreter() {
+    if gpu_or_skip("gpu_dace_corpus_equals_the_interpreter").is_none() {
+        return;
+    }
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let handle = DeviceHandle::new(CudaDevice::new(0).unwrap());
+    let (mut exact, mut bounded, mut failing) = (0, 0, 0);
+    for p in files("tests/dace", ".sdfg") {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let s = cli::load_program(&p).unwrap();
+        let symbols = sdflow_ir::testkit::sample_symbols(&s);
+        let Ok(inputs) = sdflow_ir::interp::random_bindings(&s, &symbols, 3) else {
+            continue;
+        };
+        let mut expected = inputs.clone();
+        let interp = sdflow_ir::interp::run(&s, &mut expected);
+        let mut opt = s.clone();
+        sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+        let mut prog = backend
+            .build(&opt, &handle)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut got = inputs.clone();
+        let gpu = prog.run_bindings(&mut got);
+        match (interp, gpu) {
+            (Err(_), Err(_)) => {
+                failing += 1;
+                continue;
+            }
+            (Err(e), Ok(())) => panic!("{name}: the interpreter stops ({e}), the GPU does not"),
+            (Ok(_), Err(e)) => panic!("{name}: the GPU stops ({e}), the interpreter does not"),
+            (Ok(_), Ok(())) => {}
+        }
+        let tolerant = uses_transcendentals(&s);
+        for (n, d) in s.non_transients() {
+            if d.transient() {
+                continue;
+            }
+            let (want, have) = (&expected.arrays[n], &got.arrays[n]);
+            if !tolerant {
+                assert_eq!(want.bits(), have.bits(), "{name}: '{n}' differs");
+                continue;
+            }
+            let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
+            let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let bound = 64.0 * f64::EPSILON * scale;
+            for (k, (a, b)) in w.iter().zip(&h).enumerate() {
+                let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
+                assert!(same, "{name}: '{n}'[{k}] {b} vs {a} (bound {bound:e})");
+            }
+        }
+        if tolerant {
+            bounded += 1;
+        } else {
+            exact += 1;
+        }
+    }
+    eprintln!(
+        "DaCe corpus on the GPU: {exact} bit for bit, {bounded} within the bound, {failing} stopped with an error on both"
+    );
+    assert!(exact + bounded >= 15, "{exact} + {bounded}");
+}
+
+/// Distance in units in the last place between two doubles (0 for equal bits).
+fn ulps(a: f64, b: f64) -> u64 {
+    let key = |x: f64| {
+        let b = x.to_bits() as i64;
+        if b < 0 { i64::MIN - b } else { b }
+    };
+    key(a).abs_diff(key(b))
+}
+
+/// On a GPU: each transcendental function, applied once, is within 4 ulp of the
+/// interpreter (the host's libm, within 1 ulp, against CUDA's documented maximum errors
+/// of 1 to 2 ulp in double precision), over inputs across their ranges.
+#[test]
+fn gpu_transcendentals_are_within_their_bounds() {
+    use sdflow_ir::interp::{Bindings, HostArray};
+    use sdflow_ir::{DType, SdfgBuilder, Value};
+    let Some(device) = gpu_or_skip("gpu_transcendentals_are_within_their_bounds") else {
+        return;
+    };
+    let fns: &[(&str, &str)] = &[
+        ("exp", "o = exp(x / 4.0)"),
+        ("log", "o = log(abs(x) + 0.5)"),
+        ("log10", "o = log10(abs(x) + 0.5)"),
+        ("sin", "o = sin(x)"),
+        ("cos", "o = cos(x)"),
+        ("tan", "o = tan(x / 16.0)"),
+        ("asin", "o = asin(x / 40.0)"),
+        ("acos", "o = acos(x / 40.0)"),
+        ("atan", "o = atan(x)"),
+        ("sinh", "o = sinh(x / 8.0)"),
+        ("cosh", "o = cosh(x / 8.0)"),
+        ("tanh", "o = tanh(x / 4.0)"),
+        ("pow", "o = pow(abs(x) + 0.1, 1.7)"),
+    ];
+    let mut b = SdfgBuilder::new("transcendentals");
+    b.symbol("N", DType::I64).array("x", DType::F64, ["N"]);
+    for (f, _) in fns {
+        b.array(&format!("o_{f}"), DType::F64, ["N"]);
+    }
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            for (f, code) in fns {
+                m.tasklet(f, &[("x", "x[i]")], &[("o", &format!("o_{f}[i]"))], code);
+            }
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let n = 100_000usize;
+    let mut inputs = Bindings::default();
+    let xs: Vec<f64> = (0..n)
+        .map(|k| -40.0 + 80.0 * (k as f64 + 0.37) / n as f64)
+        .collect();
+    inputs
+        .arrays
+        .insert("x".into(), HostArray::from_f64(&[n], xs).unwrap());
+    for (f, _) in fns {
+        inputs
+            .arrays
+            .insert(format!("o_{f}"), HostArray::zeros(DType::F64, &[n]));
+    }
+    inputs.symbols.insert("N".into(), Value::I64(n as i64));
+    let mut expected = inputs.clone();
+    sdflow_ir::interp::run(&s, &mut expected).unwrap();
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let mut prog = backend.build(&s, &DeviceHandle::new(device)).unwrap();
+    let mut got = inputs.clone();
+    prog.run_bindings(&mut got).unwrap();
+    for (f, _) in fns {
+        let name = format!("o_{f}");
+        let (w, h) = (
+            expected.arrays[&name].to_f64_vec(),
+            got.arrays[&name].to_f64_vec(),
+        );
+        let worst = w
+            .iter()
+            .zip(&h)
+            .map(|(a, b)| ulps(*a, *b))
+            .max()
+            .unwrap_or(0);
+        let exact = w
+            .iter()
+            .zip(&h)
+            .filter(|(a, b)| a.to_bits() == b.to_bits())
+            .count();
+        eprintln!("{f}: at most {worst} ulp from the host, {exact} of {n} bit for bit");
+        assert!(worst <= 4, "{f}: {worst} ulp");
+    }
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds sdflow's GPU tests and CUDA benchmark here and packs them, stripped, into a folder
+# (default target/gpu-bundle) with run.sh, which runs them on a machine with an NVIDIA GPU
+# and no Rust toolchain, from a copy of this repository (the tests read examples/ and
+# tests/dace/ from it):
+#
+#   scripts/gpu-bundle.sh                      # here: build and pack (about 30 MB)
+#   target/gpu-bundle/run.sh [OUTDIR]          # there, from the repository root
+#
+# run.sh writes the device's name, the tests' and the bench's output to OUTDIR (default
+# target/gpu-bundle/results): the GPU results against the interpreter bit for bit
+# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs) and the timings of benches/cuda.rs.
+# NVRTC comes from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-target/gpu-bundle}
+mkdir -p "$out/bin"
+
+# The path of the executable cargo reports for one test or bench target.
+executable() {
+    grep -o 'Executable [^(]*(\([^)]*\))' | sed 's/.*(\(.*\))/\1/' | tail -1
+}
+
+test_bin=$(cargo test --no-run --test cuda 2>&1 | executable)
+device_bin=$(cargo test --no-run -p sdflow-codegen --test cuda_device 2>&1 | executable)
+bench_bin=$(cargo bench --no-run --bench cuda 2>&1 | executable)
+for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin"; do
+    name=${pair%%:*}
+    path=${pair#*:}
+    if [ -z "$path" ] || [ ! -x "$path" ]; then
+        echo "gpu-bundle: no executable for $name" >&2
+        exit 1
+    fi
+    cp "$path" "$out/bin/$name"
+    strip "$out/bin/$name" 2>/dev/null || true
+done
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs the prebuilt GPU tests and the CUDA benchmark; see scripts/gpu-bundle.sh.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+results=${1:-$here/results}
+mkdir -p "$results"
+export SDFLOW_ROOT=${SDFLOW_ROOT:-$(pwd)}
+if [ -z "${SDFLOW_NVRTC:-}" ]; then
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+        if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
+            export SDFLOW_NVRTC=$d
+            break
+        fi
+    done
+fi
+export SDFLOW_CACHE_DIR=${SDFLOW_CACHE_DIR:-$results/cache}
+(nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv) \
+    > "$results/device.txt" 2>&1
+status=0
+"$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
+"$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    "$here/bin/bench_cuda" --bench > "$results/bench_cuda.txt" 2>&1 || status=1
+fi
+grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
+exit $status
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out/bin"/*
