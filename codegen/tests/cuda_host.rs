@@ -333,10 +333,19 @@ fn device_arrays_round_trip_in_any_layout() {
     // Dropping an array frees its memory on the device.
     let ptr = d.ptr();
     drop(d);
-    let lock = dev.lock();
-    let rec = lock.as_any().downcast_ref::<RecordingDevice>().unwrap();
-    assert!(rec.calls().contains(&Call::Free(ptr)));
-    assert!(rec.read(ptr, 8).is_err(), "freed memory cannot be read");
+    let freed = |ptr| {
+        let lock = dev.lock();
+        let rec = lock.as_any().downcast_ref::<RecordingDevice>().unwrap();
+        rec.calls().contains(&Call::Free(ptr)) && rec.read(ptr, 8).is_err()
+    };
+    assert!(freed(ptr));
+    // Dropped while the device is held (no deadlock): freed at the next lock.
+    let e = DeviceArray::zeros(&dev, DType::F64, &[2]).unwrap();
+    let ptr = e.ptr();
+    let held = dev.lock();
+    drop(e);
+    drop(held);
+    assert!(freed(ptr));
 }
 
 #[test]

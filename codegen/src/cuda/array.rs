@@ -22,7 +22,7 @@ pub(crate) struct Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.device.lock().free(self.ptr);
+        self.device.free_later(self.ptr);
     }
 }
 

@@ -123,7 +123,14 @@ pub trait Device: Send {
 /// one program writes is ready for the next program's call without a wait. Cloning the
 /// handle shares the device; it is freed when the last handle, program and array are gone.
 #[derive(Clone)]
-pub struct DeviceHandle(Arc<Mutex<Box<dyn Device>>>);
+pub struct DeviceHandle(Arc<Shared>);
+
+struct Shared {
+    device: Mutex<Box<dyn Device>>,
+    /// Allocations released while the device was held (by this thread or another): freed
+    /// at the next [`DeviceHandle::lock`].
+    pending_frees: Mutex<Vec<DevPtr>>,
+}
 
 impl DeviceHandle {
     /// Shares `device`.
@@ -133,16 +140,48 @@ impl DeviceHandle {
 
     /// Shares a boxed device.
     pub fn from_box(device: Box<dyn Device>) -> DeviceHandle {
-        DeviceHandle(Arc::new(Mutex::new(device)))
+        DeviceHandle(Arc::new(Shared {
+            device: Mutex::new(device),
+            pending_frees: Mutex::new(Vec::new()),
+        }))
     }
 
     /// The device, for as long as the guard lives (other threads using the handle wait).
     /// A thread that panicked while holding it leaves the device as it was: every device
     /// operation is one driver call, so there is no half-done state to refuse.
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn Device>> {
-        self.0
+        let mut d = self
+            .0
+            .device
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pending = std::mem::take(
+            &mut *self
+                .0
+                .pending_frees
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for p in pending {
+            d.free(p);
+        }
+        d
+    }
+
+    /// Frees `p` in stream order: now if the device is free, else at the next
+    /// [`DeviceHandle::lock`] (so dropping an array while holding the device's guard
+    /// does not deadlock).
+    pub fn free_later(&self, p: DevPtr) {
+        match self.0.device.try_lock() {
+            Ok(mut d) => d.free(p),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().free(p),
+            Err(std::sync::TryLockError::WouldBlock) => self
+                .0
+                .pending_frees
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(p),
+        }
     }
 
     /// Whether both handles share one device.
@@ -151,10 +190,26 @@ impl DeviceHandle {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let device = self
+            .device
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pending = self
+            .pending_frees
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for p in pending.drain(..) {
+            device.free(p);
+        }
+    }
+}
+
 impl fmt::Debug for DeviceHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `try_lock`: printing a handle while its device is held must not deadlock.
-        match self.0.try_lock() {
+        match self.0.device.try_lock() {
             Ok(d) => f.debug_tuple("DeviceHandle").field(&d.name()).finish(),
             Err(_) => f.debug_tuple("DeviceHandle").field(&"in use").finish(),
         }

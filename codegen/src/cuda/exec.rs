@@ -958,13 +958,14 @@ impl Run<'_> {
 
 impl Drop for GpuProgram {
     fn drop(&mut self) {
-        let mut dev = self.device.lock();
+        // `free_later`: dropping a program while holding its device's guard must not
+        // deadlock.
         for p in self.transients.drain(..) {
-            dev.free(p);
+            self.device.free_later(p);
         }
-        dev.free(self.status);
+        self.device.free_later(self.status);
         if let Some(p) = self.floats_buffer.take() {
-            dev.free(p);
+            self.device.free_later(p);
         }
     }
 }
