@@ -460,6 +460,39 @@ fn host_arrays_round_trip_through_the_device() {
     }
 }
 
+/// The kernels a recording device launched, with their grids and blocks.
+fn launch_shapes(p: &GpuProgram) -> Vec<(String, [u32; 3], [u32; 3])> {
+    let dev = p.device().lock();
+    let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
+    rec.launches()
+        .iter()
+        .map(|l| (l.kernel.clone(), l.grid, l.block))
+        .collect()
+}
+
+/// Runs `s` compiled for the CPU and on the interpreter with `N = n` on random inputs;
+/// asserts the arrays `names` are equal bit for bit and written.
+fn cpu_equals_interpreter(s: &Sdfg, n: i64, names: &[&str]) {
+    let mut symbols = std::collections::BTreeMap::new();
+    symbols.insert("N".to_string(), sdflow_ir::Value::I64(n));
+    let inputs = sdflow_ir::interp::random_bindings(s, &symbols, 9).unwrap();
+    let mut expected = inputs.clone();
+    sdflow_ir::interp::run(s, &mut expected).unwrap();
+    let prog = sdflow_codegen::CpuBackend {
+        cache: None,
+        ..Default::default()
+    }
+    .build(s)
+    .unwrap();
+    let mut got = inputs.clone();
+    prog.run_bindings(&mut got).unwrap();
+    for name in names {
+        let (g, e) = (got.arrays[*name].bits(), expected.arrays[*name].bits());
+        assert_eq!(g, e, "'{name}'");
+        assert_ne!(e, inputs.arrays[*name].bits(), "'{name}' is written");
+    }
+}
+
 /// A copy between two containers (with a conversion) is spread over a grid, one thread
 /// per element; a scalar copy is one thread. The element code is the C backend's too,
 /// so the compiled CPU program checks it against the interpreter.
@@ -497,15 +530,8 @@ fn a_copy_between_containers_is_a_grid_of_its_elements() {
         )
         .unwrap();
     p.wait(done).unwrap();
-    let dev = p.device().lock();
-    let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
-    let grids: Vec<(String, [u32; 3], [u32; 3])> = rec
-        .launches()
-        .iter()
-        .map(|l| (l.kernel.clone(), l.grid, l.block))
-        .collect();
     assert_eq!(
-        grids,
+        launch_shapes(&p),
         [
             // 3000 elements, 256 threads a block.
             ("sdf_k0_0".to_string(), [12, 1, 1], [256, 1, 1]),
@@ -514,29 +540,8 @@ fn a_copy_between_containers_is_a_grid_of_its_elements() {
             ("sdf_status_read".to_string(), [1, 1, 1], [1, 1, 1]),
         ]
     );
-    drop(dev);
     // The same element code on the CPU equals the interpreter.
-    let mut symbols = std::collections::BTreeMap::new();
-    symbols.insert("N".to_string(), sdflow_ir::Value::I64(7));
-    let inputs = sdflow_ir::interp::random_bindings(&s, &symbols, 9).unwrap();
-    let mut expected = inputs.clone();
-    sdflow_ir::interp::run(&s, &mut expected).unwrap();
-    let prog = sdflow_codegen::CpuBackend {
-        cache: None,
-        ..Default::default()
-    }
-    .build(&s)
-    .unwrap();
-    let mut got = inputs.clone();
-    prog.run_bindings(&mut got).unwrap();
-    for n in ["a", "b", "c"] {
-        assert_eq!(got.arrays[n].bits(), expected.arrays[n].bits(), "'{n}'");
-    }
-    assert_ne!(
-        expected.arrays["b"].bits(),
-        inputs.arrays["b"].bits(),
-        "the copy changed 'b'"
-    );
+    cpu_equals_interpreter(&s, 7, &["a", "b"]);
 }
 
 /// Reductions: over the inner axis of a matrix (one output per row), a grid over the
@@ -582,43 +587,15 @@ fn a_reduction_is_a_grid_over_its_outputs() {
         )
         .unwrap();
     p.wait(done).unwrap();
-    let dev = p.device().lock();
-    let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
-    let grids: Vec<(String, [u32; 3])> = rec
-        .launches()
-        .iter()
-        .map(|l| (l.kernel.clone(), l.grid))
-        .collect();
     assert_eq!(
-        grids,
+        launch_shapes(&p),
         [
             // 1000 rows, 256 threads a block.
-            ("sdf_k0_0".to_string(), [4, 1, 1]),
-            // One output: one block.
-            ("sdf_k1_0".to_string(), [1, 1, 1]),
-            ("sdf_status_read".to_string(), [1, 1, 1]),
+            ("sdf_k0_0".to_string(), [4, 1, 1], [256, 1, 1]),
+            // One output: one block, one thread of it working.
+            ("sdf_k1_0".to_string(), [1, 1, 1], [256, 1, 1]),
+            ("sdf_status_read".to_string(), [1, 1, 1], [1, 1, 1]),
         ]
     );
-    drop(dev);
-    let mut symbols = std::collections::BTreeMap::new();
-    symbols.insert("N".to_string(), sdflow_ir::Value::I64(9));
-    let inputs = sdflow_ir::interp::random_bindings(&s, &symbols, 4).unwrap();
-    let mut expected = inputs.clone();
-    sdflow_ir::interp::run(&s, &mut expected).unwrap();
-    let prog = sdflow_codegen::CpuBackend {
-        cache: None,
-        ..Default::default()
-    }
-    .build(&s)
-    .unwrap();
-    let mut got = inputs.clone();
-    prog.run_bindings(&mut got).unwrap();
-    for n in ["rows", "top"] {
-        assert_eq!(got.arrays[n].bits(), expected.arrays[n].bits(), "'{n}'");
-        assert_ne!(
-            got.arrays[n].bits(),
-            inputs.arrays[n].bits(),
-            "'{n}' written"
-        );
-    }
+    cpu_equals_interpreter(&s, 9, &["rows", "top"]);
 }
