@@ -442,7 +442,8 @@ impl CompiledProgram {
                 return Err(self.bind_err(format!("missing argument '{}'", spec.name)));
             }
         }
-        let layouts = self.declared_layouts(b)?;
+        let layouts =
+            declared_orders(&self.signature, &self.statics, b).map_err(|e| self.bind_err(e))?;
         for (name, h) in b.arrays.iter_mut() {
             if !self.signature.arrays.iter().any(|a| a.name == *name) {
                 continue;
@@ -460,23 +461,38 @@ impl CompiledProgram {
     }
 }
 
-impl CompiledProgram {
-    /// The dense layout each argument's declared strides describe (dimensions slowest
-    /// first), with symbol values from `b` and the extents of its arrays.
-    fn declared_layouts(&self, b: &Bindings) -> Result<BTreeMap<String, Vec<usize>>, CallError> {
-        let values =
-            binding_symbols(&self.signature, &self.statics, b).map_err(|e| self.bind_err(e))?;
-        Ok(self
-            .signature
-            .arrays
-            .iter()
-            .filter_map(|s| {
-                let a = b.arrays.get(&s.name)?;
-                let order = sdflow_ir::bind::dense_order(&s.strides, a.shape(), &values)?;
-                Some((s.name.clone(), order))
-            })
-            .collect())
+/// The dense layout (dimensions slowest first) in which an argument declared as `spec`
+/// is passed with extents `extents`: the one its declared strides describe with the
+/// symbol values `values`, else row-major (the binding's stride check then says what
+/// differs); none for a scalar.
+pub(crate) fn declared_order(
+    spec: &crate::abi::ArgSpec,
+    extents: &[usize],
+    values: &BTreeMap<String, i64>,
+) -> Vec<usize> {
+    if spec.shape.is_empty() {
+        return Vec::new();
     }
+    sdflow_ir::bind::dense_order(&spec.strides, extents, values)
+        .unwrap_or_else(|| (0..extents.len()).collect())
+}
+
+/// The dense layout of every argument of interpreter-style bindings `b` for a program of
+/// signature `sig` ([`declared_order`], with the symbol values the bindings give).
+pub(crate) fn declared_orders(
+    sig: &Signature,
+    statics: &BTreeMap<String, i64>,
+    b: &Bindings,
+) -> Result<BTreeMap<String, Vec<usize>>, String> {
+    let values = binding_symbols(sig, statics, b)?;
+    Ok(sig
+        .arrays
+        .iter()
+        .filter_map(|s| {
+            let a = b.arrays.get(&s.name)?;
+            Some((s.name.clone(), declared_order(s, a.shape(), &values)))
+        })
+        .collect())
 }
 
 /// One array argument as a call passes it (host or device memory alike).

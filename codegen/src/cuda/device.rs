@@ -19,7 +19,7 @@ pub use driver::CudaDevice;
 pub use recording::{Call, Launch, RecordingDevice};
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A device address (`CUdeviceptr`).
@@ -130,6 +130,8 @@ struct Shared {
     /// Allocations released while the device was held (by this thread or another): freed
     /// at the next [`DeviceHandle::lock`].
     pending_frees: Mutex<Vec<DevPtr>>,
+    /// Whether `pending_frees` may hold any (a lock looks at them only then).
+    any_pending: AtomicBool,
 }
 
 impl DeviceHandle {
@@ -143,6 +145,7 @@ impl DeviceHandle {
         DeviceHandle(Arc::new(Shared {
             device: Mutex::new(device),
             pending_frees: Mutex::new(Vec::new()),
+            any_pending: AtomicBool::new(false),
         }))
     }
 
@@ -155,15 +158,17 @@ impl DeviceHandle {
             .device
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let pending = std::mem::take(
-            &mut *self
-                .0
-                .pending_frees
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        );
-        for p in pending {
-            d.free(p);
+        if self.0.any_pending.swap(false, Ordering::AcqRel) {
+            let pending = std::mem::take(
+                &mut *self
+                    .0
+                    .pending_frees
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            );
+            for p in pending {
+                d.free(p);
+            }
         }
         d
     }
@@ -175,12 +180,14 @@ impl DeviceHandle {
         match self.0.device.try_lock() {
             Ok(mut d) => d.free(p),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().free(p),
-            Err(std::sync::TryLockError::WouldBlock) => self
-                .0
-                .pending_frees
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(p),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.0
+                    .pending_frees
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(p);
+                self.0.any_pending.store(true, Ordering::Release);
+            }
         }
     }
 

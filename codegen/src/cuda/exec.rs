@@ -28,7 +28,8 @@ use crate::cache::{Artifact, Cache, Origin};
 use crate::cpu::sites::RECORD_LEN;
 use crate::plan::Flow;
 use crate::program::{
-    CallError, CheckedArgs, PassedArray, binding_symbols, check_arguments, static_ints,
+    CallError, CheckedArgs, PassedArray, check_arguments, declared_order, declared_orders,
+    static_ints,
 };
 
 /// Code generation, NVRTC compilation and caching for CUDA.
@@ -448,12 +449,7 @@ impl GpuProgram {
         let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
         sdflow_ir::bind::infer_symbols(&[layout], &inferable, &mut values)
             .map_err(|e| self.bind_err(e.0))?;
-        let order = if spec.shape.is_empty() {
-            Vec::new()
-        } else {
-            sdflow_ir::bind::dense_order(&spec.strides, a.shape(), &values)
-                .unwrap_or_else(|| (0..a.shape().len()).collect())
-        };
+        let order = declared_order(spec, a.shape(), &values);
         DeviceArray::from_host_in(&self.device, a, &order)
             .map_err(|e| self.run_err(format!("'{name}': {e}")))
     }
@@ -712,25 +708,12 @@ impl GpuProgram {
         }
         // Each argument in the layout its declared strides describe with the symbol
         // values the bindings give.
-        let values = binding_symbols(&sig, &self.statics, b).map_err(|m| self.bind_err(m))?;
+        let orders = declared_orders(&sig, &self.statics, b).map_err(|m| self.bind_err(m))?;
         let mut device_arrays = Vec::new();
         for spec in &sig.arrays {
-            let a = &b.arrays[&spec.name];
-            let order = if spec.shape.is_empty() {
-                Vec::new()
-            } else {
-                sdflow_ir::bind::dense_order(&spec.strides, a.shape(), &values).ok_or_else(
-                    || {
-                        self.bind_err(format!(
-                            "'{}': its declared strides are not a dense layout of shape {:?}",
-                            spec.name,
-                            a.shape()
-                        ))
-                    },
-                )?
-            };
-            let d = DeviceArray::from_host_in(&self.device, a, &order)
-                .map_err(|e| self.run_err(format!("'{}': {e}", spec.name)))?;
+            let d =
+                DeviceArray::from_host_in(&self.device, &b.arrays[&spec.name], &orders[&spec.name])
+                    .map_err(|e| self.run_err(format!("'{}': {e}", spec.name)))?;
             device_arrays.push(d);
         }
         let mut args = DeviceArgs::new();

@@ -76,15 +76,6 @@ pub struct CudaProgram {
     pub block_size: u32,
 }
 
-impl CudaProgram {
-    /// The kernel of step `step` of state number `state` (`checked`: its checked version).
-    pub fn kernel(&self, state: usize, step: usize, checked: bool) -> Option<usize> {
-        self.kernels
-            .iter()
-            .position(|k| k.state == state && k.step == step && k.checked == checked)
-    }
-}
-
 /// The name of the status kernel every module has: it copies `[error flag, error
 /// record...]` to its argument and clears them, so an error stays until it is read (a
 /// later call does not hide an earlier one's failure).
@@ -229,6 +220,49 @@ fn atomics() -> String {
     out
 }
 
+/// The header of a grid kernel of one step.
+struct GridKernel<'a> {
+    name: &'a str,
+    head: &'a str,
+    prologue: &'a str,
+    state: &'a str,
+    block_size: u32,
+}
+
+/// Opens a grid kernel doing `what`: its header, the `setup` lines, and a grid-stride
+/// loop of `sdf_t` over `0..total` (closed by [`close_grid_kernel`]).
+fn open_grid_kernel(
+    em: &mut Emitter<'_>,
+    k: &GridKernel<'_>,
+    what: &str,
+    setup: &[String],
+    total: &str,
+) {
+    let _ = writeln!(
+        em.out,
+        "/* state '{}', {} */\nextern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n{}",
+        k.state.replace("*/", "* /"),
+        what.replace("*/", "* /"),
+        k.block_size,
+        k.name,
+        k.head,
+        k.prologue
+    );
+    for l in setup {
+        em.line(l);
+    }
+    em.line(&format!("const int64_t sdf_total = {total};"));
+    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
+    em.indent += 1;
+}
+
+/// Closes what [`open_grid_kernel`] opened.
+fn close_grid_kernel(em: &mut Emitter<'_>) {
+    em.indent -= 1;
+    em.line("}");
+    em.out.push_str("}\n\n");
+}
+
 /// The one copy into access node `n` when it comes from another container (a copy the
 /// CUDA printer spreads over a grid); `None` for several copies into the node or a copy
 /// within one container (which may overlap: it keeps the buffered one-thread form).
@@ -366,24 +400,30 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 top: false,
             };
             let sc = base(loc.clone());
-            let grid_sizes = match (&step.kind, df.node(n)) {
-                (StepKind::ParallelMap { .. }, Node::Map(m)) => {
+            // What every grid kernel's header names.
+            let kernel = GridKernel {
+                name: &name,
+                head: &head,
+                prologue: &prologue,
+                state: &st.name,
+                block_size: opts.block_size,
+            };
+            let copy = match step.kind {
+                StepKind::Copy => parallel_copy(df, n),
+                _ => None,
+            };
+            let grid_sizes = match (&step.kind, df.node(n), copy) {
+                (StepKind::ParallelMap { .. }, Node::Map(m), _) => {
                     // A grid covers every parameter whose range does not use an outer one.
                     let g = crate::plan::independent_depth(m);
                     let sizes: Vec<SymExpr> = m.ranges[..g].iter().map(|r| r.size()).collect();
-                    let _ = writeln!(
-                        em.out,
-                        "/* state '{}', map '{}' */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
-                        st.name.replace("*/", "* /"),
-                        m.label.replace("*/", "* /"),
-                        opts.block_size
-                    );
-                    for (d, size) in sizes.iter().enumerate() {
-                        em.line(&format!(
-                            "const int64_t sdf_n{d} = sdf_max64({}, 0);",
-                            sc.sym(size)
-                        ));
-                    }
+                    let setup: Vec<String> = sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(d, size)| {
+                            format!("const int64_t sdf_n{d} = sdf_max64({}, 0);", sc.sym(size))
+                        })
+                        .collect();
                     let total = if g == 0 {
                         "1".to_string()
                     } else {
@@ -392,9 +432,8 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                             .collect::<Vec<_>>()
                             .join(" * ")
                     };
-                    em.line(&format!("const int64_t sdf_total = {total};"));
-                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
-                    em.indent += 1;
+                    let what = format!("map '{}'", m.label);
+                    open_grid_kernel(&mut em, &kernel, &what, &setup, &total);
                     em.line("int64_t sdf_r = sdf_t; (void)sdf_r;");
                     for d in (0..g).rev() {
                         let (p, r) = (&m.params[d], &m.ranges[d]);
@@ -418,76 +457,44 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                         em.indent -= 1;
                         em.line("}");
                     }
-                    em.indent -= 1;
-                    em.line("}");
-                    em.out.push_str("}\n\n");
+                    close_grid_kernel(&mut em);
                     Some(sizes)
                 }
-                (StepKind::Copy, Node::Access(dst)) if parallel_copy(df, n).is_some() => {
+                (StepKind::Copy, Node::Access(dst), Some(e)) => {
                     // A copy between two containers: a grid over its elements.
-                    let e = parallel_copy(df, n).expect("checked by the guard");
                     let src = df
                         .node(df.endpoints(e).0)
                         .as_access()
-                        .expect("an access node");
+                        .expect("a copy comes from an access node");
                     let edge = df.edge(e);
                     let (s_sub, _) = copy_subsets(sdfg, src, dst, &edge.memlet);
-                    let sizes: Vec<SymExpr> = s_sub.0.iter().map(|d| d.size()).collect();
-                    let _ = writeln!(
-                        em.out,
-                        "/* state '{}', copy {} */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
-                        st.name.replace("*/", "* /"),
-                        edge.memlet.to_string().replace("*/", "* /"),
-                        opts.block_size
-                    );
-                    let total = if sizes.is_empty() {
-                        "1".to_string()
-                    } else {
-                        sizes
-                            .iter()
-                            .map(|z| format!("sdf_max64({}, 0)", sc.sym(z)))
-                            .collect::<Vec<_>>()
-                            .join(" * ")
-                    };
-                    em.line(&format!("const int64_t sdf_total = {total};"));
-                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
-                    em.indent += 1;
+                    let what = format!("copy {}", edge.memlet);
+                    open_grid_kernel(&mut em, &kernel, &what, &[], &subset_volume(&sc, &s_sub));
                     // Write-conflict resolutions of the copy become atomic like a map's.
                     let mut esc = base(loc.clone());
                     esc.in_parallel_map = true;
                     em.copy_element(&esc, src, dst, edge, "sdf_t");
-                    em.indent -= 1;
-                    em.line("}");
-                    em.out.push_str("}\n\n");
-                    Some(sizes)
+                    close_grid_kernel(&mut em);
+                    Some(s_sub.0.iter().map(|d| d.size()).collect())
                 }
-                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r))) => {
+                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), _) => {
                     // A grid over the output elements; each thread combines its inputs in
                     // the interpreter's order.
                     let parts = ReduceParts::of(&sc, df, n, r)?;
-                    let _ = writeln!(
-                        em.out,
-                        "/* state '{}', reduce */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}) {{\n{prologue}",
-                        st.name.replace("*/", "* /"),
-                        opts.block_size
-                    );
-                    em.line(&format!(
+                    let setup = [format!(
                         "const int64_t sdf_nk = {}, sdf_nr = {};",
                         parts.count(&sc, &parts.kept),
                         parts.count(&sc, &parts.red)
-                    ));
-                    em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_nk; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
-                    em.indent += 1;
+                    )];
+                    open_grid_kernel(&mut em, &kernel, "reduce", &setup, "sdf_nk");
                     em.line("const int64_t sdf_o = sdf_t;");
                     let mut esc = base(loc.clone());
                     esc.in_parallel_map = true;
                     em.reduce_point(&esc, &parts);
-                    em.indent -= 1;
-                    em.line("}");
-                    em.out.push_str("}\n\n");
+                    close_grid_kernel(&mut em);
                     Some(parts.sizes(&parts.kept))
                 }
-                (_, node) => {
+                (_, node, _) => {
                     let _ = writeln!(
                         em.out,
                         "/* state '{}', {} */\nextern \"C\" __global__ void {name}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
