@@ -344,3 +344,44 @@ fn the_tiled_fused_hyperdiffusion_runs_unchecked() {
         "{code}"
     );
 }
+
+/// A tasklet that reads a name before assigning the output of that name: the name is the
+/// symbol until the statement that assigns the output, the output after it, for
+/// validation, the interpreter and the C code alike (the C code once read the output's
+/// initial zero).
+#[test]
+fn an_output_read_before_its_assignment_is_the_symbol_of_that_name() {
+    let mut b = SdfgBuilder::new("shadow");
+    b.symbol("n", DType::I64)
+        .array("x", DType::F64, [4])
+        .array("y", DType::F64, [4])
+        .array("z", DType::F64, [4]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:4"], |m| {
+            m.tasklet(
+                "t",
+                &[("a", "x[i]")],
+                &[("n", "y[i]"), ("w", "z[i]")],
+                "before = a + n; n = before * 2.0; w = n + 1.0",
+            );
+        });
+    });
+    let s = b.build();
+    s.validate().unwrap();
+    let mut inputs = random_bindings(&s, &syms(&[("n", 5)]), 3).unwrap();
+    inputs.arrays.insert(
+        "x".into(),
+        HostArray::from_f64(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap(),
+    );
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    assert_eq!(
+        expected.arrays["y"].to_f64_vec(),
+        vec![12.0, 14.0, 16.0, 18.0]
+    );
+    assert_eq!(
+        expected.arrays["z"].to_f64_vec(),
+        vec![13.0, 15.0, 17.0, 19.0]
+    );
+    check(&s, &inputs);
+}

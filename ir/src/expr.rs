@@ -388,93 +388,34 @@ impl Expr {
         }
     }
 
-    /// The type of the expression given the type of each name.
+    /// The type of the expression given the type of each name (the rules of
+    /// [`typing`](crate::typing)).
     pub fn infer(&self, env: &dyn Fn(&str) -> Option<DType>) -> Result<DType, TypeError> {
-        let bad = |op: &str, found: DType| TypeError::BadOperand {
-            op: op.to_string(),
-            found,
+        use crate::typing;
+        let bad = |r: typing::Refused| TypeError::BadOperand {
+            op: r.op.to_string(),
+            found: r.found,
             expr: self.to_string(),
         };
         Ok(match self {
             Expr::Const(v) => v.dtype(),
             Expr::Var(v) => env(v).ok_or_else(|| TypeError::UnknownName(v.clone()))?,
-            Expr::Unary(UnOp::Neg, a) => {
-                let t = a.infer(env)?;
-                if t == DType::Bool {
-                    return Err(bad("-", t));
-                }
-                t
-            }
-            Expr::Unary(UnOp::Not, a) => {
-                let t = a.infer(env)?;
-                if t != DType::Bool {
-                    return Err(bad("!", t));
-                }
-                DType::Bool
-            }
+            Expr::Unary(op, a) => typing::unary(*op, a.infer(env)?).map_err(bad)?.result,
             Expr::Binary(op, a, b) => {
                 let (ta, tb) = (a.infer(env)?, b.infer(env)?);
-                if op.is_logical() {
-                    for t in [ta, tb] {
-                        if t != DType::Bool {
-                            return Err(bad(op.symbol(), t));
-                        }
-                    }
-                    DType::Bool
-                } else if op.is_comparison() {
-                    if matches!(op, BinOp::Eq | BinOp::Ne) && ta == DType::Bool && tb == DType::Bool
-                    {
-                        return Ok(DType::Bool);
-                    }
-                    for t in [ta, tb] {
-                        if t == DType::Bool {
-                            return Err(bad(op.symbol(), t));
-                        }
-                    }
-                    DType::Bool
-                } else {
-                    for t in [ta, tb] {
-                        if t == DType::Bool {
-                            return Err(bad(op.symbol(), t));
-                        }
-                    }
-                    DType::promote(ta, tb)
-                }
+                typing::binary(*op, ta, tb).map_err(bad)?.result
             }
             Expr::Select(c, a, b) => {
-                let tc = c.infer(env)?;
-                if tc != DType::Bool {
-                    return Err(bad("select", tc));
-                }
-                let (ta, tb) = (a.infer(env)?, b.infer(env)?);
-                if (ta == DType::Bool) != (tb == DType::Bool) {
-                    return Err(bad("select", DType::Bool));
-                }
-                DType::promote(ta, tb)
+                let (tc, ta, tb) = (c.infer(env)?, a.infer(env)?, b.infer(env)?);
+                typing::select(tc, ta, tb).map_err(bad)?.result
             }
             Expr::Call(func, args) => {
-                if args.len() != func.arity() {
-                    return Err(TypeError::Arity {
-                        func: func.name().to_string(),
-                        expected: func.arity(),
-                        found: args.len(),
-                    });
-                }
-                let mut t = DType::Bool;
-                for a in args {
-                    let ta = a.infer(env)?;
-                    if ta == DType::Bool {
-                        return Err(bad(func.name(), ta));
-                    }
-                    t = DType::promote(t, ta);
-                }
-                if *func == MathFn::WallNs {
-                    DType::I64
-                } else if t.is_int() && !func.keeps_int() {
-                    DType::F64
-                } else {
-                    t
-                }
+                typing::check_arity(*func, args.len())?;
+                let types = args
+                    .iter()
+                    .map(|a| a.infer(env))
+                    .collect::<Result<Vec<_>, _>>()?;
+                typing::call(*func, &types).map_err(bad)?.result
             }
             Expr::Cast(t, a) => {
                 a.infer(env)?;

@@ -30,6 +30,7 @@ pub mod stats;
 pub mod symexpr;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod typing;
 pub mod validate;
 
 pub use builder::{DataflowBuilder, SdfgBuilder};

@@ -5,6 +5,7 @@
 //! IEEE `minimumNumber`/`maximumNumber` for float `min`/`max`, `<math.h>` in the
 //! operand's float type, NaN results of outputs canonical ([`canon`]).
 
+use sdflow_ir::typing::{self, Typing};
 use sdflow_ir::{BinOp, DType, Expr, MathFn, SymExpr, SymOp, UnOp, Value};
 
 /// The C type of a dtype.
@@ -169,54 +170,44 @@ pub fn convert(x: &str, from: DType, to: DType) -> String {
     }
 }
 
-/// The interpreter's arithmetic type: the promoted type, at least `i32`.
-fn arith(a: DType, b: DType) -> DType {
-    DType::promote(DType::promote(a, b), DType::I32)
-}
-
 /// C text and type of a tasklet expression; `var` gives the C name and type of a name.
+/// Every operation is typed by [`sdflow_ir::typing`]: its operands are converted to the
+/// rule's operand type, so the C text computes in exactly the interpreter's types. The
+/// expression must type-check (validation): a refused operand type is printed as if it
+/// were accepted.
 pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) {
+    let or_same = |r: Result<Typing, _>, t: DType| {
+        r.unwrap_or(Typing {
+            operands: t,
+            result: t,
+        })
+    };
     match e {
         Expr::Const(v) => (literal(*v), v.dtype()),
         Expr::Var(n) => var(n),
-        Expr::Unary(UnOp::Not, a) => {
-            let (x, _) = expr(a, var);
-            (format!("(!({x}))"), DType::Bool)
-        }
-        Expr::Unary(UnOp::Neg, a) => {
+        Expr::Unary(op, a) => {
             let (x, t) = expr(a, var);
-            match t {
-                DType::F64 | DType::F32 => (format!("(-({x}))"), t),
-                DType::I64 => (format!("sdf_neg64({x})"), t),
-                _ => (
-                    format!("sdf_neg32({})", convert(&x, t, DType::I32)),
-                    DType::I32,
-                ),
-            }
+            let ty = or_same(typing::unary(*op, t), t);
+            let x = convert(&x, t, ty.operands);
+            let text = match (op, ty.operands) {
+                (UnOp::Not, _) => format!("(!({x}))"),
+                (UnOp::Neg, DType::F64 | DType::F32) => format!("(-({x}))"),
+                (UnOp::Neg, DType::I64) => format!("sdf_neg64({x})"),
+                (UnOp::Neg, _) => format!("sdf_neg32({x})"),
+            };
+            (text, ty.result)
         }
         Expr::Binary(op, a, b) => {
             let ((x, ta), (y, tb)) = (expr(a, var), expr(b, var));
+            let ty = or_same(typing::binary(*op, ta, tb), DType::promote(ta, tb));
+            let t = ty.operands;
+            let (x, y) = (convert(&x, ta, t), convert(&y, tb, t));
             if op.is_logical() {
-                let c = if *op == BinOp::And { "&&" } else { "||" };
-                return (
-                    format!(
-                        "({} {c} {})",
-                        convert(&x, ta, DType::Bool),
-                        convert(&y, tb, DType::Bool)
-                    ),
-                    DType::Bool,
-                );
+                return (format!("({x} {} {y})", op.symbol()), ty.result);
             }
             if op.is_comparison() {
-                let t = match DType::promote(ta, tb) {
-                    DType::Bool | DType::I32 | DType::I64 => DType::I64,
-                    f => f,
-                };
-                let (x, y) = (convert(&x, ta, t), convert(&y, tb, t));
-                return (format!("(({x}) {} ({y}))", op.symbol()), DType::Bool);
+                return (format!("(({x}) {} ({y}))", op.symbol()), ty.result);
             }
-            let t = arith(ta, tb);
-            let (x, y) = (convert(&x, ta, t), convert(&y, tb, t));
             let text = match t {
                 DType::F64 | DType::F32 => {
                     let fl = if t == DType::F32 { "floorf" } else { "floor" };
@@ -239,44 +230,37 @@ pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) 
                     format!("sdf_{f}{w}({x}, {y})")
                 }
             };
-            (text, t)
+            (text, ty.result)
         }
         Expr::Select(c, a, b) => {
             let ((xc, tc), (x, ta), (y, tb)) = (expr(c, var), expr(a, var), expr(b, var));
-            let t = DType::promote(ta, tb);
+            let ty = or_same(typing::select(tc, ta, tb), DType::promote(ta, tb));
             (
                 format!(
                     "({} ? {} : {})",
                     convert(&xc, tc, DType::Bool),
-                    convert(&x, ta, t),
-                    convert(&y, tb, t)
+                    convert(&x, ta, ty.operands),
+                    convert(&y, tb, ty.operands)
                 ),
-                t,
+                ty.result,
             )
         }
         Expr::Call(MathFn::WallNs, _) => ("sdf_wall_ns()".to_string(), DType::I64),
         Expr::Call(f, args) => {
             let parts: Vec<(String, DType)> = args.iter().map(|a| expr(a, var)).collect();
-            let t = parts
-                .iter()
-                .fold(DType::Bool, |t, (_, ta)| DType::promote(t, *ta));
-            if f.keeps_int() && !t.is_float() {
-                let t = DType::promote(t, DType::I32);
+            let types: Vec<DType> = parts.iter().map(|p| p.1).collect();
+            let ty = or_same(typing::call(*f, &types), DType::F64);
+            let t = ty.operands;
+            let conv: Vec<String> = parts.iter().map(|(x, ta)| convert(x, *ta, t)).collect();
+            if t.is_int() {
                 let w = if t == DType::I64 { "64" } else { "32" };
-                let conv: Vec<String> = parts.iter().map(|(x, ta)| convert(x, *ta, t)).collect();
                 let name = match f {
                     MathFn::Abs => "abs",
                     MathFn::Min => "min",
                     _ => "max",
                 };
-                return (format!("sdf_{name}{w}({})", conv.join(", ")), t);
+                return (format!("sdf_{name}{w}({})", conv.join(", ")), ty.result);
             }
-            let ft = if t == DType::F32 {
-                DType::F32
-            } else {
-                DType::F64
-            };
-            let conv: Vec<String> = parts.iter().map(|(x, ta)| convert(x, *ta, ft)).collect();
             let base = match f {
                 MathFn::Abs => "fabs",
                 MathFn::Min => "sdf_fmin",
@@ -285,12 +269,12 @@ pub fn expr(e: &Expr, var: &dyn Fn(&str) -> (String, DType)) -> (String, DType) 
                 MathFn::Log => "log",
                 other => other.name(),
             };
-            let name = if ft == DType::F32 {
+            let name = if t == DType::F32 {
                 format!("{base}f")
             } else {
                 base.to_string()
             };
-            (format!("{name}({})", conv.join(", ")), ft)
+            (format!("{name}({})", conv.join(", ")), ty.result)
         }
         Expr::Cast(t, a) => {
             let (x, ta) = expr(a, var);

@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use sdflow_ir::typing::{Binding, TaskletNames};
 use sdflow_ir::{
     DType, DataDesc, Dataflow, Dim, Edge, EdgeId, Expr, LibraryNode, MapScope, Memlet, NestedSdfg,
     Node, NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
@@ -994,7 +995,6 @@ impl Emitter<'_> {
             t.name.replace("*/", "* /")
         ));
         self.indent += 1;
-        let mut own: BTreeMap<String, DType> = BTreeMap::new();
         for e in df.in_edges(n) {
             let edge = df.edge(e);
             let Some(c) = &edge.dst_conn else { continue };
@@ -1014,42 +1014,37 @@ impl Emitter<'_> {
                 ctype(ct),
                 convert(&v, dt, ct)
             ));
-            own.insert(c.clone(), ct);
         }
         if let (true, Some(stop)) = (sc.checked, &sc.stop) {
             self.line(&format!("if (sdf_e->failed) goto {stop};"));
         }
         for (c, ct) in &t.outputs {
             self.line(&format!("{} v_{c} = 0;", ctype(*ct)));
-            own.insert(c.clone(), *ct);
         }
+        let mut names = TaskletNames::new(t);
         for st in &t.code {
             let var = |name: &str| -> (String, DType) {
-                if let Some(&ty) = own.get(name) {
-                    return (format!("v_{name}"), ty);
-                }
-                if sc.params.contains(name) {
-                    return (format!("s_{name}"), DType::I64);
-                }
-                match sc.sdfg.symbols.get(name) {
-                    Some(s) if s.dtype.is_float() => (format!("s_{name}"), s.dtype),
-                    Some(s) => (format!("(({})s_{name})", ctype(s.dtype)), s.dtype),
+                let is_param = |p: &str| sc.params.contains(p);
+                let symbol = |s: &str| sc.sdfg.symbols.get(s).map(|s| s.dtype);
+                match names.resolve(name, &is_param, &symbol) {
+                    Some((Binding::Input | Binding::Local | Binding::Output, ty)) => {
+                        (format!("v_{name}"), ty)
+                    }
+                    Some((Binding::Symbol, ty)) if !ty.is_float() => {
+                        (format!("(({})s_{name})", ctype(ty)), ty)
+                    }
+                    Some((_, ty)) => (format!("s_{name}"), ty),
                     None => (format!("s_{name}"), DType::I64),
                 }
             };
             let (x, ty) = cexpr::expr(&st.value, &var);
-            if let Some(&out_t) = t.outputs.get(&st.target) {
-                self.line(&format!(
+            match names.assign(&st.target, ty) {
+                (Binding::Output, out_t) => self.line(&format!(
                     "v_{} = {};",
                     st.target,
                     cexpr::canon(&convert(&x, ty, out_t), out_t)
-                ));
-            } else if own.contains_key(&st.target) {
-                let lt = own[&st.target];
-                self.line(&format!("v_{} = {};", st.target, convert(&x, ty, lt)));
-            } else {
-                self.line(&format!("{} v_{} = {x};", ctype(ty), st.target));
-                own.insert(st.target.clone(), ty);
+                )),
+                _ => self.line(&format!("{} v_{} = {x};", ctype(ty), st.target)),
             }
         }
         for e in df.out_edges(n) {

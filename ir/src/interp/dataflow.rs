@@ -11,6 +11,7 @@ use crate::symexpr::SymExpr;
 use super::eval::eval_expr;
 use super::frame::{Frame, err, unravel};
 use super::{HostArray, InterpError, control, eval_shape, value};
+use crate::typing::{Binding, TaskletNames};
 
 /// Runs every node of `g` once, in [`Dataflow::topological_order`].
 pub(crate) fn exec_dataflow(f: &mut Frame<'_>, g: &Dataflow) -> Result<(), InterpError> {
@@ -93,16 +94,23 @@ fn exec_tasklet(
         env.insert(c.clone(), v);
     }
     let mut assigned = BTreeSet::new();
+    let mut names = TaskletNames::new(t);
     for s in &t.code {
         let fr: &Frame<'_> = f;
         let v = eval_expr(&s.value, &|name| {
-            env.get(name).copied().or_else(|| fr.value_of(name))
+            let is_param = |p: &str| fr.params.iter().any(|(q, _)| q == p);
+            let symbol = |n: &str| fr.symbols.get(n).map(|v| v.dtype());
+            match names.resolve(name, &is_param, &symbol)?.0 {
+                Binding::Input | Binding::Local | Binding::Output => env.get(name).copied(),
+                Binding::Param | Binding::Symbol => fr.value_of(name),
+            }
         })
         .map_err(|m| err(format!("{m} (in '{s}')")))?;
         let v = t
             .outputs
             .get(&s.target)
             .map_or(v, |dt| value::canonical(v.cast(*dt)));
+        names.assign(&s.target, v.dtype());
         env.insert(s.target.clone(), v);
         assigned.insert(s.target.clone());
     }

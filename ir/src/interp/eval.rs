@@ -11,13 +11,13 @@ pub fn eval_expr(e: &Expr, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Val
     Ok(match e {
         Expr::Const(v) => *v,
         Expr::Var(n) => lookup(n).ok_or_else(|| format!("name '{n}' has no value"))?,
-        Expr::Unary(op, a) => value::unary(*op, eval_expr(a, lookup)?),
+        Expr::Unary(op, a) => value::unary(*op, eval_expr(a, lookup)?)?,
         Expr::Binary(op, a, b) => value::binary(*op, eval_expr(a, lookup)?, eval_expr(b, lookup)?)?,
         Expr::Select(c, a, b) => value::select(
             eval_expr(c, lookup)?,
             eval_expr(a, lookup)?,
             eval_expr(b, lookup)?,
-        ),
+        )?,
         Expr::Call(f, args) => {
             let vals = args
                 .iter()

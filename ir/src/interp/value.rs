@@ -6,11 +6,7 @@
 use crate::dtype::{DType, Value};
 use crate::expr::{BinOp, MathFn, UnOp};
 use crate::memlet::Wcr;
-
-/// The type arithmetic is done in: the promoted type, at least `i32` (C promotes `bool`).
-fn arith_type(a: DType, b: DType) -> DType {
-    DType::promote(DType::promote(a, b), DType::I32)
-}
+use crate::typing;
 
 fn i32_of(v: Value) -> i32 {
     match v.cast(DType::I32) {
@@ -24,6 +20,11 @@ fn f32_of(v: Value) -> f32 {
         Value::F32(x) => x,
         _ => 0.0,
     }
+}
+
+/// A refused operand type as the interpreter's message.
+fn refused(r: typing::Refused) -> String {
+    format!("'{}' cannot take {} operands", r.op, r.found)
 }
 
 /// Python-style floor division and modulo on a signed integer type, wrapping on overflow;
@@ -97,22 +98,23 @@ macro_rules! float_op {
 float_op!(float32_op, f32);
 float_op!(float64_op, f64);
 
-/// Applies a binary operator. Arithmetic is done in the promoted type (at least `i32`):
-/// wrapping on integer overflow, an error on integer division or modulo by zero, `/`
-/// truncating on integers, `//` and `%` floored. Comparisons compare in the promoted type
-/// and yield `bool`; `&&` and `||` take the truth of their operands.
+/// Applies a binary operator, typed by [`typing::binary`]: arithmetic in the operand
+/// type, wrapping on integer overflow, an error on integer division or modulo by zero,
+/// `/` truncating on integers, `//` and `%` floored; comparisons in the operand type,
+/// yielding `bool`; `&&` and `||` on `bool`s.
 pub fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
+    let ty = typing::binary(op, a.dtype(), b.dtype()).map_err(refused)?;
+    let (a, b) = (a.cast(ty.operands), b.cast(ty.operands));
     if op.is_logical() {
         let (x, y) = (a.as_bool(), b.as_bool());
         return Ok(Value::Bool(if op == BinOp::And { x && y } else { x || y }));
     }
     if op.is_comparison() {
         use std::cmp::Ordering;
-        let t = DType::promote(a.dtype(), b.dtype());
-        let ord = match t {
-            DType::Bool | DType::I32 | DType::I64 => Some(a.as_i64().cmp(&b.as_i64())),
+        let ord = match ty.operands {
             DType::F32 => f32_of(a).partial_cmp(&f32_of(b)),
             DType::F64 => a.as_f64().partial_cmp(&b.as_f64()),
+            _ => Some(a.as_i64().cmp(&b.as_i64())),
         };
         let r = match (op, ord) {
             (BinOp::Ne, None) => true,
@@ -126,7 +128,7 @@ pub fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
         };
         return Ok(Value::Bool(r));
     }
-    Ok(match arith_type(a.dtype(), b.dtype()) {
+    Ok(match ty.operands {
         DType::F64 => Value::F64(float64_op(op, a.as_f64(), b.as_f64())?),
         DType::F32 => Value::F32(float32_op(op, f32_of(a), f32_of(b))?),
         DType::I64 => Value::I64(int64_op(op, a.as_i64(), b.as_i64())?),
@@ -134,24 +136,23 @@ pub fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
     })
 }
 
-/// Applies a unary operator: `-` in the operand's type (at least `i32`, wrapping), `!` on
-/// the operand's truth.
-pub fn unary(op: UnOp, a: Value) -> Value {
-    match op {
-        UnOp::Not => Value::Bool(!a.as_bool()),
-        UnOp::Neg => match a {
-            Value::F64(x) => Value::F64(-x),
-            Value::F32(x) => Value::F32(-x),
-            Value::I64(x) => Value::I64(x.wrapping_neg()),
-            other => Value::I32(i32_of(other).wrapping_neg()),
-        },
-    }
+/// Applies a unary operator, typed by [`typing::unary`]: `-` in the operand type
+/// (wrapping on integers), `!` on a `bool`.
+pub fn unary(op: UnOp, a: Value) -> Result<Value, String> {
+    let ty = typing::unary(op, a.dtype()).map_err(refused)?;
+    Ok(match (op, a.cast(ty.operands)) {
+        (UnOp::Not, a) => Value::Bool(!a.as_bool()),
+        (UnOp::Neg, Value::F64(x)) => Value::F64(-x),
+        (UnOp::Neg, Value::F32(x)) => Value::F32(-x),
+        (UnOp::Neg, Value::I64(x)) => Value::I64(x.wrapping_neg()),
+        (UnOp::Neg, other) => Value::I32(i32_of(other).wrapping_neg()),
+    })
 }
 
-/// `select(c, a, b)`: `a` or `b` converted to their promoted type.
-pub fn select(c: Value, a: Value, b: Value) -> Value {
-    let t = DType::promote(a.dtype(), b.dtype());
-    if c.as_bool() { a.cast(t) } else { b.cast(t) }
+/// `select(c, a, b)`: `a` or `b` converted to their common type ([`typing::select`]).
+pub fn select(c: Value, a: Value, b: Value) -> Result<Value, String> {
+    let ty = typing::select(c.dtype(), a.dtype(), b.dtype()).map_err(refused)?;
+    Ok(if c.as_bool() { a } else { b }.cast(ty.operands))
 }
 
 /// `min` and `max` on floats, one definition for every backend: a NaN operand yields
@@ -290,10 +291,10 @@ fn math_f32(f: MathFn, x: f32, y: f32) -> f32 {
     math_table!(f, x, y)
 }
 
-/// Calls a math function. `abs`, `min` and `max` on integers stay integer (in the
-/// promoted type, `abs` wrapping); everything else is computed in the promoted float type
-/// (`f64` for integer operands) with Rust's `f32`/`f64` methods (the C library's
-/// functions); float `min`/`max` are `minimumNumber`/`maximumNumber` (see `min_num`).
+/// Calls a math function, typed by [`typing::call`]: `abs`, `min` and `max` on
+/// integers stay integer (`abs` wrapping); everything else is computed in `f32` or `f64`
+/// with Rust's `f32`/`f64` methods (the C library's functions); float `min`/`max` are
+/// `minimumNumber`/`maximumNumber` (see `min_num`).
 pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
     if args.len() != f.arity() {
         return Err(format!(
@@ -306,25 +307,23 @@ pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
     if f == MathFn::WallNs {
         return Ok(Value::I64(wall_ns()));
     }
-    let t = args
-        .iter()
-        .fold(DType::Bool, |t, a| DType::promote(t, a.dtype()));
-    let y = args.get(1).copied().unwrap_or(Value::I64(0));
-    let x = args[0];
-    if f.keeps_int() && !t.is_float() {
-        let t = DType::promote(t, DType::I32);
-        let (a, b) = (x.as_i64(), y.as_i64());
-        let r = match f {
-            MathFn::Abs => match t {
-                DType::I64 => a.wrapping_abs(),
-                _ => i32_of(x).wrapping_abs() as i64,
-            },
-            MathFn::Min => a.min(b),
-            _ => a.max(b),
-        };
-        return Ok(Value::I64(r).cast(t));
-    }
+    let types: Vec<DType> = args.iter().map(|a| a.dtype()).collect();
+    let t = typing::call(f, &types).map_err(refused)?.operands;
+    let x = args[0].cast(t);
+    let y = args.get(1).map_or(Value::zero(t), |y| y.cast(t));
     Ok(match t {
+        DType::I32 | DType::I64 => {
+            let (a, b) = (x.as_i64(), y.as_i64());
+            let r = match f {
+                MathFn::Abs => match t {
+                    DType::I64 => a.wrapping_abs(),
+                    _ => i32_of(x).wrapping_abs() as i64,
+                },
+                MathFn::Min => a.min(b),
+                _ => a.max(b),
+            };
+            Value::I64(r).cast(t)
+        }
         DType::F32 => Value::F32(math_f32(f, f32_of(x), f32_of(y))),
         _ => Value::F64(math_f64(f, x.as_f64(), y.as_f64())),
     })

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Cx, Location, ProblemKind, Scope, is_identifier};
 use crate::dataflow::Tasklet;
 use crate::dtype::DType;
+use crate::typing::TaskletNames;
 
 /// Checks connector names and the code of a tasklet.
 pub(super) fn check_tasklet(cx: &mut Cx, scope: &Scope<'_>, t: &Tasklet, loc: &Location) {
@@ -29,14 +30,14 @@ pub(super) fn check_tasklet(cx: &mut Cx, scope: &Scope<'_>, t: &Tasklet, loc: &L
     }
     let mut locals: BTreeMap<String, DType> = BTreeMap::new();
     let mut assigned: BTreeSet<&str> = BTreeSet::new();
+    let mut names = TaskletNames::new(t);
     for stmt in &t.code {
         let env = |v: &str| -> Option<DType> {
-            t.inputs
-                .get(v)
-                .or_else(|| locals.get(v))
-                .copied()
-                .or_else(|| scope.params.iter().any(|p| p == v).then_some(DType::I64))
-                .or_else(|| scope.sdfg.symbols.get(v).map(|s| s.dtype))
+            names
+                .resolve(v, &|p| scope.params.iter().any(|q| q == p), &|s| {
+                    scope.sdfg.symbols.get(s).map(|s| s.dtype)
+                })
+                .map(|(_, t)| t)
         };
         let ty = match stmt.value.infer(&env) {
             Ok(ty) => Some(ty),
@@ -79,6 +80,9 @@ pub(super) fn check_tasklet(cx: &mut Cx, scope: &Scope<'_>, t: &Tasklet, loc: &L
                 );
             }
             locals.insert(target.to_string(), ty.unwrap_or(DType::F64));
+        }
+        if !names.is_assigned(target) && !t.inputs.contains_key(target) {
+            names.assign(target, ty.unwrap_or(DType::F64));
         }
     }
     for o in t.outputs.keys() {
