@@ -301,7 +301,32 @@ fn bench_bandwidth(c: &mut Criterion) {
         ArrayD::<f64>::from_shape_fn(IxDyn(&[n, n]), |ix| ((ix[0] * 7 + ix[1] * 3) % 17) as f64);
     let mut out = ArrayD::<f64>::zeros(IxDyn(&[n, n]));
     g.throughput(Throughput::Bytes((2 * 8 * n * n) as u64));
-    for (label, sdfg) in [("unfused", &unfused), ("fused", &fused)] {
+    // Fused by recomputation (the GPU pipeline's choice), without and with the e-graph
+    // pass: 25 loads and 5 repeated inner Laplacians per point, or 13 loads.
+    let recompute = |egraph: bool| {
+        let mut s = unfused.clone();
+        let mut p = Pipeline::cpu()
+            .replace(
+                "map_fusion",
+                Box::new(sdflow::transforms::MapFusion {
+                    tile_rows: 0,
+                    ..Default::default()
+                }),
+            )
+            .unwrap();
+        if !egraph {
+            p = p.disable("egraph").unwrap();
+        }
+        p.run(&mut s).unwrap();
+        s
+    };
+    let (recomputed, recomputed_eg) = (recompute(false), recompute(true));
+    for (label, sdfg) in [
+        ("unfused", &unfused),
+        ("fused", &fused),
+        ("recomputed, no e-graph", &recomputed),
+        ("recomputed + e-graph", &recomputed_eg),
+    ] {
         let prog = backend().build(sdfg).unwrap();
         let mut call = prog
             .bind(
@@ -370,6 +395,23 @@ fn bench_dycore(c: &mut Criterion) {
             );
         }
         prog.set_threads(0);
+        if nx == 256 {
+            // The same step optimized without the e-graph pass, one thread.
+            let mut plain = dycore.sdfg.clone();
+            Pipeline::cpu()
+                .disable("egraph")
+                .unwrap()
+                .run(&mut plain)
+                .unwrap();
+            let prog = backend().build(&plain).unwrap();
+            prog.set_threads(1);
+            let mut b0 = dycore.bindings(&s0, 1);
+            g.bench_function(
+                format!("{nx}x{ny}x{nz} compiled without e-graph, 1 thread(s)"),
+                |b| b.iter(|| prog.run_bindings(&mut b0).unwrap()),
+            );
+            prog.set_threads(0);
+        }
     }
     g.finish();
 }

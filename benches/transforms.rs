@@ -65,5 +65,41 @@ fn bench_pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_pipeline);
+/// The e-graph pass alone: on the dycore time step after the other passes (its fused
+/// bodies), and on single bodies of 1,000 and 10,000 expression nodes.
+fn bench_egraph(c: &mut Criterion) {
+    use sdflow::transforms::{EGraphPass, Pass};
+    let mut group = c.benchmark_group("egraph pass");
+    group.sample_size(10);
+    let mut fused = program::Dycore::new(&reference::Config::default())
+        .unwrap()
+        .sdfg;
+    Pipeline::cpu()
+        .disable("egraph")
+        .unwrap()
+        .run(&mut fused)
+        .unwrap();
+    let mut bodies = vec![("fused dycore time step".to_string(), fused)];
+    for n in [1000, 10000] {
+        bodies.push((
+            format!("one body of {n} nodes"),
+            sdflow::ir::testkit::large_body(n, 1),
+        ));
+    }
+    for (name, sdfg) in &bodies {
+        group.bench_function(name.as_str(), |b| {
+            b.iter_batched(
+                || sdfg.clone(),
+                |mut s| {
+                    EGraphPass::default().run(black_box(&mut s));
+                    s
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_pipeline, bench_egraph);
 criterion_main!(benches);

@@ -524,10 +524,18 @@ pub struct Optimized {
     pub report: String,
 }
 
-/// `sdflow opt FILE [--passes a,b,c] [--gpu]`: runs the default CPU pipeline (or the GPU
-/// one, or the passes named, in that order) to a fixed point. The result is validated.
-pub fn opt(path: &Path, passes: Option<&str>, gpu: bool) -> Result<Optimized, CliError> {
+/// `sdflow opt FILE [--passes a,b,c] [--gpu] [--fast-math]`: runs the default CPU
+/// pipeline (or the GPU one, or the passes named, in that order) to a fixed point; with
+/// `fast_math` the e-graph pass also uses its result-changing rules. The result is
+/// validated; the report ends with the work per grid point before and after.
+pub fn opt(
+    path: &Path,
+    passes: Option<&str>,
+    gpu: bool,
+    fast_math: bool,
+) -> Result<Optimized, CliError> {
     let mut sdfg = load_program(path)?;
+    let before = sdflow_ir::stats::PointCounts::of(&sdfg);
     let terr = |source| CliError::Transform {
         path: path.display().to_string(),
         source,
@@ -546,7 +554,23 @@ pub fn opt(path: &Path, passes: Option<&str>, gpu: bool) -> Result<Optimized, Cl
         None if gpu => sdflow_transforms::Pipeline::gpu(),
         None => sdflow_transforms::Pipeline::cpu(),
     };
+    let pipeline = if fast_math {
+        if !pipeline.names().contains(&"egraph") {
+            return Err(CliError::Usage(
+                "--fast-math needs the 'egraph' pass in the pipeline".into(),
+            ));
+        }
+        pipeline
+            .replace(
+                "egraph",
+                Box::new(sdflow_transforms::EGraphPass::fast_math()),
+            )
+            .map_err(terr)?
+    } else {
+        pipeline
+    };
     let report = pipeline.run(&mut sdfg).map_err(terr)?;
+    let after = sdflow_ir::stats::PointCounts::of(&sdfg);
     if let Err(problems) = sdfg.validate() {
         return Err(terr(sdflow_transforms::TransformError::Invalid {
             pass: "(pipeline)".into(),
@@ -555,7 +579,9 @@ pub fn opt(path: &Path, passes: Option<&str>, gpu: bool) -> Result<Optimized, Cl
     }
     Ok(Optimized {
         json: format::to_json(&sdfg),
-        report: report.to_string(),
+        report: format!(
+            "{report}work per grid point (all maps)\n  before  {before}\n  after   {after}\n"
+        ),
     })
 }
 

@@ -93,7 +93,12 @@ enum Command {
         /// Use the GPU pipeline (every top-level map becomes a kernel).
         #[arg(long)]
         gpu: bool,
-        /// Print the per-pass report (to standard output with -o, else to standard error).
+        /// Let the e-graph pass reassociate, distribute and multiply by reciprocals:
+        /// results change in the last bits (docs/transforms.md).
+        #[arg(long)]
+        fast_math: bool,
+        /// Print the per-pass report and the work per grid point before and after (to
+        /// standard output with -o, else to standard error).
         #[arg(long)]
         report: bool,
     },
@@ -106,9 +111,10 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             output,
             passes,
             gpu,
+            fast_math,
             report,
         } => {
-            let o = cli::opt(&file, passes.as_deref(), gpu)?;
+            let o = cli::opt(&file, passes.as_deref(), gpu, fast_math)?;
             match output {
                 Some(path) => {
                     cli::write_output(&path, o.json.as_bytes())?;

@@ -1133,3 +1133,58 @@ pub fn stencil_chain(n: usize) -> Sdfg {
     });
     b.build()
 }
+
+/// One map over `i` in `4:N-4` whose body is a single tasklet of about `nodes`
+/// expression nodes (three per statement): single-assignment locals combining the nine
+/// inputs `u[i-4] … u[i+4]` and earlier locals with `+ - *`, with the shapes the e-graph
+/// optimizer rewrites mixed in — a statement repeating an earlier one's expression,
+/// `x * 1.0`, `x / 2.0`, `x - -y` — and the output `out[i]` the sum of the last eight
+/// locals. For the e-graph pass's bounds and its time on large bodies.
+pub fn large_body(nodes: usize, seed: u64) -> Sdfg {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let inputs: Vec<String> = (0..9).map(|k| format!("u{k}")).collect();
+    let mut values: Vec<String> = inputs.clone();
+    let mut rhs: Vec<String> = Vec::new();
+    let mut code = Vec::new();
+    let statements = (nodes / 3).max(8);
+    for k in 0..statements {
+        let pick = |rng: &mut ChaCha8Rng, values: &[String]| {
+            let lo = values.len().saturating_sub(48);
+            values[rng.random_range(lo..values.len())].clone()
+        };
+        let (a, b) = (pick(&mut rng, &values), pick(&mut rng, &values));
+        let e = match rng.random_range(0..10) {
+            0 if !rhs.is_empty() => {
+                rhs[rng.random_range(rhs.len().saturating_sub(32)..rhs.len())].clone()
+            }
+            1 => format!("{a} * 1.0"),
+            2 => format!("{a} / 2.0"),
+            3 => format!("{a} - -{b}"),
+            4 | 5 => format!("{a} - {b}"),
+            6 | 7 => format!("{a} * {b}"),
+            _ => format!("{a} + {b}"),
+        };
+        code.push(format!("t{k} = {e}"));
+        rhs.push(e);
+        values.push(format!("t{k}"));
+    }
+    let last: Vec<String> = values[values.len() - 8..].to_vec();
+    code.push(format!("o = {}", last.join(" + ")));
+    let mut b = crate::SdfgBuilder::new(&format!("large_body_{nodes}"));
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    let reads: Vec<(String, String)> = (0..9)
+        .map(|k| (format!("u{k}"), format!("u[i + {}]", k as i64 - 4)))
+        .collect();
+    b.state("s", |s| {
+        s.map("big", &["i"], &["4:N - 4"], |m| {
+            let r: Vec<(&str, &str)> = reads
+                .iter()
+                .map(|(c, m)| (c.as_str(), m.as_str()))
+                .collect();
+            m.tasklet("big", &r, &[("o", "out[i]")], &code.join("\n"));
+        });
+    });
+    b.build()
+}

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod dead_dataflow;
+pub mod egraph;
 mod gpu_schedule;
 mod map_fusion;
 mod move_into_if;
@@ -39,6 +40,7 @@ mod state_fusion;
 mod tiled_fusion;
 
 pub use dead_dataflow::DeadDataflow;
+pub use egraph::EGraphPass;
 pub use gpu_schedule::GpuSchedule;
 pub use map_fusion::MapFusion;
 pub use move_into_if::MoveIntoIf;

@@ -10,8 +10,8 @@ use sdflow_ir::Sdfg;
 
 use crate::pass::{Changes, Pass, TransformError};
 use crate::{
-    DeadDataflow, GpuSchedule, MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion, Specialize,
-    StateFusion,
+    DeadDataflow, EGraphPass, GpuSchedule, MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion,
+    Specialize, StateFusion,
 };
 
 /// What one pass did over a whole pipeline run.
@@ -103,13 +103,17 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "sibling_fusion" => Box::new(SiblingFusion),
         "move_into_if" => Box::new(MoveIntoIf),
         "gpu_schedule" => Box::new(GpuSchedule),
+        "egraph" => Box::new(EGraphPass::default()),
+        "egraph_fast_math" => Box::new(EGraphPass::fast_math()),
         _ => return None,
     };
     Some(p)
 }
 
-/// Names of every pass, in the default CPU pipeline's order, then the GPU-only ones.
-pub const PASS_NAMES: [&str; 8] = [
+/// Names of every pass: the structural passes in the default CPU pipeline's order, the
+/// GPU-only one, then the e-graph pass (in the defaults after `sibling_fusion`) and its
+/// opt-in fast-math form.
+pub const PASS_NAMES: [&str; 10] = [
     "specialize",
     "dead_dataflow",
     "redundant_copy",
@@ -118,6 +122,19 @@ pub const PASS_NAMES: [&str; 8] = [
     "sibling_fusion",
     "move_into_if",
     "gpu_schedule",
+    "egraph",
+    "egraph_fast_math",
+];
+
+/// The structural passes of the default CPU pipeline, in order.
+const CPU_PASSES: [&str; 7] = [
+    "specialize",
+    "dead_dataflow",
+    "redundant_copy",
+    "state_fusion",
+    "map_fusion",
+    "sibling_fusion",
+    "move_into_if",
 ];
 
 impl Pipeline {
@@ -149,9 +166,12 @@ impl Pipeline {
     }
 
     /// The default pipeline for the CPU backend: specialization, cleanup, state fusion,
-    /// producer–consumer and sibling map fusion, move-into-if.
+    /// producer–consumer and sibling map fusion, the e-graph optimizer of fused bodies,
+    /// move-into-if.
     pub fn cpu() -> Pipeline {
-        Pipeline::from_names(&PASS_NAMES[..7]).expect("the default passes exist")
+        Pipeline::from_names(&CPU_PASSES)
+            .and_then(|p| p.insert_after("sibling_fusion", Box::new(EGraphPass::default())))
+            .expect("the default passes exist")
     }
 
     /// The default pipeline for the GPU backend: the CPU pipeline's passes, with map
@@ -160,17 +180,45 @@ impl Pipeline {
     /// caches), then every top-level map becomes a GPU kernel and every transient moves
     /// to device memory.
     pub fn gpu() -> Pipeline {
-        let passes = PASS_NAMES
-            .iter()
-            .map(|n| match *n {
-                "map_fusion" => Box::new(MapFusion {
+        Pipeline::cpu()
+            .replace(
+                "map_fusion",
+                Box::new(MapFusion {
                     tile_rows: 0,
                     ..MapFusion::default()
-                }) as Box<dyn Pass>,
-                other => pass_by_name(other).expect("the default passes exist"),
+                }),
+            )
+            .and_then(|p| p.insert_after("move_into_if", Box::new(GpuSchedule)))
+            .expect("the default passes exist")
+    }
+
+    fn position(&self, name: &str) -> Result<usize, TransformError> {
+        self.passes
+            .iter()
+            .position(|p| p.name() == name)
+            .ok_or_else(|| TransformError::UnknownPass {
+                name: name.to_string(),
+                known: self.names().iter().map(|s| s.to_string()).collect(),
             })
-            .collect();
-        Pipeline::new(passes)
+    }
+
+    /// Inserts `pass` right after the pass called `after` (by name, so a pipeline's
+    /// order can change without breaking the insertion).
+    pub fn insert_after(
+        mut self,
+        after: &str,
+        pass: Box<dyn Pass>,
+    ) -> Result<Pipeline, TransformError> {
+        let k = self.position(after)?;
+        self.passes.insert(k + 1, pass);
+        Ok(self)
+    }
+
+    /// Replaces the pass called `name` by `pass`.
+    pub fn replace(mut self, name: &str, pass: Box<dyn Pass>) -> Result<Pipeline, TransformError> {
+        let k = self.position(name)?;
+        self.passes[k] = pass;
+        Ok(self)
     }
 
     /// Sets the round bound.

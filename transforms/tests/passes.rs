@@ -525,7 +525,7 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert!(matches!(e, TransformError::UnknownPass { .. }));
     assert_eq!(
         e.to_string(),
-        "unknown pass 'fuse_everything'; the passes are: specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, move_into_if, gpu_schedule"
+        "unknown pass 'fuse_everything'; the passes are: specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, move_into_if, gpu_schedule, egraph, egraph_fast_math"
     );
     // The same input gives the same output, byte for byte.
     let (mut a, mut b) = (s0.clone(), s0.clone());

@@ -118,9 +118,16 @@ proptest! {
     }
 
     #[test]
+    fn egraph_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["egraph"])?;
+        check(&s, &["state_fusion", "map_fusion", "sibling_fusion", "egraph"])?;
+    }
+
+    #[test]
     fn the_default_pipelines_preserve_results(s in arb_sdfg(hazards())) {
-        check(&s, &PASS_NAMES[..7])?;
-        check(&s, &PASS_NAMES)?;
+        check(&s, &Pipeline::cpu().names())?;
+        check(&s, &Pipeline::gpu().names())?;
+        check(&s, &PASS_NAMES[..8])?;
     }
 }
 
@@ -147,6 +154,7 @@ fn random_programs_exercise_the_passes() {
         "map_fusion",
         "sibling_fusion",
         "move_into_if",
+        "egraph",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,
