@@ -26,7 +26,8 @@ mod extract;
 mod lang;
 mod rules;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 
 use egg::{BackoffScheduler, EGraph, Rewrite, RewriteScheduler, SearchMatches};
 use sdflow_ir::{Dataflow, Node as IrNode, Sdfg};
@@ -61,20 +62,44 @@ impl Default for Limits {
 }
 
 /// The pass; see the module documentation.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct EGraphPass {
     /// Adds the fast-math rules (reassociation, distribution, multiplication by a
     /// constant's reciprocal): results change. Off by default.
     pub fast_math: bool,
     /// Saturation bounds.
     pub limits: Limits,
+    /// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), kept
+    /// across runs (a pipeline runs the pass once per round).
+    unchanged: Mutex<HashSet<String>>,
 }
+
+impl Clone for EGraphPass {
+    fn clone(&self) -> EGraphPass {
+        EGraphPass {
+            fast_math: self.fast_math,
+            limits: self.limits,
+            unchanged: Mutex::default(),
+        }
+    }
+}
+
+/// Entries of the memo of unchanged bodies before it is cleared.
+const MEMO_CAP: usize = 1 << 16;
 
 impl EGraphPass {
     /// The pass with fast-math rules.
     pub fn fast_math() -> EGraphPass {
         EGraphPass {
             fast_math: true,
+            ..EGraphPass::default()
+        }
+    }
+
+    /// The pass with the given bounds.
+    pub fn with_limits(limits: Limits) -> EGraphPass {
+        EGraphPass {
+            limits,
             ..EGraphPass::default()
         }
     }
@@ -99,6 +124,14 @@ impl Pass for EGraphPass {
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let rules = self.rules();
+        let mut unchanged = self
+            .unchanged
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default();
+        if unchanged.len() > MEMO_CAP {
+            unchanged.clear();
+        }
         let mut cx = RunCx {
             rules: &rules,
             limits: &self.limits,
@@ -106,8 +139,12 @@ impl Pass for EGraphPass {
             stops: BTreeMap::new(),
             cost_before: 0,
             cost_after: 0,
+            unchanged,
         };
         run_sdfg(&mut cx, sdfg);
+        if let Ok(mut m) = self.unchanged.lock() {
+            *m = std::mem::take(&mut cx.unchanged);
+        }
         if cx.changes.get("bodies_optimized") > 0 {
             let stops: Vec<String> = cx.stops.iter().map(|(k, n)| format!("{k} x{n}")).collect();
             cx.changes.notes.push(format!(
@@ -121,6 +158,84 @@ impl Pass for EGraphPass {
     }
 }
 
+/// [`body::optimize`], skipping single-tasklet bodies whose code (with the same
+/// connector types and enclosing parameters) already came out unchanged in this run:
+/// the outcome depends on nothing else, and generated programs repeat the same stencil
+/// body many times.
+fn optimize_memo(
+    cx: &mut RunCx<'_>,
+    bcx: &body::Context<'_>,
+    df: &Dataflow,
+    stop: &mut Option<body::StopNote>,
+) -> Option<body::BodyOutcome> {
+    let key = single_tasklet_key(df, bcx);
+    if key.as_ref().is_some_and(|k| cx.unchanged.contains(k)) {
+        return None;
+    }
+    let out = body::optimize(bcx, df, cx.rules, cx.limits, stop);
+    if out.is_none()
+        && let Some(k) = key
+    {
+        cx.unchanged.insert(k);
+    }
+    out
+}
+
+/// What the outcome of a body made of one tasklet and access nodes depends on: its
+/// code and connector types, which of its reads are of the same element (and which go
+/// through index tables), which writes go to body-local scalars and with what conflict
+/// resolution, the enclosing map parameters and the symbols the code reads (with their
+/// static values). `None` for other bodies.
+fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> {
+    let mut key = None;
+    for n in df.node_ids() {
+        match df.node(n) {
+            IrNode::Tasklet(t) if key.is_none() => {
+                let code: Vec<String> = t.code.iter().map(|s| s.to_string()).collect();
+                let mut reads: Vec<(String, usize, bool)> = Vec::new();
+                let mut seen: Vec<String> = Vec::new();
+                for e in df.in_edges(n) {
+                    let edge = df.edge(e);
+                    let m = edge.memlet.to_string();
+                    let class = seen.iter().position(|x| *x == m).unwrap_or_else(|| {
+                        seen.push(m);
+                        seen.len() - 1
+                    });
+                    let tables = !edge.memlet.subset.tables().is_empty();
+                    reads.push((edge.dst_conn.clone().unwrap_or_default(), class, tables));
+                }
+                let mut writes: Vec<String> = Vec::new();
+                for e in df.out_edges(n) {
+                    let edge = df.edge(e);
+                    let local = matches!(
+                        bcx.arrays.get(&edge.memlet.data),
+                        Some(sdflow_ir::DataDesc::Scalar { transient: true, .. })
+                    );
+                    writes.push(format!("{:?}/{local}/{:?}", edge.src_conn, edge.memlet.wcr));
+                }
+                let mut symbols: Vec<String> = Vec::new();
+                for st in &t.code {
+                    for v in st.value.vars() {
+                        if let Some(sym) = bcx.symbols.get(&v) {
+                            symbols.push(format!("{v}:{:?}", sym));
+                        }
+                    }
+                }
+                key = Some(format!(
+                    "{:?}|{:?}|{}|{}|{reads:?}|{writes:?}|{symbols:?}",
+                    t.inputs,
+                    t.outputs,
+                    code.join(";"),
+                    bcx.params.join(","),
+                ));
+            }
+            IrNode::Access(_) => {}
+            _ => return None,
+        }
+    }
+    key
+}
+
 /// Bound on re-optimizing a body whose written-back code extracts cheaper.
 const MAX_REPEATS: usize = 8;
 
@@ -131,6 +246,8 @@ struct RunCx<'a> {
     stops: BTreeMap<String, usize>,
     cost_before: u64,
     cost_after: u64,
+    /// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]).
+    unchanged: HashSet<String>,
 }
 
 fn run_sdfg(cx: &mut RunCx<'_>, sdfg: &mut Sdfg) {
@@ -155,14 +272,14 @@ fn run_graph(cx: &mut RunCx<'_>, sdfg: &Sdfg, df: &mut Dataflow, params: &[Strin
                     params: &inner,
                 };
                 let mut stop = None;
-                match body::optimize(&bcx, &m.body, cx.rules, cx.limits, &mut stop) {
+                match optimize_memo(cx, &bcx, &m.body, &mut stop) {
                     Some(mut out) => {
                         // Greedy extraction is a heuristic: the written-back code, saturated
                         // again, can extract cheaper. Repeat while it does (bounded), so the
                         // pass is at its own fixed point.
                         for _ in 0..MAX_REPEATS {
                             let mut again = None;
-                            match body::optimize(&bcx, &out.body, cx.rules, cx.limits, &mut again) {
+                            match optimize_memo(cx, &bcx, &out.body, &mut again) {
                                 Some(next) if next.cost_after < out.cost_after => {
                                     out.body = next.body;
                                     out.cost_after = next.cost_after;
