@@ -308,6 +308,54 @@ fn every_command_works_on_every_example() {
 }
 
 #[test]
+fn opt_reports_the_e_graph_and_the_work_per_point() {
+    // The GPU pipeline fuses hyperdiffusion by recomputation; the e-graph pass merges
+    // the six tasklets and loads each of the 13 distinct neighbours once.
+    let out = tmp("hyper_gpu.sdfg.json");
+    let o = sdflow(&[
+        "opt",
+        "examples/hyperdiffusion.sdfg.json",
+        "--gpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--report",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = stdout(&o);
+    assert!(
+        report.contains("bodies_optimized=1 tasklets_merged=5"),
+        "{report}"
+    );
+    assert!(report.contains("saturation: saturated"), "{report}");
+    assert!(
+        report.contains("after   flops 32 (divisions 0, special functions 0), loads 13, stores 1"),
+        "{report}"
+    );
+    // Fast math needs the e-graph pass in the pipeline.
+    let o = sdflow(&[
+        "opt",
+        "examples/hyperdiffusion.sdfg.json",
+        "--passes",
+        "map_fusion",
+        "--fast-math",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--fast-math needs the 'egraph' pass in the pipeline"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sdflow(&[
+        "opt",
+        "examples/dycore.sdfg.json",
+        "--fast-math",
+        "--report",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("egraph_fast_math"), "{}", stderr(&o));
+}
+
+#[test]
 fn opt_writes_an_optimized_program_and_reports() {
     let out = tmp("dycore_opt.sdfg.json");
     let o = sdflow(&[

@@ -528,8 +528,9 @@ impl<'t> Parser<'t> {
         {
             self.next();
             self.next();
+            // `k[]` reads a scalar (a 0-dimensional table).
             let mut index = Vec::new();
-            loop {
+            while !self.eat("]") {
                 index.push(self.sym()?);
                 if self.eat("]") {
                     break;
@@ -766,6 +767,8 @@ mod tests {
             "c2e[c, n] - a + b",
             "c2e[c, n] - (a + b)",
             "c2e[c, n] + (-9223372036854775808)",
+            // A scalar index (GT4Py's dynamic offsets): a 0-dimensional table.
+            "k[] - r, i",
         ] {
             let once = parse_subset(text).unwrap();
             let again = parse_subset(&once.to_string()).unwrap();

@@ -833,6 +833,20 @@ impl Gen {
             edge_hazards.push(wcr);
             dead_outputs.push(dead);
         }
+        // With hazards, every other gather reads its row through a body-local scalar
+        // index (`k = tab[i, 0]`, then `src[k[], …]`), as GT4Py writes a dynamic offset:
+        // the scalar is read by a memlet's subset, not only by a connector.
+        let dynamic: Vec<Option<String>> = steps
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                (hazards && matches!(s, Step::Gather { .. }) && (first + k) % 2 == 1).then(|| {
+                    let name = format!("dk{}", first + k);
+                    self.b.transient_scalar(&name, DType::I32);
+                    name
+                })
+            })
+            .collect();
         self.maps += steps.len();
         let name = format!("s{first}");
         let id = self.b.state(&name, |st| {
@@ -905,9 +919,23 @@ impl Gen {
                             dims.iter().map(|d| range_text(d, 0, 0)).collect();
                         let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
                         let rest = params[1..].join(", ");
-                        let a = format!("{src}[{table}[i, 0], {rest}]");
                         let b = format!("{src}[{table}[i, 1], {rest}]");
                         let out = format!("{target}[{idx}]");
+                        if let Some(dk) = &dynamic[k] {
+                            let a = format!("{src}[{dk}[], {rest}]");
+                            let t = format!("{table}[i, 0]");
+                            st.map(&label, &params, &ranges, |m| {
+                                m.tasklet("index", &[("t", &t)], &[("k", dk)], "k = t");
+                                m.tasklet(
+                                    &label,
+                                    &[("a", &a), ("b", &b), ("k", dk)],
+                                    &[("o", &out)],
+                                    "o = (a + b) * 0.5",
+                                );
+                            });
+                            continue;
+                        }
+                        let a = format!("{src}[{table}[i, 0], {rest}]");
                         st.map(&label, &params, &ranges, |m| {
                             m.tasklet(
                                 &label,

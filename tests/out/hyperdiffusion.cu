@@ -249,72 +249,23 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
         int64_t sdf_r = sdf_t; (void)sdf_r;
         const int64_t s_j = (2LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
         const int64_t s_i = (2LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
-        double a_lap_v = 0;
-        double a_lap_v_1 = 0;
-        double a_lap_v_2 = 0;
-        double a_lap_v_3 = 0;
-        double a_lap_v_4 = 0;
-        { /* tasklet 'lap5' */
-            const double v_c = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
-            const double v_n = a_u[((s_i - 2LL)) * (s_N) + (s_j)];
-            const double v_s = a_u[(s_i) * (s_N) + (s_j)];
-            const double v_w = a_u[((s_i - 1LL)) * (s_N) + ((s_j - 1LL))];
-            const double v_e = a_u[((s_i - 1LL)) * (s_N) + ((s_j + 1LL))];
-            double v_o = 0;
-            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-            a_lap_v = v_o;
-        }
-        { /* tasklet 'lap5' */
-            const double v_c = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
-            const double v_n = a_u[((s_i - 1LL)) * (s_N) + ((s_j - 1LL))];
-            const double v_s = a_u[((s_i + 1LL)) * (s_N) + ((s_j - 1LL))];
-            const double v_w = a_u[(s_i) * (s_N) + ((s_j - 2LL))];
-            const double v_e = a_u[(s_i) * (s_N) + (s_j)];
-            double v_o = 0;
-            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-            a_lap_v_1 = v_o;
-        }
-        { /* tasklet 'lap5' */
-            const double v_c = a_u[(s_i) * (s_N) + (s_j)];
-            const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
-            const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
-            const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
-            const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
-            double v_o = 0;
-            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-            a_lap_v_2 = v_o;
-        }
-        { /* tasklet 'lap5' */
-            const double v_c = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
-            const double v_n = a_u[((s_i - 1LL)) * (s_N) + ((s_j + 1LL))];
-            const double v_s = a_u[((s_i + 1LL)) * (s_N) + ((s_j + 1LL))];
-            const double v_w = a_u[(s_i) * (s_N) + (s_j)];
-            const double v_e = a_u[(s_i) * (s_N) + ((s_j + 2LL))];
-            double v_o = 0;
-            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-            a_lap_v_3 = v_o;
-        }
-        { /* tasklet 'lap5' */
-            const double v_c = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
-            const double v_n = a_u[(s_i) * (s_N) + (s_j)];
-            const double v_s = a_u[((s_i + 2LL)) * (s_N) + (s_j)];
-            const double v_w = a_u[((s_i + 1LL)) * (s_N) + ((s_j - 1LL))];
-            const double v_e = a_u[((s_i + 1LL)) * (s_N) + ((s_j + 1LL))];
-            double v_o = 0;
-            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-            a_lap_v_4 = v_o;
-        }
-        { /* tasklet 'diffuse' */
-            const double v_c = a_lap_v_2;
-            const double v_n = a_lap_v;
-            const double v_s = a_lap_v_4;
-            const double v_w = a_lap_v_1;
-            const double v_e = a_lap_v_3;
-            const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
-            double v_o = 0;
-            double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
-            v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-            a_out[(s_i) * (s_N) + (s_j)] = v_o;
+        { /* tasklet 'lap5+5' */
+            const double v__in1 = a_u[((s_i - 2LL)) * (s_N) + (s_j)];
+            const double v__in8 = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+            const double v__in0 = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+            const double v__in9 = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+            const double v__in10 = a_u[((s_i + 1LL)) * (s_N) + ((s_j + 1LL))];
+            const double v__in11 = a_u[(s_i) * (s_N) + ((s_j + 2LL))];
+            const double v__in12 = a_u[((s_i + 2LL)) * (s_N) + (s_j)];
+            const double v__in2 = a_u[(s_i) * (s_N) + (s_j)];
+            const double v__in3 = a_u[((s_i - 1LL)) * (s_N) + ((s_j - 1LL))];
+            const double v__in4 = a_u[((s_i - 1LL)) * (s_N) + ((s_j + 1LL))];
+            const double v__in5 = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+            const double v__in6 = a_u[((s_i + 1LL)) * (s_N) + ((s_j - 1LL))];
+            const double v__in7 = a_u[(s_i) * (s_N) + ((s_j - 2LL))];
+            double v__out0 = 0;
+            v__out0 = sdf_canon(((v__in2) - (((((((((((v__in11) + (((v__in2) + (((v__in4) + (v__in10))))))) - ((((4.0)) * (v__in9))))) + (((((((v__in2) + (((v__in7) + (((v__in3) + (v__in6))))))) - ((((4.0)) * (v__in5))))) + (((((((v__in4) + (((v__in3) + (((v__in1) + (v__in2))))))) - (((v__in0) * ((4.0)))))) + (((((v__in10) + (((v__in6) + (((v__in2) + (v__in12))))))) - ((((4.0)) * (v__in8))))))))))) - ((((4.0)) * (((((v__in9) + (((v__in5) + (((v__in0) + (v__in8))))))) - (((v__in2) * ((4.0)))))))))) * (s_alpha)))));
+            a_out[(s_i) * (s_N) + (s_j)] = v__out0;
         }
     }
 }
@@ -338,143 +289,53 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
                 sdf_pv[0] = s_i;
                 for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
                     sdf_pv[1] = s_j;
-                    double a_lap_v = 0;
-                    double a_lap_v_1 = 0;
-                    double a_lap_v_2 = 0;
-                    double a_lap_v_3 = 0;
-                    double a_lap_v_4 = 0;
-                    { /* tasklet 'lap5' */
-                        const int64_t sdf_x3 = sdf_ck(sdf_ssub(s_i, 1LL, 6), s_N, 7);
+                    { /* tasklet 'lap5+5' */
+                        const int64_t sdf_x3 = sdf_ck(sdf_ssub(s_i, 2LL, 6), s_N, 7);
                         const int64_t sdf_x4 = sdf_ck(s_j, s_N, 8);
-                        const double v_c = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
-                        const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_i, 2LL, 9), s_N, 10);
+                        const double v__in1 = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
+                        const int64_t sdf_x5 = sdf_ck(sdf_sadd(s_i, 1LL, 9), s_N, 10);
                         const int64_t sdf_x6 = sdf_ck(s_j, s_N, 11);
-                        const double v_n = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
-                        const int64_t sdf_x7 = sdf_ck(s_i, s_N, 12);
-                        const int64_t sdf_x8 = sdf_ck(s_j, s_N, 13);
-                        const double v_s = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(sdf_ssub(s_i, 1LL, 14), s_N, 15);
-                        const int64_t sdf_x10 = sdf_ck(sdf_ssub(s_j, 1LL, 16), s_N, 17);
-                        const double v_w = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
-                        const int64_t sdf_x11 = sdf_ck(sdf_ssub(s_i, 1LL, 18), s_N, 19);
+                        const double v__in8 = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
+                        const int64_t sdf_x7 = sdf_ck(sdf_ssub(s_i, 1LL, 12), s_N, 13);
+                        const int64_t sdf_x8 = sdf_ck(s_j, s_N, 14);
+                        const double v__in0 = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
+                        const int64_t sdf_x9 = sdf_ck(s_i, s_N, 15);
+                        const int64_t sdf_x10 = sdf_ck(sdf_sadd(s_j, 1LL, 16), s_N, 17);
+                        const double v__in9 = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
+                        const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_i, 1LL, 18), s_N, 19);
                         const int64_t sdf_x12 = sdf_ck(sdf_sadd(s_j, 1LL, 20), s_N, 21);
-                        const double v_e = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_lap_v = v_o;
-                    }
-                    if (sdf_e->failed) goto sdf_map2;
-                    { /* tasklet 'lap5' */
+                        const double v__in10 = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
                         const int64_t sdf_x13 = sdf_ck(s_i, s_N, 22);
-                        const int64_t sdf_x14 = sdf_ck(sdf_ssub(s_j, 1LL, 23), s_N, 24);
-                        const double v_c = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
-                        const int64_t sdf_x15 = sdf_ck(sdf_ssub(s_i, 1LL, 25), s_N, 26);
-                        const int64_t sdf_x16 = sdf_ck(sdf_ssub(s_j, 1LL, 27), s_N, 28);
-                        const double v_n = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
-                        const int64_t sdf_x17 = sdf_ck(sdf_sadd(s_i, 1LL, 29), s_N, 30);
-                        const int64_t sdf_x18 = sdf_ck(sdf_ssub(s_j, 1LL, 31), s_N, 32);
-                        const double v_s = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
-                        const int64_t sdf_x19 = sdf_ck(s_i, s_N, 33);
-                        const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 2LL, 34), s_N, 35);
-                        const double v_w = a_u[(sdf_x19) * (s_N) + (sdf_x20)];
-                        const int64_t sdf_x21 = sdf_ck(s_i, s_N, 36);
-                        const int64_t sdf_x22 = sdf_ck(s_j, s_N, 37);
-                        const double v_e = a_u[(sdf_x21) * (s_N) + (sdf_x22)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_lap_v_1 = v_o;
-                    }
-                    if (sdf_e->failed) goto sdf_map2;
-                    { /* tasklet 'lap5' */
+                        const int64_t sdf_x14 = sdf_ck(sdf_sadd(s_j, 2LL, 23), s_N, 24);
+                        const double v__in11 = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
+                        const int64_t sdf_x15 = sdf_ck(sdf_sadd(s_i, 2LL, 25), s_N, 26);
+                        const int64_t sdf_x16 = sdf_ck(s_j, s_N, 27);
+                        const double v__in12 = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
+                        const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
+                        const int64_t sdf_x18 = sdf_ck(s_j, s_N, 29);
+                        const double v__in2 = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
+                        const int64_t sdf_x19 = sdf_ck(sdf_ssub(s_i, 1LL, 30), s_N, 31);
+                        const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 32), s_N, 33);
+                        const double v__in3 = a_u[(sdf_x19) * (s_N) + (sdf_x20)];
+                        const int64_t sdf_x21 = sdf_ck(sdf_ssub(s_i, 1LL, 34), s_N, 35);
+                        const int64_t sdf_x22 = sdf_ck(sdf_sadd(s_j, 1LL, 36), s_N, 37);
+                        const double v__in4 = a_u[(sdf_x21) * (s_N) + (sdf_x22)];
                         const int64_t sdf_x23 = sdf_ck(s_i, s_N, 38);
-                        const int64_t sdf_x24 = sdf_ck(s_j, s_N, 39);
-                        const double v_c = a_u[(sdf_x23) * (s_N) + (sdf_x24)];
-                        const int64_t sdf_x25 = sdf_ck(sdf_ssub(s_i, 1LL, 40), s_N, 41);
-                        const int64_t sdf_x26 = sdf_ck(s_j, s_N, 42);
-                        const double v_n = a_u[(sdf_x25) * (s_N) + (sdf_x26)];
-                        const int64_t sdf_x27 = sdf_ck(sdf_sadd(s_i, 1LL, 43), s_N, 44);
-                        const int64_t sdf_x28 = sdf_ck(s_j, s_N, 45);
-                        const double v_s = a_u[(sdf_x27) * (s_N) + (sdf_x28)];
-                        const int64_t sdf_x29 = sdf_ck(s_i, s_N, 46);
-                        const int64_t sdf_x30 = sdf_ck(sdf_ssub(s_j, 1LL, 47), s_N, 48);
-                        const double v_w = a_u[(sdf_x29) * (s_N) + (sdf_x30)];
-                        const int64_t sdf_x31 = sdf_ck(s_i, s_N, 49);
-                        const int64_t sdf_x32 = sdf_ck(sdf_sadd(s_j, 1LL, 50), s_N, 51);
-                        const double v_e = a_u[(sdf_x31) * (s_N) + (sdf_x32)];
+                        const int64_t sdf_x24 = sdf_ck(sdf_ssub(s_j, 1LL, 39), s_N, 40);
+                        const double v__in5 = a_u[(sdf_x23) * (s_N) + (sdf_x24)];
+                        const int64_t sdf_x25 = sdf_ck(sdf_sadd(s_i, 1LL, 41), s_N, 42);
+                        const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_j, 1LL, 43), s_N, 44);
+                        const double v__in6 = a_u[(sdf_x25) * (s_N) + (sdf_x26)];
+                        const int64_t sdf_x27 = sdf_ck(s_i, s_N, 45);
+                        const int64_t sdf_x28 = sdf_ck(sdf_ssub(s_j, 2LL, 46), s_N, 47);
+                        const double v__in7 = a_u[(sdf_x27) * (s_N) + (sdf_x28)];
                         if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                        double v__out0 = 0;
+                        v__out0 = sdf_canon(((v__in2) - (((((((((((v__in11) + (((v__in2) + (((v__in4) + (v__in10))))))) - ((((4.0)) * (v__in9))))) + (((((((v__in2) + (((v__in7) + (((v__in3) + (v__in6))))))) - ((((4.0)) * (v__in5))))) + (((((((v__in4) + (((v__in3) + (((v__in1) + (v__in2))))))) - (((v__in0) * ((4.0)))))) + (((((v__in10) + (((v__in6) + (((v__in2) + (v__in12))))))) - ((((4.0)) * (v__in8))))))))))) - ((((4.0)) * (((((v__in9) + (((v__in5) + (((v__in0) + (v__in8))))))) - (((v__in2) * ((4.0)))))))))) * (s_alpha)))));
+                        const int64_t sdf_x29 = sdf_ck(s_i, s_N, 48);
+                        const int64_t sdf_x30 = sdf_ck(s_j, s_N, 49);
                         if (sdf_e->failed) goto sdf_map2;
-                        a_lap_v_2 = v_o;
-                    }
-                    if (sdf_e->failed) goto sdf_map2;
-                    { /* tasklet 'lap5' */
-                        const int64_t sdf_x33 = sdf_ck(s_i, s_N, 52);
-                        const int64_t sdf_x34 = sdf_ck(sdf_sadd(s_j, 1LL, 53), s_N, 54);
-                        const double v_c = a_u[(sdf_x33) * (s_N) + (sdf_x34)];
-                        const int64_t sdf_x35 = sdf_ck(sdf_ssub(s_i, 1LL, 55), s_N, 56);
-                        const int64_t sdf_x36 = sdf_ck(sdf_sadd(s_j, 1LL, 57), s_N, 58);
-                        const double v_n = a_u[(sdf_x35) * (s_N) + (sdf_x36)];
-                        const int64_t sdf_x37 = sdf_ck(sdf_sadd(s_i, 1LL, 59), s_N, 60);
-                        const int64_t sdf_x38 = sdf_ck(sdf_sadd(s_j, 1LL, 61), s_N, 62);
-                        const double v_s = a_u[(sdf_x37) * (s_N) + (sdf_x38)];
-                        const int64_t sdf_x39 = sdf_ck(s_i, s_N, 63);
-                        const int64_t sdf_x40 = sdf_ck(s_j, s_N, 64);
-                        const double v_w = a_u[(sdf_x39) * (s_N) + (sdf_x40)];
-                        const int64_t sdf_x41 = sdf_ck(s_i, s_N, 65);
-                        const int64_t sdf_x42 = sdf_ck(sdf_sadd(s_j, 2LL, 66), s_N, 67);
-                        const double v_e = a_u[(sdf_x41) * (s_N) + (sdf_x42)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_lap_v_3 = v_o;
-                    }
-                    if (sdf_e->failed) goto sdf_map2;
-                    { /* tasklet 'lap5' */
-                        const int64_t sdf_x43 = sdf_ck(sdf_sadd(s_i, 1LL, 68), s_N, 69);
-                        const int64_t sdf_x44 = sdf_ck(s_j, s_N, 70);
-                        const double v_c = a_u[(sdf_x43) * (s_N) + (sdf_x44)];
-                        const int64_t sdf_x45 = sdf_ck(s_i, s_N, 71);
-                        const int64_t sdf_x46 = sdf_ck(s_j, s_N, 72);
-                        const double v_n = a_u[(sdf_x45) * (s_N) + (sdf_x46)];
-                        const int64_t sdf_x47 = sdf_ck(sdf_sadd(s_i, 2LL, 73), s_N, 74);
-                        const int64_t sdf_x48 = sdf_ck(s_j, s_N, 75);
-                        const double v_s = a_u[(sdf_x47) * (s_N) + (sdf_x48)];
-                        const int64_t sdf_x49 = sdf_ck(sdf_sadd(s_i, 1LL, 76), s_N, 77);
-                        const int64_t sdf_x50 = sdf_ck(sdf_ssub(s_j, 1LL, 78), s_N, 79);
-                        const double v_w = a_u[(sdf_x49) * (s_N) + (sdf_x50)];
-                        const int64_t sdf_x51 = sdf_ck(sdf_sadd(s_i, 1LL, 80), s_N, 81);
-                        const int64_t sdf_x52 = sdf_ck(sdf_sadd(s_j, 1LL, 82), s_N, 83);
-                        const double v_e = a_u[(sdf_x51) * (s_N) + (sdf_x52)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_lap_v_4 = v_o;
-                    }
-                    if (sdf_e->failed) goto sdf_map2;
-                    { /* tasklet 'diffuse' */
-                        const double v_c = a_lap_v_2;
-                        const double v_n = a_lap_v;
-                        const double v_s = a_lap_v_4;
-                        const double v_w = a_lap_v_1;
-                        const double v_e = a_lap_v_3;
-                        const int64_t sdf_x53 = sdf_ck(s_i, s_N, 84);
-                        const int64_t sdf_x54 = sdf_ck(s_j, s_N, 85);
-                        const double v_u0 = a_u[(sdf_x53) * (s_N) + (sdf_x54)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
-                        v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-                        const int64_t sdf_x55 = sdf_ck(s_i, s_N, 86);
-                        const int64_t sdf_x56 = sdf_ck(s_j, s_N, 87);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_out[(sdf_x55) * (s_N) + (sdf_x56)] = v_o;
+                        a_out[(sdf_x29) * (s_N) + (sdf_x30)] = v__out0;
                     }
                     if (sdf_e->failed) goto sdf_map2;
                 }

@@ -232,14 +232,24 @@ pub(crate) fn optimize(
             }
         }
     }
+    // A container read through a memlet's subset (an index table, or a scalar index as
+    // GT4Py's dynamic offsets read it) is read by the body too, and is no local value.
+    let tables: BTreeSet<&str> = body
+        .edge_ids()
+        .into_iter()
+        .flat_map(|e| body.edge(e).memlet.subset.tables())
+        .collect();
+    reads.extend(tables.iter().copied());
     let local = |d: &str| -> bool {
-        matches!(
-            cx.arrays.get(d),
-            Some(DataDesc::Scalar {
-                transient: true,
-                ..
-            })
-        ) && nodes_of.get(d) == Some(&1)
+        !tables.contains(d)
+            && matches!(
+                cx.arrays.get(d),
+                Some(DataDesc::Scalar {
+                    transient: true,
+                    ..
+                })
+            )
+            && nodes_of.get(d) == Some(&1)
             && writes.get(d) == Some(&1)
     };
     for (d, w) in &writes {

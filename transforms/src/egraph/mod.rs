@@ -183,7 +183,7 @@ fn optimize_memo(
 
 /// What the outcome of a body made of one tasklet and access nodes depends on: its
 /// code and connector types, which of its reads are of the same element (and which go
-/// through index tables), which writes go to body-local scalars and with what conflict
+/// through index tables) and the element types read, which writes go to body-local scalars and with what conflict
 /// resolution, the enclosing map parameters and the symbols the code reads (with their
 /// static values). `None` for other bodies.
 fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> {
@@ -192,7 +192,7 @@ fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> 
         match df.node(n) {
             IrNode::Tasklet(t) if key.is_none() => {
                 let code: Vec<String> = t.code.iter().map(|s| s.to_string()).collect();
-                let mut reads: Vec<(String, usize, bool)> = Vec::new();
+                let mut reads: Vec<(String, usize, bool, Option<sdflow_ir::DType>)> = Vec::new();
                 let mut seen: Vec<String> = Vec::new();
                 for e in df.in_edges(n) {
                     let edge = df.edge(e);
@@ -202,14 +202,23 @@ fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> 
                         seen.len() - 1
                     });
                     let tables = !edge.memlet.subset.tables().is_empty();
-                    reads.push((edge.dst_conn.clone().unwrap_or_default(), class, tables));
+                    let dtype = bcx.arrays.get(&edge.memlet.data).map(|d| d.dtype());
+                    reads.push((
+                        edge.dst_conn.clone().unwrap_or_default(),
+                        class,
+                        tables,
+                        dtype,
+                    ));
                 }
                 let mut writes: Vec<String> = Vec::new();
                 for e in df.out_edges(n) {
                     let edge = df.edge(e);
                     let local = matches!(
                         bcx.arrays.get(&edge.memlet.data),
-                        Some(sdflow_ir::DataDesc::Scalar { transient: true, .. })
+                        Some(sdflow_ir::DataDesc::Scalar {
+                            transient: true,
+                            ..
+                        })
                     );
                     writes.push(format!("{:?}/{local}/{:?}", edge.src_conn, edge.memlet.wcr));
                 }
