@@ -64,7 +64,9 @@ pub struct GenConfig {
     /// edges that over-approximate what their bodies write; writes with conflict
     /// resolution on the body's edge only (as DaCe writes them); whole copies of
     /// transients whose boundary was never written (they read the interpreter's zeros);
-    /// static float and bool symbols forwarded into nested SDFGs.
+    /// static float and bool symbols forwarded into nested SDFGs; gathers whose row is
+    /// a body-local scalar read through a memlet's subset (`src[k[], …]`, GT4Py's
+    /// dynamic offsets).
     pub allow_hazards: bool,
 }
 

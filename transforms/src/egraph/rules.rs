@@ -2,7 +2,7 @@
 //! non-NaN input, and a NaN stays a NaN) and the fast-math set (opt-in, changes results).
 //! Why each exact rule is exact is in `docs/transforms.md`.
 
-use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var, rewrite};
+use egg::{Applier, EGraph, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use sdflow_ir::{DType, Value};
 
 use super::lang::{Fold, Node, Op};
@@ -18,57 +18,110 @@ fn pat(s: &str) -> Pattern<Node> {
         .unwrap_or_else(|e| panic!("rule pattern {s:?}: {e}"))
 }
 
-/// The exact rules, for every float and integer type.
-pub fn exact() -> Vec<Rule> {
+/// Exact rules on floats, written for a type `T` (`f32` and `f64`): name, left, right.
+const FLOAT_EXACT: [(&str, &str, &str); 15] = [
+    ("mul-one", "(*.T ?x T:1)", "?x"),
+    ("div-one", "(/.T ?x T:1)", "?x"),
+    ("sub-zero", "(-.T ?x T:0)", "?x"),
+    ("add-negzero", "(+.T ?x T:-0)", "?x"),
+    ("mul-two", "(*.T ?x T:2)", "(+.T ?x ?x)"),
+    ("add-self", "(+.T ?x ?x)", "(*.T ?x T:2)"),
+    ("neg-neg", "(neg.T (neg.T ?x))", "?x"),
+    ("mul-minus-one", "(*.T ?x T:-1)", "(neg.T ?x)"),
+    ("sub-to-add", "(-.T ?a ?b)", "(+.T ?a (neg.T ?b))"),
+    ("add-neg-to-sub", "(+.T ?a (neg.T ?b))", "(-.T ?a ?b)"),
+    ("sub-neg", "(-.T ?a (neg.T ?b))", "(+.T ?a ?b)"),
+    ("add-comm", "(+.T ?a ?b)", "(+.T ?b ?a)"),
+    ("mul-comm", "(*.T ?a ?b)", "(*.T ?b ?a)"),
+    ("neg-mul", "(*.T (neg.T ?a) ?b)", "(neg.T (*.T ?a ?b))"),
+    ("neg-div", "(/.T (neg.T ?a) ?b)", "(neg.T (/.T ?a ?b))"),
+];
+
+/// Exact rules on wrapping integers (`i32` and `i64`): a commutative ring.
+const INT_EXACT: [(&str, &str, &str); 11] = [
+    ("add-zero", "(+.T ?x T:0)", "?x"),
+    ("sub-zero", "(-.T ?x T:0)", "?x"),
+    ("mul-one", "(*.T ?x T:1)", "?x"),
+    ("mul-zero", "(*.T ?x T:0)", "T:0"),
+    ("sub-self", "(-.T ?x ?x)", "T:0"),
+    ("neg-neg", "(neg.T (neg.T ?x))", "?x"),
+    ("add-comm", "(+.T ?a ?b)", "(+.T ?b ?a)"),
+    ("mul-comm", "(*.T ?a ?b)", "(*.T ?b ?a)"),
+    ("add-assoc", "(+.T (+.T ?a ?b) ?c)", "(+.T ?a (+.T ?b ?c))"),
+    ("sub-add", "(-.T (+.T ?a ?b) ?b)", "?a"),
+    ("add-sub", "(+.T (-.T ?a ?b) ?b)", "?a"),
+];
+
+/// Fast-math rules on floats: reassociation, distribution, factoring.
+const FLOAT_FAST: [(&str, &str, &str); 5] = [
+    (
+        "fm-add-assoc",
+        "(+.T (+.T ?a ?b) ?c)",
+        "(+.T ?a (+.T ?b ?c))",
+    ),
+    (
+        "fm-add-assoc-r",
+        "(+.T ?a (+.T ?b ?c))",
+        "(+.T (+.T ?a ?b) ?c)",
+    ),
+    (
+        "fm-mul-assoc",
+        "(*.T (*.T ?a ?b) ?c)",
+        "(*.T ?a (*.T ?b ?c))",
+    ),
+    (
+        "fm-distribute",
+        "(*.T ?a (+.T ?b ?c))",
+        "(+.T (*.T ?a ?b) (*.T ?a ?c))",
+    ),
+    (
+        "fm-factor",
+        "(+.T (*.T ?a ?b) (*.T ?a ?c))",
+        "(*.T ?a (+.T ?b ?c))",
+    ),
+];
+
+/// The rules of a table for each of `types`, `T` replaced by the type's name.
+fn instantiate(table: &[(&str, &str, &str)], types: &[DType]) -> Vec<Rule> {
     let mut rules = Vec::new();
-    for t in FLOATS {
+    for t in types {
         let t = t.name();
-        rules.extend([
-            rewrite!(format!("mul-one.{t}"); {pat(&format!("(*.{t} ?x {t}:1)"))} => "?x"),
-            rewrite!(format!("div-one.{t}"); {pat(&format!("(/.{t} ?x {t}:1)"))} => "?x"),
-            rewrite!(format!("sub-zero.{t}"); {pat(&format!("(-.{t} ?x {t}:0)"))} => "?x"),
-            rewrite!(format!("add-negzero.{t}"); {pat(&format!("(+.{t} ?x {t}:-0)"))} => "?x"),
-            rewrite!(format!("mul-two.{t}"); {pat(&format!("(*.{t} ?x {t}:2)"))} => {pat(&format!("(+.{t} ?x ?x)"))}),
-            rewrite!(format!("add-self.{t}"); {pat(&format!("(+.{t} ?x ?x)"))} => {pat(&format!("(*.{t} ?x {t}:2)"))}),
-            rewrite!(format!("neg-neg.{t}"); {pat(&format!("(neg.{t} (neg.{t} ?x))"))} => "?x"),
-            rewrite!(format!("mul-minus-one.{t}"); {pat(&format!("(*.{t} ?x {t}:-1)"))} => {pat(&format!("(neg.{t} ?x)"))}),
-            rewrite!(format!("sub-to-add.{t}"); {pat(&format!("(-.{t} ?a ?b)"))} => {pat(&format!("(+.{t} ?a (neg.{t} ?b))"))}),
-            rewrite!(format!("add-neg-to-sub.{t}"); {pat(&format!("(+.{t} ?a (neg.{t} ?b))"))} => {pat(&format!("(-.{t} ?a ?b)"))}),
-            rewrite!(format!("sub-neg.{t}"); {pat(&format!("(-.{t} ?a (neg.{t} ?b))"))} => {pat(&format!("(+.{t} ?a ?b)"))}),
-            rewrite!(format!("add-comm.{t}"); {pat(&format!("(+.{t} ?a ?b)"))} => {pat(&format!("(+.{t} ?b ?a)"))}),
-            rewrite!(format!("mul-comm.{t}"); {pat(&format!("(*.{t} ?a ?b)"))} => {pat(&format!("(*.{t} ?b ?a)"))}),
-            rewrite!(format!("neg-mul.{t}"); {pat(&format!("(*.{t} (neg.{t} ?a) ?b)"))} => {pat(&format!("(neg.{t} (*.{t} ?a ?b))"))}),
-            rewrite!(format!("neg-div.{t}"); {pat(&format!("(/.{t} (neg.{t} ?a) ?b)"))} => {pat(&format!("(neg.{t} (/.{t} ?a ?b))"))}),
-        ]);
-        rules.push(
+        let with = |s: &str| s.replace('T', t);
+        for (name, lhs, rhs) in table {
+            rules.push(
+                Rewrite::new(format!("{name}.{t}"), pat(&with(lhs)), pat(&with(rhs)))
+                    .unwrap_or_else(|e| panic!("rule {name}: {e}")),
+            );
+        }
+    }
+    rules
+}
+
+/// `x / c → x * (1/c)` for each float type, for powers of two only or for any constant.
+fn reciprocal_rules(name: &str, only_powers_of_two: bool) -> Vec<Rule> {
+    FLOATS
+        .iter()
+        .map(|t| {
+            let t = t.name();
             Rewrite::new(
-                format!("div-pow2.{t}"),
+                format!("{name}.{t}"),
                 pat(&format!("(/.{t} ?x ?c)")),
                 ByReciprocal {
                     x: var("?x"),
                     c: var("?c"),
-                    only_powers_of_two: true,
+                    only_powers_of_two,
                 },
             )
-            .expect("a valid rule"),
-        );
-    }
-    for t in INTS {
-        let t = t.name();
-        rules.extend([
-            rewrite!(format!("add-zero.{t}"); {pat(&format!("(+.{t} ?x {t}:0)"))} => "?x"),
-            rewrite!(format!("sub-zero.{t}"); {pat(&format!("(-.{t} ?x {t}:0)"))} => "?x"),
-            rewrite!(format!("mul-one.{t}"); {pat(&format!("(*.{t} ?x {t}:1)"))} => "?x"),
-            rewrite!(format!("mul-zero.{t}"); {pat(&format!("(*.{t} ?x {t}:0)"))} => {pat(&format!("{t}:0"))}),
-            rewrite!(format!("sub-self.{t}"); {pat(&format!("(-.{t} ?x ?x)"))} => {pat(&format!("{t}:0"))}),
-            rewrite!(format!("neg-neg.{t}"); {pat(&format!("(neg.{t} (neg.{t} ?x))"))} => "?x"),
-            rewrite!(format!("add-comm.{t}"); {pat(&format!("(+.{t} ?a ?b)"))} => {pat(&format!("(+.{t} ?b ?a)"))}),
-            rewrite!(format!("mul-comm.{t}"); {pat(&format!("(*.{t} ?a ?b)"))} => {pat(&format!("(*.{t} ?b ?a)"))}),
-            rewrite!(format!("add-assoc.{t}"); {pat(&format!("(+.{t} (+.{t} ?a ?b) ?c)"))} => {pat(&format!("(+.{t} ?a (+.{t} ?b ?c))"))}),
-            rewrite!(format!("sub-add.{t}"); {pat(&format!("(-.{t} (+.{t} ?a ?b) ?b)"))} => "?a"),
-            rewrite!(format!("add-sub.{t}"); {pat(&format!("(+.{t} (-.{t} ?a ?b) ?b)"))} => "?a"),
-        ]);
-    }
+            .expect("a valid rule")
+        })
+        .collect()
+}
+
+/// The exact rules, for every float and integer type.
+pub fn exact() -> Vec<Rule> {
+    let mut rules = instantiate(&FLOAT_EXACT, &FLOATS);
+    rules.extend(reciprocal_rules("div-pow2", true));
+    rules.extend(instantiate(&INT_EXACT, &INTS));
     for t in [DType::Bool, DType::I32, DType::I64, DType::F32, DType::F64] {
         rules.push(
             Rewrite::new(
@@ -90,29 +143,8 @@ pub fn exact() -> Vec<Rule> {
 /// reciprocal on floats. They change results (by rounding, and `inf`/NaN where an
 /// intermediate overflows); opt-in per program.
 pub fn fast_math() -> Vec<Rule> {
-    let mut rules = Vec::new();
-    for t in FLOATS {
-        let t = t.name();
-        rules.extend([
-            rewrite!(format!("fm-add-assoc.{t}"); {pat(&format!("(+.{t} (+.{t} ?a ?b) ?c)"))} => {pat(&format!("(+.{t} ?a (+.{t} ?b ?c))"))}),
-            rewrite!(format!("fm-add-assoc-r.{t}"); {pat(&format!("(+.{t} ?a (+.{t} ?b ?c))"))} => {pat(&format!("(+.{t} (+.{t} ?a ?b) ?c)"))}),
-            rewrite!(format!("fm-mul-assoc.{t}"); {pat(&format!("(*.{t} (*.{t} ?a ?b) ?c)"))} => {pat(&format!("(*.{t} ?a (*.{t} ?b ?c))"))}),
-            rewrite!(format!("fm-distribute.{t}"); {pat(&format!("(*.{t} ?a (+.{t} ?b ?c))"))} => {pat(&format!("(+.{t} (*.{t} ?a ?b) (*.{t} ?a ?c))"))}),
-            rewrite!(format!("fm-factor.{t}"); {pat(&format!("(+.{t} (*.{t} ?a ?b) (*.{t} ?a ?c))"))} => {pat(&format!("(*.{t} ?a (+.{t} ?b ?c))"))}),
-        ]);
-        rules.push(
-            Rewrite::new(
-                format!("fm-reciprocal.{t}"),
-                pat(&format!("(/.{t} ?x ?c)")),
-                ByReciprocal {
-                    x: var("?x"),
-                    c: var("?c"),
-                    only_powers_of_two: false,
-                },
-            )
-            .expect("a valid rule"),
-        );
-    }
+    let mut rules = instantiate(&FLOAT_FAST, &FLOATS);
+    rules.extend(reciprocal_rules("fm-reciprocal", false));
     rules
 }
 
