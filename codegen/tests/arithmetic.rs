@@ -1,5 +1,5 @@
 //! Float arithmetic the backends once disagreed on — `cbrt`, `min`/`max` of signed zeros
-//! and NaNs, the sign of NaN results — compared bitwise between the interpreter and
+//! and NaNs, the sign of NaN results — and the fused multiply-add `fma`, compared bitwise between the interpreter and
 //! compiled code over special values (±0, ±inf, NaNs of both signs, subnormals, the
 //! extremes) and many random bit patterns, in `f64` and `f32`.
 
@@ -12,7 +12,7 @@ use sdflow_ir::{DType, Sdfg, SdfgBuilder, Value};
 fn program(t: DType) -> Sdfg {
     let mut b = SdfgBuilder::new(&format!("arith_{t}"));
     b.symbol("N", DType::I64);
-    for a in ["x", "y", "cb", "mn", "mx", "sq", "pr", "df"] {
+    for a in ["x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm"] {
         b.array(a, t, ["N"]);
     }
     b.state("main", |s| {
@@ -27,8 +27,10 @@ fn program(t: DType) -> Sdfg {
                     ("r", "sq[i]"),
                     ("p", "pr[i]"),
                     ("d", "df[i]"),
+                    ("f", "fm[i]"),
                 ],
-                "c = cbrt(a); lo = min(a, b); hi = max(a, b); r = sqrt(a); p = a * b; d = b - a",
+                "c = cbrt(a); lo = min(a, b); hi = max(a, b); r = sqrt(a); p = a * b; d = b - a; \
+                 f = fma(a, b, -(a * b))",
             );
         });
     });
@@ -84,7 +86,7 @@ fn run_both(t: DType, x: Vec<Value>, y: Vec<Value>) {
         .insert("x".into(), HostArray::from_values(t, &[n], &x).unwrap());
     b.arrays
         .insert("y".into(), HostArray::from_values(t, &[n], &y).unwrap());
-    for a in ["cb", "mn", "mx", "sq", "pr", "df"] {
+    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm"] {
         b.arrays.insert(a.into(), HostArray::zeros(t, &[n]));
     }
     let mut expected = b.clone();
@@ -98,7 +100,7 @@ fn run_both(t: DType, x: Vec<Value>, y: Vec<Value>) {
     let mut got = b.clone();
     prog.run_bindings(&mut got).unwrap();
     let mut bad: BTreeMap<&str, usize> = BTreeMap::new();
-    for a in ["cb", "mn", "mx", "sq", "pr", "df"] {
+    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm"] {
         let (e, g) = (expected.arrays[a].bits(), got.arrays[a].bits());
         let first = e.iter().zip(&g).position(|(p, q)| p != q);
         if let Some(k) = first {
@@ -134,6 +136,12 @@ fn run_both(t: DType, x: Vec<Value>, y: Vec<Value>) {
         assert_eq!(at("pr", k).as_f64().to_bits(), f64::NAN.to_bits());
         let k = pos(27.0, 0.0).unwrap();
         assert_eq!(at("cb", k).as_f64(), 3.0);
+        // fma(a, b, -(a*b)) is the rounding error of a*b: not zero for most random pairs
+        // (a separate multiply and add would give exactly zero).
+        let nonzero = (0..x.len())
+            .filter(|&k| at("fm", k).as_f64().is_finite() && at("fm", k).as_f64() != 0.0)
+            .count();
+        assert!(nonzero > x.len() / 4, "{nonzero} of {}", x.len());
         // Within an ulp of the correctly rounded root (Rust's).
         let cb = expected.arrays["cb"].values();
         for (k, v) in x.iter().enumerate() {

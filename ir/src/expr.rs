@@ -147,6 +147,9 @@ pub enum MathFn {
     Min,
     /// `max(a, b)`: on floats C's `fmax`.
     Max,
+    /// `fma(a, b, c)`: `a * b + c` rounded once (C's `fma`). Not in [`MathFn::ALL`]:
+    /// programs get it from the e-graph's opt-in fast-math rules or write it.
+    Fma,
     /// `wall_ns()`: a clock in nanoseconds (i64) whose differences time a region (GT4Py's
     /// metrics); the one function that is not pure, so not in [`MathFn::ALL`].
     WallNs,
@@ -206,6 +209,7 @@ impl MathFn {
             MathFn::Atan2 => "atan2",
             MathFn::Min => "min",
             MathFn::Max => "max",
+            MathFn::Fma => "fma",
             MathFn::WallNs => "wall_ns",
         }
     }
@@ -214,7 +218,7 @@ impl MathFn {
     pub fn from_name(s: &str) -> Option<MathFn> {
         MathFn::ALL
             .into_iter()
-            .chain([MathFn::WallNs])
+            .chain([MathFn::WallNs, MathFn::Fma])
             .find(|f| f.name() == s)
     }
 
@@ -222,6 +226,7 @@ impl MathFn {
     pub fn arity(self) -> usize {
         match self {
             MathFn::Pow | MathFn::Atan2 | MathFn::Min | MathFn::Max => 2,
+            MathFn::Fma => 3,
             MathFn::WallNs => 0,
             _ => 1,
         }

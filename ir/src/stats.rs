@@ -154,6 +154,7 @@ impl PointCounts {
                                         | MathFn::Ceil
                                         | MathFn::Trunc
                                         | MathFn::Round
+                                        | MathFn::Fma
                                 ) {
                                     self.special += 1;
                                 }

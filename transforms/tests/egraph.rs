@@ -603,3 +603,28 @@ fn same_code_with_coinciding_reads_is_optimized_on_its_own() {
     assert_eq!(x.arrays["o1"].bits(), y.arrays["o1"].bits());
     assert_eq!(x.arrays["o2"].bits(), y.arrays["o2"].bits());
 }
+
+#[test]
+fn fast_math_forms_fused_multiply_adds() {
+    let s = program(&["o = a * b + c", "p = c + a * 3.0"]);
+    let (exact, c) = optimized(&s, EGraphPass::default());
+    assert!(c.is_empty(), "{c}");
+    assert_eq!(exact, s);
+    let (fast, c) = optimized(&s, EGraphPass::fast_math());
+    assert_eq!(c.get("bodies_optimized"), 1, "{c}");
+    let code = body_code(&fast);
+    assert_eq!(
+        code.iter().filter(|l| l.contains("fma(")).count(),
+        2,
+        "{code:?}"
+    );
+    let b = inputs(&s, 9, true);
+    let (x, y) = (run(&s, &b), run(&fast, &b));
+    for (x, y) in x.arrays["o"]
+        .to_f64_vec()
+        .iter()
+        .zip(y.arrays["o"].to_f64_vec())
+    {
+        assert!((x - y).abs() <= FAST_MATH_REL * x.abs());
+    }
+}

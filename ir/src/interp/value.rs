@@ -277,8 +277,8 @@ macro_rules! math_table {
             MathFn::Atan2 => x.atan2(y),
             MathFn::Min => min_num(x, y),
             MathFn::Max => max_num(x, y),
-            // Integer-valued; `math` answers it before reaching a float table.
-            MathFn::WallNs => x,
+            // `math` answers these before reaching a float table.
+            MathFn::WallNs | MathFn::Fma => x,
         }
     }};
 }
@@ -311,6 +311,13 @@ pub fn math(f: MathFn, args: &[Value]) -> Result<Value, String> {
     let t = typing::call(f, &types).map_err(refused)?.operands;
     let x = args[0].cast(t);
     let y = args.get(1).map_or(Value::zero(t), |y| y.cast(t));
+    if f == MathFn::Fma {
+        let z = args[2].cast(t);
+        return Ok(match t {
+            DType::F32 => Value::F32(f32_of(x).mul_add(f32_of(y), f32_of(z))),
+            _ => Value::F64(x.as_f64().mul_add(y.as_f64(), z.as_f64())),
+        });
+    }
     Ok(match t {
         DType::I32 | DType::I64 => {
             let (a, b) = (x.as_i64(), y.as_i64());

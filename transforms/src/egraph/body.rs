@@ -48,7 +48,10 @@ fn op_cost(op: Op) -> u64 {
         Op::Const(..) | Op::Leaf(..) => 0,
         Op::Bin(BinOp::Div | BinOp::FloorDiv | BinOp::Mod, _) | Op::Guarded(..) => 8,
         Op::Call(F::Sqrt, _) => 8,
-        Op::Call(F::Abs | F::Min | F::Max | F::Floor | F::Ceil | F::Trunc | F::Round, _) => 1,
+        Op::Call(
+            F::Abs | F::Min | F::Max | F::Floor | F::Ceil | F::Trunc | F::Round | F::Fma,
+            _,
+        ) => 1,
         Op::Call(..) | Op::Clock(_) => 20,
         Op::Un(..) | Op::Bin(..) | Op::Select(_) | Op::Cast(_) => 1,
     }

@@ -52,8 +52,9 @@ const INT_EXACT: [(&str, &str, &str); 11] = [
     ("add-sub", "(+.T (-.T ?a ?b) ?b)", "?a"),
 ];
 
-/// Fast-math rules on floats: reassociation, distribution, factoring.
-const FLOAT_FAST: [(&str, &str, &str); 5] = [
+/// Fast-math rules on floats: reassociation, distribution, factoring, fma formation.
+const FLOAT_FAST: [(&str, &str, &str); 6] = [
+    ("fm-fma", "(+.T (*.T ?a ?b) ?c)", "(fma.T ?a ?b ?c)"),
     (
         "fm-add-assoc",
         "(+.T (+.T ?a ?b) ?c)",
