@@ -590,46 +590,114 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     write_bytes(path, bytes)
 }
 
-/// `sdflow show FILE --emit c|cuda|plan|sdfg|dot [--opt]`: an intermediate form of the
-/// program — the generated C or CUDA, the execution plan, the SDFG as JSON, or its
-/// drawing — optionally after the default pipeline (the GPU one for `cuda`, else the CPU
-/// one).
+/// Options of `sdflow show`.
+#[derive(Clone, Debug, Default)]
+pub struct ShowOptions {
+    /// What to print: `c`, `cuda`, `plan`, `sdfg`, `dot`, `optimized` or `report`.
+    pub emit: String,
+    /// `c`, `cuda`, `plan`, `sdfg` and `dot` after the optimize step.
+    pub opt: bool,
+    /// The backend tag (default: `gpu` for `--emit cuda`, else `cpu`).
+    pub backend: Option<sdflow_codegen::Backend>,
+    /// The configuration file (`$SDFLOW_CONFIG` overrides it).
+    pub config: Option<PathBuf>,
+    /// Static values (`NAME=VALUE`), specialized before anything is printed.
+    pub statics: Vec<(String, String)>,
+    /// The architecture whose configuration tables apply (default: this machine's for
+    /// `cpu`; none for `gpu`, whose architecture is the device's).
+    pub arch: Option<String>,
+}
+
+/// What `sdflow show --emit` accepts.
+pub const SHOW_EMITS: [&str; 7] = ["c", "cuda", "plan", "sdfg", "dot", "optimized", "report"];
+
+/// `sdflow show FILE --emit c|cuda|plan|sdfg|dot [--opt]`: [`show_with`] without a
+/// configuration file or static values.
 pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError> {
-    let mut sdfg = load_program(path)?;
-    if !matches!(emit, "c" | "cuda" | "plan" | "sdfg" | "dot") {
+    show_with(
+        path,
+        &ShowOptions {
+            emit: emit.to_string(),
+            opt: optimize,
+            ..ShowOptions::default()
+        },
+    )
+}
+
+/// `sdflow show FILE --emit KIND [--opt] [--backend B] [--config F] [-s NAME=VALUE]`: an
+/// intermediate of the workflow (`docs/workflow.md`) — the program (`sdfg`, `dot`) or
+/// its generated C or CUDA or execution plan, after specialization to the static values
+/// and, with `--opt`, the optimize step; `optimized`, the program after the optimize
+/// step; `report`, the options the program gets with the source of each, and every
+/// step's log.
+pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
+    use sdflow_orchestration::workflow::{StepContext, Workflow};
+    let emit = o.emit.as_str();
+    if !SHOW_EMITS.contains(&emit) {
         return Err(CliError::Usage(format!(
-            "--emit {emit}: expected one of c, cuda, plan, sdfg, dot"
+            "--emit {emit}: expected one of {}",
+            SHOW_EMITS.join(", ")
         )));
     }
-    if optimize {
-        let pipeline = if emit == "cuda" {
-            sdflow_transforms::Pipeline::gpu()
-        } else {
-            sdflow_transforms::Pipeline::cpu()
-        };
-        pipeline
-            .run(&mut sdfg)
-            .map_err(|source| CliError::Transform {
-                path: path.display().to_string(),
-                source,
-            })?;
+    let sdfg = load_program(path)?;
+    let mut statics = BTreeMap::new();
+    for (k, v) in &o.statics {
+        statics.insert(k.clone(), symbol_value(&sdfg, k, v)?);
     }
+    let tag = o.backend.unwrap_or(if emit == "cuda" {
+        sdflow_codegen::Backend::Gpu
+    } else {
+        sdflow_codegen::Backend::Cpu
+    });
+    let config = sdflow_orchestration::config::Config::locate(o.config.as_deref())
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let arch_of = |b: sdflow_codegen::Backend| match (&o.arch, b) {
+        (Some(a), _) => a.clone(),
+        (None, sdflow_codegen::Backend::Gpu) => "(no device)".to_string(),
+        (None, _) => sdflow_orchestration::config::host_arch().to_string(),
+    };
+    let resolved = config
+        .resolve(&sdfg.name, tag, &arch_of, &[])
+        .map_err(CliError::Usage)?;
+    let mut options = resolved.options.clone();
+    if emit == "cuda" {
+        options.backend = sdflow_codegen::Backend::Gpu;
+    } else if emit == "c" {
+        options.backend = sdflow_codegen::Backend::Cpu;
+    }
+    if !o.opt && !matches!(emit, "optimized" | "report") {
+        options.optimize = false;
+    }
+    let cx = StepContext {
+        options: &options,
+        statics: &statics,
+    };
+    let sdfg = std::sync::Arc::new(sdfg);
+    let workflow = Workflow::new();
+    let werr = |e: sdflow_orchestration::workflow::WorkflowError| match e {
+        sdflow_orchestration::workflow::WorkflowError::Codegen { source, .. } => {
+            CliError::Codegen {
+                path: path.display().to_string(),
+                source,
+            }
+        }
+        sdflow_orchestration::workflow::WorkflowError::Transform { source, .. } => {
+            CliError::Transform {
+                path: path.display().to_string(),
+                source,
+            }
+        }
+        other => CliError::Usage(format!("{}: {other}", path.display())),
+    };
+    let stages = workflow.stages(&sdfg, &cx).map_err(werr)?;
+    let last = stages.last().expect("the input is a stage").sdfg.clone();
     match emit {
-        "c" => sdflow_codegen::CpuBackend::default()
-            .generate(&sdfg)
-            .map_err(|source| CliError::Codegen {
-                path: path.display().to_string(),
-                source,
-            }),
-        "cuda" => sdflow_codegen::cuda::exec::CudaBackend::default()
-            .generate(&sdfg)
-            .map(|p| p.source)
-            .map_err(|source| CliError::Codegen {
-                path: path.display().to_string(),
-                source,
-            }),
+        "c" | "cuda" => workflow
+            .generate(&sdfg, &cx)
+            .map(|(_, g, _)| g.text())
+            .map_err(werr),
         "plan" => {
-            if let Err(problems) = sdfg.validate() {
+            if let Err(problems) = last.validate() {
                 return Err(CliError::Codegen {
                     path: path.display().to_string(),
                     source: sdflow_codegen::CodegenError::Invalid(
@@ -637,14 +705,39 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
                     ),
                 });
             }
-            sdflow_codegen::Plan::of(&sdfg)
+            sdflow_codegen::Plan::of(&last)
                 .map(|p| p.to_text())
                 .map_err(|source| CliError::Codegen {
                     path: path.display().to_string(),
                     source,
                 })
         }
-        "sdfg" => Ok(format::to_json(&sdfg)),
-        _ => Ok(sdflow_ir::dot::to_dot(&sdfg)),
+        "sdfg" | "optimized" => Ok(format::to_json(&last)),
+        "dot" => Ok(sdflow_ir::dot::to_dot(&last)),
+        _ => {
+            let mut out = format!("program '{}'\n", sdfg.name);
+            if let Some(p) = config.path() {
+                let _ = writeln!(out, "configuration: {}", p.display());
+            } else {
+                out.push_str("configuration: none\n");
+            }
+            out.push_str(&resolved.to_text());
+            let before = sdflow_ir::stats::PointCounts::of(&sdfg);
+            for st in &stages[1..] {
+                let _ = writeln!(out, "step {}:", st.step);
+                let log = if st.log.is_empty() {
+                    "  (nothing to do)\n".to_string()
+                } else {
+                    st.log.lines().map(|l| format!("  {l}\n")).collect()
+                };
+                out.push_str(&log);
+            }
+            let after = sdflow_ir::stats::PointCounts::of(&last);
+            let _ = write!(
+                out,
+                "work per grid point (all maps)\n  before  {before}\n  after   {after}\n"
+            );
+            Ok(out)
+        }
     }
 }

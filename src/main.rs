@@ -62,17 +62,31 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Print an intermediate form: the generated C or CUDA, the execution plan, the SDFG,
-    /// or its drawing.
+    /// Print an intermediate of the workflow: the generated C or CUDA, the execution plan,
+    /// the SDFG, its drawing, the optimized SDFG, or the options and step report.
     Show {
         /// The program.
         file: PathBuf,
-        /// What to print: `c`, `cuda`, `plan`, `sdfg` or `dot`.
+        /// What to print: `c`, `cuda`, `plan`, `sdfg`, `dot`, `optimized` or `report`.
         #[arg(long, default_value = "c")]
         emit: String,
-        /// After the default optimization pipeline (the GPU one for `cuda`).
+        /// `c`, `cuda`, `plan`, `sdfg` and `dot` after the optimize step (the backend's
+        /// pipeline, as configured).
         #[arg(long)]
         opt: bool,
+        /// The backend tag whose options apply (default: `gpu` for `--emit cuda`, else
+        /// `cpu`).
+        #[arg(long, value_parser = parse_backend)]
+        backend: Option<sdflow::codegen::Backend>,
+        /// A configuration file (TOML; `SDFLOW_CONFIG` overrides it; docs/configuration.md).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The architecture whose configuration tables apply (`x86_64`, `sm_90`).
+        #[arg(long)]
+        arch: Option<String>,
+        /// A static value, NAME=VALUE (repeatable): specialized at compile time.
+        #[arg(short = 's', long = "static", value_parser = cli::parse_assignment)]
+        statics: Vec<(String, String)>,
     },
     /// Print counts (states, nodes, maps, tasklets, transients) and every container.
     Stats {
@@ -155,7 +169,26 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             },
         )?
         .into_bytes(),
-        Command::Show { file, emit, opt } => cli::show(&file, &emit, opt)?.into_bytes(),
+        Command::Show {
+            file,
+            emit,
+            opt,
+            backend,
+            config,
+            arch,
+            statics,
+        } => cli::show_with(
+            &file,
+            &cli::ShowOptions {
+                emit,
+                opt,
+                backend,
+                config,
+                statics,
+                arch,
+            },
+        )?
+        .into_bytes(),
         Command::Import { file, output } => {
             let json = cli::import(&file)?;
             match output {

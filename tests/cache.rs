@@ -193,6 +193,7 @@ fn a_change_of_generated_code_is_a_new_cache_entry() {
         },
         emit: sdflow::codegen::EmitOptions {
             parallel_min_points: min,
+            ..Default::default()
         },
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");

@@ -512,3 +512,103 @@ fn zero_dimensional_inputs_set_symbols_exactly() {
         )
     );
 }
+
+#[test]
+fn show_reports_options_with_their_sources_and_specializes_statics() {
+    let cfg = tmp("show_config.toml");
+    std::fs::write(
+        &cfg,
+        "[cpu]\nschedule = \"dynamic\"\n[program.flag_if]\ntile_rows = 4\n[program.flag_if.cpu]\nthreads = 3\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = sdflow(&[
+        "show",
+        "examples/flag_if.sdfg.json",
+        "--emit",
+        "report",
+        "--config",
+        c,
+        "-s",
+        "mode=1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = stdout(&o);
+    let want_lines = [
+        "program 'flag_if'".to_string(),
+        format!("configuration: {c}"),
+        format!("  threads              3                            {c}:6 [program.flag_if.cpu]"),
+        format!("  schedule             \"dynamic\"                    {c}:2 [cpu]"),
+        format!("  tile_rows            4                            {c}:4 [program.flag_if]"),
+        "  fast_math            false                        default".to_string(),
+        "step specialize:".to_string(),
+        "    specialize           ".to_string(),
+    ];
+    for l in &want_lines {
+        assert!(
+            r.lines().any(|x| x.starts_with(l.as_str())),
+            "missing {l:?} in\n{r}"
+        );
+    }
+    // The static flag folded the branch: the generated C has one map, the doubling.
+    let o = sdflow(&[
+        "show",
+        "examples/flag_if.sdfg.json",
+        "--emit",
+        "c",
+        "--config",
+        c,
+        "-s",
+        "mode=1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let src = stdout(&o);
+    assert!(src.contains("schedule(dynamic)"), "{src}");
+    assert!(
+        src.contains("/* map 'double' */") && !src.contains("/* map 'shift' */"),
+        "{src}"
+    );
+    // SDFLOW_CONFIG overrides --config.
+    let other = tmp("show_config_env.toml");
+    std::fs::write(&other, "[cpu]\nschedule = \"guided\"\n").unwrap();
+    let o = sdflow_env(
+        &[
+            "show",
+            "examples/flag_if.sdfg.json",
+            "--emit",
+            "c",
+            "--config",
+            c,
+        ],
+        "SDFLOW_CONFIG",
+        other.to_str().unwrap(),
+    );
+    assert!(stdout(&o).contains("schedule(guided)"), "{}", stderr(&o));
+    // Errors: a bad key names the file, line and key; a static that is no symbol.
+    std::fs::write(&other, "[cpu]\nthreads = true\n").unwrap();
+    let o = sdflow(&[
+        "show",
+        "examples/flag_if.sdfg.json",
+        "--emit",
+        "report",
+        "--config",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "error: {}:2:11: cpu.threads: expected an integer, found boolean",
+            other.display()
+        )
+    );
+    let o = sdflow(&["show", "examples/flag_if.sdfg.json", "-s", "M=3"]);
+    assert_eq!(
+        stderr(&o).trim(),
+        "error: --symbol M: the program has no symbol 'M'"
+    );
+    let o = sdflow(&["show", "examples/flag_if.sdfg.json", "--emit", "ir"]);
+    assert_eq!(
+        stderr(&o).trim(),
+        "error: --emit ir: expected one of c, cuda, plan, sdfg, dot, optimized, report"
+    );
+}

@@ -24,7 +24,7 @@ pub mod program;
 pub use abi::{ArgSpec, Signature};
 pub use cache::{Artifact, Cache, Origin};
 pub use compile::CompilerOptions;
-pub use cpu::{CpuBackend, EmitOptions};
+pub use cpu::{CpuBackend, CpuUnit, EmitOptions, OmpSchedule};
 pub use plan::Plan;
 pub use program::{Args, BoundCall, CallError, CompiledProgram, Element};
 

@@ -45,7 +45,27 @@ pub struct CompiledProgram {
     pub library: PathBuf,
     /// Whether this load compiled the library or found it in the cache.
     pub origin: Origin,
+    /// Program states (transients allocated by `init`) no bound call holds, by the
+    /// symbol values they were allocated for: a later `bind` with the same values takes
+    /// one instead of allocating again, so binding in a loop costs the checks only.
+    idle: std::sync::Mutex<Vec<IdleState>>,
 }
+
+/// A program state no bound call holds.
+struct IdleState {
+    ints: Vec<i64>,
+    state: StatePtr,
+}
+
+/// A state pointer, moved between threads with the program that owns it.
+struct StatePtr(*mut c_void);
+
+// SAFETY: a state is plain memory the generated code allocates; it is used by one bound
+// call at a time (the pool hands each out once), never concurrently.
+unsafe impl Send for StatePtr {}
+
+/// States kept idle per program; beyond this, returned states are finalized.
+const MAX_IDLE_STATES: usize = 8;
 
 /// Why a call could not be bound or made.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -100,6 +120,73 @@ struct RawArray {
 }
 
 impl RawArray {
+    /// Element offsets (in elements) of every element, in row-major index order.
+    fn offsets(&self) -> Vec<isize> {
+        let mut out = vec![0isize];
+        for (n, st) in self.shape.iter().zip(&self.strides) {
+            let mut next = Vec::with_capacity(out.len() * n);
+            for o in &out {
+                for i in 0..*n as isize {
+                    next.push(o + i * st);
+                }
+            }
+            out = next;
+        }
+        out
+    }
+
+    /// A copy of the elements as a row-major host array.
+    fn copy_out(&self) -> HostArray {
+        let offs = self.offsets();
+        let shape = ndarray::IxDyn(&self.shape);
+        macro_rules! read {
+            ($t:ty, $v:ident) => {{
+                let p = self.ptr as *const $t;
+                // SAFETY: `Args` was built from a live mutable borrow (or a raw buffer
+                // whose caller promised validity) covering every element these offsets
+                // reach, for as long as the arguments live.
+                let v: Vec<$t> = offs
+                    .iter()
+                    .map(|&o| unsafe { p.offset(o).read() })
+                    .collect();
+                HostArray::$v(
+                    ndarray::ArrayD::from_shape_vec(shape, v).expect("the shape's element count"),
+                )
+            }};
+        }
+        match self.dtype {
+            DType::F64 => read!(f64, F64),
+            DType::F32 => read!(f32, F32),
+            DType::I64 => read!(i64, I64),
+            DType::I32 => read!(i32, I32),
+            DType::Bool => read!(bool, Bool),
+        }
+    }
+
+    /// Writes a host array of the same type and shape back into the elements.
+    fn copy_in(&self, h: &HostArray) {
+        if h.shape() != self.shape.as_slice() || h.dtype() != self.dtype {
+            return;
+        }
+        let offs = self.offsets();
+        macro_rules! write {
+            ($t:ty, $a:expr) => {{
+                let p = self.ptr as *mut $t;
+                for (&o, v) in offs.iter().zip($a.iter()) {
+                    // SAFETY: as in `copy_out`; the borrow is mutable.
+                    unsafe { p.offset(o).write(*v) }
+                }
+            }};
+        }
+        match h {
+            HostArray::F64(a) => write!(f64, a),
+            HostArray::F32(a) => write!(f32, a),
+            HostArray::I64(a) => write!(i64, a),
+            HostArray::I32(a) => write!(i32, a),
+            HostArray::Bool(a) => write!(bool, a),
+        }
+    }
+
     /// The byte range the array's elements span.
     fn span(&self) -> (usize, usize) {
         let size = self.dtype.size_bytes() as isize;
@@ -188,6 +275,67 @@ impl<'a> Args<'a> {
         self
     }
 
+    /// An array argument from an interpreter-style host array, in whatever layout it
+    /// has (see [`CompiledProgram::lay_out`] for the one a program declares).
+    pub fn host(self, name: &str, a: &'a mut HostArray) -> Self {
+        match a {
+            HostArray::F64(x) => self.view(name, x.view_mut()),
+            HostArray::F32(x) => self.view(name, x.view_mut()),
+            HostArray::I64(x) => self.view(name, x.view_mut()),
+            HostArray::I32(x) => self.view(name, x.view_mut()),
+            HostArray::Bool(x) => self.view(name, x.view_mut()),
+        }
+    }
+
+    /// The value given for integer symbol `name`.
+    pub fn int_value(&self, name: &str) -> Option<i64> {
+        self.ints.get(name).copied()
+    }
+
+    /// Removes the value given for integer symbol `name` and returns it.
+    pub fn take_int(&mut self, name: &str) -> Option<i64> {
+        self.ints.remove(name)
+    }
+
+    /// Whether an array called `name` is among the arguments.
+    pub fn has_array(&self, name: &str) -> bool {
+        self.arrays.iter().any(|(n, _)| n == name)
+    }
+
+    /// Whether a symbol value called `name` is among the arguments.
+    pub fn has_symbol(&self, name: &str) -> bool {
+        self.ints.contains_key(name) || self.floats.contains_key(name)
+    }
+
+    /// Runs `f` on interpreter-style bindings holding copies of these arguments (arrays
+    /// copied in, symbols as given), then copies every array back: how programs run
+    /// where the arrays cannot be passed in place (the interpreter, a GPU).
+    pub fn run_copied<E>(
+        self,
+        types: &BTreeMap<String, DType>,
+        f: impl FnOnce(&mut Bindings) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut b = Bindings::default();
+        for (name, a) in &self.arrays {
+            b.arrays.insert(name.clone(), a.copy_out());
+        }
+        for (k, v) in &self.ints {
+            let t = types.get(k).copied().unwrap_or(DType::I64);
+            b.symbols.insert(k.clone(), Value::I64(*v).cast(t));
+        }
+        for (k, v) in &self.floats {
+            let t = types.get(k).copied().unwrap_or(DType::F64);
+            b.symbols.insert(k.clone(), Value::F64(*v).cast(t));
+        }
+        f(&mut b)?;
+        for (name, a) in &self.arrays {
+            if let Some(h) = b.arrays.get(name) {
+                a.copy_in(h);
+            }
+        }
+        Ok(())
+    }
+
     /// An integer symbol's value.
     pub fn int(mut self, name: &str, v: i64) -> Self {
         self.ints.insert(name.to_string(), v);
@@ -211,6 +359,9 @@ pub struct BoundCall<'a> {
     _empty: Vec<Vec<u64>>,
     ints: Vec<i64>,
     floats: Vec<f64>,
+    /// The integer symbol values `state` was allocated for (its key in the idle pool;
+    /// `init` reads no float symbol).
+    init_ints: Vec<i64>,
     _borrow: PhantomData<&'a mut ()>,
 }
 
@@ -255,8 +406,29 @@ impl BoundCall<'_> {
 
 impl Drop for BoundCall<'_> {
     fn drop(&mut self) {
-        // SAFETY: `state` came from this library's `init` and is finalized once.
-        unsafe { (self.program.finalize)(self.state) }
+        let p = self.program;
+        let mut idle = p.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE_STATES {
+            idle.push(IdleState {
+                ints: std::mem::take(&mut self.init_ints),
+                state: StatePtr(self.state),
+            });
+        } else {
+            drop(idle);
+            // SAFETY: `state` came from this library's `init` and is finalized once.
+            unsafe { (p.finalize)(self.state) }
+        }
+    }
+}
+
+impl Drop for CompiledProgram {
+    fn drop(&mut self) {
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for s in idle {
+            // SAFETY: each idle state came from this library's `init`, is held by no
+            // bound call (they borrow the program) and is finalized once.
+            unsafe { (self.finalize)(s.state.0) }
+        }
     }
 }
 
@@ -298,7 +470,21 @@ impl CompiledProgram {
             name: name.to_string(),
             library: library.to_path_buf(),
             origin,
+            idle: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// A state for these integer symbol values: an idle one allocated for the same
+    /// values, or a new one from `init` (null when it could not allocate).
+    fn take_state(&self, ints: &[i64], floats: &[f64]) -> *mut c_void {
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(k) = idle.iter().position(|s| s.ints == ints) {
+                return idle.swap_remove(k).state.0;
+            }
+        }
+        // SAFETY: `ints` and `floats` hold one value per symbol of the signature.
+        unsafe { (self.init)(ints.as_ptr(), floats.as_ptr()) }
     }
 
     /// Sets the number of threads its parallel region uses (0: the OpenMP default,
@@ -387,8 +573,8 @@ impl CompiledProgram {
             }
             ptrs.push(a.ptr as *mut c_void);
         }
-        // SAFETY: `ints` and `floats` hold one value per symbol of the signature.
-        let state = unsafe { (self.init)(ints.as_ptr(), floats.as_ptr()) };
+        let init_ints = ints.clone();
+        let state = self.take_state(&ints, &floats);
         // The in-bounds conditions of the nodes that need only these symbols, after the
         // symbol values: a node whose condition fails (or overflows) runs checked.
         for c in &self.sites.bind_checks {
@@ -413,8 +599,29 @@ impl CompiledProgram {
             _empty: empty,
             ints,
             floats,
+            init_ints,
             _borrow: PhantomData,
         })
+    }
+
+    /// Puts `a` into the dense layout this program declares for argument `name` (its
+    /// strides with the symbol values `ints` and the static ones), copying only when it
+    /// is in another; unknown names and scalars are left alone.
+    pub fn lay_out(&self, name: &str, a: &mut HostArray, ints: &BTreeMap<String, i64>) {
+        let Some(spec) = self.signature.arrays.iter().find(|s| s.name == name) else {
+            return;
+        };
+        let mut values = self.statics.clone();
+        values.extend(ints.iter().map(|(k, v)| (k.clone(), *v)));
+        let order = declared_order(spec, a.shape(), &values);
+        let order = (!order.is_empty()).then_some(order.as_slice());
+        match a {
+            HostArray::F64(x) => drop(laid_out(x, order)),
+            HostArray::F32(x) => drop(laid_out(x, order)),
+            HostArray::I64(x) => drop(laid_out(x, order)),
+            HostArray::I32(x) => drop(laid_out(x, order)),
+            HostArray::Bool(x) => drop(laid_out(x, order)),
+        }
     }
 
     /// Binds and calls once.

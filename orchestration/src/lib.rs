@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 
+pub mod component;
+pub mod config;
 pub mod dace;
 mod error;
 mod expr;
@@ -19,6 +21,7 @@ mod flatten;
 mod lower;
 mod program;
 mod stencil;
+pub mod workflow;
 
 pub use error::BuildError;
 pub use expr::{E, select};

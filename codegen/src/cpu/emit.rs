@@ -37,12 +37,49 @@ use crate::CodegenError;
 pub struct EmitOptions {
     /// Maps with fewer points than this run on one thread (`omp single`).
     pub parallel_min_points: i64,
+    /// How parallel maps divide their iterations among threads.
+    pub schedule: OmpSchedule,
+}
+
+/// An OpenMP loop schedule (`schedule(...)` of every parallel map's `omp for`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OmpSchedule {
+    /// Equal contiguous blocks, one per thread (the default: no scheduling cost, and a
+    /// thread touches the same rows in every map, which keeps them in its caches).
+    #[default]
+    Static,
+    /// Chunks handed out on demand (uneven work per iteration).
+    Dynamic,
+    /// Chunks of decreasing size handed out on demand.
+    Guided,
+}
+
+impl OmpSchedule {
+    /// The name used in `schedule(...)` and in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            OmpSchedule::Static => "static",
+            OmpSchedule::Dynamic => "dynamic",
+            OmpSchedule::Guided => "guided",
+        }
+    }
+
+    /// Parses `static`, `dynamic` or `guided`.
+    pub fn from_name(s: &str) -> Option<OmpSchedule> {
+        match s {
+            "static" => Some(OmpSchedule::Static),
+            "dynamic" => Some(OmpSchedule::Dynamic),
+            "guided" => Some(OmpSchedule::Guided),
+            _ => None,
+        }
+    }
 }
 
 impl Default for EmitOptions {
     fn default() -> Self {
         EmitOptions {
             parallel_min_points: 4096,
+            schedule: OmpSchedule::Static,
         }
     }
 }
@@ -938,12 +975,13 @@ impl Emitter<'_> {
         let threshold = if coarse { "2" } else { "SDF_PAR_MIN" };
         self.line(&format!("if ({points} >= {threshold}) {{"));
         self.indent += 1;
+        let schedule = self.opts.schedule.name();
         if collapse > 1 {
             self.line(&format!(
-                "#pragma omp for collapse({collapse}) schedule(static) nowait"
+                "#pragma omp for collapse({collapse}) schedule({schedule}) nowait"
             ));
         } else {
-            self.line("#pragma omp for schedule(static) nowait");
+            self.line(&format!("#pragma omp for schedule({schedule}) nowait"));
         }
         self.map_loops(sc, m, true)?;
         self.indent -= 1;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rayon::prelude::*;
 use sdflow_ir::Sdfg;
 
-pub use emit::{ArgSpec, EmitOptions, Signature};
+pub use emit::{ArgSpec, EmitOptions, OmpSchedule, Signature};
 
 use crate::CodegenError;
 use crate::cache::{Cache, Origin};
@@ -68,41 +68,55 @@ impl CpuBackend {
 
     /// Generates, compiles (or finds in the cache) and loads `sdfg`.
     pub fn build(&self, sdfg: &Sdfg) -> Result<CompiledProgram, CodegenError> {
+        let unit = self.translate(sdfg)?;
+        let (lib, origin) = self.compile_unit(&unit)?;
+        unit.load(&lib, origin)
+    }
+
+    /// The generation step alone: the C translation unit of `sdfg` (validated first)
+    /// with everything loading it needs.
+    pub fn translate(&self, sdfg: &Sdfg) -> Result<CpuUnit, CodegenError> {
         let (source, sites) = self.generate_checked(sdfg)?;
-        let signature = Signature::of(sdfg);
+        Ok(CpuUnit {
+            name: sdfg.name.clone(),
+            source,
+            sites,
+            signature: Signature::of(sdfg),
+            statics: static_ints(sdfg),
+        })
+    }
+
+    /// The compile step alone: the shared library of `unit`, from the cache or compiled
+    /// into it (or into a scratch directory without a cache).
+    pub fn compile_unit(
+        &self,
+        unit: &CpuUnit,
+    ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
         let compile = |src: &std::path::Path, lib: &std::path::Path| {
-            let spinner = spinner(&sdfg.name);
+            let spinner = spinner(&unit.name);
             let r = self.compiler.compile(src, lib);
             if let Some(s) = spinner {
                 s.finish_and_clear();
             }
             r
         };
-        let (lib, origin) = match &self.cache {
+        match &self.cache {
             Some(cache) => {
-                let key = self.key(&source)?;
-                cache.get_or_build(&key, &source, compile)?
+                let key = self.key(&unit.source)?;
+                cache.get_or_build(&key, &unit.source, compile)
             }
             None => {
                 let dir = scratch_dir("build");
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
                 let src = dir.join("program.c");
-                std::fs::write(&src, &source)
+                std::fs::write(&src, &unit.source)
                     .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
                 let lib = dir.join("libprogram.so");
                 compile(&src, &lib)?;
-                (lib, Origin::Built)
+                Ok((lib, Origin::Built))
             }
-        };
-        CompiledProgram::load(
-            &lib,
-            signature,
-            sites,
-            static_ints(sdfg),
-            &sdfg.name,
-            origin,
-        )
+        }
     }
 
     /// Builds many programs at once (in parallel with `rayon`; identical programs are
@@ -129,6 +143,39 @@ impl CpuBackend {
             b.finish_and_clear();
         }
         out
+    }
+}
+
+/// A program's C translation unit and what loading its library needs.
+#[derive(Clone, Debug)]
+pub struct CpuUnit {
+    /// The program's name.
+    pub name: String,
+    /// The C source.
+    pub source: String,
+    /// Its error sites and bind-time conditions.
+    pub sites: sites::Sites,
+    /// Its calling convention.
+    pub signature: Signature,
+    /// Static integer symbol values (for shape checks at bind time).
+    pub statics: std::collections::BTreeMap<String, i64>,
+}
+
+impl CpuUnit {
+    /// The load step: loads `library`, compiled from this unit.
+    pub fn load(
+        &self,
+        library: &std::path::Path,
+        origin: Origin,
+    ) -> Result<CompiledProgram, CodegenError> {
+        CompiledProgram::load(
+            library,
+            self.signature.clone(),
+            self.sites.clone(),
+            self.statics.clone(),
+            &self.name,
+            origin,
+        )
     }
 }
 
