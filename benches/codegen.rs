@@ -126,6 +126,53 @@ fn bench_calls(c: &mut Criterion) {
             })
         });
     }
+    // Through a component: variant dispatch, bound arguments added, checks, one FFI
+    // call — in a loop, and the first call after loading from a warm cache.
+    let component = || {
+        use sdflow::orchestration::component::{Component, ProgramSpec};
+        use sdflow::orchestration::workflow::Workflow;
+        let mut spec = ProgramSpec::new(sdfg.clone()).variants("N", [1i64, 2]);
+        for k in 15..30 {
+            spec = spec.bind_array(
+                &arg_name(k),
+                sdflow::ir::interp::HostArray::zeros(DType::F64, &[1]),
+            );
+        }
+        Component::new(sdflow::codegen::Backend::Cpu)
+            .workflow(std::sync::Arc::new(Workflow::new().with_cache(Some(
+                Cache::at(std::env::temp_dir().join("sdflow-bench-cache")),
+            ))))
+            .with_program(spec)
+            .build()
+            .unwrap()
+    };
+    let programs = component();
+    let call = programs.program("thirty").unwrap();
+    g.bench_function(
+        "component call, 15 arrays passed + 15 bound, variant N = 1",
+        |b| {
+            b.iter(|| {
+                let mut args = Args::new().int("N", 1);
+                for (k, a) in arrays.iter_mut().enumerate().take(15) {
+                    args = args.array(&arg_name(k), a);
+                }
+                call.call(args).unwrap()
+            })
+        },
+    );
+    g.bench_function(
+        "component load from a warm cache + first call (2 variants)",
+        |b| {
+            b.iter(|| {
+                let programs = component();
+                let mut args = Args::new().int("N", 1);
+                for (k, a) in arrays.iter_mut().enumerate().take(15) {
+                    args = args.array(&arg_name(k), a);
+                }
+                programs.program("thirty").unwrap().call(args).unwrap()
+            })
+        },
+    );
     g.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -290,7 +290,7 @@ pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
+pub(crate) fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
     let sym = sdfg.symbols.get(name).ok_or_else(|| {
         CliError::Usage(format!(
             "--symbol {name}: the program has no symbol '{name}'"

@@ -88,6 +88,33 @@ enum Command {
         #[arg(short = 's', long = "static", value_parser = cli::parse_assignment)]
         statics: Vec<(String, String)>,
     },
+    /// Time a compiled program: median per call, effective bandwidth, and the machine's
+    /// copy/triad (CPU) or device-to-device copy (GPU) ceiling measured in the same run.
+    Bench {
+        /// The program.
+        file: PathBuf,
+        /// `cpu` or `cuda` (alias `gpu`).
+        #[arg(long, default_value = "cpu", value_parser = parse_backend)]
+        backend: sdflow::codegen::Backend,
+        /// Timed calls (after three untimed ones).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// A symbol value, NAME=VALUE (repeatable).
+        #[arg(short = 's', long = "symbol", value_parser = cli::parse_assignment)]
+        symbols: Vec<(String, String)>,
+        /// Seed of the pseudo-random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// OpenMP threads (default: OMP_NUM_THREADS or every core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Time the program as written, without the optimization pipeline.
+        #[arg(long)]
+        no_opt: bool,
+        /// A configuration file (TOML; `SDFLOW_CONFIG` overrides it).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Print counts (states, nodes, maps, tasklets, transients) and every container.
     Stats {
         /// The program.
@@ -146,6 +173,28 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 }
             }
         }
+        Command::Bench {
+            file,
+            backend,
+            reps,
+            symbols,
+            seed,
+            threads,
+            no_opt,
+            config,
+        } => sdflow::bench::bench(
+            &file,
+            &sdflow::bench::BenchOptions {
+                backend,
+                reps,
+                symbols,
+                seed,
+                threads,
+                no_opt,
+                config,
+            },
+        )?
+        .into_bytes(),
         Command::Validate { file } => cli::validate(&file)?.into_bytes(),
         Command::Stats { file } => cli::stats(&file)?.into_bytes(),
         Command::Dot { file, output, svg } => {

@@ -76,6 +76,32 @@ impl Sdfg {
     }
 }
 
+impl Sdfg {
+    /// Containers of this program that some state reads (an access node with an edge
+    /// out of it, at any depth of maps), sorted.
+    pub fn read_data(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for s in &self.states {
+            collect_read(&s.graph, &mut out);
+        }
+        out
+    }
+}
+
+fn collect_read(df: &Dataflow, out: &mut BTreeSet<String>) {
+    for e in df.edge_ids() {
+        let (src, _) = df.endpoints(e);
+        if let Node::Access(d) = df.node(src) {
+            out.insert(d.clone());
+        }
+    }
+    for n in df.node_ids() {
+        if let Node::Map(m) = df.node(n) {
+            collect_read(&m.body, out);
+        }
+    }
+}
+
 fn collect_written(df: &Dataflow, out: &mut BTreeSet<String>) {
     for e in df.edge_ids() {
         let (_, dst) = df.endpoints(e);

@@ -1,4 +1,4 @@
-//! `sdflow-orchestration`: the front ends of sdflow.
+//! `sdflow-orchestration`: the front ends of sdflow, and what turns programs into callables.
 //!
 //! - [`Stencil`]: a stencil DSL that reads like the math — fields over `(I, J, K)` or
 //!   unstructured `(Cell|Edge|Vertex, K)` dimensions read at relative offsets or through
@@ -7,6 +7,11 @@
 //! - [`Program`]: a whole timestep — stencil calls with explicit domains, counted loops,
 //!   ifs on runtime flags, nested programs, temporaries, static symbols — flattened into
 //!   one validated SDFG by [`Program::build`] (a worklist, linear in program size).
+//!
+//! - [`workflow`]: the toolchain as memoized, replaceable steps (specialize, optimize,
+//!   generate, compile, load); [`config`]: per-program options from a TOML file;
+//!   [`component`]: programs compiled once with static values, variants and bound
+//!   arguments, then called with what changes.
 //!
 //! See `docs/full-program.md` for what a full program may contain, and why.
 
