@@ -146,7 +146,9 @@ impl Options {
             disable: Vec::new(),
             fast_math: false,
             fusion_balance: 1.0,
-            tile_rows: 16,
+            // The GPU pipeline fuses by recomputation only: a tile buffer per thread is a
+            // CPU cache optimization.
+            tile_rows: if backend == Backend::Gpu { 0 } else { 16 },
             threads: 0,
             schedule: emit.schedule,
             parallel_min_points: emit.parallel_min_points,
@@ -732,17 +734,19 @@ impl Config {
             }
         }
         let backend = o.backend;
-        let defaults = Options::defaults(backend);
-        // Options of another backend set in code do not carry over.
-        let mut resolved = Options {
-            backend,
-            threads: if backend == Backend::Cpu {
-                o.threads
-            } else {
-                defaults.threads
-            },
-            ..o
-        };
+        // Start again from this backend's defaults (a GPU program does not tile), with
+        // the code's options that apply to it.
+        let mut resolved = Options::defaults(backend);
+        for (k, v) in code {
+            let scope = OPTIONS.iter().find(|(x, _, _)| x == k).map(|x| x.1);
+            if k != "backend" && scope.is_some_and(|s| applies(s, backend)) {
+                resolved
+                    .set(k, v)
+                    .map_err(|m| format!("program '{name}': option {m}"))?;
+            } else if k != "backend" {
+                sources.remove(k.as_str());
+            }
+        }
         let arch = arch_of(backend);
         for (sel, entries) in self.ordered() {
             let matches = sel.program.as_deref().is_none_or(|p| p == name)
