@@ -612,3 +612,53 @@ fn show_reports_options_with_their_sources_and_specializes_statics() {
         "error: --emit ir: expected one of c, cuda, plan, sdfg, dot, optimized, report"
     );
 }
+
+#[test]
+fn bench_prints_time_bandwidth_and_the_ceiling_of_the_same_run() {
+    let o = sdflow(&[
+        "bench",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=128",
+        "--reps",
+        "3",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(lines[0], "program: laplace (cpu, 1 threads)");
+    assert!(
+        lines[1].starts_with("time per call: median ") && lines[1].ends_with(" over 3 calls"),
+        "{out}"
+    );
+    // u is read and out written: 2 × 128² doubles.
+    assert!(
+        lines[2].starts_with("traffic: 0.3 MB per call (read 0.1 MB, written 0.1 MB): "),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("ceiling (this run, 4194304 doubles per array): copy "),
+        "{out}"
+    );
+    assert!(
+        lines[4].starts_with("fraction: ") && lines[4].contains("% of copy, "),
+        "{out}"
+    );
+    let o = sdflow(&["bench", "examples/laplace.sdfg.json", "--reps", "0"]);
+    assert_eq!(stderr(&o).trim(), "error: --reps must be at least 1");
+    let o = sdflow(&[
+        "bench",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=8",
+        "--backend",
+        "interp",
+    ]);
+    assert_eq!(
+        stderr(&o).trim(),
+        "error: --backend: bench runs compiled code (cpu or cuda)"
+    );
+}
