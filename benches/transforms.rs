@@ -17,6 +17,10 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use sdflow::ir::testkit::stencil_chain;
 use sdflow::transforms::Pipeline;
 
+// The allocator the `sdflow` binary uses, so the figures are the command's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `Pipeline::cpu` on fresh copies of `sdfg`.
 fn optimize(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,

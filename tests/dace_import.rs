@@ -583,3 +583,37 @@ fn written_connector_larger_than_its_window_is_refused() {
         "{e}"
     );
 }
+
+/// Bodies that build the same e-graph (one stencil body over different containers, as
+/// generated programs repeat it) are saturated once and all get the same code: DaCe's
+/// 20-step stencil chain has 20 four-tasklet bodies, each merged into one tasklet.
+#[test]
+fn repeated_bodies_share_one_saturation() {
+    let mut s = sdflow::cli::load_program(&dir().join("stencil_chain_20.raw.sdfg")).unwrap();
+    let report = Pipeline::cpu().run(&mut s).unwrap();
+    let eg = report.passes.iter().find(|p| p.name == "egraph").unwrap();
+    assert_eq!(eg.changes.get("bodies_optimized"), 20);
+    assert_eq!(eg.changes.get("tasklets_merged"), 60);
+    let mut codes = std::collections::BTreeSet::new();
+    let mut fused = 0;
+    for st in &s.states {
+        for n in st.graph.node_ids() {
+            if let sdflow::ir::Node::Map(m) = st.graph.node(n) {
+                for b in m.body.node_ids() {
+                    if let sdflow::ir::Node::Tasklet(t) = m.body.node(b)
+                        && t.name.ends_with("+3")
+                    {
+                        fused += 1;
+                        codes.insert(t.code.iter().map(|c| c.to_string()).collect::<Vec<_>>());
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(fused, 20);
+    assert_eq!(codes.len(), 1, "{codes:#?}");
+    assert_eq!(
+        codes.first().unwrap(),
+        &["_1_out0 = (_1_in0 + _1_in1 + _1_in2 + _1_in3) * 0.25"]
+    );
+}

@@ -244,7 +244,7 @@ impl<'a> DataflowBuilder<'a> {
     /// The access node a write of `data` goes to.
     pub fn write_node(&mut self, data: &str) -> NodeId {
         if let Some(&n) = self.last.get(data)
-            && self.graph.out_edges(n).is_empty()
+            && self.graph.out_degree(n) == 0
         {
             return n;
         }

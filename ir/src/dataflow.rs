@@ -354,6 +354,16 @@ impl Dataflow {
         self.edges_dir(n, Direction::Outgoing)
     }
 
+    /// How many edges enter a node (without collecting them).
+    pub fn in_degree(&self, n: NodeId) -> usize {
+        self.graph.edges_directed(n, Direction::Incoming).count()
+    }
+
+    /// How many edges leave a node (without collecting them).
+    pub fn out_degree(&self, n: NodeId) -> usize {
+        self.graph.edges_directed(n, Direction::Outgoing).count()
+    }
+
     fn edges_dir(&self, n: NodeId, dir: Direction) -> Vec<EdgeId> {
         let mut v: Vec<EdgeId> = self.graph.edges_directed(n, dir).map(|e| e.id()).collect();
         v.sort();
@@ -428,22 +438,32 @@ impl Dataflow {
     /// Every container name accessed in this graph or in the bodies of its maps
     /// (not inside nested SDFGs), sorted.
     pub fn accessed_data(&self) -> BTreeSet<String> {
+        self.accessed_data_refs()
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// [`Dataflow::accessed_data`], borrowing the names.
+    pub fn accessed_data_refs(&self) -> BTreeSet<&str> {
         let mut out = BTreeSet::new();
+        self.collect_accessed(&mut out);
+        out
+    }
+
+    fn collect_accessed<'a>(&'a self, out: &mut BTreeSet<&'a str>) {
         for n in self.graph.node_indices() {
             match &self.graph[n] {
                 Node::Access(d) => {
-                    out.insert(d.clone());
+                    out.insert(d.as_str());
                 }
-                Node::Map(m) => out.extend(m.body.accessed_data()),
+                Node::Map(m) => m.body.collect_accessed(out),
                 _ => {}
             }
         }
         for e in self.graph.edge_indices() {
-            for t in self.graph[e].memlet.subset.tables() {
-                out.insert(t.to_string());
-            }
+            out.extend(self.graph[e].memlet.subset.tables());
         }
-        out
     }
 }
 

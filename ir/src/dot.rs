@@ -114,8 +114,8 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
             let id = format!("{prefix}{i}");
             let g = &st.graph;
             let ids = g.node_ids();
-            let source = ids.iter().find(|&&n| g.in_edges(n).is_empty());
-            let sink = ids.iter().rev().find(|&&n| g.out_edges(n).is_empty());
+            let source = ids.iter().find(|&&n| g.in_degree(n) == 0);
+            let sink = ids.iter().rev().find(|&&n| g.out_degree(n) == 0);
             match (source.or(ids.first()), sink.or(ids.last())) {
                 (Some(&a), Some(&b)) => (ends(g, &id, a).0, ends(g, &id, b).1),
                 _ => (format!("{id}_empty"), format!("{id}_empty")),
@@ -233,10 +233,10 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
                 let scope = || vec![attr("style", "dashed"), attr("arrowhead", "none")];
                 for b in m.body.node_ids() {
                     let (b_in, b_out) = ends(&m.body, &id, b);
-                    if m.body.in_edges(b).is_empty() {
+                    if m.body.in_degree(b) == 0 {
                         inner.push(edge(&format!("{id}_entry"), &b_in, scope()));
                     }
-                    if m.body.out_edges(b).is_empty() {
+                    if m.body.out_degree(b) == 0 {
                         inner.push(edge(&b_out, &format!("{id}_exit"), scope()));
                     }
                 }

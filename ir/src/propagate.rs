@@ -6,7 +6,7 @@
 
 use crate::dataflow::Range;
 use crate::memlet::{Dim, Subset};
-use crate::symexpr::{SymExpr, SymOp};
+use crate::symexpr::SymExpr;
 
 /// A parameter with its inclusive bounds `lo..=hi`.
 #[derive(Clone, Debug)]
@@ -42,31 +42,11 @@ impl ParamBox {
 /// constant coefficients (a positive coefficient takes the low end at the low bound, a
 /// negative one the high end).
 pub fn expr_bounds(e: &SymExpr, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
-    let names: Vec<&str> = boxes
-        .iter()
-        .map(|b| b.name.as_str())
-        .filter(|n| e.mentions(n))
-        .collect();
-    if names.is_empty() {
+    if !boxes.iter().any(|b| e.mentions(&b.name)) {
         let e = e.simplify();
         return Some((e.clone(), e));
     }
-    let (coeffs, rest) = e.affine_in(&names)?;
-    let (mut lo, mut hi) = (rest.clone(), rest);
-    for b in boxes {
-        let Some(&c) = coeffs.get(&b.name) else {
-            continue;
-        };
-        let (at_lo, at_hi) = if c >= 0 {
-            (&b.lo, &b.hi)
-        } else {
-            (&b.hi, &b.lo)
-        };
-        let term = |x: &SymExpr| SymExpr::bin(SymOp::Mul, SymExpr::Int(c), x.clone());
-        lo = SymExpr::bin(SymOp::Add, lo, term(at_lo));
-        hi = SymExpr::bin(SymOp::Add, hi, term(at_hi));
-    }
-    Some((lo.simplify(), hi.simplify()))
+    e.affine_bounds(boxes)
 }
 
 /// Inclusive bounds of a subset dimension over the box (`None` for indirect or undecidable).
@@ -214,7 +194,7 @@ pub fn map_boundary(
             }
         }
         if let Some(d) = body.node(src).as_access()
-            && body.in_edges(src).is_empty()
+            && body.in_degree(src) == 0
             && !local(d)
         {
             add(&mut reads, d, m.subset.clone());

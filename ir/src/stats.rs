@@ -151,8 +151,8 @@ impl PointCounts {
                     }
                 }
                 Node::Tasklet(t) if in_map => {
-                    self.loads += df.in_edges(n).len();
-                    self.stores += df.out_edges(n).len();
+                    self.loads += df.in_degree(n);
+                    self.stores += df.out_degree(n);
                     for st in &t.code {
                         st.value.visit(&mut |e| match e {
                             Expr::Unary(..) | Expr::Select(..) => self.flops += 1,

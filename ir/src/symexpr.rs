@@ -228,12 +228,63 @@ impl SymExpr {
 
     /// The constant value after simplification, if it has one.
     pub fn const_value(&self) -> Option<i64> {
-        self.simplify().as_int()
+        match self {
+            SymExpr::Int(v) => Some(*v),
+            SymExpr::Sym(_) => None,
+            // A sum that does not reduce to a constant simplifies to a sum or product.
+            SymExpr::Neg(_) | SymExpr::Bin(SymOp::Add | SymOp::Sub | SymOp::Mul, _, _) => {
+                Linear::of(self)?.as_constant()
+            }
+            _ => self.simplify().as_int(),
+        }
     }
 
     /// `self - other` as a constant, when the difference simplifies to one.
     pub fn const_diff(&self, other: &SymExpr) -> Option<i64> {
-        self.sub(other).as_int()
+        if let (SymExpr::Int(a), SymExpr::Int(b)) = (self, other) {
+            return a.checked_sub(*b);
+        }
+        // What `self.sub(other).simplify()` computes, without building the result.
+        Linear::of(self)?
+            .plus(Linear::of(other)?, -1)?
+            .as_constant()
+    }
+
+    /// Inclusive bounds of the expression over the parameter boxes, when it is affine in
+    /// the boxes' parameters with constant coefficients (see [`crate::propagate::expr_bounds`]).
+    pub(crate) fn affine_bounds(
+        &self,
+        boxes: &[crate::propagate::ParamBox],
+    ) -> Option<(SymExpr, SymExpr)> {
+        let lin = Linear::of(self)?;
+        let mut lo = Linear::constant(lin.constant);
+        let mut hi = Linear::constant(lin.constant);
+        let mut rest = Vec::new();
+        for (atom, c) in lin.terms {
+            let param = match &atom {
+                SymExpr::Sym(s) => boxes.iter().find(|b| *b.name == **s),
+                _ => None,
+            };
+            match param {
+                Some(b) => {
+                    let (at_lo, at_hi) = if c >= 0 {
+                        (&b.lo, &b.hi)
+                    } else {
+                        (&b.hi, &b.lo)
+                    };
+                    lo = lo.plus(Linear::of(at_lo)?.scale(c)?, 1)?;
+                    hi = hi.plus(Linear::of(at_hi)?.scale(c)?, 1)?;
+                }
+                None if boxes.iter().any(|b| atom.mentions(&b.name)) => return None,
+                None => rest.push((atom, c)),
+            }
+        }
+        if !rest.is_empty() {
+            let part = |terms| Linear { terms, constant: 0 };
+            lo = lo.plus(part(rest.clone()), 1)?;
+            hi = hi.plus(part(rest), 1)?;
+        }
+        Some((lo.rebuild(), hi.rebuild()))
     }
 
     /// Every name the expression mentions, sorted.
@@ -253,6 +304,19 @@ impl SymExpr {
             SymExpr::Bin(_, a, b) => {
                 a.collect_symbols(out);
                 b.collect_symbols(out);
+            }
+        }
+    }
+
+    /// Appends every name the expression mentions (with repeats) to `out`.
+    pub(crate) fn symbol_refs<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            SymExpr::Int(_) => {}
+            SymExpr::Sym(s) => out.push(s),
+            SymExpr::Neg(a) | SymExpr::Not(a) => a.symbol_refs(out),
+            SymExpr::Bin(_, a, b) => {
+                a.symbol_refs(out);
+                b.symbol_refs(out);
             }
         }
     }
@@ -361,9 +425,8 @@ impl SymExpr {
                     coeffs.insert(s.to_string(), c);
                 }
                 _ if names.iter().any(|n| atom.mentions(n)) => return None,
-                _ => {
-                    rest.terms.insert(atom, c);
-                }
+                // Still sorted: a subsequence of sorted terms.
+                _ => rest.terms.push((atom, c)),
             }
         }
         Some((coeffs, rest.rebuild()))
@@ -435,24 +498,27 @@ fn truthy(e: SymExpr) -> SymExpr {
     }
 }
 
-/// `Σ coeff·atom + constant`, the normal form of sums.
+/// `Σ coeff·atom + constant`, the normal form of sums. The terms are sorted by atom and
+/// have non-zero coefficients; sums in index expressions have one to three terms, so a
+/// sorted vector beats a map.
 struct Linear {
-    terms: BTreeMap<SymExpr, i64>,
+    terms: Vec<(SymExpr, i64)>,
     constant: i64,
 }
 
 impl Linear {
     fn constant(c: i64) -> Linear {
         Linear {
-            terms: BTreeMap::new(),
+            terms: Vec::new(),
             constant: c,
         }
     }
 
     fn atom(e: SymExpr) -> Linear {
-        let mut terms = BTreeMap::new();
-        terms.insert(e, 1);
-        Linear { terms, constant: 0 }
+        Linear {
+            terms: vec![(e, 1)],
+            constant: 0,
+        }
     }
 
     /// `None` on overflow (the caller then keeps the tree as it is).
@@ -496,27 +562,67 @@ impl Linear {
             return Some(Linear::constant(0));
         }
         self.constant = self.constant.checked_mul(k)?;
-        for c in self.terms.values_mut() {
+        for (_, c) in &mut self.terms {
             *c = c.checked_mul(k)?;
         }
         Some(self)
     }
 
+    /// `self + sign·other`, merging the sorted term lists.
     fn plus(mut self, other: Linear, sign: i64) -> Option<Linear> {
         self.constant = self
             .constant
             .checked_add(other.constant.checked_mul(sign)?)?;
-        for (atom, c) in other.terms {
-            let e = self.terms.entry(atom).or_insert(0);
-            *e = e.checked_add(c.checked_mul(sign)?)?;
+        if other.terms.is_empty() {
+            return Some(self);
         }
-        self.terms.retain(|_, c| *c != 0);
+        if self.terms.is_empty() {
+            self.terms = other.terms;
+            if sign != 1 {
+                for (_, c) in &mut self.terms {
+                    *c = c.checked_mul(sign)?;
+                }
+            }
+            return Some(self);
+        }
+        let mut out = Vec::with_capacity(self.terms.len() + other.terms.len());
+        let mut a = std::mem::take(&mut self.terms).into_iter().peekable();
+        let mut b = other.terms.into_iter().peekable();
+        loop {
+            let ord = match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some((x, _)), Some((y, _))) => x.cmp(y),
+            };
+            match ord {
+                std::cmp::Ordering::Less => out.extend(a.next()),
+                std::cmp::Ordering::Greater => {
+                    let (atom, c) = b.next()?;
+                    out.push((atom, c.checked_mul(sign)?));
+                }
+                std::cmp::Ordering::Equal => {
+                    let ((atom, x), (_, y)) = (a.next()?, b.next()?);
+                    let c = x.checked_add(y.checked_mul(sign)?)?;
+                    if c != 0 {
+                        out.push((atom, c));
+                    }
+                }
+            }
+        }
+        self.terms = out;
         Some(self)
+    }
+
+    /// The constant, when no term is left.
+    fn as_constant(&self) -> Option<i64> {
+        self.terms.is_empty().then_some(self.constant)
     }
 
     fn rebuild(&self) -> SymExpr {
         let mut acc: Option<SymExpr> = None;
-        for (atom, &c) in &self.terms {
+        for (atom, c) in &self.terms {
+            let c = *c;
             let mag = c.unsigned_abs();
             let term = |a: &SymExpr| {
                 if mag == 1 {

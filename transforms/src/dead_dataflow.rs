@@ -48,14 +48,15 @@ impl Pass for DeadDataflow {
             }
         }
         // Containers nothing mentions.
-        let mut mentioned: BTreeSet<String> = control_names(&sdfg.body);
+        let control = control_names(&sdfg.body);
+        let mut mentioned: BTreeSet<&str> = control.iter().map(String::as_str).collect();
         for s in sdfg.body.states() {
-            mentioned.extend(sdfg.states[s.index()].graph.accessed_data());
+            mentioned.extend(sdfg.states[s.index()].graph.accessed_data_refs());
         }
         let unused: Vec<String> = sdfg
             .arrays
             .iter()
-            .filter(|(n, d)| d.transient() && !mentioned.contains(*n))
+            .filter(|(n, d)| d.transient() && !mentioned.contains(n.as_str()))
             .map(|(n, _)| n.clone())
             .collect();
         for n in &unused {
@@ -82,7 +83,7 @@ fn remove_dead_writers(df: &mut Dataflow, dead: &BTreeSet<String>) -> usize {
     let is_dead_access = |df: &Dataflow, n| {
         df.node(n)
             .as_access()
-            .is_some_and(|d| dead.contains(d) && df.out_edges(n).is_empty())
+            .is_some_and(|d| dead.contains(d) && df.out_degree(n) == 0)
     };
     let mut removed = 0;
     for n in df.node_ids() {

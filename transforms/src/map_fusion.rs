@@ -277,18 +277,18 @@ fn legal(
     let before_a = |x: NodeId| matches!((topo.get(&x), topo.get(&a)), (Some(i), Some(j)) if i < j);
     df.in_edges(b).into_iter().all(|e| {
         let x = df.endpoints(e).0;
-        x == t_node || df.in_edges(x).is_empty() || before_a(x) || !df.reaches(a, x)
+        x == t_node || df.in_degree(x) == 0 || before_a(x) || !df.reaches(a, x)
     })
 }
 
 /// True when both bodies use one of the program's transient scalars (body locals): one
 /// body would overwrite the other's value.
 pub(crate) fn shares_locals(sdfg: &Sdfg, a: &MapScope, b: &MapScope) -> bool {
-    let da = a.body.accessed_data();
-    b.body.accessed_data().iter().any(|d| {
+    let da = a.body.accessed_data_refs();
+    b.body.accessed_data_refs().iter().any(|d| {
         da.contains(d)
             && matches!(
-                sdfg.arrays.get(d),
+                sdfg.arrays.get(*d),
                 Some(DataDesc::Scalar {
                     transient: true,
                     ..
@@ -326,7 +326,7 @@ fn identity_write(m: &MapScope, t: &str) -> Option<Vec<String>> {
     let reads_t = body
         .node_ids()
         .into_iter()
-        .any(|n| body.node(n).as_access() == Some(t) && !body.out_edges(n).is_empty());
+        .any(|n| body.node(n).as_access() == Some(t) && body.out_degree(n) > 0);
     found.filter(|_| !reads_t)
 }
 
@@ -339,7 +339,7 @@ fn read_offsets(m: &MapScope, t: &str) -> Option<Vec<Vec<i64>>> {
         if body.node(n).as_access() != Some(t) {
             continue;
         }
-        if !body.in_edges(n).is_empty() {
+        if body.in_degree(n) > 0 {
             return None;
         }
         for e in body.out_edges(n) {
@@ -384,7 +384,7 @@ fn recomputable(ma: &MapScope, mb: &MapScope, offsets: &[Vec<i64>]) -> bool {
         .body
         .node_ids()
         .into_iter()
-        .filter(|&n| !ma.body.in_edges(n).is_empty())
+        .filter(|&n| ma.body.in_degree(n) > 0)
         .filter_map(|n| ma.body.node(n).as_access())
         .collect();
     let steps_one = ma
@@ -434,15 +434,20 @@ fn make_local(body: &mut Dataflow, n: NodeId, scalar: &str) {
 }
 
 fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
-    let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a).clone(), df.node(c.b).clone()) else {
+    let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a), df.node(c.b)) else {
         return false;
     };
     let b_body = renamed_body(&mb.body, &mb.params, &ma.params);
-    let mut body = ma.body.clone();
+    let label = format!("{}+{}", ma.label, mb.label);
+    // A's node is replaced below: take its scope instead of copying it.
+    let Node::Map(ma) = std::mem::replace(&mut df.graph[c.a], Node::Access(String::new())) else {
+        return false;
+    };
+    let mut body = ma.body;
     let write = body
         .node_ids()
         .into_iter()
-        .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && !body.in_edges(n).is_empty())
+        .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && body.in_degree(n) > 0)
         .expect("A writes T");
     let ids = copy_into(&mut body, &b_body);
     for &n in ids.values() {
@@ -470,8 +475,13 @@ fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
         dests.remove(&c.t);
         gone.push(c.t_node);
     }
-    let label = format!("{}+{}", ma.label, mb.label);
-    let scope = MapScope { label, body, ..ma };
+    let scope = MapScope {
+        label,
+        body,
+        params: ma.params,
+        ranges: ma.ranges,
+        schedule: ma.schedule,
+    };
     replace_map(&sdfg.arrays, df, c.a, scope, &gone, &sources, &dests)
 }
 
@@ -496,9 +506,7 @@ fn fuse_recompute(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate, offsets: &[
         let write = ids
             .values()
             .copied()
-            .find(|&n| {
-                body.node(n).as_access() == Some(c.t.as_str()) && !body.in_edges(n).is_empty()
-            })
+            .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && body.in_degree(n) > 0)
             .expect("A writes T");
         let scalar = local_scalar(sdfg, &c.t);
         make_local(&mut body, write, &scalar);
@@ -506,7 +514,7 @@ fn fuse_recompute(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate, offsets: &[
     }
     // B's reads of T come from those scalars.
     for n in body.node_ids() {
-        if body.node(n).as_access() != Some(c.t.as_str()) || !body.in_edges(n).is_empty() {
+        if body.node(n).as_access() != Some(c.t.as_str()) || body.in_degree(n) > 0 {
             continue;
         }
         for e in body.out_edges(n) {

@@ -137,7 +137,7 @@ fn movable(
     for e in &outs {
         let dst = df.endpoints(*e).1;
         let d = df.node(dst).as_access()?;
-        if !df.out_edges(dst).is_empty() || df.in_edges(dst).len() != 1 {
+        if df.out_degree(dst) > 0 || df.in_degree(dst) != 1 {
             return None;
         }
         let u = here.uses.get(d)?;
@@ -189,7 +189,7 @@ fn movable(
         .collect();
     for d in &inputs {
         for x in df.access_nodes(d) {
-            if !df.in_edges(x).is_empty() && !df.reaches(x, n) {
+            if df.in_degree(x) > 0 && !df.reaches(x, n) {
                 return None;
             }
         }

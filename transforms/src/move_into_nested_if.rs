@@ -132,7 +132,7 @@ fn find(
         // must kill every element the callee reads, on every call: a whole, plain write.
         if !private
             || !only_nested
-            || df.out_edges(m).len() != 1
+            || df.out_degree(m) != 1
             || !matches!(df.node(m), Node::Map(_) | Node::Tasklet(_))
             || !is_full(&edge.memlet.subset, &arr.shape)
             || !writes_whole(df, m, t, &arr.shape)
@@ -181,7 +181,7 @@ fn find(
             };
             df.access_nodes(d)
                 .into_iter()
-                .all(|x| df.in_edges(x).is_empty() || df.reaches(x, m))
+                .all(|x| df.in_degree(x) == 0 || df.reaches(x, m))
         });
         // Caller symbols pass through by name: the callee must not use the name otherwise.
         let symbols_ok = used_symbols_of(sdfg, df, m).iter().all(|x| {

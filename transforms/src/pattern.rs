@@ -15,10 +15,10 @@ pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
     let (mut reads, mut writes) = (BTreeSet::new(), BTreeSet::new());
     for n in df.node_ids() {
         if let Some(d) = df.node(n).as_access() {
-            if !df.out_edges(n).is_empty() {
+            if df.out_degree(n) > 0 {
                 reads.insert(d.to_string());
             }
-            if !df.in_edges(n).is_empty() {
+            if df.in_degree(n) > 0 {
                 writes.insert(d.to_string());
             }
         }
@@ -133,36 +133,46 @@ pub struct DataUse {
 
 /// [`DataUse`] of every container of the program, over the states the control flow runs.
 pub fn data_uses(sdfg: &Sdfg) -> BTreeMap<String, DataUse> {
-    let mut out: BTreeMap<String, DataUse> = BTreeMap::new();
+    // Gathered by borrowed name in a hash map (programs have thousands of containers
+    // with long common prefixes), sorted once at the end.
+    let mut by_name: std::collections::HashMap<&str, DataUse> = std::collections::HashMap::new();
     for s in sdfg.body.states() {
         let Some(state) = sdfg.state(s) else { continue };
         let df = &state.graph;
         let i = s.index();
-        for n in df.node_ids() {
+        // As [`reads_writes`]: access nodes with out-edges are read, with in-edges
+        // written; index tables are read.
+        for n in df.graph.node_indices() {
             if let Some(d) = df.node(n).as_access() {
-                let u = out.entry(d.to_string()).or_default();
+                let u = by_name.entry(d).or_default();
                 u.states.insert(i);
                 u.access_nodes += 1;
+                if df.out_degree(n) > 0 {
+                    u.read_in.insert(i);
+                }
+                if df.in_degree(n) > 0 {
+                    u.written_in.insert(i);
+                }
             }
         }
-        let (reads, writes) = reads_writes(df);
-        for d in reads {
-            let u = out.entry(d).or_default();
-            u.states.insert(i);
-            u.read_in.insert(i);
-        }
-        for d in writes {
-            let u = out.entry(d).or_default();
-            u.states.insert(i);
-            u.written_in.insert(i);
+        for e in df.graph.edge_indices() {
+            for t in df.edge(e).memlet.subset.tables() {
+                let u = by_name.entry(t).or_default();
+                u.states.insert(i);
+                u.read_in.insert(i);
+            }
         }
     }
-    for name in control_names(&sdfg.body) {
-        if sdfg.arrays.contains_key(&name) {
-            out.entry(name).or_default().in_control = true;
+    let control = control_names(&sdfg.body);
+    for name in &control {
+        if sdfg.arrays.contains_key(name) {
+            by_name.entry(name.as_str()).or_default().in_control = true;
         }
     }
-    out
+    by_name
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// Renames container `from` to `to` in every access node and memlet (data and index
@@ -355,10 +365,7 @@ pub fn connect_map(
 pub fn remove_isolated_access_nodes(df: &mut Dataflow) -> usize {
     let mut n = 0;
     for id in df.node_ids() {
-        if df.node(id).as_access().is_some()
-            && df.in_edges(id).is_empty()
-            && df.out_edges(id).is_empty()
-        {
+        if df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0 {
             df.graph.remove_node(id);
             n += 1;
         }
@@ -374,8 +381,8 @@ pub fn remove_isolated(df: &mut Dataflow, nodes: &[NodeId]) {
             .graph
             .node_weight(n)
             .is_some_and(|x| x.as_access().is_some())
-            && df.in_edges(n).is_empty()
-            && df.out_edges(n).is_empty();
+            && df.in_degree(n) == 0
+            && df.out_degree(n) == 0;
         if isolated {
             df.graph.remove_node(n);
         }

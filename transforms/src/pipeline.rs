@@ -1,6 +1,8 @@
 //! [`Pipeline`]: passes run in order, the whole list repeated until a round changes nothing
 //! (a fixed point) or an iteration bound is hit, with a [`Report`] of what each pass did
-//! and how long it took.
+//! and how long it took. Passes are idempotent, so a pass whose input has not changed
+//! since it last ran is skipped: the last round of a run re-runs only the passes that
+//! came before the last change.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -19,7 +21,8 @@ use crate::{
 pub struct PassReport {
     /// The pass.
     pub name: &'static str,
-    /// How many times it ran (once per round).
+    /// How many times it ran (at most once per round; skipped when nothing changed since
+    /// its last run).
     pub runs: usize,
     /// Its changes, summed over the runs.
     pub changes: Changes,
@@ -32,7 +35,8 @@ pub struct PassReport {
 pub struct Report {
     /// One entry per pass, in pipeline order.
     pub passes: Vec<PassReport>,
-    /// Rounds run (a round runs every enabled pass once).
+    /// Rounds run (a round runs every enabled pass whose input changed since its last
+    /// run, in order).
     pub rounds: usize,
     /// True when the last round changed nothing; false when the round bound (or a
     /// `stop_after`) ended the run first.
@@ -278,11 +282,16 @@ impl Pipeline {
         let mut rounds = 0;
         let mut fixed_point = false;
         let mut total_runs = 0;
+        // How many changes the program has seen, and for each pass the count its last run
+        // left: a pass is idempotent (see [`Pass`]), so when no pass changed anything since
+        // it last ran, running it again would change nothing and it is skipped.
+        let mut version = 0u64;
+        let mut seen: Vec<Option<u64>> = vec![None; self.passes.len()];
         'rounds: while rounds < self.max_rounds {
             rounds += 1;
             let mut changed = false;
             for (i, pass) in self.passes.iter().enumerate() {
-                if self.disabled.contains(pass.name()) {
+                if self.disabled.contains(pass.name()) || seen[i] == Some(version) {
                     continue;
                 }
                 if self.stop_after.is_some_and(|n| total_runs >= n) {
@@ -293,7 +302,11 @@ impl Pipeline {
                 let c = pass.run(sdfg);
                 reports[i].time += t.elapsed();
                 reports[i].runs += 1;
-                changed |= !c.is_empty();
+                if !c.is_empty() {
+                    changed = true;
+                    version += 1;
+                }
+                seen[i] = Some(version);
                 reports[i].changes.merge(&c);
                 if self.validate
                     && let Err(problems) = sdfg.validate()

@@ -113,7 +113,7 @@ fn find(
             && producer_ok
             && u.access_nodes == 1
             && !u.in_control
-            && df.in_edges(t2).len() == 1
+            && df.in_degree(t2) == 1
         {
             return Some((t1, t2, producer));
         }

@@ -99,7 +99,7 @@ fn fuse(sdfg: &Sdfg, df: &mut Dataflow, a: NodeId, b: NodeId) {
     let mut a_sources: BTreeMap<String, NodeId> = BTreeMap::new();
     for n in body.node_ids() {
         if let Some(d) = body.node(n).as_access()
-            && body.in_edges(n).is_empty()
+            && body.in_degree(n) == 0
         {
             a_sources.entry(d.to_string()).or_insert(n);
         }
@@ -107,7 +107,7 @@ fn fuse(sdfg: &Sdfg, df: &mut Dataflow, a: NodeId, b: NodeId) {
     let ids = copy_into(&mut body, &b_body);
     for &n in ids.values() {
         if let Some(d) = body.node(n).as_access()
-            && body.in_edges(n).is_empty()
+            && body.in_degree(n) == 0
             && let Some(&keep) = a_sources.get(d)
         {
             move_out_edges(&mut body, n, keep);

@@ -77,7 +77,7 @@ fn fusable(first: &Dataflow, second: &Dataflow) -> Option<BTreeMap<String, NodeI
         let written: Vec<NodeId> = first
             .access_nodes(d)
             .into_iter()
-            .filter(|&n| !first.in_edges(n).is_empty())
+            .filter(|&n| first.in_degree(n) > 0)
             .collect();
         let [n] = written.as_slice() else {
             return None;
@@ -96,7 +96,7 @@ fn merge(first: &mut Dataflow, second: &Dataflow, links: &BTreeMap<String, NodeI
             continue;
         };
         if let Some(&target) = links.get(d)
-            && first.in_edges(n).is_empty()
+            && first.in_degree(n) == 0
         {
             move_out_edges(first, n, target);
             first.graph.remove_node(n);

@@ -669,3 +669,33 @@ fn redundant_copy_keeps_a_transient_written_through_a_table() {
     assert!(RedundantCopy.run(&mut s).is_empty());
     assert!(s.arrays.contains_key("T"));
 }
+
+#[test]
+fn a_pass_whose_input_did_not_change_is_not_run_again() {
+    let s0 = lap_of_lap();
+    let mut s = s0.clone();
+    let report = Pipeline::cpu().validate_each(true).run(&mut s).unwrap();
+    let runs: Vec<(&str, usize)> = report.passes.iter().map(|p| (p.name, p.runs)).collect();
+    // Map fusion changes the program in round 1; round 2 re-runs the passes before it and
+    // skips map fusion and the passes after it, which have seen the program as it is.
+    assert!(report.fixed_point);
+    assert_eq!(report.rounds, 2);
+    assert_eq!(
+        runs,
+        [
+            ("specialize", 2),
+            ("dead_dataflow", 2),
+            ("redundant_copy", 2),
+            ("state_fusion", 2),
+            ("map_fusion", 1),
+            ("sibling_fusion", 1),
+            ("egraph", 1),
+            ("move_into_if", 1)
+        ]
+    );
+    same_results(&s0, &s, &[("N", 8)]);
+    // Skipping changes nothing: one more full run of every pass finds nothing to do.
+    let again = Pipeline::cpu().run(&mut s.clone()).unwrap();
+    assert_eq!(again.rounds, 1);
+    assert!(again.passes.iter().all(|p| p.changes.is_empty()));
+}

@@ -319,7 +319,7 @@ pub(super) fn check_subset(
     }
     let shape = desc.shape();
     for (i, (dim, extent)) in subset.0.iter().zip(shape).enumerate() {
-        let what = format!("dimension {i} of the subset [{subset}] of '{data}'");
+        let what = format_args!("dimension {i} of the subset [{subset}] of '{data}'");
         if !scope.check_expr_all(cx, loc, &dim.exprs(), &what) {
             continue;
         }

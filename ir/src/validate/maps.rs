@@ -61,7 +61,7 @@ pub(super) fn check_map(
         );
     }
     for (p, r) in m.params.iter().zip(&m.ranges) {
-        let what = format!("the range {r} of parameter '{p}' of map '{label}'");
+        let what = format_args!("the range {r} of parameter '{p}' of map '{label}'");
         scope.check_expr_all(cx, loc, &[&r.start, &r.end, &r.step], &what);
         if let Some(s) = r.step.const_value()
             && s <= 0
@@ -101,7 +101,7 @@ fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Loc
         ) {
             continue;
         }
-        if body.in_edges(n).is_empty() && !body.out_edges(n).is_empty() {
+        if body.in_degree(n) == 0 && body.out_degree(n) > 0 {
             cx.push(
                 ProblemKind::BadMap,
                 loc,
@@ -166,9 +166,9 @@ fn check_boundary(
         let Some(d) = body.node(a).as_access() else {
             continue;
         };
-        let is_input = body.in_edges(a).is_empty();
+        let is_input = body.in_degree(a) == 0;
         if is_input {
-            if !body.out_edges(a).is_empty() {
+            if body.out_degree(a) > 0 {
                 read.insert(d);
             }
         } else {

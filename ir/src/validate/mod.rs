@@ -206,26 +206,30 @@ impl<'a> Scope<'a> {
         cx: &mut Cx,
         loc: &Location,
         e: &SymExpr,
-        what: &str,
+        what: &(impl std::fmt::Display + ?Sized),
         scalars: bool,
     ) -> bool {
-        self.check_names(cx, loc, e.free_symbols(), what, scalars)
+        let mut names = Vec::new();
+        e.symbol_refs(&mut names);
+        self.check_names(cx, loc, names, what, scalars)
     }
 
     fn check_names(
         &self,
         cx: &mut Cx,
         loc: &Location,
-        names: BTreeSet<String>,
-        what: &str,
+        mut names: Vec<&str>,
+        what: &(impl std::fmt::Display + ?Sized),
         scalars: bool,
     ) -> bool {
+        names.sort_unstable();
+        names.dedup();
         let mut ok = true;
         for s in names {
-            if self.params.contains(&s) {
+            if self.params.iter().any(|p| p == s) {
                 continue;
             }
-            if let Some(sym) = self.sdfg.symbols.get(&s) {
+            if let Some(sym) = self.sdfg.symbols.get(s) {
                 if !sym.dtype.is_int() {
                     ok = false;
                     cx.push(
@@ -239,10 +243,10 @@ impl<'a> Scope<'a> {
                 }
                 continue;
             }
-            if self.flow.contains(&s) {
+            if self.flow.contains(s) {
                 continue;
             }
-            if scalars && matches!(self.sdfg.arrays.get(&s), Some(DataDesc::Scalar { .. })) {
+            if scalars && matches!(self.sdfg.arrays.get(s), Some(DataDesc::Scalar { .. })) {
                 continue;
             }
             ok = false;
@@ -256,8 +260,17 @@ impl<'a> Scope<'a> {
     }
 
     /// [`Scope::check_expr`] over several expressions (no scalars); true when all are fine.
-    fn check_expr_all(&self, cx: &mut Cx, loc: &Location, es: &[&SymExpr], what: &str) -> bool {
-        let names = es.iter().flat_map(|e| e.free_symbols()).collect();
+    fn check_expr_all(
+        &self,
+        cx: &mut Cx,
+        loc: &Location,
+        es: &[&SymExpr],
+        what: &(impl std::fmt::Display + ?Sized),
+    ) -> bool {
+        let mut names = Vec::new();
+        for e in es {
+            e.symbol_refs(&mut names);
+        }
         self.check_names(cx, loc, names, what, false)
     }
 }
@@ -293,14 +306,37 @@ pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
     check_declarations(cx, sdfg, &scope, &loc);
     check_arg_order(cx, sdfg, &loc);
     control::check_control(cx, sdfg, &scope, &loc);
-    for (i, state) in sdfg.states.iter().enumerate() {
+    let check_state = |cx: &mut Cx, i: usize, state: &crate::State| {
         let sloc = loc.child(Segment::State {
             name: state.name.clone(),
             index: i,
         });
         graph::check_graph(cx, &scope, &state.graph, &sloc);
+    };
+    if sdfg.states.len() < PARALLEL_STATES {
+        for (i, state) in sdfg.states.iter().enumerate() {
+            check_state(cx, i, state);
+        }
+    } else {
+        // States are checked independently; their problems are reported in state order.
+        use rayon::prelude::*;
+        let found: Vec<Vec<Problem>> = sdfg
+            .states
+            .par_iter()
+            .enumerate()
+            .with_min_len(16)
+            .map(|(i, state)| {
+                let mut own = Cx::default();
+                check_state(&mut own, i, state);
+                own.problems
+            })
+            .collect();
+        cx.problems.extend(found.into_iter().flatten());
     }
 }
+
+/// Programs with at least this many states have their states checked in parallel.
+const PARALLEL_STATES: usize = 64;
 
 fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Location) {
     for (name, desc) in &sdfg.arrays {

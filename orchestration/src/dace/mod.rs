@@ -1129,7 +1129,7 @@ impl StateCx<'_> {
                 let (w, _) = df.endpoints(e);
                 matches!(df.node(w), Node::Map(m) if writes_whole(m, &name, &shape))
             });
-            if df.in_edges(v).is_empty() || !whole {
+            if df.in_degree(v) == 0 || !whole {
                 return Err(err(
                     &self.loc,
                     format!(

@@ -28,6 +28,17 @@ pub(crate) struct BodyOutcome {
 /// Why saturation of one body stopped, for the pass report.
 pub(crate) type StopNote = String;
 
+/// What saturating, extracting and emitting one built e-graph gave: why saturation
+/// stopped, and the code with its cost (`None` when no plan could be made).
+#[derive(Clone, Debug)]
+pub(crate) struct Saturated {
+    stop: StopNote,
+    code: Option<(u64, Vec<Stmt>)>,
+}
+
+/// Results of saturation by the e-graph's text ([`optimize`]).
+pub(crate) type SaturationMemo = std::collections::HashMap<String, Saturated>;
+
 /// The context a body is in: the program's containers and symbols, the parameters of
 /// the enclosing maps.
 pub(crate) struct Context<'a> {
@@ -194,6 +205,7 @@ pub(crate) fn optimize(
     rules: &[Rule],
     limits: &Limits,
     stop: &mut Option<StopNote>,
+    memo: &mut SaturationMemo,
 ) -> Option<BodyOutcome> {
     let order = body.topological_order().ok()?;
     let mut tasklets = Vec::new();
@@ -229,8 +241,8 @@ pub(crate) fn optimize(
     for n in &order {
         if let IrNode::Access(d) = body.node(*n) {
             *nodes_of.entry(d).or_default() += 1;
-            *writes.entry(d).or_default() += body.in_edges(*n).len();
-            if !body.out_edges(*n).is_empty() {
+            *writes.entry(d).or_default() += body.in_degree(*n);
+            if body.out_degree(*n) > 0 {
                 reads.insert(d);
             }
         }
@@ -379,28 +391,6 @@ pub(crate) fn optimize(
     roots.extend(outputs.iter().map(|o| o.value));
     b.eg.rebuild();
 
-    let runner = Runner::default()
-        .with_egraph(std::mem::replace(&mut b.eg, EGraph::new(Fold)))
-        .with_iter_limit(limits.iter_limit)
-        .with_node_limit(limits.node_limit)
-        .with_time_limit(std::time::Duration::from_secs(365 * 24 * 3600))
-        .with_scheduler(CappedScheduler::new(limits))
-        .run(rules);
-    *stop = Some(match &runner.stop_reason {
-        Some(egg::StopReason::Saturated) => "saturated".to_string(),
-        Some(egg::StopReason::IterationLimit(n)) => format!("iteration limit ({n})"),
-        Some(egg::StopReason::NodeLimit(n)) => format!("node limit ({n})"),
-        Some(other) => format!("{other:?}"),
-        None => "not run".to_string(),
-    });
-    let eg = runner.egraph;
-    let ex = extract(&eg, &node_cost);
-    let plan = Emission::plan(&eg, &ex, &roots)?;
-    let cost_after = plan.cost;
-    if tasklets.len() < 2 && cost_after >= cost_before {
-        return None;
-    }
-
     // Names of the new connectors and locals: free of symbols and map parameters.
     let taken: BTreeSet<&str> = cx
         .symbols
@@ -423,14 +413,65 @@ pub(crate) fn optimize(
     for (k, inp) in inputs.iter().enumerate() {
         leaf_name[inp.leaf] = in_name(k);
     }
-    let code = plan.statements(
-        &eg,
-        &ex,
-        &leaf_name,
-        &prefix,
-        &outputs.iter().map(|o| o.value).collect::<Vec<_>>(),
-        &out_name,
-    );
+
+    // Saturation, extraction and emission depend only on the e-graph as built (its
+    // leaves are the inputs by position, not by container), the roots, the names given
+    // to leaves and new values, and the rules and limits: a body that builds the same
+    // e-graph as an earlier one (generated programs repeat one stencil body over many
+    // containers) takes the earlier result.
+    let key = {
+        use std::fmt::Write as _;
+        let mut k = String::with_capacity(1024);
+        let _ = write!(
+            k,
+            "{:?}|{roots:?}|{:?}|{leaf_name:?}|{prefix}|{}|{limits:?}|{}",
+            b.eg.dump(),
+            b.leaves,
+            outputs.len(),
+            rules.len()
+        );
+        k
+    };
+    let sat = match memo.get(&key) {
+        Some(sat) => sat.clone(),
+        None => {
+            let runner = Runner::default()
+                .with_egraph(std::mem::replace(&mut b.eg, EGraph::new(Fold)))
+                .with_iter_limit(limits.iter_limit)
+                .with_node_limit(limits.node_limit)
+                .with_time_limit(std::time::Duration::from_secs(365 * 24 * 3600))
+                .with_scheduler(CappedScheduler::new(limits))
+                .run(rules);
+            let stop = match &runner.stop_reason {
+                Some(egg::StopReason::Saturated) => "saturated".to_string(),
+                Some(egg::StopReason::IterationLimit(n)) => format!("iteration limit ({n})"),
+                Some(egg::StopReason::NodeLimit(n)) => format!("node limit ({n})"),
+                Some(other) => format!("{other:?}"),
+                None => "not run".to_string(),
+            };
+            let eg = runner.egraph;
+            let ex = extract(&eg, &node_cost);
+            let code = Emission::plan(&eg, &ex, &roots).map(|plan| {
+                let code = plan.statements(
+                    &eg,
+                    &ex,
+                    &leaf_name,
+                    &prefix,
+                    &outputs.iter().map(|o| o.value).collect::<Vec<_>>(),
+                    &out_name,
+                );
+                (plan.cost, code)
+            });
+            let sat = Saturated { stop, code };
+            memo.insert(key, sat.clone());
+            sat
+        }
+    };
+    *stop = Some(sat.stop);
+    let (cost_after, code) = sat.code?;
+    if tasklets.len() < 2 && cost_after >= cost_before {
+        return None;
+    }
 
     let name = match tasklets.as_slice() {
         [one] => match body.node(*one) {
@@ -475,7 +516,7 @@ pub(crate) fn optimize(
             IrNode::Access(_) if !gone.contains(n) => {
                 !kept_sources.contains(n)
                     && !kept_targets.contains(n)
-                    && (!body.in_edges(*n).is_empty() || !body.out_edges(*n).is_empty())
+                    && (body.in_degree(*n) > 0 || body.out_degree(*n) > 0)
             }
             _ => false,
         };

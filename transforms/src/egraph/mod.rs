@@ -27,7 +27,7 @@ mod lang;
 mod rules;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use egg::{BackoffScheduler, EGraph, Rewrite, RewriteScheduler, SearchMatches};
 use sdflow_ir::{Dataflow, Node as IrNode, Sdfg};
@@ -69,9 +69,17 @@ pub struct EGraphPass {
     pub fast_math: bool,
     /// Saturation bounds.
     pub limits: Limits,
-    /// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), kept
-    /// across runs (a pipeline runs the pass once per round).
-    unchanged: Mutex<HashSet<String>>,
+    /// Memos kept across runs (a pipeline runs the pass once per round).
+    memo: Mutex<Memo>,
+}
+
+/// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), and
+/// saturation results by built e-graph ([`body::optimize`]). Both are keyed by all the
+/// pass's inputs that matter, including the rules and limits.
+#[derive(Debug, Default)]
+struct Memo {
+    unchanged: HashSet<String>,
+    saturated: body::SaturationMemo,
 }
 
 impl Clone for EGraphPass {
@@ -79,13 +87,13 @@ impl Clone for EGraphPass {
         EGraphPass {
             fast_math: self.fast_math,
             limits: self.limits,
-            unchanged: Mutex::default(),
+            memo: Mutex::default(),
         }
     }
 }
 
-/// Entries of the memo of unchanged bodies before it is cleared.
-const MEMO_CAP: usize = 1 << 16;
+/// Entries of each memo before it is cleared.
+const MEMO_CAP: usize = 1 << 14;
 
 impl EGraphPass {
     /// The pass with fast-math rules.
@@ -104,12 +112,20 @@ impl EGraphPass {
         }
     }
 
-    fn rules(&self) -> Vec<rules::Rule> {
-        let mut r = rules::exact();
+    /// The rule set, built once per process for each of the two choices (parsing the
+    /// patterns costs more than saturating a typical stencil body).
+    fn rules(&self) -> &'static [rules::Rule] {
+        static EXACT: OnceLock<Vec<rules::Rule>> = OnceLock::new();
+        static FAST: OnceLock<Vec<rules::Rule>> = OnceLock::new();
         if self.fast_math {
-            r.extend(rules::fast_math());
+            FAST.get_or_init(|| {
+                let mut r = rules::exact();
+                r.extend(rules::fast_math());
+                r
+            })
+        } else {
+            EXACT.get_or_init(rules::exact)
         }
-        r
     }
 }
 
@@ -124,26 +140,29 @@ impl Pass for EGraphPass {
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let rules = self.rules();
-        let mut unchanged = self
-            .unchanged
+        let mut memo = self
+            .memo
             .lock()
             .map(|mut m| std::mem::take(&mut *m))
             .unwrap_or_default();
-        if unchanged.len() > MEMO_CAP {
-            unchanged.clear();
+        if memo.unchanged.len() > MEMO_CAP {
+            memo.unchanged.clear();
+        }
+        if memo.saturated.len() > MEMO_CAP {
+            memo.saturated.clear();
         }
         let mut cx = RunCx {
-            rules: &rules,
+            rules,
             limits: &self.limits,
             changes: Changes::default(),
             stops: BTreeMap::new(),
             cost_before: 0,
             cost_after: 0,
-            unchanged,
+            memo,
         };
         run_sdfg(&mut cx, sdfg);
-        if let Ok(mut m) = self.unchanged.lock() {
-            *m = std::mem::take(&mut cx.unchanged);
+        if let Ok(mut m) = self.memo.lock() {
+            *m = std::mem::take(&mut cx.memo);
         }
         if cx.changes.get("bodies_optimized") > 0 {
             let stops: Vec<String> = cx.stops.iter().map(|(k, n)| format!("{k} x{n}")).collect();
@@ -169,14 +188,14 @@ fn optimize_memo(
     stop: &mut Option<body::StopNote>,
 ) -> Option<body::BodyOutcome> {
     let key = single_tasklet_key(df, bcx);
-    if key.as_ref().is_some_and(|k| cx.unchanged.contains(k)) {
+    if key.as_ref().is_some_and(|k| cx.memo.unchanged.contains(k)) {
         return None;
     }
-    let out = body::optimize(bcx, df, cx.rules, cx.limits, stop);
+    let out = body::optimize(bcx, df, cx.rules, cx.limits, stop, &mut cx.memo.saturated);
     if out.is_none()
         && let Some(k) = key
     {
-        cx.unchanged.insert(k);
+        cx.memo.unchanged.insert(k);
     }
     out
 }
@@ -187,76 +206,77 @@ fn optimize_memo(
 /// resolution, the enclosing map parameters and the symbols the code reads (with their
 /// static values). `None` for other bodies.
 fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> {
-    let mut key = None;
+    let mut tasklet = None;
     for n in df.node_ids() {
         match df.node(n) {
-            IrNode::Tasklet(t) if key.is_none() => {
-                let code: Vec<String> = t.code.iter().map(|s| s.to_string()).collect();
-                let mut reads: Vec<(String, usize, bool, Option<sdflow_ir::DType>)> = Vec::new();
-                let mut seen: Vec<String> = Vec::new();
-                for e in df.in_edges(n) {
-                    let edge = df.edge(e);
-                    let m = edge.memlet.to_string();
-                    let class = seen.iter().position(|x| *x == m).unwrap_or_else(|| {
-                        seen.push(m);
-                        seen.len() - 1
-                    });
-                    let tables = !edge.memlet.subset.tables().is_empty();
-                    let dtype = bcx.arrays.get(&edge.memlet.data).map(|d| d.dtype());
-                    reads.push((
-                        edge.dst_conn.clone().unwrap_or_default(),
-                        class,
-                        tables,
-                        dtype,
-                    ));
-                }
-                let mut writes: Vec<String> = Vec::new();
-                for e in df.out_edges(n) {
-                    let edge = df.edge(e);
-                    let local = matches!(
-                        bcx.arrays.get(&edge.memlet.data),
-                        Some(sdflow_ir::DataDesc::Scalar {
-                            transient: true,
-                            ..
-                        })
-                    );
-                    writes.push(format!("{:?}/{local}/{:?}", edge.src_conn, edge.memlet.wcr));
-                }
-                let mut symbols: Vec<String> = Vec::new();
-                for st in &t.code {
-                    for v in st.value.vars() {
-                        if let Some(sym) = bcx.symbols.get(&v) {
-                            symbols.push(format!("{v}:{:?}", sym));
-                        }
-                    }
-                }
-                key = Some(format!(
-                    "{:?}|{:?}|{}|{}|{reads:?}|{writes:?}|{symbols:?}",
-                    t.inputs,
-                    t.outputs,
-                    code.join(";"),
-                    bcx.params.join(","),
-                ));
-            }
+            IrNode::Tasklet(_) if tasklet.is_none() => tasklet = Some(n),
             IrNode::Access(_) => {}
             _ => return None,
         }
     }
-    key
+    let n = tasklet?;
+    let IrNode::Tasklet(t) = df.node(n) else {
+        return None;
+    };
+    use std::fmt::Write as _;
+    let mut key = String::with_capacity(256);
+    let _ = write!(key, "{:?}|{:?}|", t.inputs, t.outputs);
+    for st in &t.code {
+        let _ = write!(key, "{st};");
+    }
+    let _ = write!(key, "|{}|", bcx.params.join(","));
+    // Reads: connector, which reads are of the same element (by memlet), whether an
+    // index table is read, and the element type.
+    let mut seen: Vec<&sdflow_ir::Memlet> = Vec::new();
+    for e in df.in_edges(n) {
+        let edge = df.edge(e);
+        let m = &edge.memlet;
+        let class = seen.iter().position(|x| *x == m).unwrap_or_else(|| {
+            seen.push(m);
+            seen.len() - 1
+        });
+        let tables = !edge.memlet.subset.tables().is_empty();
+        let dtype = bcx.arrays.get(&edge.memlet.data).map(|d| d.dtype());
+        let _ = write!(
+            key,
+            "({:?},{class},{tables},{dtype:?})",
+            edge.dst_conn.as_deref().unwrap_or_default()
+        );
+    }
+    key.push('|');
+    for e in df.out_edges(n) {
+        let edge = df.edge(e);
+        let local = matches!(
+            bcx.arrays.get(&edge.memlet.data),
+            Some(sdflow_ir::DataDesc::Scalar {
+                transient: true,
+                ..
+            })
+        );
+        let _ = write!(key, "{:?}/{local}/{:?},", edge.src_conn, edge.memlet.wcr);
+    }
+    key.push('|');
+    for st in &t.code {
+        for v in st.value.vars() {
+            if let Some(sym) = bcx.symbols.get(&v) {
+                let _ = write!(key, "{v}:{sym:?},");
+            }
+        }
+    }
+    Some(key)
 }
 
 /// Bound on re-optimizing a body whose written-back code extracts cheaper.
 const MAX_REPEATS: usize = 8;
 
 struct RunCx<'a> {
-    rules: &'a [rules::Rule],
+    rules: &'static [rules::Rule],
     limits: &'a Limits,
     changes: Changes,
     stops: BTreeMap<String, usize>,
     cost_before: u64,
     cost_after: u64,
-    /// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]).
-    unchanged: HashSet<String>,
+    memo: Memo,
 }
 
 fn run_sdfg(cx: &mut RunCx<'_>, sdfg: &mut Sdfg) {
