@@ -166,21 +166,19 @@ pub fn map_boundary(
     use crate::memlet::{Memlet, Wcr};
     use std::collections::BTreeMap;
     let boxes = ParamBox::of_map(params, ranges);
-    let shape_of = |d: &str| {
-        arrays
-            .get(d)
-            .map(|a| a.shape().to_vec())
-            .unwrap_or_default()
-    };
+    let shape_of = |d: &str| -> &[SymExpr] { arrays.get(d).map_or(&[], |a| a.shape()) };
     let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
     let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
     let add = |acc: &mut BTreeMap<String, Subset>, data: &str, s: Subset| {
         let shape = shape_of(data);
-        let p = propagate(&s, &boxes, &shape);
-        acc.entry(data.to_string())
-            .and_modify(|old| *old = union(old, &p, &shape))
-            .or_insert(p);
+        let p = propagate(&s, &boxes, shape);
+        match acc.get_mut(data) {
+            Some(old) => *old = union(old, &p, shape),
+            None => {
+                acc.insert(data.to_string(), p);
+            }
+        }
     };
     for e in body.edge_ids() {
         let (src, dst) = body.endpoints(e);
@@ -190,7 +188,7 @@ pub fn map_boundary(
         // GT4Py's dynamic offsets are) is not read from outside.
         for t in m.subset.tables() {
             if !local(t) {
-                add(&mut reads, t, Subset::full(&shape_of(t)));
+                add(&mut reads, t, Subset::full(shape_of(t)));
             }
         }
         if let Some(d) = body.node(src).as_access()
@@ -208,16 +206,18 @@ pub fn map_boundary(
                 .filter(|_| body.node(src).as_access().is_some())
                 .unwrap_or(m.subset.clone());
             let shape = shape_of(d);
-            let p = propagate(&sub, &boxes, &shape);
-            writes
-                .entry(d.to_string())
-                .and_modify(|(old, w)| {
-                    *old = union(old, &p, &shape);
+            let p = propagate(&sub, &boxes, shape);
+            match writes.get_mut(d) {
+                Some((old, w)) => {
+                    *old = union(old, &p, shape);
                     if *w != Some(m.wcr) {
                         *w = Some(None);
                     }
-                })
-                .or_insert((p, Some(m.wcr)));
+                }
+                None => {
+                    writes.insert(d.to_string(), (p, Some(m.wcr)));
+                }
+            }
         }
     }
     let reads = reads.into_iter().map(|(d, s)| Memlet::new(&d, s)).collect();

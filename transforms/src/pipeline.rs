@@ -1,8 +1,8 @@
 //! [`Pipeline`]: passes run in order, the whole list repeated until a round changes nothing
 //! (a fixed point) or an iteration bound is hit, with a [`Report`] of what each pass did
-//! and how long it took. Passes are idempotent, so a pass whose input has not changed
-//! since it last ran is skipped: the last round of a run re-runs only the passes that
-//! came before the last change.
+//! and how long it took. A pass that changed nothing is not run again until another pass
+//! changes the program: the last round of a run re-runs only the passes that came before
+//! the last change, and the pass that made it.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -21,8 +21,8 @@ use crate::{
 pub struct PassReport {
     /// The pass.
     pub name: &'static str,
-    /// How many times it ran (at most once per round; skipped when nothing changed since
-    /// its last run).
+    /// How many times it ran (at most once per round; skipped when its last run changed
+    /// nothing and no pass changed the program since).
     pub runs: usize,
     /// Its changes, summed over the runs.
     pub changes: Changes,
@@ -35,8 +35,8 @@ pub struct PassReport {
 pub struct Report {
     /// One entry per pass, in pipeline order.
     pub passes: Vec<PassReport>,
-    /// Rounds run (a round runs every enabled pass whose input changed since its last
-    /// run, in order).
+    /// Rounds run (a round runs, in order, every enabled pass that changed something in
+    /// its last run or whose input changed since).
     pub rounds: usize,
     /// True when the last round changed nothing; false when the round bound (or a
     /// `stop_after`) ended the run first.
@@ -282,9 +282,12 @@ impl Pipeline {
         let mut rounds = 0;
         let mut fixed_point = false;
         let mut total_runs = 0;
-        // How many changes the program has seen, and for each pass the count its last run
-        // left: a pass is idempotent (see [`Pass`]), so when no pass changed anything since
-        // it last ran, running it again would change nothing and it is skipped.
+        // How many changes the program has seen, and for each pass the count at its last
+        // run if that run changed nothing: running it again on the same program would
+        // change nothing either (passes are deterministic), so it is skipped until another
+        // pass changes the program. A pass that changed something runs again in the next
+        // round, since a change can enable more of the same (map fusion scans once and
+        // leaves fusions that become possible behind its scan to the next round).
         let mut version = 0u64;
         let mut seen: Vec<Option<u64>> = vec![None; self.passes.len()];
         'rounds: while rounds < self.max_rounds {
@@ -302,11 +305,13 @@ impl Pipeline {
                 let c = pass.run(sdfg);
                 reports[i].time += t.elapsed();
                 reports[i].runs += 1;
-                if !c.is_empty() {
+                if c.is_empty() {
+                    seen[i] = Some(version);
+                } else {
                     changed = true;
                     version += 1;
+                    seen[i] = None;
                 }
-                seen[i] = Some(version);
                 reports[i].changes.merge(&c);
                 if self.validate
                     && let Err(problems) = sdfg.validate()
