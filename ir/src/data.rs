@@ -139,7 +139,7 @@ impl DataDesc {
 }
 
 /// A symbol: a named scalar parameter usable in shapes, ranges, conditions and tasklets.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Symbol {
     /// Its type. Integer symbols may appear in symbolic expressions; float symbols only in
     /// tasklet code (GT4Py passes scalar parameters this way).

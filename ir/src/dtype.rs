@@ -192,6 +192,24 @@ impl PartialEq for Value {
     }
 }
 
+/// Bitwise equality is an equivalence (`nan == nan`).
+impl Eq for Value {}
+
+/// Consistent with the bitwise equality: the type and the bits.
+impl std::hash::Hash for Value {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let bits = match *self {
+            Value::Bool(b) => b as u64,
+            Value::I32(x) => x as u32 as u64,
+            Value::I64(x) => x as u64,
+            Value::F32(x) => x.to_bits() as u64,
+            Value::F64(x) => x.to_bits(),
+        };
+        self.dtype().hash(state);
+        bits.hash(state);
+    }
+}
+
 /// Writes a float so that parsing the text gives the same bits back.
 pub(crate) fn fmt_float(f: &mut fmt::Formatter<'_>, v: f64) -> fmt::Result {
     write_float(

@@ -239,7 +239,7 @@ impl MathFn {
 }
 
 /// A typed scalar expression.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// A literal.
     Const(Value),
@@ -432,7 +432,7 @@ impl Expr {
 
 /// One statement of a tasklet body: `name = value`. A name that is an output connector
 /// assigns that output; any other name is a local, usable by later statements.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Stmt {
     /// Output connector or local being defined.
     pub target: String,

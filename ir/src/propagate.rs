@@ -162,17 +162,51 @@ pub fn map_boundary(
     params: &[String],
     ranges: &[Range],
 ) -> (Vec<crate::memlet::Memlet>, Vec<crate::memlet::Memlet>) {
+    map_boundary_memo(arrays, body, params, ranges, &mut BoundaryMemo::default())
+}
+
+/// Propagated subsets by the map's parameters and ranges, the subset one iteration
+/// accesses and the container's shape (all a propagation depends on): a pass that
+/// rebuilds the boundary of a growing fused map, or of many maps over the same ranges,
+/// propagates each distinct memlet once.
+#[derive(Debug, Default)]
+pub struct BoundaryMemo {
+    maps: rustc_hash::FxHashMap<(Vec<String>, Vec<Range>), PropagatedSubsets>,
+}
+
+type PropagatedSubsets = rustc_hash::FxHashMap<(Subset, Vec<SymExpr>), Subset>;
+
+/// [`map_boundary`], remembering propagations in `memo`.
+pub fn map_boundary_memo(
+    arrays: &std::collections::BTreeMap<String, crate::data::DataDesc>,
+    body: &crate::dataflow::Dataflow,
+    params: &[String],
+    ranges: &[Range],
+    memo: &mut BoundaryMemo,
+) -> (Vec<crate::memlet::Memlet>, Vec<crate::memlet::Memlet>) {
     use crate::data::DataDesc;
     use crate::memlet::{Memlet, Wcr};
     use std::collections::BTreeMap;
     let boxes = ParamBox::of_map(params, ranges);
+    let known = memo
+        .maps
+        .entry((params.to_vec(), ranges.to_vec()))
+        .or_default();
     let shape_of = |d: &str| -> &[SymExpr] { arrays.get(d).map_or(&[], |a| a.shape()) };
     let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
     let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
-    let add = |acc: &mut BTreeMap<String, Subset>, data: &str, s: Subset| {
+    let mut propagated = |s: Subset, shape: &[SymExpr]| -> Subset {
+        let key = (s, shape.to_vec());
+        if let Some(p) = known.get(&key) {
+            return p.clone();
+        }
+        let p = propagate(&key.0, &boxes, shape);
+        known.insert(key, p.clone());
+        p
+    };
+    let add = |acc: &mut BTreeMap<String, Subset>, data: &str, p: Subset| {
         let shape = shape_of(data);
-        let p = propagate(&s, &boxes, shape);
         match acc.get_mut(data) {
             Some(old) => *old = union(old, &p, shape),
             None => {
@@ -188,14 +222,16 @@ pub fn map_boundary(
         // GT4Py's dynamic offsets are) is not read from outside.
         for t in m.subset.tables() {
             if !local(t) {
-                add(&mut reads, t, Subset::full(shape_of(t)));
+                let p = propagated(Subset::full(shape_of(t)), shape_of(t));
+                add(&mut reads, t, p);
             }
         }
         if let Some(d) = body.node(src).as_access()
             && body.in_degree(src) == 0
             && !local(d)
         {
-            add(&mut reads, d, m.subset.clone());
+            let p = propagated(m.subset.clone(), shape_of(d));
+            add(&mut reads, d, p);
         }
         if let Some(d) = body.node(dst).as_access()
             && !local(d)
@@ -206,7 +242,7 @@ pub fn map_boundary(
                 .filter(|_| body.node(src).as_access().is_some())
                 .unwrap_or(m.subset.clone());
             let shape = shape_of(d);
-            let p = propagate(&sub, &boxes, shape);
+            let p = propagated(sub, shape);
             match writes.get_mut(d) {
                 Some((old, w)) => {
                     *old = union(old, &p, shape);

@@ -28,10 +28,11 @@ use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, S
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
     DataUse, binds_any, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name,
-    neighbours, node_reads_writes, renamed_body, replace_map, same_ranges, scalar_memlet,
-    substitute_params, tables_read,
+    move_into, neighbours, node_reads_writes, renamed_body, replace_map, same_ranges,
+    scalar_memlet, substitute_params, tables_read,
 };
 use crate::tiled_fusion::{Tiled, fuse_tiled};
+use sdflow_ir::propagate::BoundaryMemo;
 
 /// See the module documentation.
 pub struct MapFusion {
@@ -76,6 +77,9 @@ impl Pass for MapFusion {
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let mut ch = Changes::default();
         let mut uses = data_uses(sdfg);
+        // Fused maps are reconnected through their bodies' memlets: each distinct memlet
+        // is propagated once per run.
+        let mut memo = BoundaryMemo::default();
         for s in sdfg.body.states() {
             let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
             // One scan in node order; fusions that become possible behind the scan are
@@ -97,7 +101,7 @@ impl Pass for MapFusion {
                 let created = match &c.offsets {
                     None => {
                         ch.add("maps_fused", 1);
-                        fuse_same_point(sdfg, &mut graph, &c)
+                        fuse_same_point(sdfg, &mut graph, &c, &mut memo)
                     }
                     Some(offsets) if c.tiled => {
                         ch.add("maps_fused_tiled", 1);
@@ -113,11 +117,11 @@ impl Pass for MapFusion {
                             offsets,
                             rows: self.tile_rows,
                         };
-                        fuse_tiled(sdfg, &mut graph, (c.a, c.t_node, c.b), &p)
+                        fuse_tiled(sdfg, &mut graph, (c.a, c.t_node, c.b), &p, &mut memo)
                     }
                     Some(offsets) => {
                         ch.add("maps_fused_recompute", 1);
-                        fuse_recompute(sdfg, &mut graph, &c, offsets)
+                        fuse_recompute(sdfg, &mut graph, &c, offsets, &mut memo)
                     }
                 };
                 if created {
@@ -433,7 +437,12 @@ fn make_local(body: &mut Dataflow, n: NodeId, scalar: &str) {
     }
 }
 
-fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
+fn fuse_same_point(
+    sdfg: &mut Sdfg,
+    df: &mut Dataflow,
+    c: &Candidate,
+    memo: &mut BoundaryMemo,
+) -> bool {
     let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a), df.node(c.b)) else {
         return false;
     };
@@ -449,7 +458,7 @@ fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
         .into_iter()
         .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && body.in_degree(n) > 0)
         .expect("A writes T");
-    let ids = copy_into(&mut body, &b_body);
+    let ids = move_into(&mut body, b_body);
     for &n in ids.values() {
         if body.node(n).as_access() == Some(c.t.as_str()) {
             crate::pattern::move_out_edges(&mut body, n, write);
@@ -482,10 +491,24 @@ fn fuse_same_point(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate) -> bool {
         ranges: ma.ranges,
         schedule: ma.schedule,
     };
-    replace_map(&sdfg.arrays, df, c.a, scope, &gone, &sources, &dests)
+    replace_map(
+        &sdfg.arrays,
+        df,
+        c.a,
+        scope,
+        &gone,
+        (&sources, &dests),
+        memo,
+    )
 }
 
-fn fuse_recompute(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate, offsets: &[Vec<i64>]) -> bool {
+fn fuse_recompute(
+    sdfg: &mut Sdfg,
+    df: &mut Dataflow,
+    c: &Candidate,
+    offsets: &[Vec<i64>],
+    memo: &mut BoundaryMemo,
+) -> bool {
     let (Node::Map(ma), Node::Map(mb)) = (df.node(c.a).clone(), df.node(c.b).clone()) else {
         return false;
     };
@@ -541,7 +564,7 @@ fn fuse_recompute(sdfg: &mut Sdfg, df: &mut Dataflow, c: &Candidate, offsets: &[
         c.b,
         scope,
         &[c.a, c.t_node],
-        &sources,
-        &dests,
+        (&sources, &dests),
+        memo,
     )
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::propagate::map_boundary;
+use sdflow_ir::propagate::{BoundaryMemo, map_boundary_memo};
 use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
 
 /// Containers a state-level graph reads and writes. Map and nested-SDFG nodes are
@@ -119,16 +119,24 @@ pub fn control_names(block: &Block) -> BTreeSet<String> {
 /// Where a container is used in the whole program.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DataUse {
-    /// States with an access node of it (or a table read of it).
-    pub states: BTreeSet<usize>,
+    /// States with an access node of it (or a table read of it), by index, ascending.
+    pub states: Vec<usize>,
     /// Access nodes of it, over all state-level graphs.
     pub access_nodes: usize,
-    /// States that read it.
-    pub read_in: BTreeSet<usize>,
-    /// States that write it.
-    pub written_in: BTreeSet<usize>,
+    /// States that read it, ascending.
+    pub read_in: Vec<usize>,
+    /// States that write it, ascending.
+    pub written_in: Vec<usize>,
     /// The control flow reads it (a host scalar in a condition).
     pub in_control: bool,
+}
+
+/// Adds state `i` to a list gathered state by state (repeats of the last one skipped;
+/// sorted and deduplicated at the end).
+fn note_state(list: &mut Vec<usize>, i: usize) {
+    if list.last() != Some(&i) {
+        list.push(i);
+    }
 }
 
 /// [`DataUse`] of every container of the program, over the states the control flow runs.
@@ -145,21 +153,21 @@ pub fn data_uses(sdfg: &Sdfg) -> BTreeMap<String, DataUse> {
         for n in df.graph.node_indices() {
             if let Some(d) = df.node(n).as_access() {
                 let u = by_name.entry(d).or_default();
-                u.states.insert(i);
+                note_state(&mut u.states, i);
                 u.access_nodes += 1;
                 if df.out_degree(n) > 0 {
-                    u.read_in.insert(i);
+                    note_state(&mut u.read_in, i);
                 }
                 if df.in_degree(n) > 0 {
-                    u.written_in.insert(i);
+                    note_state(&mut u.written_in, i);
                 }
             }
         }
         for e in df.graph.edge_indices() {
             for t in df.edge(e).memlet.subset.tables() {
                 let u = by_name.entry(t).or_default();
-                u.states.insert(i);
-                u.read_in.insert(i);
+                note_state(&mut u.states, i);
+                note_state(&mut u.read_in, i);
             }
         }
     }
@@ -171,7 +179,15 @@ pub fn data_uses(sdfg: &Sdfg) -> BTreeMap<String, DataUse> {
     }
     by_name
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
+        .map(|(k, mut v)| {
+            for list in [&mut v.states, &mut v.read_in, &mut v.written_in] {
+                if !list.is_sorted() {
+                    list.sort_unstable();
+                    list.dedup();
+                }
+            }
+            (k.to_string(), v)
+        })
         .collect()
 }
 
@@ -301,6 +317,29 @@ pub fn copy_into(dst: &mut Dataflow, src: &Dataflow) -> BTreeMap<NodeId, NodeId>
     ids
 }
 
+/// [`copy_into`] for a graph that is not needed afterwards: its nodes and edges move
+/// instead of being cloned (map bodies included), with the same new ids in the same order.
+pub fn move_into(dst: &mut Dataflow, mut src: Dataflow) -> BTreeMap<NodeId, NodeId> {
+    let edges: Vec<_> = src
+        .edge_ids()
+        .into_iter()
+        .map(|e| {
+            let (a, b) = src.endpoints(e);
+            let edge = src.graph.remove_edge(e).expect("edge of the graph");
+            (a, b, edge)
+        })
+        .collect();
+    let mut ids = BTreeMap::new();
+    for n in src.node_ids() {
+        let node = src.graph.remove_node(n).expect("node of the graph");
+        ids.insert(n, dst.add_node(node));
+    }
+    for (a, b, edge) in edges {
+        dst.graph.add_edge(ids[&a], ids[&b], edge);
+    }
+    ids
+}
+
 /// Moves every edge leaving `from` so that it leaves `to` instead (same memlet and
 /// connectors).
 pub fn move_out_edges(df: &mut Dataflow, from: NodeId, to: NodeId) {
@@ -323,12 +362,14 @@ pub fn move_in_edges(df: &mut Dataflow, from: NodeId, to: NodeId) {
 /// Replaces the edges of map node `map` with the memlets its body implies (as the builder
 /// derives them): each read from `sources[data]`, each write to `dests[data]`, or from/to
 /// a new access node where none is given. Returns true when it added access nodes.
+/// `memo` keeps propagated memlets across calls (pass one per pass run, or a fresh one).
 pub fn connect_map(
     sdfg_arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
     df: &mut Dataflow,
     map: NodeId,
     sources: &BTreeMap<String, NodeId>,
     dests: &BTreeMap<String, NodeId>,
+    memo: &mut BoundaryMemo,
 ) -> bool {
     for e in df.in_edges(map).into_iter().chain(df.out_edges(map)) {
         df.graph.remove_edge(e);
@@ -336,7 +377,7 @@ pub fn connect_map(
     let Node::Map(m) = df.node(map) else {
         return false;
     };
-    let (reads, writes) = map_boundary(sdfg_arrays, &m.body, &m.params, &m.ranges);
+    let (reads, writes) = map_boundary_memo(sdfg_arrays, &m.body, &m.params, &m.ranges, memo);
     let mut created = false;
     for r in reads {
         let src = match sources.get(&r.data) {
@@ -540,24 +581,25 @@ pub fn neighbours(
 }
 
 /// Puts `scope` in place of map node `keep`, removes the nodes `gone` (the maps merged
-/// into it, a transient that disappeared), reconnects `keep` from `sources` to `dests`
-/// ([`connect_map`]) and drops access nodes left without edges. Returns true when
-/// access nodes were added.
+/// into it, a transient that disappeared), reconnects `keep` from `ends` = (sources,
+/// dests) as [`neighbours`] gives them ([`connect_map`]) and drops access nodes left
+/// without edges. Returns true when access nodes were added.
 pub fn replace_map(
     arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
     df: &mut Dataflow,
     keep: NodeId,
     scope: sdflow_ir::MapScope,
     gone: &[NodeId],
-    sources: &BTreeMap<String, NodeId>,
-    dests: &BTreeMap<String, NodeId>,
+    ends: (&BTreeMap<String, NodeId>, &BTreeMap<String, NodeId>),
+    memo: &mut BoundaryMemo,
 ) -> bool {
+    let (sources, dests) = ends;
     df.graph[keep] = Node::Map(scope);
     for &n in gone {
         df.graph.remove_node(n);
     }
     let touched: Vec<NodeId> = sources.values().chain(dests.values()).copied().collect();
-    let created = connect_map(arrays, df, keep, sources, dests);
+    let created = connect_map(arrays, df, keep, sources, dests, memo);
     remove_isolated(df, &touched);
     created
 }

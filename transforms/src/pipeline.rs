@@ -43,6 +43,8 @@ pub struct Report {
     pub fixed_point: bool,
     /// Total time, validation included.
     pub time: Duration,
+    /// Of which the validation of the input.
+    pub validation: Duration,
 }
 
 impl Report {
@@ -70,6 +72,12 @@ impl fmt::Display for Report {
                 "stopped before a fixed point"
             },
             self.time.as_secs_f64() * 1e3
+        )?;
+        writeln!(
+            f,
+            "  {:<16} {:>9.3} ms  of the input",
+            "validation",
+            self.validation.as_secs_f64() * 1e3
         )?;
         for p in &self.passes {
             writeln!(
@@ -269,6 +277,7 @@ impl Pipeline {
                 problems.iter().map(|p| p.to_string()).collect(),
             ));
         }
+        let validation = start.elapsed();
         let mut reports: Vec<PassReport> = self
             .passes
             .iter()
@@ -332,6 +341,7 @@ impl Pipeline {
             rounds,
             fixed_point,
             time: start.elapsed(),
+            validation,
         })
     }
 }

@@ -17,7 +17,7 @@ use sdflow_ir::{Dataflow, MapScope, Node, NodeId, Sdfg};
 use crate::map_fusion::shares_locals;
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    binds_any, copy_into, move_out_edges, neighbours, node_reads_writes, renamed_body, replace_map,
+    binds_any, move_into, move_out_edges, neighbours, node_reads_writes, renamed_body, replace_map,
     same_ranges,
 };
 
@@ -104,7 +104,7 @@ fn fuse(sdfg: &Sdfg, df: &mut Dataflow, a: NodeId, b: NodeId) {
             a_sources.entry(d.to_string()).or_insert(n);
         }
     }
-    let ids = copy_into(&mut body, &b_body);
+    let ids = move_into(&mut body, b_body);
     for &n in ids.values() {
         if let Some(d) = body.node(n).as_access()
             && body.in_degree(n) == 0
@@ -124,5 +124,13 @@ fn fuse(sdfg: &Sdfg, df: &mut Dataflow, a: NodeId, b: NodeId) {
     }
     let label = format!("{}+{}", ma.label, mb.label);
     let scope = MapScope { label, body, ..ma };
-    replace_map(&sdfg.arrays, df, a, scope, &[b], &sources, &dests);
+    replace_map(
+        &sdfg.arrays,
+        df,
+        a,
+        scope,
+        &[b],
+        (&sources, &dests),
+        &mut sdflow_ir::propagate::BoundaryMemo::default(),
+    );
 }

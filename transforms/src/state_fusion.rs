@@ -15,7 +15,7 @@ use sdflow_ir::{Block, Dataflow, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    compact_states, copy_into, find_in_seqs, move_out_edges, reads_writes, tables_read,
+    compact_states, find_in_seqs, move_into, move_out_edges, reads_writes, tables_read,
 };
 
 /// See the module documentation.
@@ -39,7 +39,7 @@ impl Pass for StateFusion {
                     let (a, b) = (a.index(), b.index());
                     if let Some(links) = fusable(&states[a].graph, &states[b].graph) {
                         let second = std::mem::take(&mut states[b].graph);
-                        merge(&mut states[a].graph, &second, &links);
+                        merge(&mut states[a].graph, second, &links);
                         let name = format!("{}+{}", states[a].name, states[b].name);
                         if name.len() <= 64 {
                             states[a].name = name;
@@ -89,8 +89,8 @@ fn fusable(first: &Dataflow, second: &Dataflow) -> Option<BTreeMap<String, NodeI
 
 /// Copies `second` into `first`, its reads of linked containers coming from the linked
 /// access nodes.
-fn merge(first: &mut Dataflow, second: &Dataflow, links: &BTreeMap<String, NodeId>) {
-    let ids = copy_into(first, second);
+fn merge(first: &mut Dataflow, second: Dataflow, links: &BTreeMap<String, NodeId>) {
+    let ids = move_into(first, second);
     for (_, &n) in ids.iter() {
         let Some(d) = first.node(n).as_access() else {
             continue;

@@ -74,6 +74,7 @@ pub(crate) fn fuse_tiled(
     df: &mut Dataflow,
     nodes: (sdflow_ir::NodeId, sdflow_ir::NodeId, sdflow_ir::NodeId),
     p: &Tiled<'_>,
+    memo: &mut sdflow_ir::propagate::BoundaryMemo,
 ) -> bool {
     let (a_node, t_node, b_node) = nodes;
     let (ma, mb) = (p.a, p.b);
@@ -152,6 +153,7 @@ pub(crate) fn fuse_tiled(
         an,
         &BTreeMap::new(),
         &BTreeMap::new(),
+        memo,
     );
     let bn = body.add_node(Node::Map(b_inner));
     connect_map(
@@ -160,6 +162,7 @@ pub(crate) fn fuse_tiled(
         bn,
         &BTreeMap::new(),
         &BTreeMap::new(),
+        memo,
     );
     let bnode = body.add_access(&buf);
     let whole = Memlet::new(&buf, Subset::full(sdfg.arrays[&buf].shape()));
@@ -188,7 +191,7 @@ pub(crate) fn fuse_tiled(
         b_node,
         scope,
         &[a_node, t_node],
-        &sources,
-        &dests,
+        (&sources, &dests),
+        memo,
     )
 }

@@ -114,7 +114,7 @@ fn walk(
                     cx,
                     &aloc,
                     value,
-                    &format!("the value assigned to '{target}'"),
+                    &format_args!("the value assigned to '{target}'"),
                     true,
                 );
             }

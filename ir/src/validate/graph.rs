@@ -1,31 +1,23 @@
 //! Dataflow graph checks: nodes, edges, memlet subsets, cycles and races.
 
-use super::{Cx, Location, ProblemKind, Scope, Segment, maps, tasklet};
+use super::{Cx, Loc, ProblemKind, Scope, maps, tasklet};
 use crate::data::DataDesc;
 use crate::dataflow::{Dataflow, EdgeId, LibraryNode, Node, NodeId};
 use crate::memlet::{Dim, Subset};
 use crate::propagate::{dim_bounds, disjoint, expr_bounds};
 
 /// The location of a node of `g` under `loc`.
-pub(super) fn node_loc(g: &Dataflow, n: NodeId, loc: &Location) -> Location {
-    loc.child(Segment::Node {
-        index: n.index(),
-        description: g.node(n).describe(),
-    })
+pub(super) fn node_loc<'a>(g: &'a Dataflow, n: NodeId, loc: &'a Loc<'a>) -> Loc<'a> {
+    Loc::Node(loc, g, n)
 }
 
 /// The location of an edge of `g` under `loc`.
-pub(super) fn edge_loc(g: &Dataflow, e: EdgeId, loc: &Location) -> Location {
-    let (s, d) = g.endpoints(e);
-    loc.child(Segment::Edge {
-        index: e.index(),
-        src: g.node(s).describe(),
-        dst: g.node(d).describe(),
-    })
+pub(super) fn edge_loc<'a>(g: &'a Dataflow, e: EdgeId, loc: &'a Loc<'a>) -> Loc<'a> {
+    Loc::Edge(loc, g, e)
 }
 
 /// Checks a state's graph or a map body (recursively).
-pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Location) {
+pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Loc<'_>) {
     for n in g.node_ids() {
         let nloc = node_loc(g, n, loc);
         match g.node(n) {
@@ -65,7 +57,7 @@ fn check_tasklet_edges(
     g: &Dataflow,
     n: NodeId,
     t: &crate::dataflow::Tasklet,
-    loc: &Location,
+    loc: &Loc<'_>,
 ) {
     let ins = g.in_edges(n);
     let outs = g.out_edges(n);
@@ -112,9 +104,16 @@ fn check_tasklet_edges(
 }
 
 /// Checks the connector on one side of an edge; `out` is true for the source side.
-fn check_conn(cx: &mut Cx, node: &Node, conn: Option<&str>, out: bool, loc: &Location) {
+fn check_conn(cx: &mut Cx, node: &Node, conn: Option<&str>, out: bool, loc: &Loc<'_>) {
     let dir = if out { "leaves" } else { "enters" };
-    let desc = node.describe();
+    // Described only when a problem is reported.
+    struct Describe<'a>(&'a Node);
+    impl std::fmt::Display for Describe<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0.describe())
+        }
+    }
+    let desc = Describe(node);
     match node {
         Node::Access(_) | Node::Map(_) => {
             if let Some(c) = conn {
@@ -175,7 +174,7 @@ fn check_conn(cx: &mut Cx, node: &Node, conn: Option<&str>, out: bool, loc: &Loc
     }
 }
 
-fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Location) {
+fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Loc<'_>) {
     let (s, d) = g.endpoints(e);
     let (sn, dn) = (g.node(s), g.node(d));
     let edge = g.edge(e);
@@ -292,7 +291,7 @@ fn check_edge(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, e: EdgeId, loc: &Loc
 pub(super) fn check_subset(
     cx: &mut Cx,
     scope: &Scope<'_>,
-    loc: &Location,
+    loc: &Loc<'_>,
     data: &str,
     subset: &Subset,
 ) -> bool {
@@ -357,7 +356,7 @@ pub(super) fn check_subset(
 fn check_indirect(
     cx: &mut Cx,
     scope: &Scope<'_>,
-    loc: &Location,
+    loc: &Loc<'_>,
     table: &str,
     index: &[crate::symexpr::SymExpr],
 ) {
@@ -419,7 +418,7 @@ struct Access<'a> {
     wcr: bool,
 }
 
-fn check_races(cx: &mut Cx, g: &Dataflow, loc: &Location) {
+fn check_races(cx: &mut Cx, g: &Dataflow, loc: &Loc<'_>) {
     let mut accesses: Vec<Access<'_>> = Vec::new();
     for e in g.edge_ids() {
         let (s, d) = g.endpoints(e);

@@ -84,3 +84,58 @@ impl fmt::Display for Location {
         Ok(())
     }
 }
+
+/// A [`Location`] that is built only when a problem is reported there: validation visits
+/// every state, node and edge of a program, and almost none of them has a problem, so the
+/// descriptions of a path are not formatted until one does.
+#[derive(Clone, Copy)]
+pub(crate) enum Loc<'a> {
+    /// A state of the SDFG at the location.
+    State(&'a Location, &'a str, usize),
+    /// A node of a graph under a location.
+    Node(&'a Loc<'a>, &'a crate::Dataflow, crate::NodeId),
+    /// An edge of a graph under a location.
+    Edge(&'a Loc<'a>, &'a crate::Dataflow, crate::EdgeId),
+}
+
+impl Loc<'_> {
+    /// The location this stands for.
+    pub(crate) fn build(&self) -> Location {
+        match *self {
+            Loc::State(l, name, index) => l.child(Segment::State {
+                name: name.to_string(),
+                index,
+            }),
+            Loc::Node(parent, g, n) => parent.build().child(Segment::Node {
+                index: n.index(),
+                description: g.node(n).describe(),
+            }),
+            Loc::Edge(parent, g, e) => {
+                let (s, d) = g.endpoints(e);
+                parent.build().child(Segment::Edge {
+                    index: e.index(),
+                    src: g.node(s).describe(),
+                    dst: g.node(d).describe(),
+                })
+            }
+        }
+    }
+}
+
+/// Something a problem can be reported at: a built [`Location`] or a lazy [`Loc`].
+pub(crate) trait Where {
+    /// The location.
+    fn location(&self) -> Location;
+}
+
+impl Where for Location {
+    fn location(&self) -> Location {
+        self.clone()
+    }
+}
+
+impl Where for Loc<'_> {
+    fn location(&self) -> Location {
+        self.build()
+    }
+}

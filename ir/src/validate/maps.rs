@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{Cx, Location, ProblemKind, Scope, check_sdfg, graph, is_identifier};
+use super::{Cx, Loc, ProblemKind, Scope, check_sdfg, graph, is_identifier};
 use crate::data::DataDesc;
 use crate::dataflow::{Dataflow, MapScope, NestedSdfg, NodeId, Reduce};
 use crate::memlet::Subset;
@@ -17,7 +17,7 @@ pub(super) fn check_map(
     g: &Dataflow,
     n: NodeId,
     m: &MapScope,
-    loc: &Location,
+    loc: &Loc<'_>,
 ) {
     let label = &m.label;
     let mut seen = BTreeSet::new();
@@ -86,7 +86,7 @@ pub(super) fn check_map(
 /// Transient scalars in a map body are private to one iteration: each read in the body
 /// must be of a value the body wrote (an access node written before it is read), and the
 /// scalar must not be used outside map bodies.
-fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Location) {
+fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Loc<'_>) {
     let body = &m.body;
     for n in body.node_ids() {
         let Some(d) = body.node(n).as_access() else {
@@ -136,7 +136,7 @@ fn check_boundary(
     n: NodeId,
     m: &MapScope,
     own: &[ParamBox],
-    loc: &Location,
+    loc: &Loc<'_>,
 ) {
     let label = &m.label;
     let body = &m.body;
@@ -266,7 +266,7 @@ pub(super) fn check_nested(
     g: &Dataflow,
     n: NodeId,
     ns: &NestedSdfg,
-    loc: &Location,
+    loc: &Loc<'_>,
 ) {
     let inner = &ns.sdfg;
     // Each connector's memlet moves as many elements as the callee's container holds
@@ -342,7 +342,7 @@ pub(super) fn check_nested(
                     cx,
                     loc,
                     v,
-                    &format!("the value mapped to '{k}' of nested SDFG '{}'", inner.name),
+                    &format_args!("the value mapped to '{k}' of nested SDFG '{}'", inner.name),
                     false,
                 );
             }
@@ -361,7 +361,7 @@ pub(super) fn check_nested(
             );
         }
     }
-    check_sdfg(cx, inner, loc);
+    check_sdfg(cx, inner, &loc.build());
 }
 
 /// Checks a reduce node: connectors and axes.
@@ -371,7 +371,7 @@ pub(super) fn check_reduce(
     g: &Dataflow,
     n: NodeId,
     r: &Reduce,
-    loc: &Location,
+    loc: &Loc<'_>,
 ) {
     let ins = g.in_edges(n);
     let outs = g.out_edges(n);

@@ -67,6 +67,7 @@ mod tasklet;
 use std::collections::BTreeSet;
 use std::fmt;
 
+use location::{Loc, Where};
 pub use location::{Location, Segment};
 
 use crate::data::DataDesc;
@@ -168,10 +169,10 @@ pub(crate) struct Cx {
 }
 
 impl Cx {
-    fn push(&mut self, kind: ProblemKind, location: &Location, message: String) {
+    fn push(&mut self, kind: ProblemKind, location: &(impl Where + ?Sized), message: String) {
         self.problems.push(Problem {
             kind,
-            location: location.clone(),
+            location: location.location(),
             message,
         });
     }
@@ -204,7 +205,7 @@ impl<'a> Scope<'a> {
     fn check_expr(
         &self,
         cx: &mut Cx,
-        loc: &Location,
+        loc: &(impl Where + ?Sized),
         e: &SymExpr,
         what: &(impl std::fmt::Display + ?Sized),
         scalars: bool,
@@ -217,7 +218,7 @@ impl<'a> Scope<'a> {
     fn check_names(
         &self,
         cx: &mut Cx,
-        loc: &Location,
+        loc: &(impl Where + ?Sized),
         mut names: Vec<&str>,
         what: &(impl std::fmt::Display + ?Sized),
         scalars: bool,
@@ -263,7 +264,7 @@ impl<'a> Scope<'a> {
     fn check_expr_all(
         &self,
         cx: &mut Cx,
-        loc: &Location,
+        loc: &(impl Where + ?Sized),
         es: &[&SymExpr],
         what: &(impl std::fmt::Display + ?Sized),
     ) -> bool {
@@ -307,10 +308,7 @@ pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
     check_arg_order(cx, sdfg, &loc);
     control::check_control(cx, sdfg, &scope, &loc);
     let check_state = |cx: &mut Cx, i: usize, state: &crate::State| {
-        let sloc = loc.child(Segment::State {
-            name: state.name.clone(),
-            index: i,
-        });
+        let sloc = Loc::State(&loc, &state.name, i);
         graph::check_graph(cx, &scope, &state.graph, &sloc);
     };
     if sdfg.states.len() < PARALLEL_STATES {
@@ -381,12 +379,12 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
                     cx,
                     &aloc,
                     s,
-                    &format!("dimension {i} of the shape of '{name}'"),
+                    &format_args!("dimension {i} of the shape of '{name}'"),
                     false,
                 );
             }
             for (i, s) in a.strides.iter().enumerate() {
-                scope.check_expr(cx, &aloc, s, &format!("stride {i} of '{name}'"), false);
+                scope.check_expr(cx, &aloc, s, &format_args!("stride {i} of '{name}'"), false);
             }
             // Strides describe the memory layout of the array passed: where shape and
             // strides are constants, they must be positive and must not overlap

@@ -2,13 +2,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Cx, Location, ProblemKind, Scope, is_identifier};
+use super::{Cx, Loc, ProblemKind, Scope, is_identifier};
 use crate::dataflow::Tasklet;
 use crate::dtype::DType;
 use crate::typing::TaskletNames;
 
 /// Checks connector names and the code of a tasklet.
-pub(super) fn check_tasklet(cx: &mut Cx, scope: &Scope<'_>, t: &Tasklet, loc: &Location) {
+pub(super) fn check_tasklet(cx: &mut Cx, scope: &Scope<'_>, t: &Tasklet, loc: &Loc<'_>) {
     let name = &t.name;
     for c in t.inputs.keys().chain(t.outputs.keys()) {
         if !is_identifier(c) {

@@ -1105,7 +1105,14 @@ impl StateCx<'_> {
             let n = ids[id];
             let src = sources.remove(id).unwrap_or_default();
             let dst = dests.remove(id).unwrap_or_default();
-            sdflow_transforms::pattern::connect_map(&self.sdfg.arrays, df, n, &src, &dst);
+            sdflow_transforms::pattern::connect_map(
+                &self.sdfg.arrays,
+                df,
+                n,
+                &src,
+                &dst,
+                &mut sdflow_ir::propagate::BoundaryMemo::default(),
+            );
         }
         // A written view is copied back whole: it must be written whole, by maps that
         // write each of its points (affine, one parameter per dimension, over ranges that
@@ -1265,7 +1272,14 @@ fn scope_local_transients(sdfg: &mut Sdfg, long_lived: &std::collections::BTreeS
         let arrays = sdfg.arrays.clone();
         let g = &mut sdfg.states[si].graph;
         let (src, dst) = sdflow_transforms::pattern::neighbours(g, n);
-        sdflow_transforms::pattern::connect_map(&arrays, g, n, &src, &dst);
+        sdflow_transforms::pattern::connect_map(
+            &arrays,
+            g,
+            n,
+            &src,
+            &dst,
+            &mut sdflow_ir::propagate::BoundaryMemo::default(),
+        );
         sdflow_transforms::pattern::remove_isolated_access_nodes(g);
     }
 }

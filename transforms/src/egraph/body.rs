@@ -2,7 +2,9 @@
 //! multi-output tasklet (each distinct memlet one input connector), the code added to an
 //! e-graph, saturated, extracted, and written back as single-assignment locals.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use egg::{EGraph, Id, Runner};
 use sdflow_ir::typing::{Binding, TaskletNames};
@@ -36,8 +38,25 @@ pub(crate) struct Saturated {
     code: Option<(u64, Vec<Stmt>)>,
 }
 
-/// Results of saturation by the e-graph's text ([`optimize`]).
-pub(crate) type SaturationMemo = std::collections::HashMap<String, Saturated>;
+/// Everything saturation, extraction and emission of one body depend on ([`optimize`]):
+/// the e-graph as built (each class's nodes, sorted; a class's analysis data follows
+/// from its nodes), the roots, the leaves with their names, the prefix of new names, the
+/// number of outputs, and the limits and number of rules. Compared structurally: no
+/// text is formatted and no hash stands in for the key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SaturationKey {
+    classes: Vec<(Id, Vec<Node>)>,
+    roots: Vec<Id>,
+    leaves: Vec<(String, DType)>,
+    leaf_name: Vec<String>,
+    prefix: String,
+    outputs: usize,
+    limits: [usize; 4],
+    rules: usize,
+}
+
+/// Results of saturation by built e-graph ([`optimize`]).
+pub(crate) type SaturationMemo = HashMap<SaturationKey, Saturated>;
 
 /// The context a body is in: the program's containers and symbols, the parameters of
 /// the enclosing maps.
@@ -205,7 +224,7 @@ pub(crate) fn optimize(
     rules: &[Rule],
     limits: &Limits,
     stop: &mut Option<StopNote>,
-    memo: &mut SaturationMemo,
+    memo: &std::sync::Mutex<SaturationMemo>,
 ) -> Option<BodyOutcome> {
     let order = body.topological_order().ok()?;
     let mut tasklets = Vec::new();
@@ -286,21 +305,21 @@ pub(crate) fn optimize(
         cx,
         eg: EGraph::new(Fold),
         leaves: Vec::new(),
-        named: HashMap::new(),
+        named: HashMap::default(),
         impure: Vec::new(),
         sites: 0,
     };
     let mut inputs: Vec<Input> = Vec::new();
-    let mut input_of: HashMap<String, usize> = HashMap::new();
+    let mut input_of: HashMap<(&sdflow_ir::Memlet, usize), usize> = HashMap::default();
     let mut outputs: Vec<Output> = Vec::new();
-    let mut local_value: HashMap<String, Id> = HashMap::new();
+    let mut local_value: HashMap<String, Id> = HashMap::default();
     let mut cost_before = 0;
     for &tn in &tasklets {
         let IrNode::Tasklet(t) = body.node(tn) else {
             continue;
         };
         // The class of each input connector, converted to the connector's type.
-        let mut conn: HashMap<String, Id> = HashMap::new();
+        let mut conn: HashMap<String, Id> = HashMap::default();
         for e in body.in_edges(tn) {
             let (src, _) = body.endpoints(e);
             let edge = body.edge(e);
@@ -315,9 +334,9 @@ pub(crate) fn optimize(
                 let m = &edge.memlet;
                 // Index-table reads are checked loads: each stays its own.
                 let key = if m.subset.tables().is_empty() {
-                    m.to_string()
+                    (m, usize::MAX)
                 } else {
-                    format!("{m}#{}", inputs.len())
+                    (m, inputs.len())
                 };
                 let k = match input_of.get(&key) {
                     Some(k) => *k,
@@ -343,7 +362,7 @@ pub(crate) fn optimize(
             conn.insert(c, id);
         }
         let mut names = TaskletNames::new(t);
-        let mut assigned: HashMap<String, Id> = HashMap::new();
+        let mut assigned: HashMap<String, Id> = HashMap::default();
         for st in &t.code {
             let is_param = |p: &str| cx.params.iter().any(|q| q == p);
             let symbol = |s: &str| cx.symbols.get(s).map(|s| s.dtype);
@@ -389,7 +408,8 @@ pub(crate) fn optimize(
     }
     let mut roots: Vec<Id> = b.impure.clone();
     roots.extend(outputs.iter().map(|o| o.value));
-    b.eg.rebuild();
+    // The key below is taken before rebuilding (on a memo miss only, for the runner):
+    // the classes as built, their nodes' operands canonical, determine the rebuilt graph.
 
     // Names of the new connectors and locals: free of symbols and map parameters.
     let taken: BTreeSet<&str> = cx
@@ -420,21 +440,46 @@ pub(crate) fn optimize(
     // e-graph as an earlier one (generated programs repeat one stencil body over many
     // containers) takes the earlier result.
     let key = {
-        use std::fmt::Write as _;
-        let mut k = String::with_capacity(1024);
-        let _ = write!(
-            k,
-            "{:?}|{roots:?}|{:?}|{leaf_name:?}|{prefix}|{}|{limits:?}|{}",
-            b.eg.dump(),
-            b.leaves,
-            outputs.len(),
-            rules.len()
-        );
-        k
+        let mut classes: Vec<(Id, Vec<Node>)> =
+            b.eg.classes()
+                .map(|c| {
+                    let mut nodes: Vec<Node> = c
+                        .nodes
+                        .iter()
+                        .map(|n| {
+                            let mut n = n.clone();
+                            for a in &mut n.args {
+                                *a = b.eg.find(*a);
+                            }
+                            n
+                        })
+                        .collect();
+                    nodes.sort_unstable();
+                    (c.id, nodes)
+                })
+                .collect();
+        classes.sort_unstable_by_key(|(id, _)| *id);
+        SaturationKey {
+            classes,
+            roots: roots.iter().map(|r| b.eg.find(*r)).collect(),
+            leaves: b.leaves.clone(),
+            leaf_name: leaf_name.clone(),
+            prefix: prefix.clone(),
+            outputs: outputs.len(),
+            limits: [
+                limits.iter_limit,
+                limits.node_limit,
+                limits.class_cap,
+                limits.match_limit,
+            ],
+            rules: rules.len(),
+        }
     };
-    let sat = match memo.get(&key) {
-        Some(sat) => sat.clone(),
+    let hit = memo.lock().ok().and_then(|m| m.get(&key).cloned());
+    let sat = match hit {
+        Some(sat) => sat,
         None => {
+            b.eg.rebuild();
             let runner = Runner::default()
                 .with_egraph(std::mem::replace(&mut b.eg, EGraph::new(Fold)))
                 .with_iter_limit(limits.iter_limit)
@@ -463,7 +508,9 @@ pub(crate) fn optimize(
                 (plan.cost, code)
             });
             let sat = Saturated { stop, code };
-            memo.insert(key, sat.clone());
+            if let Ok(mut m) = memo.lock() {
+                m.insert(key, sat.clone());
+            }
             sat
         }
     };
@@ -553,8 +600,8 @@ impl Emission {
     /// Walks the chosen nodes from the roots (in order); `None` on a cycle.
     fn plan(eg: &EGraph<Node, Fold>, ex: &Extraction, roots: &[Id]) -> Option<Emission> {
         let mut order = Vec::new();
-        let mut state: HashMap<Id, bool> = HashMap::new(); // false: on stack, true: done
-        let mut uses: HashMap<Id, usize> = HashMap::new();
+        let mut state: HashMap<Id, bool> = HashMap::default(); // false: on stack, true: done
+        let mut uses: HashMap<Id, usize> = HashMap::default();
         let mut impure = BTreeSet::new();
         let mut cost = 0;
         for r in roots {
@@ -612,7 +659,7 @@ impl Emission {
         outputs: &[Id],
         out_name: &dyn Fn(usize) -> String,
     ) -> Vec<Stmt> {
-        let mut local: HashMap<Id, String> = HashMap::new();
+        let mut local: HashMap<Id, String> = HashMap::default();
         let mut code = Vec::new();
         for c in &self.order {
             let Some(node) = ex.node(eg, *c) else {

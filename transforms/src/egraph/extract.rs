@@ -17,7 +17,7 @@ use super::lang::{Fold, Node};
 pub struct Extraction {
     /// Chosen node per canonical class id, indexed by [`Extraction::index`].
     chosen: Vec<Option<Node>>,
-    index: std::collections::HashMap<Id, usize>,
+    index: rustc_hash::FxHashMap<Id, usize>,
 }
 
 impl Extraction {
@@ -45,7 +45,7 @@ const MAX_SWEEPS: usize = 64;
 pub fn extract(egraph: &EGraph<Node, Fold>, cost: &dyn Fn(&Node) -> u64) -> Extraction {
     let mut ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
     ids.sort();
-    let index: std::collections::HashMap<Id, usize> =
+    let index: rustc_hash::FxHashMap<Id, usize> =
         ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let n = ids.len();
     let mut best: Vec<Option<Best>> = (0..n).map(|_| None).collect();
@@ -91,7 +91,7 @@ pub fn extract(egraph: &EGraph<Node, Fold>, cost: &dyn Fn(&Node) -> u64) -> Extr
 /// none of them needs `ci`.
 fn evaluate(
     egraph: &EGraph<Node, Fold>,
-    index: &std::collections::HashMap<Id, usize>,
+    index: &rustc_hash::FxHashMap<Id, usize>,
     best: &[Option<Best>],
     ci: usize,
     node: &Node,

@@ -26,7 +26,9 @@ mod extract;
 mod lang;
 mod rules;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashSet as HashSet;
 use std::sync::{Mutex, OnceLock};
 
 use egg::{BackoffScheduler, EGraph, Rewrite, RewriteScheduler, SearchMatches};
@@ -69,8 +71,9 @@ pub struct EGraphPass {
     pub fast_math: bool,
     /// Saturation bounds.
     pub limits: Limits,
-    /// Memos kept across runs (a pipeline runs the pass once per round).
-    memo: Mutex<Memo>,
+    /// Memos kept across runs (a pipeline runs the pass once per round), shared by the
+    /// states optimized in parallel.
+    memo: Memo,
 }
 
 /// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), and
@@ -78,8 +81,8 @@ pub struct EGraphPass {
 /// pass's inputs that matter, including the rules and limits.
 #[derive(Debug, Default)]
 struct Memo {
-    unchanged: HashSet<String>,
-    saturated: body::SaturationMemo,
+    unchanged: Mutex<HashSet<TaskletKey>>,
+    saturated: Mutex<body::SaturationMemo>,
 }
 
 impl Clone for EGraphPass {
@@ -87,7 +90,7 @@ impl Clone for EGraphPass {
         EGraphPass {
             fast_math: self.fast_math,
             limits: self.limits,
-            memo: Mutex::default(),
+            memo: Memo::default(),
         }
     }
 }
@@ -140,41 +143,76 @@ impl Pass for EGraphPass {
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let rules = self.rules();
-        let mut memo = self
-            .memo
-            .lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default();
-        if memo.unchanged.len() > MEMO_CAP {
-            memo.unchanged.clear();
+        if let Ok(mut m) = self.memo.unchanged.lock()
+            && m.len() > MEMO_CAP
+        {
+            m.clear();
         }
-        if memo.saturated.len() > MEMO_CAP {
-            memo.saturated.clear();
+        if let Ok(mut m) = self.memo.saturated.lock()
+            && m.len() > MEMO_CAP
+        {
+            m.clear();
         }
-        let mut cx = RunCx {
-            rules,
-            limits: &self.limits,
-            changes: Changes::default(),
-            stops: BTreeMap::new(),
-            cost_before: 0,
-            cost_after: 0,
-            memo,
+        // The states are optimized in parallel (a body's outcome depends only on the
+        // body and the program's declarations, and the memo's entries are pure), and
+        // their reports added up in state order.
+        let order: Vec<usize> = sdfg.body.states().iter().map(|s| s.index()).collect();
+        let mut graphs: Vec<Dataflow> = order
+            .iter()
+            .map(|&i| std::mem::take(&mut sdfg.states[i].graph))
+            .collect();
+        let decls = Decls {
+            arrays: &sdfg.arrays,
+            symbols: &sdfg.symbols,
         };
-        run_sdfg(&mut cx, sdfg);
-        if let Ok(mut m) = self.memo.lock() {
-            *m = std::mem::take(&mut cx.memo);
+        let parts: Vec<Tally> = {
+            use rayon::prelude::*;
+            graphs
+                .par_iter_mut()
+                .with_min_len(PARALLEL_MIN_STATES)
+                .map(|graph| {
+                    let mut cx = RunCx::new(rules, &self.limits, &self.memo);
+                    with_mock_clock(|| run_graph(&mut cx, decls, graph, &[]));
+                    cx.tally
+                })
+                .collect()
+        };
+        for (&i, graph) in order.iter().zip(graphs) {
+            sdfg.states[i].graph = graph;
         }
-        if cx.changes.get("bodies_optimized") > 0 {
-            let stops: Vec<String> = cx.stops.iter().map(|(k, n)| format!("{k} x{n}")).collect();
-            cx.changes.notes.push(format!(
+        let mut total = Tally::default();
+        for t in parts {
+            total.add(t);
+        }
+        if total.changes.get("bodies_optimized") > 0 {
+            let stops: Vec<String> = total
+                .stops
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect();
+            total.changes.notes.push(format!(
                 "cost per point {} -> {} (flops 1, divisions and sqrt 8, other functions 20); saturation: {}",
-                cx.cost_before,
-                cx.cost_after,
+                total.cost_before,
+                total.cost_after,
                 stops.join(", ")
             ));
         }
-        cx.changes
+        total.changes
     }
+}
+
+/// States per parallel task of the pass (a body that hits the memo is a few
+/// microseconds).
+const PARALLEL_MIN_STATES: usize = 8;
+
+/// Runs `f` with egg on a mock clock. egg times its rebuilds and iterations with
+/// `quanta`, whose default clock calibrates itself on first use by spinning for half a
+/// millisecond or more; the pass sets no time limit (saturation is bounded by iterations
+/// and nodes, so results do not depend on the machine's speed), so nothing reads the
+/// times. The override is per thread.
+fn with_mock_clock<T>(f: impl FnOnce() -> T) -> T {
+    let (clock, _mock) = quanta::Clock::mock();
+    quanta::with_clock(&clock, f)
 }
 
 /// [`body::optimize`], skipping single-tasklet bodies whose code (with the same
@@ -188,14 +226,17 @@ fn optimize_memo(
     stop: &mut Option<body::StopNote>,
 ) -> Option<body::BodyOutcome> {
     let key = single_tasklet_key(df, bcx);
-    if key.as_ref().is_some_and(|k| cx.memo.unchanged.contains(k)) {
+    if let Some(k) = &key
+        && cx.memo.unchanged.lock().is_ok_and(|m| m.contains(k))
+    {
         return None;
     }
-    let out = body::optimize(bcx, df, cx.rules, cx.limits, stop, &mut cx.memo.saturated);
+    let out = body::optimize(bcx, df, cx.rules, cx.limits, stop, &cx.memo.saturated);
     if out.is_none()
         && let Some(k) = key
+        && let Ok(mut m) = cx.memo.unchanged.lock()
     {
-        cx.memo.unchanged.insert(k);
+        m.insert(k);
     }
     out
 }
@@ -205,7 +246,7 @@ fn optimize_memo(
 /// through index tables) and the element types read, which writes go to body-local scalars and with what conflict
 /// resolution, the enclosing map parameters and the symbols the code reads (with their
 /// static values). `None` for other bodies.
-fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> {
+fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<TaskletKey> {
     let mut tasklet = None;
     for n in df.node_ids() {
         match df.node(n) {
@@ -218,52 +259,71 @@ fn single_tasklet_key(df: &Dataflow, bcx: &body::Context<'_>) -> Option<String> 
     let IrNode::Tasklet(t) = df.node(n) else {
         return None;
     };
-    use std::fmt::Write as _;
-    let mut key = String::with_capacity(256);
-    let _ = write!(key, "{:?}|{:?}|", t.inputs, t.outputs);
-    for st in &t.code {
-        let _ = write!(key, "{st};");
-    }
-    let _ = write!(key, "|{}|", bcx.params.join(","));
     // Reads: connector, which reads are of the same element (by memlet), whether an
     // index table is read, and the element type.
     let mut seen: Vec<&sdflow_ir::Memlet> = Vec::new();
-    for e in df.in_edges(n) {
-        let edge = df.edge(e);
-        let m = &edge.memlet;
-        let class = seen.iter().position(|x| *x == m).unwrap_or_else(|| {
-            seen.push(m);
-            seen.len() - 1
-        });
-        let tables = !edge.memlet.subset.tables().is_empty();
-        let dtype = bcx.arrays.get(&edge.memlet.data).map(|d| d.dtype());
-        let _ = write!(
-            key,
-            "({:?},{class},{tables},{dtype:?})",
-            edge.dst_conn.as_deref().unwrap_or_default()
-        );
-    }
-    key.push('|');
-    for e in df.out_edges(n) {
-        let edge = df.edge(e);
-        let local = matches!(
-            bcx.arrays.get(&edge.memlet.data),
-            Some(sdflow_ir::DataDesc::Scalar {
-                transient: true,
-                ..
-            })
-        );
-        let _ = write!(key, "{:?}/{local}/{:?},", edge.src_conn, edge.memlet.wcr);
-    }
-    key.push('|');
+    let reads = df
+        .in_edges(n)
+        .into_iter()
+        .map(|e| {
+            let edge = df.edge(e);
+            let m = &edge.memlet;
+            let class = seen.iter().position(|x| *x == m).unwrap_or_else(|| {
+                seen.push(m);
+                seen.len() - 1
+            });
+            let tables = !m.subset.tables().is_empty();
+            let dtype = bcx.arrays.get(&m.data).map(|d| d.dtype());
+            (edge.dst_conn.clone(), class, tables, dtype)
+        })
+        .collect();
+    let writes = df
+        .out_edges(n)
+        .into_iter()
+        .map(|e| {
+            let edge = df.edge(e);
+            let local = matches!(
+                bcx.arrays.get(&edge.memlet.data),
+                Some(sdflow_ir::DataDesc::Scalar {
+                    transient: true,
+                    ..
+                })
+            );
+            (edge.src_conn.clone(), local, edge.memlet.wcr)
+        })
+        .collect();
+    let mut symbols = Vec::new();
     for st in &t.code {
         for v in st.value.vars() {
             if let Some(sym) = bcx.symbols.get(&v) {
-                let _ = write!(key, "{v}:{sym:?},");
+                symbols.push((v, sym.clone()));
             }
         }
     }
-    Some(key)
+    Some(TaskletKey {
+        inputs: t.inputs.clone(),
+        outputs: t.outputs.clone(),
+        code: t.code.clone(),
+        params: bcx.params.to_vec(),
+        reads,
+        writes,
+        symbols,
+    })
+}
+
+/// The key of [`single_tasklet_key`], compared structurally.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TaskletKey {
+    inputs: BTreeMap<String, sdflow_ir::DType>,
+    outputs: BTreeMap<String, sdflow_ir::DType>,
+    code: Vec<sdflow_ir::Stmt>,
+    params: Vec<String>,
+    /// Per read: connector, class of equal memlets, through a table, element type.
+    reads: Vec<(Option<String>, usize, bool, Option<sdflow_ir::DType>)>,
+    /// Per write: connector, to a body-local scalar, conflict resolution.
+    writes: Vec<(Option<String>, bool, Option<sdflow_ir::Wcr>)>,
+    /// The symbols the code reads, with their declarations.
+    symbols: Vec<(String, sdflow_ir::Symbol)>,
 }
 
 /// Bound on re-optimizing a body whose written-back code extracts cheaper.
@@ -272,32 +332,72 @@ const MAX_REPEATS: usize = 8;
 struct RunCx<'a> {
     rules: &'static [rules::Rule],
     limits: &'a Limits,
+    memo: &'a Memo,
+    tally: Tally,
+}
+
+impl<'a> RunCx<'a> {
+    fn new(rules: &'static [rules::Rule], limits: &'a Limits, memo: &'a Memo) -> RunCx<'a> {
+        RunCx {
+            rules,
+            limits,
+            memo,
+            tally: Tally::default(),
+        }
+    }
+}
+
+/// What a run did: changes, stop reasons and costs, added up over states.
+#[derive(Default)]
+struct Tally {
     changes: Changes,
     stops: BTreeMap<String, usize>,
     cost_before: u64,
     cost_after: u64,
-    memo: Memo,
 }
 
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.changes.merge(&other.changes);
+        for (k, n) in other.stops {
+            *self.stops.entry(k).or_default() += n;
+        }
+        self.cost_before += other.cost_before;
+        self.cost_after += other.cost_after;
+    }
+}
+
+/// The declarations a body is optimized against.
+#[derive(Clone, Copy)]
+struct Decls<'a> {
+    arrays: &'a BTreeMap<String, sdflow_ir::DataDesc>,
+    symbols: &'a BTreeMap<String, sdflow_ir::Symbol>,
+}
+
+/// The states of a nested SDFG, one after the other.
 fn run_sdfg(cx: &mut RunCx<'_>, sdfg: &mut Sdfg) {
     for s in sdfg.body.states() {
         let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
-        run_graph(cx, sdfg, &mut graph, &[]);
+        let decls = Decls {
+            arrays: &sdfg.arrays,
+            symbols: &sdfg.symbols,
+        };
+        run_graph(cx, decls, &mut graph, &[]);
         sdfg.states[s.index()].graph = graph;
     }
 }
 
 /// Visits the maps of `df` (inside `params`' maps): a map whose body is straight-line
 /// is optimized, any other map's body is visited; nested SDFGs are visited as programs.
-fn run_graph(cx: &mut RunCx<'_>, sdfg: &Sdfg, df: &mut Dataflow, params: &[String]) {
+fn run_graph(cx: &mut RunCx<'_>, decls: Decls<'_>, df: &mut Dataflow, params: &[String]) {
     for n in df.node_ids() {
         match &mut df.graph[n] {
             IrNode::Map(m) => {
                 let mut inner: Vec<String> = params.to_vec();
                 inner.extend(m.params.iter().cloned());
                 let bcx = body::Context {
-                    arrays: &sdfg.arrays,
-                    symbols: &sdfg.symbols,
+                    arrays: decls.arrays,
+                    symbols: decls.symbols,
                     params: &inner,
                 };
                 let mut stop = None;
@@ -317,22 +417,23 @@ fn run_graph(cx: &mut RunCx<'_>, sdfg: &Sdfg, df: &mut Dataflow, params: &[Strin
                             }
                         }
                         m.body = out.body;
-                        cx.changes.add("bodies_optimized", 1);
-                        cx.changes
+                        cx.tally.changes.add("bodies_optimized", 1);
+                        cx.tally
+                            .changes
                             .add("tasklets_merged", out.merged.saturating_sub(1));
-                        cx.cost_before += out.cost_before;
-                        cx.cost_after += out.cost_after;
+                        cx.tally.cost_before += out.cost_before;
+                        cx.tally.cost_after += out.cost_after;
                     }
                     None => {
                         let mut body = std::mem::take(&mut m.body);
-                        run_graph(cx, sdfg, &mut body, &inner);
+                        run_graph(cx, decls, &mut body, &inner);
                         if let IrNode::Map(m) = &mut df.graph[n] {
                             m.body = body;
                         }
                     }
                 }
                 if let Some(s) = stop {
-                    *cx.stops.entry(s).or_default() += 1;
+                    *cx.tally.stops.entry(s).or_default() += 1;
                 }
             }
             IrNode::Nested(ns) => run_sdfg(cx, &mut ns.sdfg),
