@@ -49,12 +49,24 @@ pub fn expr_bounds(e: &SymExpr, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)
     e.affine_bounds(boxes)
 }
 
+/// One end of [`expr_bounds`]: the largest value when `upper`, else the smallest.
+fn expr_bound(e: &SymExpr, boxes: &[ParamBox], upper: bool) -> Option<SymExpr> {
+    if !boxes.iter().any(|b| e.mentions(&b.name)) {
+        return Some(e.simplify());
+    }
+    e.affine_bound(boxes, upper)
+}
+
 /// Inclusive bounds of a subset dimension over the box (`None` for indirect or undecidable).
 pub fn dim_bounds(d: &Dim, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
+    if let Dim::Index(e) = d {
+        return expr_bounds(e, boxes);
+    }
     let (lo, hi) = d.bounds()?;
-    let (lo, _) = expr_bounds(&lo, boxes)?;
-    let (_, hi) = expr_bounds(&hi, boxes)?;
-    Some((lo, hi))
+    Some((
+        expr_bound(&lo, boxes, false)?,
+        expr_bound(&hi, boxes, true)?,
+    ))
 }
 
 /// What a whole map accesses, given what one iteration accesses: each dimension becomes
@@ -174,7 +186,8 @@ pub struct BoundaryMemo {
     maps: rustc_hash::FxHashMap<(Vec<String>, Vec<Range>), PropagatedSubsets>,
 }
 
-type PropagatedSubsets = rustc_hash::FxHashMap<(Subset, Vec<SymExpr>), Subset>;
+/// By shape, then by subset (looked up without cloning either).
+type PropagatedSubsets = rustc_hash::FxHashMap<Vec<SymExpr>, rustc_hash::FxHashMap<Subset, Subset>>;
 
 /// [`map_boundary`], remembering propagations in `memo`.
 pub fn map_boundary_memo(
@@ -196,13 +209,15 @@ pub fn map_boundary_memo(
     let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
     let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
-    let mut propagated = |s: Subset, shape: &[SymExpr]| -> Subset {
-        let key = (s, shape.to_vec());
-        if let Some(p) = known.get(&key) {
+    let mut propagated = |s: &Subset, shape: &[SymExpr]| -> Subset {
+        if let Some(p) = known.get(shape).and_then(|by_subset| by_subset.get(s)) {
             return p.clone();
         }
-        let p = propagate(&key.0, &boxes, shape);
-        known.insert(key, p.clone());
+        let p = propagate(s, &boxes, shape);
+        known
+            .entry(shape.to_vec())
+            .or_default()
+            .insert(s.clone(), p.clone());
         p
     };
     let add = |acc: &mut BTreeMap<String, Subset>, data: &str, p: Subset| {
@@ -222,7 +237,7 @@ pub fn map_boundary_memo(
         // GT4Py's dynamic offsets are) is not read from outside.
         for t in m.subset.tables() {
             if !local(t) {
-                let p = propagated(Subset::full(shape_of(t)), shape_of(t));
+                let p = propagated(&Subset::full(shape_of(t)), shape_of(t));
                 add(&mut reads, t, p);
             }
         }
@@ -230,7 +245,7 @@ pub fn map_boundary_memo(
             && body.in_degree(src) == 0
             && !local(d)
         {
-            let p = propagated(m.subset.clone(), shape_of(d));
+            let p = propagated(&m.subset, shape_of(d));
             add(&mut reads, d, p);
         }
         if let Some(d) = body.node(dst).as_access()
@@ -238,9 +253,9 @@ pub fn map_boundary_memo(
         {
             let sub = m
                 .other_subset
-                .clone()
+                .as_ref()
                 .filter(|_| body.node(src).as_access().is_some())
-                .unwrap_or(m.subset.clone());
+                .unwrap_or(&m.subset);
             let shape = shape_of(d);
             let p = propagated(sub, shape);
             match writes.get_mut(d) {

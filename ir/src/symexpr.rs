@@ -256,9 +256,21 @@ impl SymExpr {
         &self,
         boxes: &[crate::propagate::ParamBox],
     ) -> Option<(SymExpr, SymExpr)> {
+        Some((
+            self.affine_bound(boxes, false)?,
+            self.affine_bound(boxes, true)?,
+        ))
+    }
+
+    /// One end of [`SymExpr::affine_bounds`]: the upper bound when `upper`, else the
+    /// lower one.
+    pub(crate) fn affine_bound(
+        &self,
+        boxes: &[crate::propagate::ParamBox],
+        upper: bool,
+    ) -> Option<SymExpr> {
         let lin = Linear::of(self)?;
-        let mut lo = Linear::constant(lin.constant);
-        let mut hi = Linear::constant(lin.constant);
+        let mut acc = Linear::constant(lin.constant);
         let mut rest = Vec::new();
         for (atom, c) in lin.terms {
             let param = match &atom {
@@ -267,24 +279,24 @@ impl SymExpr {
             };
             match param {
                 Some(b) => {
-                    let (at_lo, at_hi) = if c >= 0 {
-                        (&b.lo, &b.hi)
-                    } else {
-                        (&b.hi, &b.lo)
-                    };
-                    lo = lo.plus(Linear::of(at_lo)?.scale(c)?, 1)?;
-                    hi = hi.plus(Linear::of(at_hi)?.scale(c)?, 1)?;
+                    // A positive coefficient takes the low end at the low bound.
+                    let end = if (c >= 0) != upper { &b.lo } else { &b.hi };
+                    acc = acc.plus(Linear::of(end)?.scale(c)?, 1)?;
                 }
                 None if boxes.iter().any(|b| atom.mentions(&b.name)) => return None,
                 None => rest.push((atom, c)),
             }
         }
         if !rest.is_empty() {
-            let part = |terms| Linear { terms, constant: 0 };
-            lo = lo.plus(part(rest.clone()), 1)?;
-            hi = hi.plus(part(rest), 1)?;
+            acc = acc.plus(
+                Linear {
+                    terms: rest,
+                    constant: 0,
+                },
+                1,
+            )?;
         }
-        Some((lo.rebuild(), hi.rebuild()))
+        Some(acc.rebuild())
     }
 
     /// Every name the expression mentions, sorted.

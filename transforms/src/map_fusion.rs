@@ -27,7 +27,7 @@ use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, S
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUse, binds_any, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name,
+    DataUses, binds_any, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name,
     move_into, neighbours, node_reads_writes, renamed_body, replace_map, same_ranges,
     scalar_memlet, substitute_params, tables_read,
 };
@@ -145,7 +145,7 @@ impl MapFusion {
         &self,
         sdfg: &Sdfg,
         df: &Dataflow,
-        uses: &BTreeMap<String, DataUse>,
+        uses: &DataUses,
         topo: &BTreeMap<NodeId, usize>,
         from: usize,
         ch: &mut Changes,

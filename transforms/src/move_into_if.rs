@@ -31,7 +31,7 @@ use sdflow_ir::{Block, DataDesc, Dataflow, NodeId, Sdfg, StateId};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUse, data_uses, find_in_seqs_looped, remove_isolated_access_nodes, writes_whole,
+    DataUses, data_uses, find_in_seqs_looped, remove_isolated_access_nodes, writes_whole,
 };
 
 /// See the module documentation.
@@ -109,7 +109,7 @@ impl Pass for MoveIntoIf {
 
 /// What [`movable`] knows about the program around the state.
 struct Here<'a> {
-    uses: &'a BTreeMap<String, DataUse>,
+    uses: &'a DataUses,
     transients: &'a BTreeSet<String>,
     arrays: &'a BTreeMap<String, DataDesc>,
     /// The state and the `if` run inside a loop.

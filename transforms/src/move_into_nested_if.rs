@@ -28,8 +28,8 @@ use sdflow_ir::{
 };
 
 use crate::pattern::{
-    DataUse, chain_at, control_names, data_uses, fresh_name, is_full, remove_isolated, rename_data,
-    writes_whole,
+    DataUses, chain_at, control_names, data_uses, fresh_name, is_full, remove_isolated,
+    rename_data, writes_whole,
 };
 
 /// Finds and applies one move; returns whether it did.
@@ -93,13 +93,7 @@ fn collect_names(node: &Node, out: &mut BTreeSet<String>) {
     }
 }
 
-fn find(
-    sdfg: &Sdfg,
-    uses: &BTreeMap<String, DataUse>,
-    df: &Dataflow,
-    s: usize,
-    nested: NodeId,
-) -> Option<Move> {
+fn find(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow, s: usize, nested: NodeId) -> Option<Move> {
     let Node::Nested(ns) = df.node(nested) else {
         return None;
     };

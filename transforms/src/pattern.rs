@@ -139,11 +139,14 @@ fn note_state(list: &mut Vec<usize>, i: usize) {
     }
 }
 
+/// [`DataUse`] by container name (looked up, never iterated: a hash map).
+pub type DataUses = rustc_hash::FxHashMap<String, DataUse>;
+
 /// [`DataUse`] of every container of the program, over the states the control flow runs.
-pub fn data_uses(sdfg: &Sdfg) -> BTreeMap<String, DataUse> {
-    // Gathered by borrowed name in a hash map (programs have thousands of containers
-    // with long common prefixes), sorted once at the end.
-    let mut by_name: std::collections::HashMap<&str, DataUse> = std::collections::HashMap::new();
+pub fn data_uses(sdfg: &Sdfg) -> DataUses {
+    // Gathered by borrowed name (programs have thousands of containers with long common
+    // prefixes); owned names only for the result.
+    let mut by_name: rustc_hash::FxHashMap<&str, DataUse> = rustc_hash::FxHashMap::default();
     for s in sdfg.body.states() {
         let Some(state) = sdfg.state(s) else { continue };
         let df = &state.graph;

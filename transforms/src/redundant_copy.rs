@@ -17,7 +17,7 @@ use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUse, data_uses, is_full, move_in_edges, node_reads_writes, rename_data, writes_whole,
+    DataUses, data_uses, is_full, move_in_edges, node_reads_writes, rename_data, writes_whole,
 };
 
 /// See the module documentation.
@@ -60,11 +60,7 @@ impl Pass for RedundantCopy {
 }
 
 /// (t1, t2, producer of t1) where `t1 ─copy─► t2` is redundant.
-fn find(
-    sdfg: &Sdfg,
-    df: &Dataflow,
-    uses: &std::collections::BTreeMap<String, DataUse>,
-) -> Option<(NodeId, NodeId, NodeId)> {
+fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, NodeId)> {
     for t1 in df.node_ids() {
         let Some(a) = df.node(t1).as_access() else {
             continue;

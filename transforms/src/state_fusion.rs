@@ -31,9 +31,11 @@ impl Pass for StateFusion {
         let mut fused = 0;
         let states = &mut sdfg.states;
         find_in_seqs(&mut sdfg.body, &mut |items| {
-            let mut i = 0;
-            while i + 1 < items.len() {
-                if let (Block::State(a), Block::State(b)) = (&items[i], &items[i + 1])
+            // Each block either joins the state kept last (when both are states that
+            // fuse) or is kept; the sequence is rebuilt once, not shifted per fusion.
+            let mut kept: Vec<Block> = Vec::with_capacity(items.len());
+            for item in std::mem::take(items) {
+                if let (Some(Block::State(a)), Block::State(b)) = (kept.last(), &item)
                     && a != b
                 {
                     let (a, b) = (a.index(), b.index());
@@ -44,13 +46,13 @@ impl Pass for StateFusion {
                         if name.len() <= 64 {
                             states[a].name = name;
                         }
-                        items.remove(i + 1);
                         fused += 1;
                         continue;
                     }
                 }
-                i += 1;
+                kept.push(item);
             }
+            *items = kept;
             false
         });
         ch.add("states_fused", fused);
