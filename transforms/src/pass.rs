@@ -95,4 +95,8 @@ pub trait Pass: Send + Sync {
     fn name(&self) -> &'static str;
     /// Runs the pass in place.
     fn run(&self, sdfg: &mut Sdfg) -> Changes;
+    /// Builds what the pass builds once per process (rule tables and the like), so that
+    /// a pipeline can do it in the background while earlier passes run. Never changes a
+    /// result; by default nothing.
+    fn prepare(&self) {}
 }

@@ -270,7 +270,23 @@ impl Pipeline {
     }
 
     /// Runs the pipeline on `sdfg` in place. The input must validate.
+    ///
+    /// The passes' once-per-process tables ([`Pass::prepare`]) are built on a second
+    /// thread meanwhile, so that the first run in a process does not wait for them.
     pub fn run(&self, sdfg: &mut Sdfg) -> Result<Report, TransformError> {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for pass in &self.passes {
+                    if !self.disabled.contains(pass.name()) {
+                        pass.prepare();
+                    }
+                }
+            });
+            self.run_passes(sdfg)
+        })
+    }
+
+    fn run_passes(&self, sdfg: &mut Sdfg) -> Result<Report, TransformError> {
         let start = Instant::now();
         if let Err(problems) = sdfg.validate() {
             return Err(TransformError::InvalidInput(

@@ -141,6 +141,10 @@ impl Pass for EGraphPass {
         }
     }
 
+    fn prepare(&self) {
+        self.rules();
+    }
+
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let rules = self.rules();
         if let Ok(mut m) = self.memo.unchanged.lock()
