@@ -30,6 +30,7 @@ use crate::plan::{Flow, Lifetime, Plan, StatePlan, Step, StepKind};
 
 mod checked;
 pub(crate) mod device;
+mod jam;
 use crate::CodegenError;
 
 /// Options of the C emitter.
@@ -534,6 +535,7 @@ fn emit_function(
             indent: 2,
             labels: 0,
             top,
+            jam: true,
         };
         em.block(&scope, &plan.body)?;
         em.out
@@ -573,6 +575,9 @@ struct Emitter<'o> {
     labels: usize,
     /// Emitting the program's `run` (bind-time conditions are available).
     top: bool,
+    /// Producer–consumer pairs in a map body may be printed row-jammed (`jam.rs`; the
+    /// CPU's loops, not a device kernel's).
+    jam: bool,
 }
 
 /// When a state-level node runs unchecked.
@@ -861,6 +866,12 @@ impl Emitter<'_> {
 
     /// The graph of a map body, in topological order, by the current thread.
     fn body(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
+        if self.jam
+            && !sc.checked
+            && let Some(pair) = jam::Jam::of(sc.sdfg, df)
+        {
+            return self.jammed(sc, &pair);
+        }
         let order = df
             .topological_order()
             .map_err(|_| CodegenError::Unsupported("a map body has a cycle".into()))?;

@@ -1,0 +1,338 @@
+//! Row-jammed emission of a producer–consumer pair in one map body (the shape tiled
+//! fusion leaves: `A' ─► buf ─► B'`, two row × column maps run one after the other by
+//! the body's thread). Printed as they stand, A' writes all its rows of `buf`, then B'
+//! reads them: while A' runs only the input streams are in flight, while B' runs only
+//! the output stream, and a memory-bound pair runs at about half the bandwidth of a copy
+//! (`docs/perf.md`, `scripts/perf/stencil-loops`). Jammed, each row `i` of B' is computed
+//! in one column loop with the row of A' it is the last to need (`i + dmax`): per column
+//! `j`, A' at column `j + k` (`k`: the largest column offset at which B' reads that
+//! newest row), then B' at `j`. The rows of A' before B's first one are produced first,
+//! the rows after its last one after, the columns of A' outside B's (shifted by `k`)
+//! around the loop. Every element of A' is computed once, before any read of it, so the
+//! values are those of the plain order, bit for bit; only the order of independent
+//! points changes.
+//!
+//! When B' reads the newest row only at column offset `k` (a value the same iteration
+//! has just computed) and writes each element at most once per row, the column loop
+//! carries no dependence and is marked `omp simd` (eight lanes: the widest vectors
+//! available; results are elementwise, so the lanes change nothing).
+
+use super::*;
+use sdflow_ir::{Range, Schedule};
+
+/// A body the jammed form applies to, with what the printer needs.
+pub(super) struct Jam<'d> {
+    a: &'d MapScope,
+    b: &'d MapScope,
+    /// Row offset of B's newest row of `buf` (B' row `i` needs A' rows up to `i + dmax`).
+    dmax: i64,
+    /// Column skew: A' at column `j + k` is computed in B's column `j`.
+    k: i64,
+    /// The column loop carries no dependence.
+    simd: bool,
+}
+
+/// The integer offset `e - base` when it is a constant.
+fn offset(e: &SymExpr, base: &SymExpr) -> Option<i64> {
+    e.const_diff(base)
+}
+
+/// The integer `(x - px) - (y - py)`: how far the element index `x` of a point at `px` is
+/// from the index `y` of a point at `py` (both may hold the same symbolic shift).
+fn relative(x: &SymExpr, px: &SymExpr, y: &SymExpr, py: &SymExpr) -> Option<i64> {
+    x.sub(px).const_diff(&y.sub(py))
+}
+
+/// The subset's two dimensions as single indices.
+fn indices(s: &Subset) -> Option<(&SymExpr, &SymExpr)> {
+    match s.0.as_slice() {
+        [Dim::Index(r), Dim::Index(c)] => Some((r, c)),
+        _ => None,
+    }
+}
+
+/// A body of tasklets and access nodes only, no write-conflict resolution.
+fn plain_body(df: &Dataflow) -> bool {
+    df.node_ids()
+        .iter()
+        .all(|&n| matches!(df.node(n), Node::Access(_) | Node::Tasklet(_)))
+        && df
+            .edge_ids()
+            .iter()
+            .all(|&e| df.edge(e).memlet.wcr.is_none())
+}
+
+/// Row and column ranges of a two-parameter map with unit steps.
+fn rows_cols(m: &MapScope) -> Option<(&Range, &Range)> {
+    match m.ranges.as_slice() {
+        [r, c] if r.step.as_int() == Some(1) && c.step.as_int() == Some(1) => Some((r, c)),
+        _ => None,
+    }
+}
+
+impl<'d> Jam<'d> {
+    /// The jammed form of `df`, when it is a pair `A' ─► buf ─► B'` that can be printed so.
+    pub(super) fn of(sdfg: &Sdfg, df: &'d Dataflow) -> Option<Jam<'d>> {
+        let maps: Vec<NodeId> = df
+            .node_ids()
+            .into_iter()
+            .filter(|&n| matches!(df.node(n), Node::Map(_)))
+            .collect();
+        let [x, y] = maps.as_slice() else {
+            return None;
+        };
+        // Every other node is an access node; the one between the maps is `buf`.
+        if df
+            .node_ids()
+            .iter()
+            .any(|&n| !matches!(df.node(n), Node::Access(_) | Node::Map(_)))
+        {
+            return None;
+        }
+        let feeds = |from: NodeId, to: NodeId| -> Option<(NodeId, String)> {
+            let outs = df.out_edges(from);
+            let [e] = outs.as_slice() else { return None };
+            let t = df.endpoints(*e).1;
+            let buf = df.node(t).as_access()?.to_string();
+            let reads = df.out_edges(t);
+            (!reads.is_empty() && reads.iter().all(|&r| df.endpoints(r).1 == to))
+                .then_some((t, buf))
+        };
+        let ((an, bn), (t, buf)) = match (feeds(*x, *y), feeds(*y, *x)) {
+            (Some(f), None) => ((*x, *y), f),
+            (None, Some(f)) => ((*y, *x), f),
+            _ => return None,
+        };
+        if df.in_degree(t) != 1 {
+            return None;
+        }
+        let (Node::Map(a), Node::Map(b)) = (df.node(an), df.node(bn)) else {
+            return None;
+        };
+        let local = matches!(sdfg.arrays.get(&buf), Some(DataDesc::Array(arr)) if arr.transient);
+        if !local
+            || a.schedule != Schedule::Sequential
+            || b.schedule != Schedule::Sequential
+            || !plain_body(&a.body)
+            || !plain_body(&b.body)
+            || rows_cols(a).is_none()
+            || rows_cols(b).is_none()
+        {
+            return None;
+        }
+        // Nothing B' writes is read by A', and nothing else is written between them: the
+        // maps' other edges come from access nodes that nothing in the body writes.
+        let written_by_b: BTreeSet<&str> = df
+            .out_edges(bn)
+            .iter()
+            .filter_map(|&e| df.node(df.endpoints(e).1).as_access())
+            .collect();
+        for &e in &df.in_edges(an) {
+            let src = df.endpoints(e).0;
+            let d = df.node(src).as_access()?;
+            if written_by_b.contains(d) || df.in_degree(src) != 0 {
+                return None;
+            }
+        }
+        for &e in &df.in_edges(bn) {
+            let src = df.endpoints(e).0;
+            if src != t && (df.node(src).as_access().is_none() || df.in_degree(src) != 0) {
+                return None;
+            }
+        }
+        // A' writes buf at one element per point, at its parameters plus constants.
+        let (pa_r, pa_c) = (SymExpr::sym(&a.params[0]), SymExpr::sym(&a.params[1]));
+        let (pb_r, pb_c) = (SymExpr::sym(&b.params[0]), SymExpr::sym(&b.params[1]));
+        let a_writes: Vec<&Subset> = a
+            .body
+            .edge_ids()
+            .into_iter()
+            .filter(|&e| a.body.node(a.body.endpoints(e).1).as_access() == Some(buf.as_str()))
+            .map(|e| &a.body.edge(e).memlet.subset)
+            .collect();
+        let [w] = a_writes.as_slice() else {
+            return None;
+        };
+        let (wr, wc) = indices(w)?;
+        // B' reads buf at its parameters plus constants; in A's terms, the point of A'
+        // that wrote it is B's point plus (d, c).
+        let mut reads: Vec<(i64, i64)> = Vec::new();
+        for e in b.body.edge_ids() {
+            let (s, _) = b.body.endpoints(e);
+            let m = &b.body.edge(e).memlet;
+            if b.body.node(s).as_access() != Some(buf.as_str()) {
+                if m.data == buf || m.subset.tables().contains(&buf.as_str()) {
+                    return None;
+                }
+                continue;
+            }
+            let (rr, rc) = indices(&m.subset)?;
+            reads.push((
+                relative(rr, &pb_r, wr, &pa_r)?,
+                relative(rc, &pb_c, wc, &pa_c)?,
+            ));
+        }
+        let dmax = reads.iter().map(|r| r.0).max()?;
+        let newest: Vec<i64> = reads.iter().filter(|r| r.0 == dmax).map(|r| r.1).collect();
+        let k = *newest.iter().max()?;
+        // A's columns cover B's shifted by k, so the loop computes A' at every j + k.
+        let ((_, ac), (_, bc)) = (rows_cols(a)?, rows_cols(b)?);
+        let front = bc.start.add(&SymExpr::Int(k)).const_diff(&ac.start)?;
+        let back = ac.end.const_diff(&bc.end.add(&SymExpr::Int(k)))?;
+        if front < 0 || back < 0 {
+            return None;
+        }
+        // Each write of B' goes to its own element per column (its column parameter plus a
+        // constant), so lanes never write the same element.
+        let distinct_writes = b.body.edge_ids().into_iter().all(|e| {
+            let (_, d) = b.body.endpoints(e);
+            b.body.node(d).as_access().is_none_or(|data| {
+                matches!(
+                    sdfg.arrays.get(data),
+                    Some(DataDesc::Scalar {
+                        transient: true,
+                        ..
+                    })
+                ) || indices(&b.body.edge(e).memlet.subset)
+                    .is_some_and(|(_, c)| offset(c, &pb_c).is_some())
+            })
+        });
+        let simd = newest.iter().all(|&c| c == k) && distinct_writes;
+        Some(Jam {
+            a,
+            b,
+            dmax,
+            k,
+            simd,
+        })
+    }
+}
+
+impl Emitter<'_> {
+    /// Prints the pair of `jam` (see the module documentation), in scope `sc`.
+    pub(super) fn jammed(&mut self, sc: &Scope<'_>, jam: &Jam<'_>) -> Result<(), CodegenError> {
+        let (a, b) = (jam.a, jam.b);
+        let ((ar, ac), (br, bc)) = (
+            rows_cols(a).expect("checked by Jam::of"),
+            rows_cols(b).expect("checked by Jam::of"),
+        );
+        let (ib, jb) = (&b.params[0], &b.params[1]);
+        let n = self.fresh();
+        let (ai, aj, pe) = (
+            format!("sdf_ai{n}"),
+            format!("sdf_aj{n}"),
+            format!("sdf_pe{n}"),
+        );
+        let s = |e: &SymExpr| sc.sub_sym(e);
+        self.line(&format!(
+            "/* maps '{}' and '{}', row-jammed */",
+            a.label.replace("*/", "* /"),
+            b.label.replace("*/", "* /")
+        ));
+        self.line("{");
+        self.indent += 1;
+        let (ar0, ar1, br0, br1) = (s(&ar.start), s(&ar.end), s(&br.start), s(&br.end));
+        let (ac0, ac1, bc0, bc1) = (s(&ac.start), s(&ac.end), s(&bc.start), s(&bc.end));
+        let (dmax, k) = (jam.dmax, jam.k);
+        // Rows of A' before B's first row needs them in the loop: [ar0, pe).
+        self.line(&format!(
+            "const int64_t {pe} = sdf_max64({ar0}, sdf_min64({ar1}, ({br0}) + {dmax}LL));"
+        ));
+        // A' at row `row`, columns [from, to).
+        let a_rows = |em: &mut Self, row: &str, from: &str, to: &str| -> Result<(), CodegenError> {
+            em.line(&format!(
+                "for (int64_t {aj} = {from}; {aj} < {to}; {aj}++) {{"
+            ));
+            em.indent += 1;
+            em.a_point(sc, a, row, &aj)?;
+            em.indent -= 1;
+            em.line("}");
+            Ok(())
+        };
+        self.line(&format!(
+            "for (int64_t {ai} = {ar0}; {ai} < {pe}; {ai}++) {{"
+        ));
+        self.indent += 1;
+        a_rows(self, &ai, &ac0, &ac1)?;
+        self.indent -= 1;
+        self.line("}");
+        // B's rows, each with the newest row of A' it needs.
+        self.line(&format!(
+            "for (int64_t s_{ib} = {br0}; s_{ib} < {br1}; s_{ib}++) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!("const int64_t {ai} = s_{ib} + {dmax}LL;"));
+        self.line(&format!("if ({ai} >= {pe} && {ai} < {ar1}) {{"));
+        self.indent += 1;
+        a_rows(self, &ai, &ac0, &format!("({bc0}) + {k}LL"))?;
+        if jam.simd {
+            self.line("#pragma omp simd simdlen(8)");
+        }
+        self.line(&format!(
+            "for (int64_t s_{jb} = {bc0}; s_{jb} < {bc1}; s_{jb}++) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!("const int64_t {aj} = s_{jb} + {k}LL;"));
+        self.a_point(sc, a, &ai, &aj)?;
+        self.b_point(sc, b)?;
+        self.indent -= 1;
+        self.line("}");
+        a_rows(self, &ai, &format!("sdf_max64({bc0}, {bc1}) + {k}LL"), &ac1)?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.line(&format!(
+            "for (int64_t s_{jb} = {bc0}; s_{jb} < {bc1}; s_{jb}++) {{"
+        ));
+        self.indent += 1;
+        self.b_point(sc, b)?;
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        // Rows of A' after the ones B's last row needs.
+        self.line(&format!(
+            "for (int64_t {ai} = sdf_max64({pe}, ({br1}) + {dmax}LL); {ai} < {ar1}; {ai}++) {{"
+        ));
+        self.indent += 1;
+        a_rows(self, &ai, &ac0, &ac1)?;
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// One point of A' at row `row` and column `col` (C variables), its parameters
+    /// declared in a block of their own.
+    fn a_point(
+        &mut self,
+        sc: &Scope<'_>,
+        a: &MapScope,
+        row: &str,
+        col: &str,
+    ) -> Result<(), CodegenError> {
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!("const int64_t s_{} = {row};", a.params[0]));
+        self.line(&format!("const int64_t s_{} = {col};", a.params[1]));
+        let inner = self.body_scope(sc, a, false);
+        self.body(&inner, &a.body)?;
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// One point of B' (its parameters are the loop variables).
+    fn b_point(&mut self, sc: &Scope<'_>, b: &MapScope) -> Result<(), CodegenError> {
+        self.line("{");
+        self.indent += 1;
+        let inner = self.body_scope(sc, b, false);
+        self.body(&inner, &b.body)?;
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+}
