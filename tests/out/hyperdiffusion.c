@@ -213,35 +213,143 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(sdf_sfloordiv(sdf_sadd(s_N, 11LL, 0), 16LL, 2, 1), 0) >= 2) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_tile = 0LL; s_tile < sdf_floordiv64((s_N + 11LL), 16LL); s_tile++) {
-                        /* map 'lap1' */
-                        for (int64_t s_i = sdf_max64(1LL, ((16LL * s_tile) + 1LL)); s_i < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)); s_i++) {
-                            for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
-                                { /* tasklet 'lap5' */
-                                    const double v_c = a_u[(s_i) * (s_N) + (s_j)];
-                                    const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
-                                    const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
-                                    const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
-                                    const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
-                                    double v_o = 0;
-                                    v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                    a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                        /* maps 'lap1' and 'lap2', row-jammed */
+                        {
+                            const int64_t sdf_pe2 = sdf_max64(sdf_max64(1LL, ((16LL * s_tile) + 1LL)), sdf_min64(sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)), (((16LL * s_tile) + 2LL)) + 1LL));
+                            for (int64_t sdf_ai2 = sdf_max64(1LL, ((16LL * s_tile) + 1LL)); sdf_ai2 < sdf_pe2; sdf_ai2++) {
+                                for (int64_t sdf_aj2 = 1LL; sdf_aj2 < (s_N - 1LL); sdf_aj2++) {
+                                    {
+                                        const int64_t s_i = sdf_ai2;
+                                        const int64_t s_j = sdf_aj2;
+                                        { /* tasklet 'lap5' */
+                                            const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                            const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                            const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                            const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                            const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                            double v_o = 0;
+                                            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                            a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                        }
+                                    }
                                 }
                             }
-                        }
-                        /* map 'lap2' */
-                        for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
-                            for (int64_t s_j = 2LL; s_j < (s_N - 2LL); s_j++) {
-                                { /* tasklet 'diffuse' */
-                                    const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                    const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                    const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                    const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
-                                    const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
-                                    const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
-                                    double v_o = 0;
-                                    double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
-                                    v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-                                    a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                            for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
+                                const int64_t sdf_ai2 = s_i + 1LL;
+                                if (sdf_ai2 >= sdf_pe2 && sdf_ai2 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL))) {
+                                    for (int64_t sdf_aj2 = 1LL; sdf_aj2 < (2LL) + 0LL; sdf_aj2++) {
+                                        {
+                                            const int64_t s_i = sdf_ai2;
+                                            const int64_t s_j = sdf_aj2;
+                                            { /* tasklet 'lap5' */
+                                                const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                double v_o = 0;
+                                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                            }
+                                        }
+                                    }
+                                    for (int64_t sdf_jb2 = 2LL; sdf_jb2 < (s_N - 2LL); sdf_jb2 += 64LL) {
+                                        const int64_t sdf_je2 = sdf_min64(sdf_jb2 + 64LL, (s_N - 2LL));
+                                        for (int64_t sdf_p3 = sdf_jb2 + 256LL; sdf_p3 < sdf_jb2 + 320LL; sdf_p3 += 8LL) {
+                                            {
+                                                const int64_t s_j = sdf_p3;
+                                                __builtin_prefetch(&a_out[sdf_max64(0, sdf_min64((s_i) * (s_N) + (s_j), ((s_N + (s_N * (s_N - 1LL))) - 1LL)))], 1, 2);
+                                            }
+                                            {
+                                                const int64_t s_i = sdf_ai2;
+                                                const int64_t s_j = sdf_p3 + 0LL;
+                                                __builtin_prefetch(&a_u[sdf_max64(0, sdf_min64(((s_i + 1LL)) * (s_N) + (s_j), ((s_N + (s_N * (s_N - 1LL))) - 1LL)))], 0, 2);
+                                            }
+                                        }
+                                        #pragma omp simd simdlen(8)
+                                        for (int64_t s_j = sdf_jb2; s_j < sdf_je2; s_j++) {
+                                            const int64_t sdf_aj2 = s_j + 0LL;
+                                            {
+                                                const int64_t s_i = sdf_ai2;
+                                                const int64_t s_j = sdf_aj2;
+                                                { /* tasklet 'lap5' */
+                                                    const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                    const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                    const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                    const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                    const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                    double v_o = 0;
+                                                    v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                    a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                                }
+                                            }
+                                            {
+                                                { /* tasklet 'diffuse' */
+                                                    const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
+                                                    const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
+                                                    const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
+                                                    double v_o = 0;
+                                                    double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
+                                                    v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
+                                                    a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (int64_t sdf_aj2 = sdf_max64(2LL, (s_N - 2LL)) + 0LL; sdf_aj2 < (s_N - 1LL); sdf_aj2++) {
+                                        {
+                                            const int64_t s_i = sdf_ai2;
+                                            const int64_t s_j = sdf_aj2;
+                                            { /* tasklet 'lap5' */
+                                                const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                double v_o = 0;
+                                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    for (int64_t s_j = 2LL; s_j < (s_N - 2LL); s_j++) {
+                                        {
+                                            { /* tasklet 'diffuse' */
+                                                const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
+                                                const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
+                                                const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
+                                                double v_o = 0;
+                                                double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
+                                                v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
+                                                a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            for (int64_t sdf_ai2 = sdf_max64(sdf_pe2, (sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL))) + 1LL); sdf_ai2 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)); sdf_ai2++) {
+                                for (int64_t sdf_aj2 = 1LL; sdf_aj2 < (s_N - 1LL); sdf_aj2++) {
+                                    {
+                                        const int64_t s_i = sdf_ai2;
+                                        const int64_t s_j = sdf_aj2;
+                                        { /* tasklet 'lap5' */
+                                            const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                            const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                            const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                            const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                            const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                            double v_o = 0;
+                                            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                            a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -250,35 +358,143 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     #pragma omp single nowait
                     {
                         for (int64_t s_tile = 0LL; s_tile < sdf_floordiv64((s_N + 11LL), 16LL); s_tile++) {
-                            /* map 'lap1' */
-                            for (int64_t s_i = sdf_max64(1LL, ((16LL * s_tile) + 1LL)); s_i < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)); s_i++) {
-                                for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
-                                    { /* tasklet 'lap5' */
-                                        const double v_c = a_u[(s_i) * (s_N) + (s_j)];
-                                        const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
-                                        const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
-                                        const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
-                                        const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
-                                        double v_o = 0;
-                                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                        a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                            /* maps 'lap1' and 'lap2', row-jammed */
+                            {
+                                const int64_t sdf_pe4 = sdf_max64(sdf_max64(1LL, ((16LL * s_tile) + 1LL)), sdf_min64(sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)), (((16LL * s_tile) + 2LL)) + 1LL));
+                                for (int64_t sdf_ai4 = sdf_max64(1LL, ((16LL * s_tile) + 1LL)); sdf_ai4 < sdf_pe4; sdf_ai4++) {
+                                    for (int64_t sdf_aj4 = 1LL; sdf_aj4 < (s_N - 1LL); sdf_aj4++) {
+                                        {
+                                            const int64_t s_i = sdf_ai4;
+                                            const int64_t s_j = sdf_aj4;
+                                            { /* tasklet 'lap5' */
+                                                const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                double v_o = 0;
+                                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                            }
+                                        }
                                     }
                                 }
-                            }
-                            /* map 'lap2' */
-                            for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
-                                for (int64_t s_j = 2LL; s_j < (s_N - 2LL); s_j++) {
-                                    { /* tasklet 'diffuse' */
-                                        const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                        const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                        const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
-                                        const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
-                                        const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
-                                        const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
-                                        double v_o = 0;
-                                        double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
-                                        v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-                                        a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
+                                    const int64_t sdf_ai4 = s_i + 1LL;
+                                    if (sdf_ai4 >= sdf_pe4 && sdf_ai4 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL))) {
+                                        for (int64_t sdf_aj4 = 1LL; sdf_aj4 < (2LL) + 0LL; sdf_aj4++) {
+                                            {
+                                                const int64_t s_i = sdf_ai4;
+                                                const int64_t s_j = sdf_aj4;
+                                                { /* tasklet 'lap5' */
+                                                    const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                    const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                    const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                    const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                    const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                    double v_o = 0;
+                                                    v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                    a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                                }
+                                            }
+                                        }
+                                        for (int64_t sdf_jb4 = 2LL; sdf_jb4 < (s_N - 2LL); sdf_jb4 += 64LL) {
+                                            const int64_t sdf_je4 = sdf_min64(sdf_jb4 + 64LL, (s_N - 2LL));
+                                            for (int64_t sdf_p5 = sdf_jb4 + 256LL; sdf_p5 < sdf_jb4 + 320LL; sdf_p5 += 8LL) {
+                                                {
+                                                    const int64_t s_j = sdf_p5;
+                                                    __builtin_prefetch(&a_out[sdf_max64(0, sdf_min64((s_i) * (s_N) + (s_j), ((s_N + (s_N * (s_N - 1LL))) - 1LL)))], 1, 2);
+                                                }
+                                                {
+                                                    const int64_t s_i = sdf_ai4;
+                                                    const int64_t s_j = sdf_p5 + 0LL;
+                                                    __builtin_prefetch(&a_u[sdf_max64(0, sdf_min64(((s_i + 1LL)) * (s_N) + (s_j), ((s_N + (s_N * (s_N - 1LL))) - 1LL)))], 0, 2);
+                                                }
+                                            }
+                                            #pragma omp simd simdlen(8)
+                                            for (int64_t s_j = sdf_jb4; s_j < sdf_je4; s_j++) {
+                                                const int64_t sdf_aj4 = s_j + 0LL;
+                                                {
+                                                    const int64_t s_i = sdf_ai4;
+                                                    const int64_t s_j = sdf_aj4;
+                                                    { /* tasklet 'lap5' */
+                                                        const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                        const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                        const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                        const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                        const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                        double v_o = 0;
+                                                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                        a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                                    }
+                                                }
+                                                {
+                                                    { /* tasklet 'diffuse' */
+                                                        const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                        const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                        const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                        const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
+                                                        const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
+                                                        const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
+                                                        double v_o = 0;
+                                                        double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
+                                                        v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
+                                                        a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                        for (int64_t sdf_aj4 = sdf_max64(2LL, (s_N - 2LL)) + 0LL; sdf_aj4 < (s_N - 1LL); sdf_aj4++) {
+                                            {
+                                                const int64_t s_i = sdf_ai4;
+                                                const int64_t s_j = sdf_aj4;
+                                                { /* tasklet 'lap5' */
+                                                    const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                    const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                    const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                    const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                    const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                    double v_o = 0;
+                                                    v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                    a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                                }
+                                            }
+                                        }
+                                    } else {
+                                        for (int64_t s_j = 2LL; s_j < (s_N - 2LL); s_j++) {
+                                            {
+                                                { /* tasklet 'diffuse' */
+                                                    const double v_c = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_n = a_lap_tile[(((s_i - (16LL * s_tile)) - 2LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_s = a_lap_tile[((s_i - (16LL * s_tile))) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))];
+                                                    const double v_w = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 2LL))];
+                                                    const double v_e = a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + (s_j)];
+                                                    const double v_u0 = a_u[(s_i) * (s_N) + (s_j)];
+                                                    double v_o = 0;
+                                                    double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
+                                                    v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
+                                                    a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                for (int64_t sdf_ai4 = sdf_max64(sdf_pe4, (sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL))) + 1LL); sdf_ai4 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL)); sdf_ai4++) {
+                                    for (int64_t sdf_aj4 = 1LL; sdf_aj4 < (s_N - 1LL); sdf_aj4++) {
+                                        {
+                                            const int64_t s_i = sdf_ai4;
+                                            const int64_t s_j = sdf_aj4;
+                                            { /* tasklet 'lap5' */
+                                                const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                                const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                                const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                                const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                                const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                                double v_o = 0;
+                                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                a_lap_tile[(((s_i - (16LL * s_tile)) - 1LL)) * (sdf_max64(0LL, (s_N - 2LL))) + ((s_j - 1LL))] = v_o;
+                                            }
+                                        }
                                     }
                                 }
                             }
@@ -289,107 +505,107 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 #pragma omp single nowait
                 {
                     { /* map 'lap1+lap2' (checked) */
-                        const int64_t sdf_rs3_0 = 0LL, sdf_re3_0 = sdf_sfloordiv(sdf_sadd(s_N, 11LL, 3), 16LL, 5, 4), sdf_rt3_0 = 1LL;
-                        if (sdf_e->failed) goto sdf_map3;
-                        if (sdf_rt3_0 <= 0) { sdf_raise(6, sdf_rt3_0, 0); goto sdf_map3; }
-                        if (sdf_rs3_0 >= sdf_re3_0) goto sdf_map3;
-                        for (int64_t s_tile = sdf_rs3_0; s_tile < sdf_re3_0; s_tile = sdf_next(s_tile, sdf_rt3_0, sdf_re3_0)) {
+                        const int64_t sdf_rs7_0 = 0LL, sdf_re7_0 = sdf_sfloordiv(sdf_sadd(s_N, 11LL, 3), 16LL, 5, 4), sdf_rt7_0 = 1LL;
+                        if (sdf_e->failed) goto sdf_map7;
+                        if (sdf_rt7_0 <= 0) { sdf_raise(6, sdf_rt7_0, 0); goto sdf_map7; }
+                        if (sdf_rs7_0 >= sdf_re7_0) goto sdf_map7;
+                        for (int64_t s_tile = sdf_rs7_0; s_tile < sdf_re7_0; s_tile = sdf_next(s_tile, sdf_rt7_0, sdf_re7_0)) {
                             sdf_pv[0] = s_tile;
                             { /* map 'lap1' (checked) */
-                                const int64_t sdf_rs4_0 = sdf_max64(1LL, sdf_sadd(sdf_smul(16LL, s_tile, 7), 1LL, 8)), sdf_re4_0 = sdf_min64(sdf_sadd(sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 9), 18LL, 10), sdf_ssub(s_N, 2LL, 11)), 1LL, 12), sdf_ssub(s_N, 1LL, 13)), sdf_rt4_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map4;
-                                if (sdf_rt4_0 <= 0) { sdf_raise(14, sdf_rt4_0, 0); goto sdf_map4; }
-                                if (sdf_rs4_0 >= sdf_re4_0) goto sdf_map4;
-                                const int64_t sdf_rs4_1 = 1LL, sdf_re4_1 = sdf_ssub(s_N, 1LL, 15), sdf_rt4_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map4;
-                                if (sdf_rt4_1 <= 0) { sdf_raise(16, sdf_rt4_1, 0); goto sdf_map4; }
-                                if (sdf_rs4_1 >= sdf_re4_1) goto sdf_map4;
-                                for (int64_t s_i = sdf_rs4_0; s_i < sdf_re4_0; s_i = sdf_next(s_i, sdf_rt4_0, sdf_re4_0)) {
+                                const int64_t sdf_rs8_0 = sdf_max64(1LL, sdf_sadd(sdf_smul(16LL, s_tile, 7), 1LL, 8)), sdf_re8_0 = sdf_min64(sdf_sadd(sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 9), 18LL, 10), sdf_ssub(s_N, 2LL, 11)), 1LL, 12), sdf_ssub(s_N, 1LL, 13)), sdf_rt8_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map8;
+                                if (sdf_rt8_0 <= 0) { sdf_raise(14, sdf_rt8_0, 0); goto sdf_map8; }
+                                if (sdf_rs8_0 >= sdf_re8_0) goto sdf_map8;
+                                const int64_t sdf_rs8_1 = 1LL, sdf_re8_1 = sdf_ssub(s_N, 1LL, 15), sdf_rt8_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map8;
+                                if (sdf_rt8_1 <= 0) { sdf_raise(16, sdf_rt8_1, 0); goto sdf_map8; }
+                                if (sdf_rs8_1 >= sdf_re8_1) goto sdf_map8;
+                                for (int64_t s_i = sdf_rs8_0; s_i < sdf_re8_0; s_i = sdf_next(s_i, sdf_rt8_0, sdf_re8_0)) {
                                     sdf_pv[1] = s_i;
-                                    for (int64_t s_j = sdf_rs4_1; s_j < sdf_re4_1; s_j = sdf_next(s_j, sdf_rt4_1, sdf_re4_1)) {
+                                    for (int64_t s_j = sdf_rs8_1; s_j < sdf_re8_1; s_j = sdf_next(s_j, sdf_rt8_1, sdf_re8_1)) {
                                         sdf_pv[2] = s_j;
                                         { /* tasklet 'lap5' */
-                                            const int64_t sdf_x5 = sdf_ck(s_i, s_N, 17);
-                                            const int64_t sdf_x6 = sdf_ck(s_j, s_N, 18);
-                                            const double v_c = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
-                                            const int64_t sdf_x7 = sdf_ck(sdf_ssub(s_i, 1LL, 19), s_N, 20);
-                                            const int64_t sdf_x8 = sdf_ck(s_j, s_N, 21);
-                                            const double v_n = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
-                                            const int64_t sdf_x9 = sdf_ck(sdf_sadd(s_i, 1LL, 22), s_N, 23);
-                                            const int64_t sdf_x10 = sdf_ck(s_j, s_N, 24);
-                                            const double v_s = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
-                                            const int64_t sdf_x11 = sdf_ck(s_i, s_N, 25);
-                                            const int64_t sdf_x12 = sdf_ck(sdf_ssub(s_j, 1LL, 26), s_N, 27);
-                                            const double v_w = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
-                                            const int64_t sdf_x13 = sdf_ck(s_i, s_N, 28);
-                                            const int64_t sdf_x14 = sdf_ck(sdf_sadd(s_j, 1LL, 29), s_N, 30);
-                                            const double v_e = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
-                                            if (sdf_e->failed) goto sdf_map4;
+                                            const int64_t sdf_x9 = sdf_ck(s_i, s_N, 17);
+                                            const int64_t sdf_x10 = sdf_ck(s_j, s_N, 18);
+                                            const double v_c = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
+                                            const int64_t sdf_x11 = sdf_ck(sdf_ssub(s_i, 1LL, 19), s_N, 20);
+                                            const int64_t sdf_x12 = sdf_ck(s_j, s_N, 21);
+                                            const double v_n = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
+                                            const int64_t sdf_x13 = sdf_ck(sdf_sadd(s_i, 1LL, 22), s_N, 23);
+                                            const int64_t sdf_x14 = sdf_ck(s_j, s_N, 24);
+                                            const double v_s = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
+                                            const int64_t sdf_x15 = sdf_ck(s_i, s_N, 25);
+                                            const int64_t sdf_x16 = sdf_ck(sdf_ssub(s_j, 1LL, 26), s_N, 27);
+                                            const double v_w = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
+                                            const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
+                                            const int64_t sdf_x18 = sdf_ck(sdf_sadd(s_j, 1LL, 29), s_N, 30);
+                                            const double v_e = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
+                                            if (sdf_e->failed) goto sdf_map8;
                                             double v_o = 0;
                                             v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                            const int64_t sdf_x15 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 31), 32), 1LL, 33), 18LL, 34);
-                                            const int64_t sdf_x16 = sdf_ck(sdf_ssub(s_j, 1LL, 35), sdf_max64(0LL, (s_N - 2LL)), 36);
-                                            if (sdf_e->failed) goto sdf_map4;
-                                            a_lap_tile[(sdf_x15) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x16)] = v_o;
+                                            const int64_t sdf_x19 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 31), 32), 1LL, 33), 18LL, 34);
+                                            const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 35), sdf_max64(0LL, (s_N - 2LL)), 36);
+                                            if (sdf_e->failed) goto sdf_map8;
+                                            a_lap_tile[(sdf_x19) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x20)] = v_o;
                                         }
-                                        if (sdf_e->failed) goto sdf_map4;
+                                        if (sdf_e->failed) goto sdf_map8;
                                     }
                                 }
-                                sdf_map4:;
+                                sdf_map8:;
                             }
-                            if (sdf_e->failed) goto sdf_map3;
+                            if (sdf_e->failed) goto sdf_map7;
                             { /* map 'lap2' (checked) */
-                                const int64_t sdf_rs17_0 = sdf_sadd(sdf_smul(16LL, s_tile, 37), 2LL, 38), sdf_re17_0 = sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 39), 18LL, 40), sdf_ssub(s_N, 2LL, 41)), sdf_rt17_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map17;
-                                if (sdf_rt17_0 <= 0) { sdf_raise(42, sdf_rt17_0, 0); goto sdf_map17; }
-                                if (sdf_rs17_0 >= sdf_re17_0) goto sdf_map17;
-                                const int64_t sdf_rs17_1 = 2LL, sdf_re17_1 = sdf_ssub(s_N, 2LL, 43), sdf_rt17_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map17;
-                                if (sdf_rt17_1 <= 0) { sdf_raise(44, sdf_rt17_1, 0); goto sdf_map17; }
-                                if (sdf_rs17_1 >= sdf_re17_1) goto sdf_map17;
-                                for (int64_t s_i = sdf_rs17_0; s_i < sdf_re17_0; s_i = sdf_next(s_i, sdf_rt17_0, sdf_re17_0)) {
+                                const int64_t sdf_rs21_0 = sdf_sadd(sdf_smul(16LL, s_tile, 37), 2LL, 38), sdf_re21_0 = sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 39), 18LL, 40), sdf_ssub(s_N, 2LL, 41)), sdf_rt21_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map21;
+                                if (sdf_rt21_0 <= 0) { sdf_raise(42, sdf_rt21_0, 0); goto sdf_map21; }
+                                if (sdf_rs21_0 >= sdf_re21_0) goto sdf_map21;
+                                const int64_t sdf_rs21_1 = 2LL, sdf_re21_1 = sdf_ssub(s_N, 2LL, 43), sdf_rt21_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map21;
+                                if (sdf_rt21_1 <= 0) { sdf_raise(44, sdf_rt21_1, 0); goto sdf_map21; }
+                                if (sdf_rs21_1 >= sdf_re21_1) goto sdf_map21;
+                                for (int64_t s_i = sdf_rs21_0; s_i < sdf_re21_0; s_i = sdf_next(s_i, sdf_rt21_0, sdf_re21_0)) {
                                     sdf_pv[1] = s_i;
-                                    for (int64_t s_j = sdf_rs17_1; s_j < sdf_re17_1; s_j = sdf_next(s_j, sdf_rt17_1, sdf_re17_1)) {
+                                    for (int64_t s_j = sdf_rs21_1; s_j < sdf_re21_1; s_j = sdf_next(s_j, sdf_rt21_1, sdf_re21_1)) {
                                         sdf_pv[2] = s_j;
                                         { /* tasklet 'diffuse' */
-                                            const int64_t sdf_x18 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 45), 46), 1LL, 47), 18LL, 48);
-                                            const int64_t sdf_x19 = sdf_ck(sdf_ssub(s_j, 1LL, 49), sdf_max64(0LL, (s_N - 2LL)), 50);
-                                            const double v_c = a_lap_tile[(sdf_x18) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x19)];
-                                            const int64_t sdf_x20 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 51), 52), 2LL, 53), 18LL, 54);
-                                            const int64_t sdf_x21 = sdf_ck(sdf_ssub(s_j, 1LL, 55), sdf_max64(0LL, (s_N - 2LL)), 56);
-                                            const double v_n = a_lap_tile[(sdf_x20) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x21)];
-                                            const int64_t sdf_x22 = sdf_ck(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 57), 58), 18LL, 59);
-                                            const int64_t sdf_x23 = sdf_ck(sdf_ssub(s_j, 1LL, 60), sdf_max64(0LL, (s_N - 2LL)), 61);
-                                            const double v_s = a_lap_tile[(sdf_x22) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x23)];
-                                            const int64_t sdf_x24 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 62), 63), 1LL, 64), 18LL, 65);
-                                            const int64_t sdf_x25 = sdf_ck(sdf_ssub(s_j, 2LL, 66), sdf_max64(0LL, (s_N - 2LL)), 67);
-                                            const double v_w = a_lap_tile[(sdf_x24) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x25)];
-                                            const int64_t sdf_x26 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 68), 69), 1LL, 70), 18LL, 71);
-                                            const int64_t sdf_x27 = sdf_ck(s_j, sdf_max64(0LL, (s_N - 2LL)), 72);
-                                            const double v_e = a_lap_tile[(sdf_x26) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x27)];
-                                            const int64_t sdf_x28 = sdf_ck(s_i, s_N, 73);
-                                            const int64_t sdf_x29 = sdf_ck(s_j, s_N, 74);
-                                            const double v_u0 = a_u[(sdf_x28) * (s_N) + (sdf_x29)];
-                                            if (sdf_e->failed) goto sdf_map17;
+                                            const int64_t sdf_x22 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 45), 46), 1LL, 47), 18LL, 48);
+                                            const int64_t sdf_x23 = sdf_ck(sdf_ssub(s_j, 1LL, 49), sdf_max64(0LL, (s_N - 2LL)), 50);
+                                            const double v_c = a_lap_tile[(sdf_x22) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x23)];
+                                            const int64_t sdf_x24 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 51), 52), 2LL, 53), 18LL, 54);
+                                            const int64_t sdf_x25 = sdf_ck(sdf_ssub(s_j, 1LL, 55), sdf_max64(0LL, (s_N - 2LL)), 56);
+                                            const double v_n = a_lap_tile[(sdf_x24) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x25)];
+                                            const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 57), 58), 18LL, 59);
+                                            const int64_t sdf_x27 = sdf_ck(sdf_ssub(s_j, 1LL, 60), sdf_max64(0LL, (s_N - 2LL)), 61);
+                                            const double v_s = a_lap_tile[(sdf_x26) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x27)];
+                                            const int64_t sdf_x28 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 62), 63), 1LL, 64), 18LL, 65);
+                                            const int64_t sdf_x29 = sdf_ck(sdf_ssub(s_j, 2LL, 66), sdf_max64(0LL, (s_N - 2LL)), 67);
+                                            const double v_w = a_lap_tile[(sdf_x28) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x29)];
+                                            const int64_t sdf_x30 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 68), 69), 1LL, 70), 18LL, 71);
+                                            const int64_t sdf_x31 = sdf_ck(s_j, sdf_max64(0LL, (s_N - 2LL)), 72);
+                                            const double v_e = a_lap_tile[(sdf_x30) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x31)];
+                                            const int64_t sdf_x32 = sdf_ck(s_i, s_N, 73);
+                                            const int64_t sdf_x33 = sdf_ck(s_j, s_N, 74);
+                                            const double v_u0 = a_u[(sdf_x32) * (s_N) + (sdf_x33)];
+                                            if (sdf_e->failed) goto sdf_map21;
                                             double v_o = 0;
                                             double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
                                             v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-                                            const int64_t sdf_x30 = sdf_ck(s_i, s_N, 75);
-                                            const int64_t sdf_x31 = sdf_ck(s_j, s_N, 76);
-                                            if (sdf_e->failed) goto sdf_map17;
-                                            a_out[(sdf_x30) * (s_N) + (sdf_x31)] = v_o;
+                                            const int64_t sdf_x34 = sdf_ck(s_i, s_N, 75);
+                                            const int64_t sdf_x35 = sdf_ck(s_j, s_N, 76);
+                                            if (sdf_e->failed) goto sdf_map21;
+                                            a_out[(sdf_x34) * (s_N) + (sdf_x35)] = v_o;
                                         }
-                                        if (sdf_e->failed) goto sdf_map17;
+                                        if (sdf_e->failed) goto sdf_map21;
                                     }
                                 }
-                                sdf_map17:;
+                                sdf_map21:;
                             }
-                            if (sdf_e->failed) goto sdf_map3;
+                            if (sdf_e->failed) goto sdf_map7;
                         }
-                        sdf_map3:;
+                        sdf_map7:;
                     }
-                    if (sdf_e->failed) goto sdf_stop2;
-                    sdf_stop2:;
+                    if (sdf_e->failed) goto sdf_stop6;
+                    sdf_stop6:;
                 }
             }
             if (sdf_e->failed) {

@@ -16,6 +16,16 @@
 //! has just computed) and writes each element at most once per row, the column loop
 //! carries no dependence and is marked `omp simd` (eight lanes: the widest vectors
 //! available; results are elementwise, so the lanes change nothing).
+//!
+//! The column loop runs in blocks of [`BLOCK`] columns; before each block the leading
+//! row of every container the pair reads or writes from outside (the row no earlier
+//! iteration has touched: for a stencil, the input row below the producer's newest and
+//! the output row) is prefetched [`AHEAD`] columns ahead — past a row's end that is the
+//! start of the next row, where the next iteration goes — with the element index
+//! clamped to the container, so that every address is inside it. A core keeps more
+//! memory requests in flight that way than the hardware prefetcher alone starts: on the
+//! development machine this took the fused hyperdiffusion from 69 % to 8x % of a copy's
+//! bandwidth (`docs/perf.md`).
 
 use super::*;
 use sdflow_ir::{Range, Schedule};
@@ -30,6 +40,68 @@ pub(super) struct Jam<'d> {
     k: i64,
     /// The column loop carries no dependence.
     simd: bool,
+    /// What to prefetch ahead of each block of columns.
+    streams: Vec<Stream<'d>>,
+}
+
+/// One container the pair accesses from outside, at its leading row.
+struct Stream<'d> {
+    data: &'d str,
+    subset: &'d Subset,
+    /// Accessed by A' (at A's point), else by B'.
+    by_a: bool,
+    write: bool,
+}
+
+/// Columns per block of the jammed loop.
+const BLOCK: i64 = 64;
+/// Columns ahead of the block that are prefetched.
+const AHEAD: i64 = 256;
+
+/// The streams of a pair: per container accessed from outside the two bodies, the access
+/// with the largest row (A's rows are `dmax` below B's).
+fn streams<'d>(
+    sdfg: &Sdfg,
+    a: &'d MapScope,
+    b: &'d MapScope,
+    buf: &str,
+    dmax: i64,
+) -> Vec<Stream<'d>> {
+    let mut lead: BTreeMap<&'d str, (i64, Stream<'d>)> = BTreeMap::new();
+    for (m, by_a) in [(a, true), (b, false)] {
+        let row = SymExpr::sym(&m.params[0]);
+        for e in m.body.edge_ids() {
+            let (s, d) = m.body.endpoints(e);
+            let memlet = &m.body.edge(e).memlet;
+            let (data, write) = match (m.body.node(s).as_access(), m.body.node(d).as_access()) {
+                (Some(x), _) if m.body.in_degree(s) == 0 => (x, false),
+                (_, Some(x)) => (x, true),
+                _ => continue,
+            };
+            let is_array = matches!(sdfg.arrays.get(data), Some(DataDesc::Array(_)));
+            let Some((r, _)) = indices(&memlet.subset) else {
+                continue;
+            };
+            let Some(r) = offset(r, &row) else { continue };
+            if data == buf || !is_array {
+                continue;
+            }
+            let r = if by_a { r + dmax } else { r };
+            let stream = Stream {
+                data,
+                subset: &memlet.subset,
+                by_a,
+                write,
+            };
+            match lead.get(data) {
+                Some((best, _)) if *best >= r => {}
+                _ => {
+                    lead.insert(data, (r, stream));
+                }
+            }
+        }
+    }
+    lead.into_values().map(|(_, s)| s).collect()
 }
 
 /// The integer offset `e - base` when it is a constant.
@@ -204,6 +276,7 @@ impl<'d> Jam<'d> {
             dmax,
             k,
             simd,
+            streams: streams(sdfg, a, b, &buf, dmax),
         })
     }
 }
@@ -265,16 +338,27 @@ impl Emitter<'_> {
         self.line(&format!("if ({ai} >= {pe} && {ai} < {ar1}) {{"));
         self.indent += 1;
         a_rows(self, &ai, &ac0, &format!("({bc0}) + {k}LL"))?;
+        let (blk, end) = (format!("sdf_jb{n}"), format!("sdf_je{n}"));
+        self.line(&format!(
+            "for (int64_t {blk} = {bc0}; {blk} < {bc1}; {blk} += {BLOCK}LL) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t {end} = sdf_min64({blk} + {BLOCK}LL, {bc1});"
+        ));
+        self.prefetch(sc, jam, &blk, &ai)?;
         if jam.simd {
             self.line("#pragma omp simd simdlen(8)");
         }
         self.line(&format!(
-            "for (int64_t s_{jb} = {bc0}; s_{jb} < {bc1}; s_{jb}++) {{"
+            "for (int64_t s_{jb} = {blk}; s_{jb} < {end}; s_{jb}++) {{"
         ));
         self.indent += 1;
         self.line(&format!("const int64_t {aj} = s_{jb} + {k}LL;"));
         self.a_point(sc, a, &ai, &aj)?;
         self.b_point(sc, b)?;
+        self.indent -= 1;
+        self.line("}");
         self.indent -= 1;
         self.line("}");
         a_rows(self, &ai, &format!("sdf_max64({bc0}, {bc1}) + {k}LL"), &ac1)?;
@@ -300,6 +384,89 @@ impl Emitter<'_> {
         a_rows(self, &ai, &ac0, &ac1)?;
         self.indent -= 1;
         self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// Prefetches of the leading rows, [`AHEAD`] columns past the block starting at `blk`
+    /// (one per cache line); A's row is `a_row`.
+    fn prefetch(
+        &mut self,
+        sc: &Scope<'_>,
+        jam: &Jam<'_>,
+        blk: &str,
+        a_row: &str,
+    ) -> Result<(), CodegenError> {
+        if jam.streams.is_empty() {
+            return Ok(());
+        }
+        let n = self.fresh();
+        let p = format!("sdf_p{n}");
+        // One cache line (64 bytes) per step for the widest element of the streams.
+        let size = jam
+            .streams
+            .iter()
+            .filter_map(|s| sc.sdfg.arrays.get(s.data))
+            .map(|d| d.dtype().size_bytes() as i64)
+            .max()
+            .unwrap_or(8);
+        let step = (64 / size).max(1);
+        self.line(&format!(
+            "for (int64_t {p} = {blk} + {AHEAD}LL; {p} < {blk} + {}LL; {p} += {step}LL) {{",
+            AHEAD + BLOCK
+        ));
+        self.indent += 1;
+        for st in &jam.streams {
+            let Some(DataDesc::Array(arr)) = sc.sdfg.arrays.get(st.data) else {
+                continue;
+            };
+            let m = if st.by_a { jam.a } else { jam.b };
+            let mut inner = Scope {
+                params: sc.params.clone(),
+                locals: sc.locals.clone(),
+                stop: sc.stop.clone(),
+                loc: sc.loc.clone(),
+                ..*sc
+            };
+            inner.params.extend(m.params.iter().cloned());
+            self.line("{");
+            self.indent += 1;
+            if st.by_a {
+                self.line(&format!("const int64_t s_{} = {a_row};", m.params[0]));
+                self.line(&format!(
+                    "const int64_t s_{} = {p} + {}LL;",
+                    m.params[1], jam.k
+                ));
+            } else {
+                self.line(&format!("const int64_t s_{} = {p};", m.params[1]));
+            }
+            // The element's index, clamped to the container's: Σ (shape − 1) · stride.
+            let idx: Vec<String> = st
+                .subset
+                .0
+                .iter()
+                .enumerate()
+                .map(|(d, dim)| inner.index(dim, arr.shape.get(d)))
+                .collect();
+            let flat = inner.flat(&idx, &arr.strides);
+            let last = arr
+                .shape
+                .iter()
+                .zip(&arr.strides)
+                .fold(SymExpr::Int(0), |acc, (n, s)| {
+                    acc.add(&n.sub(&SymExpr::Int(1)).mul(s))
+                })
+                .simplify();
+            let rw = if st.write { 1 } else { 0 };
+            self.line(&format!(
+                "__builtin_prefetch(&a_{}[sdf_max64(0, sdf_min64({flat}, {}))], {rw}, 2);",
+                st.data,
+                inner.sub_sym(&last)
+            ));
+            self.indent -= 1;
+            self.line("}");
+        }
         self.indent -= 1;
         self.line("}");
         Ok(())
