@@ -481,23 +481,24 @@ impl Emitter<'_> {
         row: &str,
         col: &str,
     ) -> Result<(), CodegenError> {
-        self.line("{");
-        self.indent += 1;
-        self.line(&format!("const int64_t s_{} = {row};", a.params[0]));
-        self.line(&format!("const int64_t s_{} = {col};", a.params[1]));
-        let inner = self.body_scope(sc, a, false);
-        self.body(&inner, &a.body)?;
-        self.indent -= 1;
-        self.line("}");
-        Ok(())
+        self.point(sc, a, &[row, col])
     }
 
     /// One point of B' (its parameters are the loop variables).
     fn b_point(&mut self, sc: &Scope<'_>, b: &MapScope) -> Result<(), CodegenError> {
+        self.point(sc, b, &[])
+    }
+
+    /// The body of `m` in a block of its own, its parameters set to `values` (C
+    /// expressions, in parameter order) where given.
+    fn point(&mut self, sc: &Scope<'_>, m: &MapScope, values: &[&str]) -> Result<(), CodegenError> {
         self.line("{");
         self.indent += 1;
-        let inner = self.body_scope(sc, b, false);
-        self.body(&inner, &b.body)?;
+        for (p, v) in m.params.iter().zip(values) {
+            self.line(&format!("const int64_t s_{p} = {v};"));
+        }
+        let inner = self.body_scope(sc, m, false);
+        self.body(&inner, &m.body)?;
         self.indent -= 1;
         self.line("}");
         Ok(())
