@@ -110,6 +110,31 @@ pub fn union(a: &Subset, b: &Subset, shape: &[SymExpr]) -> Subset {
                     return x.clone();
                 }
                 let whole = || Dim::range(0, shape.get(i).cloned().unwrap_or(SymExpr::Int(1)));
+                // Two unit-step ranges: order their starts and their ends directly (the
+                // general path below goes through the last indices, `end - 1`).
+                if let (
+                    Dim::Range {
+                        start: xs,
+                        end: xe,
+                        step: xt,
+                    },
+                    Dim::Range {
+                        start: ys,
+                        end: ye,
+                        step: yt,
+                    },
+                ) = (x, y)
+                    && xt.as_int() == Some(1)
+                    && yt.as_int() == Some(1)
+                {
+                    return match (xs.const_diff(ys), xe.const_diff(ye)) {
+                        (Some(dl), Some(dh)) => Dim::range(
+                            if dl <= 0 { xs.clone() } else { ys.clone() },
+                            if dh >= 0 { xe.clone() } else { ye.clone() },
+                        ),
+                        _ => whole(),
+                    };
+                }
                 let (Some((xl, xh)), Some((yl, yh))) = (x.bounds(), y.bounds()) else {
                     return whole();
                 };
