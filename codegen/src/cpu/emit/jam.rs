@@ -199,6 +199,9 @@ impl<'d> Jam<'d> {
             .iter()
             .filter_map(|&e| df.node(df.endpoints(e).1).as_access())
             .collect();
+        if written_by_b.contains(buf.as_str()) {
+            return None;
+        }
         for &e in &df.in_edges(an) {
             let src = df.endpoints(e).0;
             let d = df.node(src).as_access()?;
