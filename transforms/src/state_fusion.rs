@@ -9,7 +9,7 @@
 //! state B: t ─► map g ─► v      →
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sdflow_ir::{Block, Dataflow, NodeId, Sdfg};
 
@@ -34,12 +34,20 @@ impl Pass for StateFusion {
             // Each block either joins the state kept last (when both are states that
             // fuse) or is kept; the sequence is rebuilt once, not shifted per fusion.
             let mut kept: Vec<Block> = Vec::with_capacity(items.len());
+            // What the state kept last reads and writes, once known: a merge adds the
+            // second state's reads and writes to it, so it is not gathered again.
+            let mut last: Option<Access> = None;
             for item in std::mem::take(items) {
                 if let (Some(Block::State(a)), Block::State(b)) = (kept.last(), &item)
                     && a != b
                 {
                     let (a, b) = (a.index(), b.index());
-                    if let Some(links) = fusable(&states[a].graph, &states[b].graph) {
+                    let first = last.get_or_insert_with(|| reads_writes(&states[a].graph));
+                    let second = reads_writes(&states[b].graph);
+                    if let Some(links) = fusable(&states[a].graph, first, &states[b].graph, &second)
+                    {
+                        first.0.extend(second.0);
+                        first.1.extend(second.1);
                         let second = std::mem::take(&mut states[b].graph);
                         merge(&mut states[a].graph, second, &links);
                         let name = format!("{}+{}", states[a].name, states[b].name);
@@ -50,6 +58,7 @@ impl Pass for StateFusion {
                         continue;
                     }
                 }
+                last = None;
                 kept.push(item);
             }
             *items = kept;
@@ -61,11 +70,20 @@ impl Pass for StateFusion {
     }
 }
 
+/// The containers a state reads and writes ([`reads_writes`]).
+type Access = (BTreeSet<String>, BTreeSet<String>);
+
 /// For each container the first state writes and the second reads: the first state's
-/// written access node of it. `None` when the states conflict.
-fn fusable(first: &Dataflow, second: &Dataflow) -> Option<BTreeMap<String, NodeId>> {
-    let (r1, w1) = reads_writes(first);
-    let (r2, w2) = reads_writes(second);
+/// written access node of it. `None` when the states conflict. `first_rw` and
+/// `second_rw` are the states' [`reads_writes`].
+fn fusable(
+    first: &Dataflow,
+    first_rw: &Access,
+    second: &Dataflow,
+    second_rw: &Access,
+) -> Option<BTreeMap<String, NodeId>> {
+    let (r1, w1) = first_rw;
+    let (r2, w2) = second_rw;
     if w2.iter().any(|d| r1.contains(d) || w1.contains(d)) {
         return None;
     }
@@ -75,7 +93,7 @@ fn fusable(first: &Dataflow, second: &Dataflow) -> Option<BTreeMap<String, NodeI
         return None;
     }
     let mut links = BTreeMap::new();
-    for d in w1.intersection(&r2) {
+    for d in w1.intersection(r2) {
         let written: Vec<NodeId> = first
             .access_nodes(d)
             .into_iter()
