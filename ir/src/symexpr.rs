@@ -256,10 +256,8 @@ impl SymExpr {
         &self,
         boxes: &[crate::propagate::ParamBox],
     ) -> Option<(SymExpr, SymExpr)> {
-        Some((
-            self.affine_bound(boxes, false)?,
-            self.affine_bound(boxes, true)?,
-        ))
+        let [lo, hi] = self.affine_ends(boxes, [true, true])?;
+        Some((lo?, hi?))
     }
 
     /// One end of [`SymExpr::affine_bounds`]: the upper bound when `upper`, else the
@@ -269,8 +267,19 @@ impl SymExpr {
         boxes: &[crate::propagate::ParamBox],
         upper: bool,
     ) -> Option<SymExpr> {
+        let [lo, hi] = self.affine_ends(boxes, [!upper, upper])?;
+        if upper { hi } else { lo }
+    }
+
+    /// The lower and upper ends asked for in `want` (one pass over the expression's
+    /// terms); `None` when the expression is not affine in the box's parameters.
+    fn affine_ends(
+        &self,
+        boxes: &[crate::propagate::ParamBox],
+        want: [bool; 2],
+    ) -> Option<[Option<SymExpr>; 2]> {
         let lin = Linear::of(self)?;
-        let mut acc = Linear::constant(lin.constant);
+        let mut acc = want.map(|w| w.then(|| Linear::constant(lin.constant)));
         let mut rest = Vec::new();
         for (atom, c) in lin.terms {
             let param = match &atom {
@@ -280,23 +289,33 @@ impl SymExpr {
             match param {
                 Some(b) => {
                     // A positive coefficient takes the low end at the low bound.
-                    let end = if (c >= 0) != upper { &b.lo } else { &b.hi };
-                    acc = acc.plus(Linear::of(end)?.scale(c)?, 1)?;
+                    for (upper, a) in acc.iter_mut().enumerate() {
+                        let Some(sum) = a.take() else { continue };
+                        let end = if (c >= 0) != (upper == 1) {
+                            &b.lo
+                        } else {
+                            &b.hi
+                        };
+                        *a = Some(sum.plus(Linear::of(end)?.scale(c)?, 1)?);
+                    }
                 }
                 None if boxes.iter().any(|b| atom.mentions(&b.name)) => return None,
                 None => rest.push((atom, c)),
             }
         }
-        if !rest.is_empty() {
-            acc = acc.plus(
-                Linear {
-                    terms: rest,
+        let mut out = [None, None];
+        for (k, a) in acc.into_iter().enumerate() {
+            let Some(mut sum) = a else { continue };
+            if !rest.is_empty() {
+                let part = Linear {
+                    terms: rest.clone(),
                     constant: 0,
-                },
-                1,
-            )?;
+                };
+                sum = sum.plus(part, 1)?;
+            }
+            out[k] = Some(sum.rebuild());
         }
-        Some(acc.rebuild())
+        Some(out)
     }
 
     /// Every name the expression mentions, sorted.
