@@ -3,7 +3,8 @@
 //! equals the interpreter on the unoptimized program bit for bit, for consumers that read
 //! the producer's newest row at one column (the loop is `omp simd`) or at several (a
 //! skew, no `simd`), rows only above the consumer's, grids smaller than, equal to and
-//! larger than a tile and of every small size, and tiles of 4, 5 and 16 rows.
+//! larger than a tile and of every small size, and tiles of 4, 5 and 16 rows; and for
+//! random sets of read offsets (`PROPTEST_CASES` sets how many).
 
 use std::collections::BTreeMap;
 
@@ -117,12 +118,28 @@ fn optimized(s: &Sdfg, rows: i64) -> Sdfg {
     o
 }
 
-fn check(original: &Sdfg, reads: &[(i64, i64)], simd: bool) {
+/// Grids smaller than, equal to and larger than a tile, of every small size.
+const SIZES: [(i64, i64); 10] = [
+    (0, 0),
+    (1, 7),
+    (3, 3),
+    (4, 5),
+    (5, 4),
+    (6, 9),
+    (17, 6),
+    (18, 19),
+    (19, 18),
+    (37, 23),
+];
+
+/// The pair fused through tiles of each of `tiles` rows is printed row-jammed (as a
+/// `simd` loop or not) and equals the interpreter on each grid of `sizes`.
+fn check(original: &Sdfg, reads: &[(i64, i64)], simd: bool, tiles: &[i64], sizes: &[(i64, i64)]) {
     let backend = CpuBackend {
         cache: None,
         ..CpuBackend::default()
     };
-    for rows in [4, 5, 16] {
+    for &rows in tiles {
         let o = optimized(original, rows);
         let code = backend.generate(&o).unwrap();
         assert!(
@@ -136,18 +153,7 @@ fn check(original: &Sdfg, reads: &[(i64, i64)], simd: bool) {
         );
         let prog = backend.build(&o).unwrap();
         prog.set_threads(2);
-        for (n, m) in [
-            (0, 0),
-            (1, 7),
-            (3, 3),
-            (4, 5),
-            (5, 4),
-            (6, 9),
-            (17, 6),
-            (18, 19),
-            (19, 18),
-            (37, 23),
-        ] {
+        for &(n, m) in sizes {
             let syms: BTreeMap<String, Value> = [
                 ("N".to_string(), Value::I64(n)),
                 ("M".to_string(), Value::I64(m)),
@@ -172,19 +178,47 @@ fn check(original: &Sdfg, reads: &[(i64, i64)], simd: bool) {
 #[test]
 fn newest_row_at_one_column_is_a_simd_loop() {
     let reads = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)];
-    check(&pair(&reads), &reads, true);
+    check(&pair(&reads), &reads, true, &[4, 5, 16], &SIZES);
 }
 
 /// The newest row read at three columns: the producer runs one column ahead, no `simd`.
 #[test]
 fn newest_row_at_several_columns_is_skewed() {
     let reads = [(1, -1), (1, 0), (1, 1), (0, 0), (-1, 1)];
-    check(&pair(&reads), &reads, false);
+    check(&pair(&reads), &reads, false, &[4, 5, 16], &SIZES);
 }
 
 /// Rows at and above the consumer's only: the newest row is the consumer's own.
 #[test]
 fn rows_above_only() {
     let reads = [(0, 0), (-1, -1), (-1, 1), (0, 1)];
-    check(&pair(&reads), &reads, false);
+    check(&pair(&reads), &reads, false, &[4, 5, 16], &SIZES);
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(12, |n: u32| n.min(64))
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Any two to six distinct offsets within one point of the consumer's: jammed, a
+    /// `simd` loop exactly when the newest row is read at one column, and bit for bit.
+    #[test]
+    fn random_read_offsets(
+        reads in prop::collection::btree_set((-1i64..=1, -1i64..=1), 2..=6),
+        rows in prop::sample::select(vec![4i64, 5, 16]),
+        n in 0i64..24,
+        m in 0i64..24,
+    ) {
+        let reads: Vec<(i64, i64)> = reads.into_iter().collect();
+        let dmax = reads.iter().map(|r| r.0).max().unwrap();
+        let simd = reads.iter().filter(|r| r.0 == dmax).count() == 1;
+        check(&pair(&reads), &reads, simd, &[rows], &[(n, m), (19, 21)]);
+    }
 }

@@ -67,8 +67,11 @@ pub fn dense_strides(extents: &[usize], order: &[usize]) -> Vec<isize> {
 /// stride, and no two indices reach the same element (sorted by stride, each stride
 /// is at least the previous stride times the previous extent). Declared strides describe
 /// the memory layout of the array passed; a zero, negative or overlapping one is not a
-/// layout sdflow accepts.
+/// layout sdflow accepts. An array without elements has any layout.
 pub fn check_layout(name: &str, extents: &[i64], strides: &[i64]) -> Result<(), BindError> {
+    if extents.iter().any(|&n| n <= 0) {
+        return Ok(());
+    }
     let mut dims: Vec<(i64, i64, usize)> = Vec::new();
     for (d, (&n, &s)) in extents.iter().zip(strides).enumerate() {
         if n <= 1 {
@@ -140,9 +143,10 @@ pub fn infer_symbols(
                 what: format!("extent {n} in dimension {d}"),
             });
         }
-        if let Some(st) = a.elem_strides {
+        // An array without elements has no meaningful strides (NumPy and ndarray report
+        // 0 for them), and neither has a dimension of extent 1.
+        if let Some(st) = a.elem_strides.filter(|_| !a.extents.contains(&0)) {
             for (d, (e, &s)) in a.strides.iter().zip(st).enumerate() {
-                // A dimension of extent 1 has no meaningful stride.
                 if a.extents.get(d).is_some_and(|&n| n > 1) {
                     eqs.push(Equation {
                         expr: e,
@@ -316,6 +320,8 @@ mod tests {
         assert_eq!(check_layout("a", &[3, 4], &[4, 1]), Ok(()));
         assert_eq!(check_layout("a", &[3, 4], &[1, 3]), Ok(()));
         assert_eq!(check_layout("a", &[1, 4], &[0, 1]), Ok(()));
+        // No elements, no layout: `N x M` at M = 0 has row stride 0.
+        assert_eq!(check_layout("a", &[3, 0], &[0, 1]), Ok(()));
         assert_eq!(
             check_layout("a", &[3, 4], &[0, 1]).unwrap_err().0,
             "'a' has stride 0 in dimension 0; strides must be positive (in elements)"
@@ -377,6 +383,18 @@ mod tests {
         let mut known = BTreeMap::new();
         infer_symbols(&args, &|_| true, &mut known).unwrap();
         assert!(!known.contains_key("M"));
+        // An empty array's strides say nothing: 4 x 0 with strides [0, 0] binds N and M.
+        let (shape, strides) = ([sym("N"), sym("M")], [sym("M"), sym("1")]);
+        let args = [ArgLayout {
+            name: "e",
+            shape: &shape,
+            strides: &strides,
+            extents: &[4, 0],
+            elem_strides: Some(&[0, 0]),
+        }];
+        let mut known = BTreeMap::new();
+        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        assert_eq!((known["N"], known["M"]), (4, 0));
         assert_eq!(c_strides(&[18, 4, 10]), vec![40, 10, 1]);
         // Extreme values are left unknown, not a panic (i64::MIN / -1 overflows).
         let (shape, strides) = ([sym("2")], [sym("M - S")]);

@@ -272,7 +272,14 @@ impl<'d> Jam<'d> {
                     .is_some_and(|(_, c)| offset(c, &pb_c).is_some())
             })
         });
-        let simd = newest.iter().all(|&c| c == k) && distinct_writes;
+        // Lanes read before they write: a container B' both reads and writes (an update
+        // in place, defined in the points' order) keeps the loop scalar.
+        let in_place = df.in_edges(bn).iter().any(|&e| {
+            df.node(df.endpoints(e).0)
+                .as_access()
+                .is_some_and(|d| written_by_b.contains(d))
+        });
+        let simd = newest.iter().all(|&c| c == k) && distinct_writes && !in_place;
         Some(Jam {
             a,
             b,
@@ -425,13 +432,7 @@ impl Emitter<'_> {
                 continue;
             };
             let m = if st.by_a { jam.a } else { jam.b };
-            let mut inner = Scope {
-                params: sc.params.clone(),
-                locals: sc.locals.clone(),
-                stop: sc.stop.clone(),
-                loc: sc.loc.clone(),
-                ..*sc
-            };
+            let mut inner = sc.at(LocPart::Text(format!("map '{}'", m.label)));
             inner.params.extend(m.params.iter().cloned());
             self.line("{");
             self.indent += 1;
