@@ -118,8 +118,9 @@ fn optimized(s: &Sdfg, rows: i64) -> Sdfg {
     o
 }
 
-/// Grids smaller than, equal to and larger than a tile, of every small size.
-const SIZES: [(i64, i64); 10] = [
+/// Grids smaller than, equal to and larger than a tile, of every small size, and grids
+/// with columns for the producer but none for the consumer (`M` = 3, 4).
+const SIZES: [(i64, i64); 13] = [
     (0, 0),
     (1, 7),
     (3, 3),
@@ -130,6 +131,9 @@ const SIZES: [(i64, i64); 10] = [
     (18, 19),
     (19, 18),
     (37, 23),
+    (11, 3),
+    (20, 3),
+    (9, 4),
 ];
 
 /// The pair fused through tiles of each of `tiles` rows is printed row-jammed (as a
@@ -219,6 +223,7 @@ proptest! {
         let reads: Vec<(i64, i64)> = reads.into_iter().collect();
         let dmax = reads.iter().map(|r| r.0).max().unwrap();
         let simd = reads.iter().filter(|r| r.0 == dmax).count() == 1;
-        check(&pair(&reads), &reads, simd, &[rows], &[(n, m), (19, 21)]);
+        // Also a grid with one column of the producer's and none of the consumer's.
+        check(&pair(&reads), &reads, simd, &[rows], &[(n, m), (19, 21), (n.max(5), 3)]);
     }
 }

@@ -237,7 +237,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                             for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
                                 const int64_t sdf_ai2 = s_i + 1LL;
                                 if (sdf_ai2 >= sdf_pe2 && sdf_ai2 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL))) {
-                                    for (int64_t sdf_aj2 = 1LL; sdf_aj2 < (2LL) + 0LL; sdf_aj2++) {
+                                    for (int64_t sdf_aj2 = 1LL; sdf_aj2 < sdf_min64((2LL) + 0LL, (s_N - 1LL)); sdf_aj2++) {
                                         {
                                             const int64_t s_i = sdf_ai2;
                                             const int64_t s_j = sdf_aj2;
@@ -382,7 +382,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                                 for (int64_t s_i = ((16LL * s_tile) + 2LL); s_i < sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)); s_i++) {
                                     const int64_t sdf_ai4 = s_i + 1LL;
                                     if (sdf_ai4 >= sdf_pe4 && sdf_ai4 < sdf_min64((sdf_min64(((16LL * s_tile) + 18LL), (s_N - 2LL)) + 1LL), (s_N - 1LL))) {
-                                        for (int64_t sdf_aj4 = 1LL; sdf_aj4 < (2LL) + 0LL; sdf_aj4++) {
+                                        for (int64_t sdf_aj4 = 1LL; sdf_aj4 < sdf_min64((2LL) + 0LL, (s_N - 1LL)); sdf_aj4++) {
                                             {
                                                 const int64_t s_i = sdf_ai4;
                                                 const int64_t s_j = sdf_aj4;

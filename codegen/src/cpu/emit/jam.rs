@@ -347,7 +347,14 @@ impl Emitter<'_> {
         self.line(&format!("const int64_t {ai} = s_{ib} + {dmax}LL;"));
         self.line(&format!("if ({ai} >= {pe} && {ai} < {ar1}) {{"));
         self.indent += 1;
-        a_rows(self, &ai, &ac0, &format!("({bc0}) + {k}LL"))?;
+        // Up to B's first column shifted by k; with no column of B' (a grid narrower than
+        // its halo) that can lie past A's last column, so it is clamped there.
+        a_rows(
+            self,
+            &ai,
+            &ac0,
+            &format!("sdf_min64(({bc0}) + {k}LL, {ac1})"),
+        )?;
         let (blk, end) = (format!("sdf_jb{n}"), format!("sdf_je{n}"));
         self.line(&format!(
             "for (int64_t {blk} = {bc0}; {blk} < {bc1}; {blk} += {BLOCK}LL) {{"
