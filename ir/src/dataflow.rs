@@ -452,17 +452,26 @@ impl Dataflow {
     }
 
     fn collect_accessed<'a>(&'a self, out: &mut BTreeSet<&'a str>) {
-        for n in self.graph.node_indices() {
-            match &self.graph[n] {
-                Node::Access(d) => {
-                    out.insert(d.as_str());
-                }
-                Node::Map(m) => m.body.collect_accessed(out),
+        self.for_each_accessed(&mut |d| {
+            out.insert(d);
+        });
+    }
+
+    /// Calls `f` with every container name accessed in this graph or in the bodies of
+    /// its maps (not inside nested SDFGs), as [`Dataflow::accessed_data`] lists them, in
+    /// no particular order and with repeats.
+    pub fn for_each_accessed<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
+        for n in self.graph.node_weights() {
+            match n {
+                Node::Access(d) => f(d.as_str()),
+                Node::Map(m) => m.body.for_each_accessed(f),
                 _ => {}
             }
         }
-        for e in self.graph.edge_indices() {
-            out.extend(self.graph[e].memlet.subset.tables());
+        for e in self.graph.edge_weights() {
+            for t in e.memlet.subset.tables() {
+                f(t);
+            }
         }
     }
 }

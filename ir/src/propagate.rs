@@ -208,7 +208,9 @@ pub fn map_boundary(
 /// propagates each distinct memlet once.
 #[derive(Debug, Default)]
 pub struct BoundaryMemo {
-    maps: rustc_hash::FxHashMap<(Vec<String>, Vec<Range>), PropagatedSubsets>,
+    /// By map parameters and ranges: a program has few distinct iteration spaces, so a
+    /// short list searched by comparison (no key cloned or hashed per lookup).
+    maps: Vec<(Vec<String>, Vec<Range>, PropagatedSubsets)>,
 }
 
 /// By shape, then by subset (looked up without cloning either).
@@ -225,11 +227,25 @@ pub fn map_boundary_memo(
     use crate::data::DataDesc;
     use crate::memlet::{Memlet, Wcr};
     use std::collections::BTreeMap;
-    let boxes = ParamBox::of_map(params, ranges);
-    let known = memo
+    let at = match memo
         .maps
-        .entry((params.to_vec(), ranges.to_vec()))
-        .or_default();
+        .iter()
+        .position(|(p, r, _)| p.as_slice() == params && r.as_slice() == ranges)
+    {
+        Some(k) => k,
+        None => {
+            // Bounded: a program with very many iteration spaces starts over.
+            if memo.maps.len() >= 256 {
+                memo.maps.clear();
+            }
+            memo.maps
+                .push((params.to_vec(), ranges.to_vec(), Default::default()));
+            memo.maps.len() - 1
+        }
+    };
+    let known = &mut memo.maps[at].2;
+    // The parameter boxes only for a subset not seen before.
+    let mut boxes: Option<Vec<ParamBox>> = None;
     let shape_of = |d: &str| -> &[SymExpr] { arrays.get(d).map_or(&[], |a| a.shape()) };
     let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
@@ -238,7 +254,8 @@ pub fn map_boundary_memo(
         if let Some(p) = known.get(shape).and_then(|by_subset| by_subset.get(s)) {
             return p.clone();
         }
-        let p = propagate(s, &boxes, shape);
+        let b = boxes.get_or_insert_with(|| ParamBox::of_map(params, ranges));
+        let p = propagate(s, b, shape);
         known
             .entry(shape.to_vec())
             .or_default()

@@ -13,7 +13,9 @@ use std::collections::BTreeSet;
 use sdflow_ir::{Block, Dataflow, Node, Sdfg};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{compact_states, control_names, data_uses, remove_isolated_access_nodes};
+use rustc_hash::FxHashSet;
+
+use crate::pattern::{compact_states, control_names, remove_isolated_access_nodes};
 
 /// See the module documentation.
 pub struct DeadDataflow;
@@ -25,17 +27,13 @@ impl Pass for DeadDataflow {
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let mut ch = Changes::default();
+        let control = control_names(&sdfg.body);
         loop {
-            let uses = data_uses(sdfg);
-            let dead: BTreeSet<String> = sdfg
+            let read = read_names(sdfg, &control);
+            let dead: FxHashSet<String> = sdfg
                 .arrays
                 .iter()
-                .filter(|(name, d)| {
-                    d.transient()
-                        && uses
-                            .get(*name)
-                            .is_none_or(|u| u.read_in.is_empty() && !u.in_control)
-                })
+                .filter(|(name, d)| d.transient() && !read.contains(name.as_str()))
                 .map(|(name, _)| name.clone())
                 .collect();
             let mut removed = 0;
@@ -48,10 +46,11 @@ impl Pass for DeadDataflow {
             }
         }
         // Containers nothing mentions.
-        let control = control_names(&sdfg.body);
-        let mut mentioned: BTreeSet<&str> = control.iter().map(String::as_str).collect();
+        let mut mentioned: FxHashSet<&str> = control.iter().map(String::as_str).collect();
         for s in sdfg.body.states() {
-            mentioned.extend(sdfg.states[s.index()].graph.accessed_data_refs());
+            sdfg.states[s.index()].graph.for_each_accessed(&mut |d| {
+                mentioned.insert(d);
+            });
         }
         let unused: Vec<String> = sdfg
             .arrays
@@ -74,36 +73,71 @@ impl Pass for DeadDataflow {
     }
 }
 
+/// The containers the program reads: in the states the control flow runs, access nodes
+/// with out-edges and index tables of memlets (as [`crate::pattern::data_uses`] counts
+/// reads), and the names the control flow reads.
+fn read_names<'a>(sdfg: &'a Sdfg, control: &'a BTreeSet<String>) -> FxHashSet<&'a str> {
+    let mut read: FxHashSet<&str> = control.iter().map(String::as_str).collect();
+    for s in sdfg.body.states() {
+        let Some(state) = sdfg.state(s) else { continue };
+        let df = &state.graph;
+        for n in df.graph.node_indices() {
+            if let Some(d) = df.node(n).as_access()
+                && df.out_degree(n) > 0
+            {
+                read.insert(d);
+            }
+        }
+        for e in df.graph.edge_weights() {
+            read.extend(e.memlet.subset.tables());
+        }
+    }
+    read
+}
+
 /// Removes nodes all of whose outputs are dead containers, and the access nodes of dead
 /// containers that nothing reads and nothing kept writes (a kept writer — a map or
 /// tasklet that also writes a live container — still needs the edge its body's write
 /// leaves through; copies from access nodes into them go with them); returns how many
 /// nodes went.
-fn remove_dead_writers(df: &mut Dataflow, dead: &BTreeSet<String>) -> usize {
+fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> usize {
+    use petgraph::Direction::{Incoming, Outgoing};
+    use petgraph::visit::EdgeRef;
     let is_dead_access = |df: &Dataflow, n| {
         df.node(n)
             .as_access()
             .is_some_and(|d| dead.contains(d) && df.out_degree(n) == 0)
     };
     let mut removed = 0;
-    for n in df.node_ids() {
-        if matches!(df.node(n), Node::Access(_)) {
-            continue;
+    // Most graphs have no access node of a dead container: nothing of theirs goes.
+    let any_dead = df
+        .graph
+        .node_weights()
+        .any(|n| n.as_access().is_some_and(|d| dead.contains(d)));
+    if any_dead {
+        let ids = df.node_ids();
+        for &n in &ids {
+            if matches!(df.node(n), Node::Access(_)) {
+                continue;
+            }
+            let mut outs = df.graph.edges_directed(n, Outgoing).peekable();
+            if outs.peek().is_some() && outs.all(|e| is_dead_access(df, e.target())) {
+                df.graph.remove_node(n);
+                removed += 1;
+            }
         }
-        let outs = df.out_edges(n);
-        if !outs.is_empty() && outs.iter().all(|&e| is_dead_access(df, df.endpoints(e).1)) {
-            df.graph.remove_node(n);
-            removed += 1;
-        }
-    }
-    for n in df.node_ids() {
-        let copied_only = df
-            .in_edges(n)
-            .into_iter()
-            .all(|e| df.node(df.endpoints(e).0).as_access().is_some());
-        if is_dead_access(df, n) && copied_only {
-            df.graph.remove_node(n);
-            removed += 1;
+        for &n in &ids {
+            if !df.graph.contains_node(n) {
+                continue;
+            }
+            let copied_only = df
+                .graph
+                .edges_directed(n, Incoming)
+                .all(|e| df.node(e.source()).as_access().is_some());
+            if is_dead_access(df, n) && copied_only {
+                df.graph.remove_node(n);
+                removed += 1;
+            }
         }
     }
     removed + remove_isolated_access_nodes(df)

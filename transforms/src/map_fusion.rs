@@ -86,13 +86,18 @@ impl Pass for MapFusion {
             // found by the next round of the pipeline. Node positions in a topological
             // order stay valid through fusions (a fused map keeps a later position than
             // everything it reads), so most path checks cost nothing.
-            let positions = |g: &Dataflow| -> BTreeMap<NodeId, usize> {
-                g.topological_order()
+            let positions = |g: &Dataflow| -> Vec<Option<usize>> {
+                use petgraph::visit::NodeIndexable as _;
+                let mut at = vec![None; g.graph.node_bound()];
+                for (i, n) in g
+                    .topological_order()
                     .unwrap_or_default()
                     .into_iter()
                     .enumerate()
-                    .map(|(i, n)| (n, i))
-                    .collect()
+                {
+                    at[n.index()] = Some(i);
+                }
+                at
             };
             let mut topo = positions(&graph);
             let mut from = 0;
@@ -146,7 +151,7 @@ impl MapFusion {
         sdfg: &Sdfg,
         df: &Dataflow,
         uses: &DataUses,
-        topo: &BTreeMap<NodeId, usize>,
+        topo: &[Option<usize>],
         from: usize,
         ch: &mut Changes,
     ) -> Option<(Candidate, usize)> {
@@ -266,7 +271,7 @@ fn legal(
     b: NodeId,
     t_node: NodeId,
     t: &str,
-    topo: &BTreeMap<NodeId, usize>,
+    topo: &[Option<usize>],
 ) -> bool {
     let (ra, wa) = node_reads_writes(df, a);
     let (rb, wb) = node_reads_writes(df, b);
@@ -278,7 +283,8 @@ fn legal(
     }
     // No path from A to B except through T (a node earlier than A in a topological order
     // cannot be reached from it).
-    let before_a = |x: NodeId| matches!((topo.get(&x), topo.get(&a)), (Some(i), Some(j)) if i < j);
+    let pos = |x: NodeId| topo.get(x.index()).copied().flatten();
+    let before_a = |x: NodeId| matches!((pos(x), pos(a)), (Some(i), Some(j)) if i < j);
     df.in_edges(b).into_iter().all(|e| {
         let x = df.endpoints(e).0;
         x == t_node || df.in_degree(x) == 0 || before_a(x) || !df.reaches(a, x)

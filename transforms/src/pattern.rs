@@ -407,6 +407,12 @@ pub fn connect_map(
 
 /// Removes access nodes without edges.
 pub fn remove_isolated_access_nodes(df: &mut Dataflow) -> usize {
+    let isolated = |df: &Dataflow, id| {
+        df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0
+    };
+    if !df.graph.node_indices().any(|id| isolated(df, id)) {
+        return 0;
+    }
     let mut n = 0;
     for id in df.node_ids() {
         if df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0 {
@@ -466,17 +472,26 @@ pub fn find_in_seqs_looped(
 /// Drops states the control flow does not run and renumbers the rest in order, so that
 /// state ids stay dense. Returns how many were dropped.
 pub fn compact_states(sdfg: &mut Sdfg) -> usize {
-    let used: BTreeSet<StateId> = sdfg.body.states().into_iter().collect();
-    if used.len() == sdfg.states.len() {
+    let mut used = vec![false; sdfg.states.len()];
+    let mut count = 0;
+    for s in sdfg.body.states() {
+        if let Some(u) = used.get_mut(s.index())
+            && !*u
+        {
+            *u = true;
+            count += 1;
+        }
+    }
+    if count == sdfg.states.len() {
         return 0;
     }
-    let mut new_id = BTreeMap::new();
+    // New index by old index (states the control flow names keep their order).
+    let mut new_id = vec![StateId(0); used.len()];
     let old = std::mem::take(&mut sdfg.states);
-    let dropped = old.len() - used.len();
+    let dropped = old.len() - count;
     for (i, st) in old.into_iter().enumerate() {
-        let id = StateId(i as u32);
-        if used.contains(&id) {
-            new_id.insert(id, StateId(sdfg.states.len() as u32));
+        if used[i] {
+            new_id[i] = StateId(sdfg.states.len() as u32);
             sdfg.states.push(st);
         }
     }
@@ -484,9 +499,9 @@ pub fn compact_states(sdfg: &mut Sdfg) -> usize {
     dropped
 }
 
-fn renumber(block: &mut Block, map: &BTreeMap<StateId, StateId>) {
+fn renumber(block: &mut Block, map: &[StateId]) {
     match block {
-        Block::State(s) => *s = map[s],
+        Block::State(s) => *s = map[s.index()],
         Block::Seq(items) => items.iter_mut().for_each(|b| renumber(b, map)),
         Block::Loop(l) => renumber(&mut l.body, map),
         Block::If(i) => {

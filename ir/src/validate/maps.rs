@@ -111,11 +111,7 @@ fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Loc
                 ),
             );
         }
-        let at_state_level = scope
-            .sdfg
-            .states
-            .iter()
-            .any(|st| !st.graph.access_nodes(d).is_empty());
+        let at_state_level = scope.state_level.contains(d);
         if at_state_level {
             cx.push(
                 ProblemKind::BadMap,

@@ -183,7 +183,9 @@ impl Cx {
 pub(crate) struct Scope<'a> {
     sdfg: &'a Sdfg,
     /// Symbols the control flow sets (loop variables, assignments).
-    flow: BTreeSet<String>,
+    flow: &'a BTreeSet<String>,
+    /// Containers with an access node in a state's graph (outside map bodies).
+    state_level: &'a rustc_hash::FxHashSet<&'a str>,
     /// Enclosing map parameters, outermost first.
     params: Vec<String>,
     /// Their boxes (where expressible).
@@ -191,10 +193,15 @@ pub(crate) struct Scope<'a> {
 }
 
 impl<'a> Scope<'a> {
-    fn new(sdfg: &'a Sdfg) -> Scope<'a> {
+    fn new(
+        sdfg: &'a Sdfg,
+        flow: &'a BTreeSet<String>,
+        state_level: &'a rustc_hash::FxHashSet<&'a str>,
+    ) -> Scope<'a> {
         Scope {
             sdfg,
-            flow: sdfg.loop_and_assigned_symbols(),
+            flow,
+            state_level,
             params: Vec::new(),
             boxes: Vec::new(),
         }
@@ -303,7 +310,15 @@ fn check_name(cx: &mut Cx, loc: &Location, what: &str, name: &str) {
 pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
     let loc = prefix.child(Segment::Sdfg(sdfg.name.clone()));
     check_name(cx, &loc, "program", &sdfg.name);
-    let scope = Scope::new(sdfg);
+    // Per program, not per map or container: what the control flow sets, and which
+    // containers states access outside map bodies.
+    let flow = sdfg.loop_and_assigned_symbols();
+    let state_level: rustc_hash::FxHashSet<&str> = sdfg
+        .states
+        .iter()
+        .flat_map(|s| s.graph.graph.node_weights().filter_map(|n| n.as_access()))
+        .collect();
+    let scope = Scope::new(sdfg, &flow, &state_level);
     check_declarations(cx, sdfg, &scope, &loc);
     check_arg_order(cx, sdfg, &loc);
     control::check_control(cx, sdfg, &scope, &loc);
@@ -349,10 +364,7 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
         }
         if let DataDesc::Array(a) = desc {
             if a.storage == crate::data::Storage::Local {
-                let at_state_level = sdfg
-                    .states
-                    .iter()
-                    .any(|s| !s.graph.access_nodes(name).is_empty());
+                let at_state_level = scope.state_level.contains(name.as_str());
                 if !a.transient || at_state_level {
                     cx.push(
                         ProblemKind::BadArray,

@@ -411,13 +411,15 @@ pub(crate) fn optimize(
     // The key below is taken before rebuilding (on a memo miss only, for the runner):
     // the classes as built, their nodes' operands canonical, determine the rebuilt graph.
 
-    // Names of the new connectors and locals: free of symbols and map parameters.
-    let taken: BTreeSet<&str> = cx
-        .symbols
-        .keys()
-        .map(String::as_str)
-        .chain(cx.params.iter().map(String::as_str))
-        .collect();
+    // Names of the new connectors and locals: free of symbols and map parameters (the
+    // symbols are sorted, so the first at or after a prefix is the one to check).
+    let taken = |p: &str| {
+        cx.symbols
+            .range::<str, _>((std::ops::Bound::Included(p), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(p))
+            || cx.params.iter().any(|q| q.starts_with(p))
+    };
     let prefix = (0..)
         .map(|k| {
             if k == 0 {
@@ -426,7 +428,7 @@ pub(crate) fn optimize(
                 format!("_{k}_")
             }
         })
-        .find(|p| !taken.iter().any(|t| t.starts_with(p.as_str())))?;
+        .find(|p| !taken(p))?;
     let in_name = |k: usize| format!("{prefix}in{k}");
     let out_name = |k: usize| format!("{prefix}out{k}");
     let mut leaf_name: Vec<String> = b.leaves.iter().map(|(n, _)| n.clone()).collect();
