@@ -631,7 +631,6 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
 /// step; `report`, the options the program gets with the source of each, and every
 /// step's log.
 pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
-    use sdflow_orchestration::workflow::{StepContext, Workflow};
     let emit = o.emit.as_str();
     if !SHOW_EMITS.contains(&emit) {
         return Err(CliError::Usage(format!(
@@ -639,7 +638,19 @@ pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
             SHOW_EMITS.join(", ")
         )));
     }
-    let sdfg = load_program(path)?;
+    show_program(load_program(path)?, &path.display().to_string(), o)
+}
+
+/// [`show_with`] on a loaded, valid program; `origin` names it in errors.
+pub fn show_program(sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, CliError> {
+    use sdflow_orchestration::workflow::{StepContext, Workflow};
+    let emit = o.emit.as_str();
+    if !SHOW_EMITS.contains(&emit) {
+        return Err(CliError::Usage(format!(
+            "emit {emit}: expected one of {}",
+            SHOW_EMITS.join(", ")
+        )));
+    }
     let mut statics = BTreeMap::new();
     for (k, v) in &o.statics {
         statics.insert(k.clone(), symbol_value(&sdfg, k, v)?);
@@ -677,17 +688,17 @@ pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
     let werr = |e: sdflow_orchestration::workflow::WorkflowError| match e {
         sdflow_orchestration::workflow::WorkflowError::Codegen { source, .. } => {
             CliError::Codegen {
-                path: path.display().to_string(),
+                path: origin.to_string(),
                 source,
             }
         }
         sdflow_orchestration::workflow::WorkflowError::Transform { source, .. } => {
             CliError::Transform {
-                path: path.display().to_string(),
+                path: origin.to_string(),
                 source,
             }
         }
-        other => CliError::Usage(format!("{}: {other}", path.display())),
+        other => CliError::Usage(format!("{origin}: {other}")),
     };
     let stages = workflow.stages(&sdfg, &cx).map_err(werr)?;
     let last = stages.last().expect("the input is a stage").sdfg.clone();
@@ -699,7 +710,7 @@ pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
         "plan" => {
             if let Err(problems) = last.validate() {
                 return Err(CliError::Codegen {
-                    path: path.display().to_string(),
+                    path: origin.to_string(),
                     source: sdflow_codegen::CodegenError::Invalid(
                         problems.iter().map(|p| p.to_string()).collect(),
                     ),
@@ -708,7 +719,7 @@ pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
             sdflow_codegen::Plan::of(&last)
                 .map(|p| p.to_text())
                 .map_err(|source| CliError::Codegen {
-                    path: path.display().to_string(),
+                    path: origin.to_string(),
                     source,
                 })
         }

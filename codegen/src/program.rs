@@ -366,6 +366,29 @@ pub struct BoundCall<'a> {
 }
 
 impl BoundCall<'_> {
+    /// Sets float symbol `name` to `value` for the following calls; every other
+    /// argument stays as bound (no float symbol sizes or places anything).
+    pub fn set_float(&mut self, name: &str, value: f64) -> Result<(), CallError> {
+        let floats = &self.program.signature.floats;
+        match floats.iter().position(|f| f == name) {
+            Some(k) => {
+                self.floats[k] = value;
+                Ok(())
+            }
+            None => Err(CallError::Bind {
+                program: self.program.name.clone(),
+                message: if floats.is_empty() {
+                    format!("'{name}' is not a float symbol: the program has none")
+                } else {
+                    format!(
+                        "'{name}' is not a float symbol (float symbols: {})",
+                        floats.join(", ")
+                    )
+                },
+            }),
+        }
+    }
+
     /// Runs the program once on the bound arguments.
     pub fn call(&mut self) -> Result<(), CallError> {
         debug_assert_eq!(self.ptrs.len(), self.program.signature.arrays.len());

@@ -135,6 +135,15 @@ pub fn infer_symbols(
 ) -> Result<(), BindError> {
     let mut eqs = Vec::new();
     for a in args {
+        if a.shape.len() != a.extents.len() {
+            return Err(BindError(format!(
+                "'{}' has {} dimension(s) (extents {:?}), but the program's has {}",
+                a.name,
+                a.extents.len(),
+                a.extents,
+                a.shape.len()
+            )));
+        }
         for (d, (e, &n)) in a.shape.iter().zip(a.extents).enumerate() {
             eqs.push(Equation {
                 expr: e,
@@ -345,6 +354,24 @@ mod tests {
         );
         assert_eq!(dense_order(&[sym("6"), sym("1")], &[3, 5], &k), None);
         assert_eq!(dense_order(&[sym("M"), sym("1")], &[3, 5], &k), None);
+    }
+
+    #[test]
+    fn an_array_of_another_rank_is_named_with_both_ranks() {
+        let shape = [sym("N")];
+        let strides = [sym("1")];
+        let args = [ArgLayout {
+            name: "u",
+            shape: &shape,
+            strides: &strides,
+            extents: &[12, 12],
+            elem_strides: Some(&[12, 1]),
+        }];
+        let e = infer_symbols(&args, &|_| true, &mut BTreeMap::new()).unwrap_err();
+        assert_eq!(
+            e.0,
+            "'u' has 2 dimension(s) (extents [12, 12]), but the program's has 1"
+        );
     }
 
     #[test]

@@ -390,9 +390,11 @@ impl Callable {
         }
     }
 
-    /// Calls the program: picks the variant by the flags' values in `args`, adds the
-    /// bound arguments, checks and runs.
-    pub fn call(&self, mut args: Args<'_>) -> Result<(), CallError> {
+    /// The executable of the variant the flags' values in `args` pick (taking them out
+    /// of `args`), and `args` with the bound symbol values added; static values passed
+    /// are errors. Bound arrays are not added (see [`Callable::call`]): this is for a
+    /// caller that binds the executable's arguments once and calls it many times.
+    pub fn select<'a>(&self, mut args: Args<'a>) -> Result<(Executable, Args<'a>), CallError> {
         for k in self.spec.statics.keys() {
             if args.has_symbol(k) || args.has_array(k) {
                 return Err(self.err(format!(
@@ -425,6 +427,13 @@ impl Callable {
             }
             args = args.float(k, *v);
         }
+        Ok((exe, args))
+    }
+
+    /// Calls the program: picks the variant by the flags' values in `args`, adds the
+    /// bound arguments, checks and runs.
+    pub fn call(&self, args: Args<'_>) -> Result<(), CallError> {
+        let (exe, args) = self.select(args)?;
         let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
         // The bound arrays are borrowed for this call only.
         let mut call_args = shorten(args);

@@ -1,0 +1,102 @@
+"""Type stubs of the sdflow extension module."""
+
+import os
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+class SdflowError(Exception):
+    """An error of sdflow: a program that cannot be read, optimized or compiled."""
+
+class ValidationError(SdflowError):
+    """A program that is not a valid SDFG; the message lists every problem and where."""
+
+class CallError(SdflowError):
+    """A call whose arguments do not fit the program, or a failure while it ran."""
+
+def load(source: Union[str, bytes, os.PathLike[str], Any]) -> Program:
+    """Reads a program: a path, sdflow or DaCe JSON text, bytes, or a ``dace.SDFG``
+    (through its ``to_json()``; DaCe is not imported otherwise)."""
+
+def version() -> str:
+    """The package version."""
+
+class Report:
+    """What ``Program.optimize`` did; ``str(report)`` is the text ``sdflow opt --report`` prints."""
+
+    rounds: int
+    fixed_point: bool
+    total_ms: float
+    validation_ms: float
+    @property
+    def passes(self) -> list[dict[str, Any]]:
+        """Per pass, in order: ``{"name", "runs", "ms", "changes": {counter: n}}``."""
+
+class Program:
+    """An SDFG."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def arguments(self) -> list[str]:
+        """Array and scalar arguments, in calling order."""
+    @property
+    def symbols(self) -> dict[str, str]:
+        """Symbols and their element types (``"i64"``, ``"f64"``...)."""
+    def validate(self) -> None:
+        """Raises ``ValidationError`` listing every problem."""
+    def problems(self) -> list[str]:
+        """Validation problems, one text each (empty when valid)."""
+    def optimize(
+        self,
+        pipeline: str = "cpu",
+        passes: Optional[Sequence[str]] = None,
+        fast_math: bool = False,
+    ) -> Tuple[Program, Report]:
+        """Runs the optimizer (``"cpu"`` or ``"gpu"`` pipeline, or the named passes)."""
+    def to_json(self) -> str:
+        """The program as sdflow JSON."""
+    def to_dot(self) -> str:
+        """The program as a Graphviz DOT drawing."""
+    def show(
+        self,
+        kind: str = "c",
+        optimize: bool = False,
+        backend: Optional[str] = None,
+        static: Optional[Mapping[str, Union[int, float, bool]]] = None,
+    ) -> str:
+        """``"c"``, ``"cuda"``, ``"plan"``, ``"sdfg"``, ``"dot"``, ``"optimized"`` or ``"report"``."""
+    def stats(self) -> dict[str, int]:
+        """Counts of states, nodes, maps, tasklets, edges and transients."""
+    def compile(
+        self,
+        backend: str = "cpu",
+        static: Optional[Mapping[str, Union[int, float, bool]]] = None,
+        variants: Optional[Mapping[str, Sequence[Union[int, bool]]]] = None,
+        bound: Optional[Mapping[str, Any]] = None,
+        options: Optional[Mapping[str, Any]] = None,
+        compile_on_demand: bool = False,
+    ) -> CompiledProgram:
+        """Compiles for ``"cpu"``, ``"cuda"`` or ``"interp"``."""
+
+class CompiledProgram:
+    """A compiled program; call it with keyword arguments."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def options(self) -> str:
+        """The options it was built with, and where each came from."""
+    @property
+    def compiled(self) -> int:
+        """Variants this compile built (the rest came from the persistent cache)."""
+    def __call__(self, **kwargs: Any) -> None:
+        """Runs once: NumPy arrays (passed in place) and values by name."""
+    def bind(self, **kwargs: Any) -> BoundProgram:
+        """Checks and lays out the arguments once."""
+
+class BoundProgram:
+    """A compiled program with its arguments bound."""
+
+    def __call__(self, **kwargs: Union[int, float, bool]) -> None:
+        """Runs; keyword arguments set new values of float symbols and scalar arguments."""

@@ -1,0 +1,985 @@
+//! The `sdflow._sdflow` extension module: programs loaded from files, JSON text or DaCe
+//! SDFG objects, optimized, drawn, printed, compiled and called with NumPy arrays
+//! (`docs/python.md`). The pure-Python package `sdflow` re-exports it.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::path::Path;
+use std::sync::Arc;
+
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+
+use sdflow::cli::{self, ShowOptions};
+use sdflow_codegen::{Args, Backend, BoundCall, CompiledProgram as CpuProgram};
+use sdflow_ir::{DType, DataDesc, Sdfg, Value};
+use sdflow_orchestration::component::{Component, ProgramSpec, Programs};
+use sdflow_orchestration::workflow::Executable;
+
+create_exception!(
+    _sdflow,
+    SdflowError,
+    PyException,
+    "An error of sdflow: a program that cannot be read, optimized or compiled."
+);
+create_exception!(
+    _sdflow,
+    ValidationError,
+    SdflowError,
+    "A program that is not a valid SDFG; the message lists every problem and where."
+);
+create_exception!(
+    _sdflow,
+    CallError,
+    SdflowError,
+    "A call whose arguments do not fit the program, or a program that failed while running."
+);
+
+fn sdflow_err(e: impl Display) -> PyErr {
+    SdflowError::new_err(e.to_string())
+}
+
+fn call_err(e: impl Display) -> PyErr {
+    CallError::new_err(e.to_string())
+}
+
+/// The problems of an invalid program as one message, one per line.
+fn invalid(name: &str, problems: &[sdflow_ir::validate::Problem]) -> PyErr {
+    let mut msg = format!(
+        "program '{name}' is not a valid SDFG ({} problem(s)):",
+        problems.len()
+    );
+    for p in problems {
+        msg.push_str("\n  ");
+        msg.push_str(&p.to_string());
+    }
+    ValidationError::new_err(msg)
+}
+
+/// An SDFG: loaded with `sdflow.load`, or the result of `Program.optimize`.
+#[pyclass(module = "sdflow._sdflow", name = "Program", frozen)]
+struct Program {
+    sdfg: Arc<Sdfg>,
+    /// Where it came from (a path, `<json>`, a DaCe SDFG's name), for errors.
+    origin: String,
+}
+
+/// What `Program.optimize` did.
+#[pyclass(module = "sdflow._sdflow", name = "Report", frozen)]
+struct Report {
+    text: String,
+    #[pyo3(get)]
+    rounds: usize,
+    #[pyo3(get)]
+    fixed_point: bool,
+    #[pyo3(get)]
+    total_ms: f64,
+    #[pyo3(get)]
+    validation_ms: f64,
+    passes: Vec<PassLine>,
+}
+
+/// One pass of a report: name, runs, milliseconds, counters.
+type PassLine = (String, usize, f64, Vec<(String, usize)>);
+
+#[pymethods]
+impl Report {
+    /// Per pass: `{"name", "runs", "ms", "changes": {counter: n}}`, in pipeline order.
+    #[getter]
+    fn passes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for (name, runs, ms, changes) in &self.passes {
+            let d = PyDict::new(py);
+            d.set_item("name", name)?;
+            d.set_item("runs", runs)?;
+            d.set_item("ms", ms)?;
+            let c = PyDict::new(py);
+            for (k, n) in changes {
+                c.set_item(k, n)?;
+            }
+            d.set_item("changes", c)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn __str__(&self) -> String {
+        self.text.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<sdflow.Report: {} round(s), {:.3} ms>",
+            self.rounds, self.total_ms
+        )
+    }
+}
+
+/// Reads a program: a path (`str` or `os.PathLike`), sdflow or DaCe JSON text, bytes,
+/// or a `dace.SDFG` (through its `to_json()`; DaCe is not imported otherwise).
+#[pyfunction]
+fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Program> {
+    let (bytes, origin): (Vec<u8>, String) = if let Ok(b) = source.cast::<PyBytes>() {
+        (b.as_bytes().to_vec(), "<bytes>".into())
+    } else if let Ok(s) = source.cast::<PyString>() {
+        let s = s.to_str()?;
+        if s.trim_start().starts_with('{') {
+            (s.as_bytes().to_vec(), "<json>".into())
+        } else {
+            read_file(s)?
+        }
+    } else if source.hasattr("to_json")? && source.hasattr("arrays")? {
+        // A DaCe SDFG object.
+        let json = source.call_method0("to_json")?;
+        let text: String = py
+            .import("json")?
+            .call_method1("dumps", (json,))?
+            .extract()?;
+        let name: String = source
+            .getattr("name")
+            .and_then(|n| n.extract())
+            .unwrap_or_else(|_| "?".into());
+        (text.into_bytes(), format!("<dace.SDFG '{name}'>"))
+    } else if source.hasattr("__fspath__")? {
+        let p: String = py
+            .import("os")?
+            .call_method1("fspath", (source,))?
+            .extract()?;
+        read_file(&p)?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "sdflow.load: expected a path, JSON text, bytes or a dace.SDFG, not {}",
+            source.get_type().name()?
+        )));
+    };
+    let sdfg = cli::read_program_bytes(&bytes, Path::new(&origin)).map_err(sdflow_err)?;
+    Ok(Program {
+        sdfg: Arc::new(sdfg),
+        origin,
+    })
+}
+
+fn read_file(path: &str) -> PyResult<(Vec<u8>, String)> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{path}: {e}")))?;
+    Ok((bytes, path.to_string()))
+}
+
+/// A Python value as an IR value of type `ty` (a static value or a variant).
+fn value_of(v: &Bound<'_, PyAny>, ty: DType, what: &str) -> PyResult<Value> {
+    let bad = || {
+        PyTypeError::new_err(format!(
+            "{what}: expected a {ty} value, got {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    };
+    Ok(if ty == DType::Bool {
+        Value::Bool(
+            v.extract::<bool>()
+                .or_else(|_| v.extract::<i64>().map(|i| i != 0))
+                .map_err(|_| bad())?,
+        )
+    } else if ty.is_int() {
+        if v.is_instance_of::<PyBool>() {
+            Value::I64(v.extract::<bool>()? as i64)
+        } else {
+            Value::I64(v.extract::<i64>().map_err(|_| bad())?)
+        }
+        .cast(ty)
+    } else {
+        Value::F64(v.extract::<f64>().map_err(|_| bad())?).cast(ty)
+    })
+}
+
+fn symbol_type(sdfg: &Sdfg, name: &str) -> PyResult<DType> {
+    sdfg.symbols.get(name).map(|s| s.dtype).ok_or_else(|| {
+        SdflowError::new_err(format!(
+            "program '{}' has no symbol '{name}' (symbols: {})",
+            sdfg.name,
+            sdfg.symbols.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
+
+#[pymethods]
+impl Program {
+    /// The program's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.sdfg.name.clone()
+    }
+
+    /// Its array and scalar arguments, in calling order.
+    #[getter]
+    fn arguments(&self) -> Vec<String> {
+        self.sdfg.arguments()
+    }
+
+    /// Its symbols and their types (`{"N": "i64", "alpha": "f64"}`).
+    #[getter]
+    fn symbols(&self) -> BTreeMap<String, String> {
+        self.sdfg
+            .symbols
+            .iter()
+            .map(|(k, s)| (k.clone(), s.dtype.to_string()))
+            .collect()
+    }
+
+    /// The problems validation finds, one text per problem (empty when valid).
+    fn problems(&self) -> Vec<String> {
+        match self.sdfg.validate() {
+            Ok(()) => Vec::new(),
+            Err(ps) => ps.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    /// Raises `ValidationError` listing every problem, or returns None.
+    fn validate(&self) -> PyResult<()> {
+        self.sdfg
+            .validate()
+            .map_err(|ps| invalid(&self.sdfg.name, &ps))
+    }
+
+    /// Runs the optimizer: `pipeline` is `"cpu"` or `"gpu"`, or `passes` a list of pass
+    /// names; `fast_math` lets the e-graph pass reassociate. Returns `(Program, Report)`.
+    #[pyo3(signature = (pipeline = "cpu", passes = None, fast_math = false))]
+    fn optimize(
+        &self,
+        pipeline: &str,
+        passes: Option<Vec<String>>,
+        fast_math: bool,
+    ) -> PyResult<(Program, Report)> {
+        use sdflow_transforms::Pipeline;
+        let p = match passes {
+            Some(names) => {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                Pipeline::from_names(&names).map_err(sdflow_err)?
+            }
+            None => match pipeline {
+                "cpu" => Pipeline::cpu(),
+                "gpu" => Pipeline::gpu(),
+                other => {
+                    return Err(SdflowError::new_err(format!(
+                        "pipeline '{other}': expected 'cpu' or 'gpu'"
+                    )));
+                }
+            },
+        };
+        let p = if fast_math {
+            p.replace(
+                "egraph",
+                Box::new(sdflow_transforms::EGraphPass::fast_math()),
+            )
+            .map_err(|_| {
+                SdflowError::new_err("fast_math needs the 'egraph' pass in the pipeline")
+            })?
+        } else {
+            p
+        };
+        let mut sdfg = (*self.sdfg).clone();
+        let r = p.run(&mut sdfg).map_err(|e| match e {
+            sdflow_transforms::TransformError::InvalidInput(ps) => {
+                ValidationError::new_err(format!(
+                    "program '{}' is not a valid SDFG ({} problem(s)):\n  {}",
+                    self.sdfg.name,
+                    ps.len(),
+                    ps.join("\n  ")
+                ))
+            }
+            other => sdflow_err(other),
+        })?;
+        let report = Report {
+            text: r.to_string(),
+            rounds: r.rounds,
+            fixed_point: r.fixed_point,
+            total_ms: r.time.as_secs_f64() * 1e3,
+            validation_ms: r.validation.as_secs_f64() * 1e3,
+            passes: r
+                .passes
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.to_string(),
+                        p.runs,
+                        p.time.as_secs_f64() * 1e3,
+                        p.changes
+                            .counts
+                            .iter()
+                            .map(|(k, n)| (k.to_string(), *n))
+                            .collect(),
+                    )
+                })
+                .collect(),
+        };
+        Ok((
+            Program {
+                sdfg: Arc::new(sdfg),
+                origin: self.origin.clone(),
+            },
+            report,
+        ))
+    }
+
+    /// The program as sdflow JSON.
+    fn to_json(&self) -> String {
+        sdflow_ir::format::to_json(&self.sdfg)
+    }
+
+    /// The program as a Graphviz DOT drawing.
+    fn to_dot(&self) -> String {
+        sdflow_ir::dot::to_dot(&self.sdfg)
+    }
+
+    /// An intermediate of the workflow: `"c"`, `"cuda"`, `"plan"`, `"sdfg"`, `"dot"`,
+    /// `"optimized"` or `"report"` (as `sdflow show --emit`), after specialization to
+    /// `static` and, with `optimize`, the optimize step.
+    #[pyo3(signature = (kind = "c", optimize = false, backend = None, r#static = None))]
+    fn show(
+        &self,
+        kind: &str,
+        optimize: bool,
+        backend: Option<&str>,
+        r#static: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<String> {
+        self.validate()?;
+        let backend = backend
+            .map(|b| {
+                Backend::from_tag(b).ok_or_else(|| {
+                    SdflowError::new_err(format!(
+                        "backend '{b}': expected 'cpu', 'cuda' or 'interp'"
+                    ))
+                })
+            })
+            .transpose()?;
+        let mut statics = Vec::new();
+        if let Some(d) = r#static {
+            for (k, v) in d.iter() {
+                statics.push((k.extract::<String>()?, v.str()?.to_string()));
+            }
+        }
+        let o = ShowOptions {
+            emit: kind.to_string(),
+            opt: optimize,
+            backend,
+            statics,
+            ..ShowOptions::default()
+        };
+        cli::show_program((*self.sdfg).clone(), &self.origin, &o).map_err(sdflow_err)
+    }
+
+    /// Counts of states, nodes, maps, tasklets, edges and transients.
+    fn stats(&self) -> BTreeMap<&'static str, usize> {
+        let s = self.sdfg.stats();
+        BTreeMap::from([
+            ("states", s.states),
+            ("nodes", s.nodes),
+            ("maps", s.maps),
+            ("tasklets", s.tasklets),
+            ("nested", s.nested),
+            ("library", s.library),
+            ("edges", s.edges),
+            ("transients", s.transients),
+        ])
+    }
+
+    /// Compiles the program for `backend` (`"cpu"`, `"cuda"` or `"interp"`): `static`
+    /// symbol values are compiled in; `variants` precompiles one version per listed
+    /// value of a flag (the call passes the flag and runs that version); `bound`
+    /// arguments (arrays or values) are given once, calls pass the rest; `options` are
+    /// backend options by key (values as TOML text or Python values).
+    #[pyo3(signature = (backend = "cpu", r#static = None, variants = None, bound = None, options = None, compile_on_demand = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn compile(
+        &self,
+        py: Python<'_>,
+        backend: &str,
+        r#static: Option<&Bound<'_, PyDict>>,
+        variants: Option<&Bound<'_, PyDict>>,
+        bound: Option<&Bound<'_, PyDict>>,
+        options: Option<&Bound<'_, PyDict>>,
+        compile_on_demand: bool,
+    ) -> PyResult<CompiledProgram> {
+        self.validate()?;
+        let tag = Backend::from_tag(backend).ok_or_else(|| {
+            SdflowError::new_err(format!(
+                "backend '{backend}': expected 'cpu', 'cuda' or 'interp'"
+            ))
+        })?;
+        let sdfg = &self.sdfg;
+        let mut spec = ProgramSpec::new(self.sdfg.clone()).compile_on_demand(compile_on_demand);
+        if let Some(d) = r#static {
+            for (k, v) in d.iter() {
+                let k: String = k.extract()?;
+                let ty = symbol_type(sdfg, &k)?;
+                spec = spec.static_value(&k, value_of(&v, ty, &format!("static '{k}'"))?);
+            }
+        }
+        if let Some(d) = variants {
+            for (k, v) in d.iter() {
+                let k: String = k.extract()?;
+                let ty = symbol_type(sdfg, &k)?;
+                let mut values = Vec::new();
+                for x in v.try_iter()? {
+                    values.push(value_of(&x?, ty, &format!("variant of '{k}'"))?);
+                }
+                spec = spec.variants(&k, values);
+            }
+        }
+        if let Some(d) = options {
+            for (k, v) in d.iter() {
+                let k: String = k.extract()?;
+                let text = if let Ok(s) = v.cast::<PyString>() {
+                    // TOML text, or a plain word taken as a string.
+                    let s = s.to_str()?;
+                    if s.parse::<f64>().is_ok() || s == "true" || s == "false" || s.starts_with('"')
+                    {
+                        s.to_string()
+                    } else {
+                        format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+                    }
+                } else if v.is_instance_of::<PyBool>() {
+                    v.extract::<bool>()?.to_string()
+                } else {
+                    v.str()?.to_string()
+                };
+                spec = spec.option(&k, &text);
+            }
+        }
+        let programs = Component::new(tag)
+            .with_program(spec)
+            .build()
+            .map_err(sdflow_err)?;
+        let mut held = BoundArgs::default();
+        if let Some(d) = bound {
+            for (k, v) in d.iter() {
+                held.push(py, sdfg, &k.extract::<String>()?, &v)?;
+            }
+        }
+        Ok(CompiledProgram {
+            programs: Arc::new(programs),
+            name: sdfg.name.clone(),
+            sdfg: sdfg.clone(),
+            backend: tag,
+            bound: held,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.sdfg.stats();
+        format!(
+            "<sdflow.Program '{}': {} states, {} maps, {} tasklets>",
+            self.sdfg.name, s.states, s.maps, s.tasklets
+        )
+    }
+}
+
+/// One argument held for calls: an array (kept alive by the reference) or a scalar
+/// value in a buffer of its own.
+enum Held {
+    Array {
+        obj: Py<PyAny>,
+        ptr: *mut u8,
+        dtype: DType,
+        shape: Vec<usize>,
+        strides: Vec<isize>,
+    },
+    /// A scalar container passed by value: the program reads it through a pointer.
+    Scalar {
+        buf: Box<u64>,
+        dtype: DType,
+    },
+    Int(i64),
+    Float(f64),
+}
+
+/// Arguments by name, converted once from Python values.
+#[derive(Default)]
+struct BoundArgs {
+    items: Vec<(String, Held)>,
+}
+
+// SAFETY: the raw pointers point into NumPy arrays this value keeps alive (`obj`) or into
+// its own boxes; they are only dereferenced by a program call, which holds the GIL.
+unsafe impl Send for BoundArgs {}
+unsafe impl Sync for BoundArgs {}
+
+fn dtype_of(a: &Bound<'_, PyUntypedArray>) -> Option<DType> {
+    let py = a.py();
+    let d = a.dtype();
+    [
+        (numpy::dtype::<f64>(py), DType::F64),
+        (numpy::dtype::<f32>(py), DType::F32),
+        (numpy::dtype::<i64>(py), DType::I64),
+        (numpy::dtype::<i32>(py), DType::I32),
+        (numpy::dtype::<bool>(py), DType::Bool),
+    ]
+    .into_iter()
+    .find(|(t, _)| d.is_equiv_to(t))
+    .map(|(_, t)| t)
+}
+
+impl BoundArgs {
+    /// Converts `value` for argument `name` of `sdfg` and keeps it.
+    fn push(
+        &mut self,
+        _py: Python<'_>,
+        sdfg: &Sdfg,
+        name: &str,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        if self.items.iter().any(|(n, _)| n == name) {
+            return Err(call_err(format!(
+                "program '{}': '{name}' is given twice",
+                sdfg.name
+            )));
+        }
+        let held = held_of(sdfg, name, value)?;
+        self.items.push((name.to_string(), held));
+        Ok(())
+    }
+
+    /// Adds every argument to `args`.
+    ///
+    /// # Safety
+    /// The returned arguments point into the held arrays and buffers: `self` must
+    /// outlive every use of them.
+    unsafe fn add_to<'a>(&self, mut args: Args<'a>) -> Args<'a> {
+        for (name, h) in &self.items {
+            args = match h {
+                Held::Array {
+                    ptr,
+                    dtype,
+                    shape,
+                    strides,
+                    ..
+                } => unsafe { args.raw(name, *ptr, *dtype, shape, strides) },
+                Held::Scalar { buf, dtype } => {
+                    let p = (&**buf as *const u64).cast_mut().cast::<u8>();
+                    unsafe { args.raw(name, p, *dtype, &[], &[]) }
+                }
+                Held::Int(v) => args.int(name, *v),
+                Held::Float(v) => args.float(name, *v),
+            };
+        }
+        args
+    }
+}
+
+/// The bytes of `v` as a value of `dtype`, in a buffer of eight.
+fn scalar_bits(v: Value, dtype: DType) -> u64 {
+    let mut b = [0u8; 8];
+    match v.cast(dtype) {
+        Value::Bool(x) => b[0] = x as u8,
+        Value::I32(x) => b[..4].copy_from_slice(&x.to_ne_bytes()),
+        Value::I64(x) => b.copy_from_slice(&x.to_ne_bytes()),
+        Value::F32(x) => b[..4].copy_from_slice(&x.to_ne_bytes()),
+        Value::F64(x) => b.copy_from_slice(&x.to_ne_bytes()),
+    }
+    u64::from_ne_bytes(b)
+}
+
+fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> {
+    let what = |m: String| call_err(format!("program '{}': argument '{name}': {m}", sdfg.name));
+    if let Ok(a) = value.cast::<PyUntypedArray>() {
+        let dtype = dtype_of(a).ok_or_else(|| {
+            what(format!(
+                "element type {} is not supported (float64, float32, int64, int32, bool in native byte order)",
+                a.dtype()
+            ))
+        })?;
+        // SAFETY: `a` is a live NumPy array; its header is read, not written.
+        let (ptr, writeable) = unsafe {
+            let raw = a.as_array_ptr();
+            (
+                (*raw).fields.data.cast::<u8>(),
+                (*raw).fields.flags & numpy::npyffi::flags::NPY_ARRAY_WRITEABLE != 0,
+            )
+        };
+        if !writeable {
+            return Err(what(
+                "the array is read-only; pass a writeable array".into(),
+            ));
+        }
+        let size = dtype.size_bytes() as isize;
+        let mut strides = Vec::with_capacity(a.ndim());
+        for &s in a.strides() {
+            if s % size != 0 {
+                return Err(what(format!(
+                    "strides {:?} (bytes) are not multiples of the element size {size}",
+                    a.strides()
+                )));
+            }
+            strides.push(s / size);
+        }
+        return Ok(Held::Array {
+            obj: value.clone().unbind(),
+            ptr,
+            dtype,
+            shape: a.shape().to_vec(),
+            strides,
+        });
+    }
+    match sdfg.arrays.get(name) {
+        Some(DataDesc::Scalar { dtype, .. }) => {
+            let v = value_of(value, *dtype, &format!("argument '{name}'"))
+                .map_err(|e| call_err(e.to_string()))?;
+            Ok(Held::Scalar {
+                buf: Box::new(scalar_bits(v, *dtype)),
+                dtype: *dtype,
+            })
+        }
+        Some(_) => Err(what(format!(
+            "expected a NumPy array, got {}",
+            value.get_type().name()?
+        ))),
+        None => match sdfg.symbols.get(name) {
+            Some(s) if s.dtype.is_float() => {
+                Ok(Held::Float(value.extract::<f64>().map_err(|_| {
+                    what(format!(
+                        "expected a number, got {}",
+                        value
+                            .get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    ))
+                })?))
+            }
+            Some(s) => Ok(Held::Int(
+                value_of(value, s.dtype, &format!("argument '{name}'"))
+                    .map_err(|e| call_err(e.to_string()))?
+                    .as_i64(),
+            )),
+            None => Err(what(format!(
+                "no such argument or symbol (arguments: {}; symbols: {})",
+                sdfg.arguments().join(", "),
+                sdfg.symbols.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))),
+        },
+    }
+}
+
+/// Integer symbols not given in `sets` whose value an array's extent gives (a dimension
+/// declared as the bare symbol).
+fn infer_sizes(sdfg: &Sdfg, sets: &[&BoundArgs]) -> Vec<(String, i64)> {
+    let given = |k: &str| sets.iter().any(|s| s.items.iter().any(|(n, _)| n == k));
+    let mut out: Vec<(String, i64)> = Vec::new();
+    for set in sets {
+        for (name, h) in &set.items {
+            let Held::Array { shape, .. } = h else {
+                continue;
+            };
+            let Some(desc) = sdfg.arrays.get(name) else {
+                continue;
+            };
+            for (dim, &n) in desc.shape().iter().zip(shape) {
+                if let sdflow_ir::SymExpr::Sym(s) = dim
+                    && sdfg
+                        .symbols
+                        .get(&**s)
+                        .is_some_and(|x| x.dtype.is_int() && x.value.is_none())
+                    && !given(s)
+                    && !out.iter().any(|(k, _)| **k == **s)
+                {
+                    out.push((s.to_string(), n as i64));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A compiled program: call it with keyword arguments (NumPy arrays are passed in
+/// place), or `bind` them once.
+#[pyclass(module = "sdflow._sdflow", name = "CompiledProgram", frozen)]
+struct CompiledProgram {
+    programs: Arc<Programs>,
+    name: String,
+    sdfg: Arc<Sdfg>,
+    backend: Backend,
+    bound: BoundArgs,
+}
+
+impl CompiledProgram {
+    fn callable(&self) -> PyResult<&sdflow_orchestration::component::Callable> {
+        self.programs.program(&self.name).map_err(call_err)
+    }
+
+    fn args_of(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<BoundArgs> {
+        let mut held = BoundArgs::default();
+        if let Some(d) = kwargs {
+            for (k, v) in d.iter() {
+                let k: String = k.extract()?;
+                if self.bound.items.iter().any(|(n, _)| *n == k) {
+                    return Err(call_err(format!(
+                        "program '{}': '{k}' is bound; do not pass it",
+                        self.name
+                    )));
+                }
+                held.push(py, &self.sdfg, &k, &v)?;
+            }
+        }
+        Ok(held)
+    }
+}
+
+#[pymethods]
+impl CompiledProgram {
+    /// Runs the program once: arrays and values by name.
+    #[pyo3(signature = (**kwargs))]
+    fn __call__(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut held = self.args_of(py, kwargs)?;
+        if self.backend != Backend::Cpu {
+            // The compiled CPU program infers sizes from the arrays' shapes; for the
+            // others, a dimension that is a bare symbol gives its value here.
+            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound]);
+            held.items
+                .extend(inferred.into_iter().map(|(k, v)| (k, Held::Int(v))));
+        }
+        // SAFETY: `held` and `self.bound` outlive the call.
+        let args = unsafe { held.add_to(self.bound.add_to(Args::new())) };
+        self.callable()?.call(args).map_err(call_err)
+    }
+
+    /// Checks and lays out the arguments once: the returned callable runs the program
+    /// with them, taking only new values of float symbols and of scalar arguments.
+    #[pyo3(signature = (**kwargs))]
+    fn bind(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<BoundProgram> {
+        let held = self.args_of(py, kwargs)?;
+        // The compile-time bound arguments, shared (arrays) or copied (scalar buffers):
+        // the bound call points into this copy, which moves into the result with `held`.
+        let bound_from = BoundArgs {
+            items: self
+                .bound
+                .items
+                .iter()
+                .map(|(n, h)| (n.clone(), h.clone_ref(py)))
+                .collect(),
+        };
+        // SAFETY: `held` and `bound_from` move into the result, which keeps them (and
+        // through them the arrays) for as long as the bound call lives; moving them
+        // moves no array or buffer.
+        let args = unsafe { held.add_to(bound_from.add_to(Args::new())) };
+        let (exe, args) = self.callable()?.select(args).map_err(call_err)?;
+        let floats: Vec<String> = self
+            .sdfg
+            .symbols
+            .iter()
+            .filter(|(_, s)| s.dtype.is_float())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut bound_scalars = Vec::new();
+        for (n, h) in held.items.iter().chain(bound_from.items.iter()) {
+            if let Held::Scalar { buf, dtype } = h {
+                bound_scalars.push((n.clone(), (&**buf as *const u64).cast_mut(), *dtype));
+            }
+        }
+        let call = match &exe {
+            Executable::Cpu(p) => {
+                let program: Arc<CpuProgram> = p.clone();
+                // SAFETY: the program is kept alive by `program` below, which the bound
+                // call is dropped before (field order), and the arrays by `held`.
+                let prog_ref: &'static CpuProgram = unsafe { &*Arc::as_ptr(&program) };
+                let bc = prog_ref.bind(args).map_err(call_err)?;
+                Some((bc, program))
+            }
+            _ => None,
+        };
+        let (call, program) = match call {
+            Some((c, p)) => (Some(c), Some(p)),
+            None => (None, None),
+        };
+        Ok(BoundProgram {
+            call,
+            _program: program,
+            compiled: CompiledRef {
+                programs: self.programs.clone(),
+                name: self.name.clone(),
+                sdfg: self.sdfg.clone(),
+            },
+            held,
+            own_bound: self.bound.items.iter().map(|(n, _)| n.clone()).collect(),
+            bound_from,
+            floats,
+            scalars: bound_scalars,
+        })
+    }
+
+    /// The program's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// The backend it runs on: `"cpu"`, `"cuda"` or `"interp"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Cpu => "cpu",
+            Backend::Gpu => "cuda",
+            Backend::Interp => "interp",
+        }
+    }
+
+    /// The options it was built with, and where each came from.
+    #[getter]
+    fn options(&self) -> PyResult<String> {
+        Ok(self.callable()?.options().to_text())
+    }
+
+    /// How many program variants this compile built (the rest came from the
+    /// persistent cache).
+    #[getter]
+    fn compiled(&self) -> usize {
+        self.programs.compiled()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<sdflow.CompiledProgram '{}' ({})>",
+            self.name,
+            self.backend()
+        )
+    }
+}
+
+impl Held {
+    fn clone_ref(&self, py: Python<'_>) -> Held {
+        match self {
+            Held::Array {
+                obj,
+                ptr,
+                dtype,
+                shape,
+                strides,
+            } => Held::Array {
+                obj: obj.clone_ref(py),
+                ptr: *ptr,
+                dtype: *dtype,
+                shape: shape.clone(),
+                strides: strides.clone(),
+            },
+            Held::Scalar { buf, dtype } => Held::Scalar {
+                buf: buf.clone(),
+                dtype: *dtype,
+            },
+            Held::Int(v) => Held::Int(*v),
+            Held::Float(v) => Held::Float(*v),
+        }
+    }
+}
+
+struct CompiledRef {
+    programs: Arc<Programs>,
+    name: String,
+    sdfg: Arc<Sdfg>,
+}
+
+/// A program with its arguments bound (`CompiledProgram.bind`).
+#[pyclass(module = "sdflow._sdflow", name = "BoundProgram", unsendable)]
+struct BoundProgram {
+    /// The CPU program's bound call; dropped before the program it borrows.
+    call: Option<BoundCall<'static>>,
+    _program: Option<Arc<CpuProgram>>,
+    compiled: CompiledRef,
+    /// The arguments given to `bind` (the arrays stay alive through them).
+    held: BoundArgs,
+    own_bound: Vec<String>,
+    /// The arguments bound at compile time, as the bound call uses them (arrays shared
+    /// with the compiled program, scalar buffers its own).
+    bound_from: BoundArgs,
+    floats: Vec<String>,
+    /// Scalar arguments passed by value: name, buffer the bound call reads, type.
+    scalars: Vec<(String, *mut u64, DType)>,
+}
+
+#[pymethods]
+impl BoundProgram {
+    /// Runs the program with the bound arguments; keyword arguments set new values of
+    /// float symbols and of scalar arguments first (they stay set for later calls).
+    #[pyo3(signature = (**kwargs))]
+    fn __call__(&mut self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        if let Some(d) = kwargs {
+            for (k, v) in d.iter() {
+                let k: String = k.extract()?;
+                self.set(py, &k, &v)?;
+            }
+        }
+        match &mut self.call {
+            Some(c) => c.call().map_err(call_err),
+            None => {
+                let callable = self
+                    .compiled
+                    .programs
+                    .program(&self.compiled.name)
+                    .map_err(call_err)?;
+                // SAFETY: both argument sets live in `self` for the call.
+                let args = unsafe { self.held.add_to(self.bound_from.add_to(Args::new())) };
+                callable.call(args).map_err(call_err)
+            }
+        }
+    }
+}
+
+impl BoundProgram {
+    fn set(&mut self, _py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        let program = &self.compiled.sdfg.name;
+        if let Some((_, buf, dtype)) = self.scalars.iter().find(|(n, _, _)| n == name) {
+            let val = value_of(v, *dtype, &format!("argument '{name}'"))
+                .map_err(|e| call_err(e.to_string()))?;
+            // SAFETY: the buffer is a box held in `self.held` or `self.bound_from`.
+            unsafe { **buf = scalar_bits(val, *dtype) };
+            return Ok(());
+        }
+        if self.floats.iter().any(|f| f == name) && !self.own_bound.iter().any(|b| b == name) {
+            let x: f64 = v.extract().map_err(|_| {
+                call_err(format!(
+                    "program '{program}': '{name}' is a float symbol; pass a number"
+                ))
+            })?;
+            return match &mut self.call {
+                Some(c) => c.set_float(name, x).map_err(call_err),
+                None => {
+                    for (n, h) in &mut self.held.items {
+                        if n == name {
+                            *h = Held::Float(x);
+                            return Ok(());
+                        }
+                    }
+                    self.held.items.push((name.to_string(), Held::Float(x)));
+                    Ok(())
+                }
+            };
+        }
+        Err(call_err(format!(
+            "program '{program}': '{name}' cannot change in a bound call (only float symbols and scalar arguments given as numbers can); bind again"
+        )))
+    }
+}
+
+/// The version of the package.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[pymodule]
+fn _sdflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_class::<Program>()?;
+    m.add_class::<Report>()?;
+    m.add_class::<CompiledProgram>()?;
+    m.add_class::<BoundProgram>()?;
+    m.add("SdflowError", py.get_type::<SdflowError>())?;
+    m.add("ValidationError", py.get_type::<ValidationError>())?;
+    m.add("CallError", py.get_type::<CallError>())?;
+    Ok(())
+}

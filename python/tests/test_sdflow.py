@@ -1,0 +1,323 @@
+"""The Python package: loading, validation, optimization, printing, compiling and calls
+with NumPy arrays, against NumPy references and the stored DaCe outputs of the corpus."""
+
+import gc
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import sdflow
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CORPUS = ROOT / "tests" / "dace"
+
+
+def laplace_reference(u):
+    out = np.zeros_like(u)
+    out[1:-1, 1:-1] = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1]
+    return out
+
+
+def random_grid(n, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, n))
+
+
+# --- loading -------------------------------------------------------------------------
+
+
+def test_load_from_path_text_bytes_pathlike_and_a_dace_object():
+    path = EXAMPLES / "laplace.sdfg.json"
+    text = path.read_text()
+    want = sdflow.load(str(path)).to_json()
+    assert sdflow.load(text).to_json() == want
+    assert sdflow.load(text.encode()).to_json() == want
+    assert sdflow.load(path).to_json() == want
+
+    class FakeDaceSDFG:
+        """What sdflow.load reads of a dace.SDFG: its to_json() dict and name."""
+
+        name = "fake"
+        arrays = {}
+
+        def to_json(self):
+            return json.loads((CORPUS / "hdiff_map.raw.sdfg").read_text())
+
+    p = sdflow.load(FakeDaceSDFG())
+    assert p.to_json() == sdflow.load(CORPUS / "hdiff_map.raw.sdfg").to_json()
+    assert p.arguments == ["u", "out"]
+
+
+def test_load_errors_are_clear():
+    with pytest.raises(OSError, match="no-such-file.sdfg"):
+        sdflow.load("no-such-file.sdfg")
+    with pytest.raises(TypeError, match="expected a path, JSON text, bytes or a dace.SDFG, not int"):
+        sdflow.load(3)
+    with pytest.raises(sdflow.SdflowError, match="<json>"):
+        sdflow.load('{"sdflow_format": 1, "name": 5}')
+
+
+def test_program_properties():
+    p = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    assert p.name == "hyperdiffusion"
+    assert p.arguments == ["u", "out", "alpha", "N"]
+    assert p.symbols == {"N": "i64", "alpha": "f64"}
+    s = p.stats()
+    assert s["maps"] == 2 and s["states"] == 1
+    assert "hyperdiffusion" in repr(p)
+
+
+# --- validation ----------------------------------------------------------------------
+
+
+def invalid_laplace():
+    doc = json.loads((EXAMPLES / "laplace.sdfg.json").read_text())
+    # The map reads a container nobody declared, and writes one of the wrong rank.
+    body = doc["states"][0]["nodes"][1]["map"]
+    body["nodes"][0]["access"] = "v"
+    for e in body["edges"]:
+        if e["memlet"].startswith("u["):
+            e["memlet"] = "v" + e["memlet"][1:]
+    return json.dumps(doc)
+
+
+def test_validation_lists_every_problem():
+    p = sdflow.load(invalid_laplace())
+    problems = p.problems()
+    assert len(problems) >= 2
+    assert any("'v'" in x and "not a declared container" in x for x in problems)
+    with pytest.raises(sdflow.ValidationError) as e:
+        p.validate()
+    msg = str(e.value)
+    assert msg.startswith(f"program 'laplace' is not a valid SDFG ({len(problems)} problem(s)):")
+    for x in problems:
+        assert x in msg
+    with pytest.raises(sdflow.ValidationError, match="not a valid SDFG"):
+        p.optimize()
+    with pytest.raises(sdflow.ValidationError, match="not a valid SDFG"):
+        p.compile()
+    assert sdflow.load(EXAMPLES / "laplace.sdfg.json").problems() == []
+
+
+# --- optimizing, drawing, printing ----------------------------------------------------
+
+
+def test_optimize_report_and_printing():
+    p = sdflow.load(CORPUS / "stencil_chain_20.raw.sdfg")
+    o, r = p.optimize()
+    assert r.fixed_point and r.rounds >= 1
+    assert r.total_ms > 0 and 0 < r.validation_ms < r.total_ms
+    names = [x["name"] for x in r.passes]
+    assert names[:3] == ["specialize", "dead_dataflow", "redundant_copy"]
+    fusion = next(x for x in r.passes if x["name"] == "map_fusion")
+    assert fusion["changes"]["maps_fused"] == 60
+    assert "map_fusion" in str(r) and "fixed point" in str(r)
+    assert o.stats()["maps"] == 39 and p.stats()["maps"] == 99
+    assert o.to_dot().startswith("digraph")
+    c = o.show("c")
+    assert "sdflow_run" in c and "#pragma omp" in c
+    assert "kernel" in o.show("plan") or "map" in o.show("plan")
+    assert "__global__" in o.show("cuda")
+    with pytest.raises(sdflow.SdflowError, match="expected one of"):
+        o.show("fortran")
+    with pytest.raises(sdflow.SdflowError, match="unknown pass"):
+        p.optimize(passes=["no_such_pass"])
+    q, _ = p.optimize(passes=["dead_dataflow", "state_fusion"])
+    assert q.stats()["maps"] == 99
+
+
+def test_show_specializes_static_values():
+    p = sdflow.load(EXAMPLES / "laplace.sdfg.json")
+    assert "s_N" in p.show("c")
+    assert "64" in p.show("c", static={"N": 64})
+
+
+# --- compiling and calling ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interp"])
+def test_laplace_equals_numpy_bit_for_bit(backend):
+    prog = sdflow.load(EXAMPLES / "laplace.sdfg.json").optimize()[0].compile(backend)
+    assert prog.backend == backend
+    u = random_grid(37)
+    out = np.zeros_like(u)
+    prog(u=u, out=out, N=37)
+    assert np.array_equal(out.view(np.uint64), laplace_reference(u).view(np.uint64))
+    # The size may also come from the arrays' shapes.
+    out2 = np.zeros_like(u)
+    prog(u=u, out=out2)
+    assert np.array_equal(out2, out)
+
+
+def test_static_and_bound_arguments():
+    p = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    u = random_grid(20, seed=1)
+    want = np.zeros_like(u)
+    p.compile("interp")(u=u, out=want, alpha=0.05, N=20)
+    prog = p.compile("cpu", static={"N": 20}, bound={"u": u})
+    out = np.zeros_like(u)
+    prog(out=out, alpha=0.05)
+    assert np.array_equal(out, want)
+    with pytest.raises(sdflow.CallError, match="'N' is static"):
+        prog(out=out, alpha=0.05, N=20)
+    with pytest.raises(sdflow.CallError, match="'u' is bound; do not pass it"):
+        prog(u=u, out=out, alpha=0.05)
+
+
+def test_variants_dispatch_on_the_flag():
+    p = sdflow.load(EXAMPLES / "flag_if.sdfg.json")
+    u = np.random.default_rng(2).standard_normal(12)
+    prog = p.compile("cpu", variants={"mode": [0, 1]})
+    ref = p.compile("interp")
+    for mode in (0, 1):
+        got, want = np.zeros_like(u), np.zeros_like(u)
+        prog(u=u, out=got, mode=mode)
+        ref(u=u, out=want, mode=mode)
+        assert np.array_equal(got, want)
+    with pytest.raises(sdflow.CallError, match="no precompiled variant for mode=2"):
+        prog(u=u, out=np.zeros_like(u), mode=2)
+    lazy = p.compile("cpu", variants={"mode": [0]}, compile_on_demand=True)
+    got, want = np.zeros_like(u), np.zeros_like(u)
+    lazy(u=u, out=got, mode=1)
+    ref(u=u, out=want, mode=1)
+    assert np.array_equal(got, want)
+
+
+def test_bound_call_changes_float_symbols_and_keeps_its_arrays_alive():
+    p = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    ref = p.compile("interp")
+    prog = p.optimize()[0].compile("cpu")
+    u = random_grid(24, seed=3)
+    out = np.zeros_like(u)
+    call = prog.bind(u=u, out=out, alpha=0.05, N=24)
+    want = np.zeros_like(u)
+    ref(u=u.copy(), out=want, alpha=0.05, N=24)
+    call()
+    assert np.array_equal(out, want)
+    call(alpha=0.25)
+    ref(u=u.copy(), out=want, alpha=0.25, N=24)
+    assert np.array_equal(out, want)
+    with pytest.raises(sdflow.CallError, match="'N' cannot change in a bound call"):
+        call(N=12)
+    # The bound call keeps the arrays: dropping every other reference is safe.
+    keep = u.copy()
+    del u, out
+    gc.collect()
+    call(alpha=0.5)
+    ref(u=keep, out=want, alpha=0.5, N=24)
+    # (its output array is only reachable through the call now; run it again and
+    # compare through a second binding of fresh arrays)
+    out3 = np.zeros_like(keep)
+    prog.bind(u=keep.copy(), out=out3, alpha=0.5, N=24)()
+    assert np.array_equal(out3, want)
+
+
+def test_scalar_arguments_by_value_and_in_a_bound_call():
+    p = sdflow.load(CORPUS / "cf_demo.simplified.sdfg")
+    d = np.load(CORPUS / "cf_demo.npz")
+    prog = p.compile("cpu")
+    args = {k[4:]: np.array(v) for k, v in d.items() if k.startswith("in__")}
+    t = int(args.pop("T"))
+    prog(T=t, **args)
+    for k in ("a", "b"):
+        assert np.array_equal(args[k], d["out__" + k])
+    # T passed as a number into a bound call, then changed.
+    args = {k[4:]: np.array(v) for k, v in d.items() if k.startswith("in__") and k != "in__T"}
+    ref = {k: v.copy() for k, v in args.items()}
+    call = prog.bind(T=0, **args)
+    call(T=t)
+    prog(T=t, **ref)
+    for k in ("a", "b", "s"):
+        assert np.array_equal(args[k], ref[k])
+
+
+# --- bad arguments ----------------------------------------------------------------------
+
+
+def test_bad_arguments_are_clear_errors():
+    prog = sdflow.load(EXAMPLES / "laplace.sdfg.json").compile("cpu")
+    u = random_grid(8)
+    out = np.zeros_like(u)
+    with pytest.raises(sdflow.CallError, match=r"'u'.*f64.*f32|'u'.*f32.*f64"):
+        prog(u=u.astype(np.float32), out=out, N=8)
+    with pytest.raises(sdflow.CallError, match="element type complex128 is not supported"):
+        prog(u=u.astype(np.complex128), out=out, N=8)
+    with pytest.raises(sdflow.CallError, match="'out'"):
+        prog(u=u, out=np.zeros((8, 9)), N=8)
+    with pytest.raises(sdflow.CallError, match="'out'"):
+        prog(u=u, N=8)
+    with pytest.raises(sdflow.CallError, match="it has no array argument 'v'"):
+        prog(u=u, out=out, v=out, N=8)
+    with pytest.raises(sdflow.CallError, match="argument 'M': no such argument or symbol"):
+        prog(u=u, out=out, M=8, N=8)
+    with pytest.raises(sdflow.CallError, match=r"'u' has 1 dimension\(s\) \(extents \[8\]\), but the program's has 2"):
+        prog(u=u[0].copy(), out=out, N=8)
+    with pytest.raises(sdflow.CallError, match="argument 'u': expected a NumPy array, got list"):
+        prog(u=[1.0], out=out, N=8)
+    ro = u.copy()
+    ro.flags.writeable = False
+    with pytest.raises(sdflow.CallError, match="read-only"):
+        prog(u=ro, out=out, N=8)
+    # A strided view whose layout is not the declared one: refused, nothing written.
+    big = random_grid(16)
+    view = big[::2, ::2]
+    out[:] = 7.0
+    with pytest.raises(sdflow.CallError, match="'u'"):
+        prog(u=view, out=out, N=8)
+    assert (out == 7.0).all()
+    with pytest.raises(sdflow.CallError, match="overlap"):
+        prog(u=u, out=u, N=8)
+
+
+def test_a_transposed_array_is_laid_out_or_refused():
+    prog = sdflow.load(EXAMPLES / "laplace.sdfg.json").compile("cpu")
+    u = np.asfortranarray(random_grid(9, seed=5))
+    out = np.zeros((9, 9))
+    try:
+        prog(u=u, out=out, N=9)
+    except sdflow.CallError as e:
+        assert "'u'" in str(e)
+    else:
+        assert np.array_equal(out, laplace_reference(np.ascontiguousarray(u)))
+
+
+# --- the DaCe corpus ----------------------------------------------------------------------
+
+CORPUS_FILES = [
+    ("hdiff_np", "hdiff_np.raw.sdfg", ["out"]),
+    ("hdiff_map", "hdiff_map.raw.sdfg", []),
+    ("lap3d_map", "lap3d_map.simplified.sdfg", []),
+    ("stencil_chain_20", "stencil_chain_20.raw.sdfg", ["out"]),
+    ("pointwise_chain_20", "pointwise_chain_20.raw.sdfg", ["out"]),
+    ("cf_demo", "cf_demo.raw.sdfg", ["a", "b"]),
+    ("cf_demo_blocks", "cf_demo_blocks.raw.sdfg", ["a", "b"]),
+    ("tridiag", "tridiag.raw.sdfg", []),
+    ("wcr_reduce", "wcr_reduce.raw.sdfg", ["amax"]),
+]
+
+
+@pytest.mark.parametrize("name,file,exact", CORPUS_FILES)
+def test_the_dace_corpus_reproduces_dace_outputs(name, file, exact):
+    npz = np.load(CORPUS / f"{name}.npz")
+    prog = sdflow.load(CORPUS / file).optimize()[0].compile("cpu")
+    args = {k[4:]: np.array(v) for k, v in npz.items() if k.startswith("in__")}
+    prog(**args)
+    for key in npz.files:
+        if not key.startswith("out__"):
+            continue
+        arg = key[5:]
+        want = npz[key]
+        got = args[arg]
+        if arg in exact:
+            assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), arg
+        else:
+            scale = max(np.abs(want).max(), np.finfo(float).tiny)
+            assert np.abs(got - want).max() / scale < 1e-12, arg
+
+
+def test_version():
+    assert sdflow.__version__ == sdflow.version() == "0.1.0"
+    assert os.path.basename(sdflow.__file__) == "__init__.py"
