@@ -617,3 +617,50 @@ fn repeated_bodies_share_one_saturation() {
         &["_1_out0 = (_1_in0 + _1_in1 + _1_in2 + _1_in3) * 0.25"]
     );
 }
+
+/// DaCe's raw `wcr_reduce` accumulates (`total += …`, `colsum[j] += …`) inside a nested
+/// SDFG called from a map, the outer edges without a write-conflict resolution. The call
+/// copies its arguments in and out, so the map runs on one thread (the plan says so) and
+/// two threads give DaCe's sums every time; the simplified file, with the resolution on
+/// the map's own edges, stays parallel with atomic updates.
+#[test]
+fn a_map_whose_nested_call_accumulates_runs_on_one_thread() {
+    use sdflow::codegen::plan::{Plan, StepKind};
+    let backend = CpuBackend {
+        cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
+        ..CpuBackend::default()
+    };
+    let kinds = |s: &Sdfg| -> Vec<String> {
+        let plan = Plan::of(s).unwrap();
+        plan.body.states()[0]
+            .steps
+            .iter()
+            .map(|st| match st.kind {
+                StepKind::ParallelMap { .. } => "parallel".to_string(),
+                StepKind::SequentialMap => "sequential".to_string(),
+                _ => "other".to_string(),
+            })
+            .filter(|k| k != "other")
+            .collect()
+    };
+    for (file, want) in [
+        ("wcr_reduce.raw.sdfg", "sequential"),
+        ("wcr_reduce.simplified.sdfg", "parallel"),
+    ] {
+        let sdfg = sdflow::cli::load_program(&dir().join(file)).unwrap();
+        let mut opt = sdfg.clone();
+        Pipeline::cpu().run(&mut opt).unwrap();
+        assert_eq!(kinds(&opt), vec![want.to_string()], "{file}");
+        let prog = backend.build(&opt).unwrap();
+        prog.set_threads(2);
+        let mut npz =
+            NpzReader::new(std::fs::File::open(dir().join("wcr_reduce.npz")).unwrap()).unwrap();
+        let b0 = inputs(&sdfg, &mut npz);
+        for _ in 0..20 {
+            let mut b = b0.clone();
+            prog.run_bindings(&mut b).unwrap();
+            let w = worst(&sdfg, &b, &mut npz);
+            assert!(w < 1e-12, "{file}: {w:e}");
+        }
+    }
+}

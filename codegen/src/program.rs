@@ -761,25 +761,35 @@ pub(crate) fn check_arguments(
     ints: &BTreeMap<String, i64>,
     floats: &BTreeMap<String, f64>,
 ) -> Result<CheckedArgs, String> {
-    for a in passed {
-        if !sig.arrays.iter().any(|s| s.name == a.name) {
-            return Err(format!("it has no array argument '{}'", a.name));
-        }
+    // Where each of the signature's arrays is among those passed (the first of a name):
+    // looked up at the same position first, as callers usually pass them in order.
+    let mut at: Vec<Option<usize>> = vec![None; sig.arrays.len()];
+    for (k, a) in passed.iter().enumerate() {
+        let i = if sig.arrays.get(k).is_some_and(|s| s.name == a.name) {
+            k
+        } else {
+            sig.arrays
+                .iter()
+                .position(|s| s.name == a.name)
+                .ok_or_else(|| format!("it has no array argument '{}'", a.name))?
+        };
+        at[i].get_or_insert(k);
     }
     for name in ints.keys().chain(floats.keys()) {
         if !sig.ints.contains(name) && !sig.floats.contains(name) {
             return Err(format!("it has no runtime symbol '{name}'"));
         }
     }
-    let find = |name: &str| passed.iter().position(|a| a.name == name);
+    let find = |i: usize| at[i];
     // Symbol values: given, or implied by the arrays' extents and strides.
     let mut values: BTreeMap<String, i64> = statics.clone();
     values.extend(ints.iter().map(|(k, v)| (k.clone(), *v)));
     let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = sig
         .arrays
         .iter()
-        .filter_map(|spec| {
-            let a = &passed[find(&spec.name)?];
+        .enumerate()
+        .filter_map(|(i, spec)| {
+            let a = &passed[find(i)?];
             Some(sdflow_ir::bind::ArgLayout {
                 name: &spec.name,
                 shape: &spec.shape,
@@ -812,8 +822,8 @@ pub(crate) fn check_arguments(
             .map_err(|x| format!("cannot evaluate '{e}': {x}"))
     };
     let mut arrays = Vec::new();
-    for spec in &sig.arrays {
-        let k = find(&spec.name).ok_or_else(|| format!("missing argument '{}'", spec.name))?;
+    for (i, spec) in sig.arrays.iter().enumerate() {
+        let k = find(i).ok_or_else(|| format!("missing argument '{}'", spec.name))?;
         let a = &passed[k];
         if a.dtype != spec.dtype {
             return Err(format!(

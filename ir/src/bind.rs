@@ -42,7 +42,25 @@ struct Equation<'a> {
     expr: &'a SymExpr,
     value: i64,
     array: &'a str,
-    what: String,
+    what: What,
+}
+
+/// What an equation of [`infer_symbols`] equates (described only in messages).
+#[derive(Clone, Copy)]
+enum What {
+    /// An extent of the array passed, in a dimension.
+    Extent(usize, usize),
+    /// A stride (elements) of the array passed, in a dimension.
+    Stride(isize, usize),
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            What::Extent(n, d) => write!(f, "extent {n} in dimension {d}"),
+            What::Stride(s, d) => write!(f, "stride {s} in dimension {d}"),
+        }
+    }
 }
 
 /// C-order (row-major) strides, in elements, of an array of extents `extents`.
@@ -149,7 +167,7 @@ pub fn infer_symbols(
                 expr: e,
                 value: n as i64,
                 array: a.name,
-                what: format!("extent {n} in dimension {d}"),
+                what: What::Extent(n, d),
             });
         }
         // An array without elements has no meaningful strides (NumPy and ndarray report
@@ -161,7 +179,7 @@ pub fn infer_symbols(
                         expr: e,
                         value: s as i64,
                         array: a.name,
-                        what: format!("stride {s} in dimension {d}"),
+                        what: What::Stride(s, d),
                     });
                 }
             }

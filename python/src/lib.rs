@@ -19,6 +19,11 @@ use sdflow_ir::{DType, DataDesc, Sdfg, Value};
 use sdflow_orchestration::component::{Component, ProgramSpec, Programs};
 use sdflow_orchestration::workflow::Executable;
 
+// Calls convert and check their arguments in many small allocations; mimalloc's
+// thread-local size classes make them markedly cheaper than the C library's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 create_exception!(
     _sdflow,
     SdflowError,
@@ -510,22 +515,24 @@ unsafe impl Send for BoundArgs {}
 unsafe impl Sync for BoundArgs {}
 
 fn dtype_of(a: &Bound<'_, PyUntypedArray>) -> Option<DType> {
-    let py = a.py();
+    // By kind and size (no dtype objects made per argument), native byte order only.
     let d = a.dtype();
-    [
-        (numpy::dtype::<f64>(py), DType::F64),
-        (numpy::dtype::<f32>(py), DType::F32),
-        (numpy::dtype::<i64>(py), DType::I64),
-        (numpy::dtype::<i32>(py), DType::I32),
-        (numpy::dtype::<bool>(py), DType::Bool),
-    ]
-    .into_iter()
-    .find(|(t, _)| d.is_equiv_to(t))
-    .map(|(_, t)| t)
+    if d.is_native_byteorder() == Some(false) {
+        return None;
+    }
+    match (d.kind(), d.itemsize()) {
+        (b'f', 8) => Some(DType::F64),
+        (b'f', 4) => Some(DType::F32),
+        (b'i', 8) => Some(DType::I64),
+        (b'i', 4) => Some(DType::I32),
+        (b'b', 1) => Some(DType::Bool),
+        _ => None,
+    }
 }
 
 impl BoundArgs {
-    /// Converts `value` for argument `name` of `sdfg` and keeps it.
+    /// Converts `value` for argument `name` of `sdfg` and keeps it (names come from a
+    /// Python dict: each once).
     fn push(
         &mut self,
         _py: Python<'_>,
@@ -533,12 +540,6 @@ impl BoundArgs {
         name: &str,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        if self.items.iter().any(|(n, _)| n == name) {
-            return Err(call_err(format!(
-                "program '{}': '{name}' is given twice",
-                sdfg.name
-            )));
-        }
         let held = held_of(sdfg, name, value)?;
         self.items.push((name.to_string(), held));
         Ok(())
@@ -584,39 +585,54 @@ fn scalar_bits(v: Value, dtype: DType) -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// The data pointer and element type of array argument `name`, its strides (in
+/// elements) in `strides`: checked to be writeable, of a supported type and with strides
+/// that are whole elements.
+fn array_parts(
+    sdfg: &Sdfg,
+    name: &str,
+    a: &Bound<'_, PyUntypedArray>,
+    strides: &mut Vec<isize>,
+) -> PyResult<(*mut u8, DType)> {
+    let what = |m: String| call_err(format!("program '{}': argument '{name}': {m}", sdfg.name));
+    let dtype = dtype_of(a).ok_or_else(|| {
+        what(format!(
+            "element type {} is not supported (float64, float32, int64, int32, bool in native byte order)",
+            a.dtype()
+        ))
+    })?;
+    // SAFETY: `a` is a live NumPy array; its header is read, not written.
+    let (ptr, writeable) = unsafe {
+        let raw = a.as_array_ptr();
+        (
+            (*raw).fields.data.cast::<u8>(),
+            (*raw).fields.flags & numpy::npyffi::flags::NPY_ARRAY_WRITEABLE != 0,
+        )
+    };
+    if !writeable {
+        return Err(what(
+            "the array is read-only; pass a writeable array".into(),
+        ));
+    }
+    let size = dtype.size_bytes() as isize;
+    strides.clear();
+    for &s in a.strides() {
+        if s % size != 0 {
+            return Err(what(format!(
+                "strides {:?} (bytes) are not multiples of the element size {size}",
+                a.strides()
+            )));
+        }
+        strides.push(s / size);
+    }
+    Ok((ptr, dtype))
+}
+
 fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> {
     let what = |m: String| call_err(format!("program '{}': argument '{name}': {m}", sdfg.name));
     if let Ok(a) = value.cast::<PyUntypedArray>() {
-        let dtype = dtype_of(a).ok_or_else(|| {
-            what(format!(
-                "element type {} is not supported (float64, float32, int64, int32, bool in native byte order)",
-                a.dtype()
-            ))
-        })?;
-        // SAFETY: `a` is a live NumPy array; its header is read, not written.
-        let (ptr, writeable) = unsafe {
-            let raw = a.as_array_ptr();
-            (
-                (*raw).fields.data.cast::<u8>(),
-                (*raw).fields.flags & numpy::npyffi::flags::NPY_ARRAY_WRITEABLE != 0,
-            )
-        };
-        if !writeable {
-            return Err(what(
-                "the array is read-only; pass a writeable array".into(),
-            ));
-        }
-        let size = dtype.size_bytes() as isize;
         let mut strides = Vec::with_capacity(a.ndim());
-        for &s in a.strides() {
-            if s % size != 0 {
-                return Err(what(format!(
-                    "strides {:?} (bytes) are not multiples of the element size {size}",
-                    a.strides()
-                )));
-            }
-            strides.push(s / size);
-        }
+        let (ptr, dtype) = array_parts(sdfg, name, a, &mut strides)?;
         return Ok(Held::Array {
             obj: value.clone().unbind(),
             ptr,
@@ -707,6 +723,45 @@ struct CompiledProgram {
 }
 
 impl CompiledProgram {
+    /// A call whose keyword arguments go straight into the call's arguments (no copy
+    /// kept): the dict holds the arrays for the call's duration.
+    fn call_direct(&self, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut bufs: Vec<Box<u64>> = Vec::new();
+        let mut strides = Vec::new();
+        // SAFETY: the bound arguments outlive the call.
+        let mut args = unsafe { self.bound.add_to(Args::new()) };
+        if let Some(d) = kwargs {
+            for (k, v) in d.iter() {
+                let k = k.cast_into::<PyString>()?;
+                let k = k.to_str()?;
+                if self.bound.items.iter().any(|(n, _)| n == k) {
+                    return Err(call_err(format!(
+                        "program '{}': '{k}' is bound; do not pass it",
+                        self.name
+                    )));
+                }
+                if let Ok(a) = v.cast::<PyUntypedArray>() {
+                    let (ptr, dtype) = array_parts(&self.sdfg, k, a, &mut strides)?;
+                    // SAFETY: the dict keeps the array alive until the call returns.
+                    args = unsafe { args.raw(k, ptr, dtype, a.shape(), &strides) };
+                    continue;
+                }
+                args = match held_of(&self.sdfg, k, &v)? {
+                    Held::Scalar { buf, dtype } => {
+                        let p = (&*buf as *const u64).cast_mut().cast::<u8>();
+                        bufs.push(buf);
+                        // SAFETY: the box lives in `bufs` (moving it keeps its address).
+                        unsafe { args.raw(k, p, dtype, &[], &[]) }
+                    }
+                    Held::Int(i) => args.int(k, i),
+                    Held::Float(x) => args.float(k, x),
+                    Held::Array { .. } => unreachable!("arrays are handled above"),
+                };
+            }
+        }
+        self.callable()?.call(args).map_err(call_err)
+    }
+
     fn callable(&self) -> PyResult<&sdflow_orchestration::component::Callable> {
         self.programs.program(&self.name).map_err(call_err)
     }
@@ -734,8 +789,11 @@ impl CompiledProgram {
     /// Runs the program once: arrays and values by name.
     #[pyo3(signature = (**kwargs))]
     fn __call__(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        if self.backend == Backend::Cpu {
+            return self.call_direct(kwargs);
+        }
         let mut held = self.args_of(py, kwargs)?;
-        if self.backend != Backend::Cpu {
+        {
             // The compiled CPU program infers sizes from the arrays' shapes; for the
             // others, a dimension that is a bare symbol gives its value here.
             let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound]);

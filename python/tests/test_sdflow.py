@@ -5,6 +5,7 @@ import gc
 import json
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -167,6 +168,20 @@ def test_static_and_bound_arguments():
         prog(u=u, out=out, alpha=0.05)
 
 
+def test_options_are_applied_and_shown():
+    prog = sdflow.load(EXAMPLES / "laplace.sdfg.json").compile(
+        "cpu", options={"threads": 1, "schedule": "dynamic", "parallel_min_points": 16}
+    )
+    text = prog.options
+    assert re.search(r"threads\s+1\s+code", text) and re.search(r'schedule\s+"dynamic"\s+code', text), text
+    u = random_grid(40, seed=4)
+    out = np.zeros_like(u)
+    prog(u=u, out=out)
+    assert np.array_equal(out, laplace_reference(u))
+    with pytest.raises(sdflow.SdflowError, match="no_such_option"):
+        sdflow.load(EXAMPLES / "laplace.sdfg.json").compile("cpu", options={"no_such_option": 1})
+
+
 def test_variants_dispatch_on_the_flag():
     p = sdflow.load(EXAMPLES / "flag_if.sdfg.json")
     u = np.random.default_rng(2).standard_normal(12)
@@ -245,6 +260,8 @@ def test_bad_arguments_are_clear_errors():
         prog(u=u.astype(np.float32), out=out, N=8)
     with pytest.raises(sdflow.CallError, match="element type complex128 is not supported"):
         prog(u=u.astype(np.complex128), out=out, N=8)
+    with pytest.raises(sdflow.CallError, match=r"element type >f8 is not supported .*native byte order"):
+        prog(u=u.astype(">f8"), out=out, N=8)
     with pytest.raises(sdflow.CallError, match="'out'"):
         prog(u=u, out=np.zeros((8, 9)), N=8)
     with pytest.raises(sdflow.CallError, match="'out'"):

@@ -567,6 +567,35 @@ fn plan_block(sdfg: &Sdfg, b: &Block, parallel: bool) -> Result<Flow, CodegenErr
     })
 }
 
+/// Whether a map body (at any depth) calls a nested SDFG that combines into one of its
+/// arguments with a write-conflict resolution inside it (DaCe's frontend writes
+/// `total += x` in a map so, the outer edges without one). A nested call copies its
+/// arguments in and out, so two iterations doing it at once would lose updates: such a
+/// map runs on one thread.
+pub fn nested_accumulates(body: &Dataflow) -> bool {
+    body.node_ids().into_iter().any(|n| match body.node(n) {
+        Node::Map(m) => nested_accumulates(&m.body),
+        Node::Nested(ns) => sdfg_accumulates(&ns.sdfg),
+        _ => false,
+    })
+}
+
+/// Whether some write in `sdfg` (map bodies and nested calls included) to one of its
+/// non-transient containers carries a write-conflict resolution.
+fn sdfg_accumulates(sdfg: &Sdfg) -> bool {
+    fn graph(sdfg: &Sdfg, df: &Dataflow) -> bool {
+        df.edge_ids().into_iter().any(|e| {
+            let m = &df.edge(e).memlet;
+            m.wcr.is_some() && sdfg.arrays.get(&m.data).is_some_and(|d| !d.transient())
+        }) || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => graph(sdfg, &m.body),
+            Node::Nested(ns) => sdfg_accumulates(&ns.sdfg),
+            _ => false,
+        })
+    }
+    sdfg.states.iter().any(|st| graph(sdfg, &st.graph))
+}
+
 /// Whether node `n` of a state is work (not an access node without copies into it).
 pub fn is_step(df: &Dataflow, n: NodeId) -> bool {
     !matches!(df.node(n), Node::Access(_))
@@ -623,7 +652,11 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
         };
         let node = df.node(n);
         let (kind, label) = match node {
-            Node::Map(m) if parallel && m.schedule != Schedule::Sequential => {
+            Node::Map(m)
+                if parallel
+                    && m.schedule != Schedule::Sequential
+                    && !nested_accumulates(&m.body) =>
+            {
                 let coarse = m
                     .body
                     .node_ids()
