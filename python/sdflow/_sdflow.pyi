@@ -91,7 +91,7 @@ class CompiledProgram:
     def compiled(self) -> int:
         """Variants this compile built (the rest came from the persistent cache)."""
     def __call__(self, **kwargs: Any) -> None:
-        """Runs once: NumPy arrays (passed in place) and values by name."""
+        """Runs once: NumPy arrays (passed in place) and values by name; the GIL is released while it runs."""
     def bind(self, **kwargs: Any) -> BoundProgram:
         """Checks and lays out the arguments once."""
 

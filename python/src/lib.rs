@@ -711,6 +711,35 @@ fn infer_sizes(sdfg: &Sdfg, sets: &[&BoundArgs]) -> Vec<(String, i64)> {
     out
 }
 
+/// A value moved into a section that runs without the GIL.
+struct Unlocked<T>(T);
+
+// SAFETY: the program call runs on the calling thread while it has released the GIL; the
+// arrays it points into are kept alive by references the caller holds for the call (the
+// keyword dict, the bound arguments), and nothing else of ours touches the value then.
+unsafe impl<T> Send for Unlocked<T> {}
+
+impl<T> Unlocked<T> {
+    /// The value (a method, so that a closure captures the wrapper whole).
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// Runs a program call with the GIL released, so that other Python threads run meanwhile.
+fn without_gil<T>(
+    py: Python<'_>,
+    value: T,
+    f: impl FnOnce(T) -> Result<(), sdflow_codegen::CallError>,
+) -> PyResult<()> {
+    let v = Unlocked((value, f));
+    py.detach(move || {
+        let (value, f) = v.into_inner();
+        f(value)
+    })
+    .map_err(call_err)
+}
+
 /// A compiled program: call it with keyword arguments (NumPy arrays are passed in
 /// place), or `bind` them once.
 #[pyclass(module = "sdflow._sdflow", name = "CompiledProgram", frozen)]
@@ -725,7 +754,7 @@ struct CompiledProgram {
 impl CompiledProgram {
     /// A call whose keyword arguments go straight into the call's arguments (no copy
     /// kept): the dict holds the arrays for the call's duration.
-    fn call_direct(&self, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    fn call_direct(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         let mut bufs: Vec<Box<u64>> = Vec::new();
         let mut strides = Vec::new();
         // SAFETY: the bound arguments outlive the call.
@@ -759,7 +788,8 @@ impl CompiledProgram {
                 };
             }
         }
-        self.callable()?.call(args).map_err(call_err)
+        let callable = self.callable()?;
+        without_gil(py, args, |args| callable.call(args))
     }
 
     fn callable(&self) -> PyResult<&sdflow_orchestration::component::Callable> {
@@ -790,7 +820,7 @@ impl CompiledProgram {
     #[pyo3(signature = (**kwargs))]
     fn __call__(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         if self.backend == Backend::Cpu {
-            return self.call_direct(kwargs);
+            return self.call_direct(py, kwargs);
         }
         let mut held = self.args_of(py, kwargs)?;
         {
@@ -802,7 +832,8 @@ impl CompiledProgram {
         }
         // SAFETY: `held` and `self.bound` outlive the call.
         let args = unsafe { held.add_to(self.bound.add_to(Args::new())) };
-        self.callable()?.call(args).map_err(call_err)
+        let callable = self.callable()?;
+        without_gil(py, args, |args| callable.call(args))
     }
 
     /// Checks and lays out the arguments once: the returned callable runs the program
@@ -970,7 +1001,7 @@ impl BoundProgram {
             }
         }
         match &mut self.call {
-            Some(c) => c.call().map_err(call_err),
+            Some(c) => without_gil(py, c, |c| c.call()),
             None => {
                 let callable = self
                     .compiled
@@ -979,7 +1010,7 @@ impl BoundProgram {
                     .map_err(call_err)?;
                 // SAFETY: both argument sets live in `self` for the call.
                 let args = unsafe { self.held.add_to(self.bound_from.add_to(Args::new())) };
-                callable.call(args).map_err(call_err)
+                without_gil(py, args, |args| callable.call(args))
             }
         }
     }
