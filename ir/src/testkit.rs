@@ -2,7 +2,8 @@
 //!
 //! [`generate`] builds a random, valid and well-defined SDFG from a seed: stencil chains
 //! and DAGs over symbolic grids, elementwise maps, reductions with write-conflict
-//! resolution, indirect gathers, conditionals, loops and nested SDFGs, as [`GenConfig`]
+//! resolution (some through a nested SDFG that accumulates into its argument), indirect
+//! gathers, conditionals, loops and nested SDFGs, as [`GenConfig`]
 //! allows. Every generated program:
 //!
 //! - reads only elements that are in bounds and written (arguments are written by the
@@ -849,6 +850,19 @@ impl Gen {
                 })
             })
             .collect();
+        // Every other reduction (where nested SDFGs are allowed) accumulates through a
+        // nested SDFG: the resolution inside the callee, none on the outer edges, as
+        // DaCe's front end writes `total += x` in a map.
+        let mut accumulators: Vec<Option<Sdfg>> = steps
+            .iter()
+            .enumerate()
+            .map(|(k, s)| match s {
+                Step::Reduce { src, .. } if self.cfg.allow_nested && (first + k) % 2 == 1 => {
+                    Some(self.accumulator(src, first + k))
+                }
+                _ => None,
+            })
+            .collect();
         self.maps += steps.len();
         let name = format!("s{first}");
         let id = self.b.state(&name, |st| {
@@ -906,6 +920,13 @@ impl Gen {
                             dims.iter().map(|d| range_text(d, 0, 0)).collect();
                         let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
                         let inp = format!("{src}[{idx}]");
+                        if let Some(acc) = accumulators[k].take() {
+                            let out = format!("{target}[0]");
+                            st.map(&label, &params, &ranges, |m| {
+                                m.nested(acc, &[], &[("c", &inp)], &[("t", &out)]);
+                            });
+                            continue;
+                        }
                         let out = format!("{target}[0] (wcr: sum)");
                         st.map(&label, &params, &ranges, |m| {
                             m.tasklet(
@@ -1073,6 +1094,27 @@ impl Gen {
             s.map("inner", &params, &ranges, |m| {
                 m.tasklet("f", &[("a", &ia)], &[("o", &ob)], code);
             });
+        });
+        b.build()
+    }
+
+    /// The callee of a reduction that accumulates through a nested SDFG: `t[0] +=
+    /// floor(clamp(c[0]) * 8)`, the resolution on its own edge.
+    fn accumulator(&self, src: &str, k: usize) -> Sdfg {
+        let mut b = SdfgBuilder::new(&format!("acc{k}"));
+        b.array(
+            "c",
+            self.dtypes.get(src).copied().unwrap_or(DType::F64),
+            ["1"],
+        )
+        .array("t", DType::F64, ["1"]);
+        b.state("body", |s| {
+            s.tasklet(
+                "f",
+                &[("c", "c[0]")],
+                &[("o", "t[0] (wcr: sum)")],
+                "o = floor(min(max(c, -4.0), 4.0) * 8.0)",
+            );
         });
         b.build()
     }

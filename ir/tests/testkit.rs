@@ -58,6 +58,22 @@ fn different_seeds_differ_and_cover_the_features() {
     );
     let text: String = progs.iter().take(100).map(to_json).collect();
     assert!(text.contains("\"wcr\": \"sum\""), "some reduction");
+    // Some map body calls a nested SDFG that accumulates into its argument.
+    let accumulating = progs.iter().any(|p| {
+        p.states.iter().any(|s| {
+            s.graph
+                .node_ids()
+                .into_iter()
+                .any(|n| match s.graph.node(n) {
+                    Node::Map(m) => m.body.node_ids().into_iter().any(|x| match m.body.node(x) {
+                        Node::Nested(ns) => to_json(&ns.sdfg).contains("\"wcr\": \"sum\""),
+                        _ => false,
+                    }),
+                    _ => false,
+                })
+        })
+    });
+    assert!(accumulating, "some reduction through a nested SDFG");
     assert!(text.contains("tab[i, 0]"), "some indirect gather");
     assert!(text.contains("\"f32\""), "some f32 array");
     assert!(text.contains("\"value\": "), "some static symbol");
