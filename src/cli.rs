@@ -631,13 +631,6 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
 /// step; `report`, the options the program gets with the source of each, and every
 /// step's log.
 pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
-    let emit = o.emit.as_str();
-    if !SHOW_EMITS.contains(&emit) {
-        return Err(CliError::Usage(format!(
-            "--emit {emit}: expected one of {}",
-            SHOW_EMITS.join(", ")
-        )));
-    }
     show_program(load_program(path)?, &path.display().to_string(), o)
 }
 
@@ -647,7 +640,7 @@ pub fn show_program(sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String,
     let emit = o.emit.as_str();
     if !SHOW_EMITS.contains(&emit) {
         return Err(CliError::Usage(format!(
-            "emit {emit}: expected one of {}",
+            "--emit {emit}: expected one of {}",
             SHOW_EMITS.join(", ")
         )));
     }

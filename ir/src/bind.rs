@@ -153,7 +153,9 @@ pub fn infer_symbols(
 ) -> Result<(), BindError> {
     let mut eqs = Vec::new();
     for a in args {
-        if a.shape.len() != a.extents.len() {
+        // A scalar may come as any one-element array.
+        let scalar = a.shape.is_empty() && a.extents.iter().product::<usize>() == 1;
+        if a.shape.len() != a.extents.len() && !scalar {
             return Err(BindError(format!(
                 "'{}' has {} dimension(s) (extents {:?}), but the program's has {}",
                 a.name,
@@ -389,6 +391,18 @@ mod tests {
         assert_eq!(
             e.0,
             "'u' has 2 dimension(s) (extents [12, 12]), but the program's has 1"
+        );
+        // A scalar passed as a one-element array is no rank mismatch.
+        let args = [ArgLayout {
+            name: "s",
+            shape: &[],
+            strides: &[],
+            extents: &[1],
+            elem_strides: Some(&[1]),
+        }];
+        assert_eq!(
+            infer_symbols(&args, &|_| true, &mut BTreeMap::new()),
+            Ok(())
         );
     }
 

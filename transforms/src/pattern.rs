@@ -407,20 +407,17 @@ pub fn connect_map(
 
 /// Removes access nodes without edges.
 pub fn remove_isolated_access_nodes(df: &mut Dataflow) -> usize {
-    let isolated = |df: &Dataflow, id| {
-        df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0
-    };
-    if !df.graph.node_indices().any(|id| isolated(df, id)) {
-        return 0;
+    let isolated: Vec<NodeId> = df
+        .graph
+        .node_indices()
+        .filter(|&id| {
+            df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0
+        })
+        .collect();
+    for &id in &isolated {
+        df.graph.remove_node(id);
     }
-    let mut n = 0;
-    for id in df.node_ids() {
-        if df.node(id).as_access().is_some() && df.in_degree(id) == 0 && df.out_degree(id) == 0 {
-            df.graph.remove_node(id);
-            n += 1;
-        }
-    }
-    n
+    isolated.len()
 }
 
 /// Removes those of `nodes` that are access nodes without edges (after a rewrite that may

@@ -535,7 +535,6 @@ fn emit_function(
             indent: 2,
             labels: 0,
             top,
-            jam: true,
         };
         em.block(&scope, &plan.body)?;
         em.out
@@ -575,9 +574,6 @@ struct Emitter<'o> {
     labels: usize,
     /// Emitting the program's `run` (bind-time conditions are available).
     top: bool,
-    /// Producer–consumer pairs in a map body may be printed row-jammed (`jam.rs`; the
-    /// CPU's loops, not a device kernel's).
-    jam: bool,
 }
 
 /// When a state-level node runs unchecked.
@@ -866,7 +862,9 @@ impl Emitter<'_> {
 
     /// The graph of a map body, in topological order, by the current thread.
     fn body(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
-        if self.jam
+        // Producer–consumer pairs are printed row-jammed (`jam.rs`) in the CPU's loops,
+        // not in device code (kernels, and nested functions printed for them).
+        if !self.fns.device
             && !sc.checked
             && let Some(pair) = jam::Jam::of(sc.sdfg, df)
         {

@@ -398,7 +398,6 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 indent: 1,
                 labels: 0,
                 top: false,
-                jam: false,
             };
             let sc = base(loc.clone());
             // What every grid kernel's header names.
@@ -533,7 +532,6 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     indent: 1,
                     labels: 0,
                     top: false,
-                    jam: false,
                 };
                 let _ = writeln!(
                     em.out,

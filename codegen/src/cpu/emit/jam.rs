@@ -137,7 +137,15 @@ fn plain_body(df: &Dataflow) -> bool {
 /// Row and column ranges of a two-parameter map with unit steps.
 fn rows_cols(m: &MapScope) -> Option<(&Range, &Range)> {
     match m.ranges.as_slice() {
-        [r, c] if r.step.as_int() == Some(1) && c.step.as_int() == Some(1) => Some((r, c)),
+        // The column range must not use the row (the printer evaluates the ranges outside
+        // the loops).
+        [r, c]
+            if r.step.as_int() == Some(1)
+                && c.step.as_int() == Some(1)
+                && crate::plan::independent_depth(m) == 2 =>
+        {
+            Some((r, c))
+        }
         _ => None,
     }
 }
