@@ -664,3 +664,42 @@ fn a_map_whose_nested_call_accumulates_runs_on_one_thread() {
         }
     }
 }
+
+/// Map fusion and the other per-state passes work on states in parallel, and large
+/// programs keep the pool's workers awake while they are optimized. The result does not
+/// depend on the threads: four pipelines started at once from four threads (each waiting
+/// on workers the others keep busy), and one started from inside the pool, give the
+/// program a one-thread pool gives (and all of them finish: a worker kept awake gives up
+/// waiting after 200 ms).
+#[test]
+fn the_optimizer_gives_one_result_whatever_the_threads() {
+    let path = dir().join("stencil_chain_50.raw.sdfgz");
+    let input = sdflow::cli::load_program(&path).unwrap();
+    assert!(
+        input.states.len() >= 64,
+        "a program large enough to keep workers awake"
+    );
+    let optimized = |mut s: Sdfg| -> String {
+        Pipeline::cpu().run(&mut s).unwrap();
+        sdflow::ir::format::to_json(&s)
+    };
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+        .install(|| optimized(input.clone()));
+    let outs: Vec<String> = std::thread::scope(|t| {
+        let runs: Vec<_> = (0..4)
+            .map(|_| t.spawn(|| optimized(input.clone())))
+            .collect();
+        let nested = t.spawn(|| rayon::scope(|_| optimized(input.clone())));
+        runs.into_iter()
+            .chain([nested])
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
+    for o in &outs {
+        assert!(o == &one, "a parallel run differs from the one-thread run");
+    }
+    assert!(one.contains("+"), "maps were fused");
+}

@@ -90,6 +90,19 @@ pub enum DataDesc {
     },
 }
 
+/// Container descriptors by name: a program's table, or a view of it with containers a
+/// transformation has added but not yet merged (passes that work on states in parallel).
+pub trait Descriptors {
+    /// The descriptor of container `name`, if it exists.
+    fn desc(&self, name: &str) -> Option<&DataDesc>;
+}
+
+impl Descriptors for std::collections::BTreeMap<String, DataDesc> {
+    fn desc(&self, name: &str) -> Option<&DataDesc> {
+        self.get(name)
+    }
+}
+
 impl DataDesc {
     /// Element type.
     pub fn dtype(&self) -> DType {

@@ -35,7 +35,7 @@ pub mod validate;
 
 pub use builder::{DataflowBuilder, SdfgBuilder};
 pub use control::{Block, If, Loop, StateId};
-pub use data::{Array, DataDesc, Storage, Symbol};
+pub use data::{Array, DataDesc, Descriptors, Storage, Symbol};
 pub use dataflow::{
     Dataflow, Edge, EdgeId, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reachability,
     Reduce, Schedule, Tasklet,

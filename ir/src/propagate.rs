@@ -218,7 +218,7 @@ type PropagatedSubsets = rustc_hash::FxHashMap<Vec<SymExpr>, rustc_hash::FxHashM
 
 /// [`map_boundary`], remembering propagations in `memo`.
 pub fn map_boundary_memo(
-    arrays: &std::collections::BTreeMap<String, crate::data::DataDesc>,
+    arrays: &(impl crate::data::Descriptors + ?Sized),
     body: &crate::dataflow::Dataflow,
     params: &[String],
     ranges: &[Range],
@@ -246,8 +246,8 @@ pub fn map_boundary_memo(
     let known = &mut memo.maps[at].2;
     // The parameter boxes only for a subset not seen before.
     let mut boxes: Option<Vec<ParamBox>> = None;
-    let shape_of = |d: &str| -> &[SymExpr] { arrays.get(d).map_or(&[], |a| a.shape()) };
-    let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
+    let shape_of = |d: &str| -> &[SymExpr] { arrays.desc(d).map_or(&[], |a| a.shape()) };
+    let local = |d: &str| arrays.desc(d).is_some_and(DataDesc::is_body_local);
     let mut reads: BTreeMap<String, Subset> = BTreeMap::new();
     let mut writes: BTreeMap<String, (Subset, Option<Option<Wcr>>)> = BTreeMap::new();
     let mut propagated = |s: &Subset, shape: &[SymExpr]| -> Subset {

@@ -36,10 +36,17 @@ impl Pass for DeadDataflow {
                 .filter(|(name, d)| d.transient() && !read.contains(name.as_str()))
                 .map(|(name, _)| name.clone())
                 .collect();
-            let mut removed = 0;
-            for s in sdfg.body.states() {
-                removed += remove_dead_writers(&mut sdfg.states[s.index()].graph, &dead);
-            }
+            // States in parallel: each state's dead writers are its own.
+            let run: FxHashSet<usize> = sdfg.body.states().iter().map(|s| s.index()).collect();
+            let removed: usize = {
+                use rayon::prelude::*;
+                sdfg.states
+                    .par_iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| run.contains(i))
+                    .map(|(_, st)| remove_dead_writers(&mut st.graph, &dead))
+                    .sum()
+            };
             ch.add("nodes_removed", removed);
             if removed == 0 {
                 break;

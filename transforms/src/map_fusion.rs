@@ -23,7 +23,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Sdfg, Subset, SymExpr};
+use sdflow_ir::{
+    DataDesc, Dataflow, Descriptors as _, Dim, MapScope, Node, NodeId, Sdfg, Subset, SymExpr,
+};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
@@ -75,80 +77,194 @@ impl Pass for MapFusion {
     }
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
+        use rayon::prelude::*;
+        let uses = data_uses(sdfg);
+        // States are fused independently (a candidate's T is private to its state), in
+        // parallel, against the program as it was; each state's new containers and
+        // removed transients are merged afterwards in state order, so the result does not
+        // depend on the threads. Each worker keeps one memo of propagated memlets (its
+        // values are pure functions of their keys).
+        let states = sdfg.body.states();
+        let graphs: Vec<Dataflow> = states
+            .iter()
+            .map(|s| std::mem::take(&mut sdfg.states[s.index()].graph))
+            .collect();
+        let shared: &Sdfg = sdfg;
+        // One memo per thread of the pool (the states of a program repeat the same
+        // iteration spaces and memlets), taken by the state being fused.
+        let memos: Vec<std::sync::Mutex<BoundaryMemo>> = (0..rayon::current_num_threads() + 1)
+            .map(|_| Default::default())
+            .collect();
+        let outcomes: Vec<Outcome> = graphs
+            .into_par_iter()
+            .map(|graph| {
+                let k = rayon::current_thread_index()
+                    .map_or(memos.len() - 1, |k| k.min(memos.len() - 2));
+                let mut memo = memos[k]
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                self.run_state(shared, &uses, graph, &mut memo)
+            })
+            .collect();
         let mut ch = Changes::default();
-        let mut uses = data_uses(sdfg);
-        // Fused maps are reconnected through their bodies' memlets: each distinct memlet
-        // is propagated once per run.
-        let mut memo = BoundaryMemo::default();
-        for s in sdfg.body.states() {
-            let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
-            // One scan in node order; fusions that become possible behind the scan are
-            // found by the next round of the pipeline. Node positions in a topological
-            // order stay valid through fusions (a fused map keeps a later position than
-            // everything it reads), so most path checks cost nothing.
-            let positions = |g: &Dataflow| -> Vec<Option<usize>> {
-                use petgraph::visit::NodeIndexable as _;
-                let mut at = vec![None; g.graph.node_bound()];
-                for (i, n) in g
-                    .topological_order()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .enumerate()
-                {
-                    at[n.index()] = Some(i);
-                }
-                at
-            };
-            let mut topo = positions(&graph);
-            let mut from = 0;
-            while let Some((c, at)) = self.find(sdfg, &graph, &uses, &topo, from, &mut ch) {
-                from = at + 1;
-                let created = match &c.offsets {
-                    None => {
-                        ch.add("maps_fused", 1);
-                        fuse_same_point(sdfg, &mut graph, &c, &mut memo)
-                    }
-                    Some(offsets) if c.tiled => {
-                        ch.add("maps_fused_tiled", 1);
-                        let (Node::Map(ma), Node::Map(mb)) =
-                            (graph.node(c.a).clone(), graph.node(c.b).clone())
-                        else {
-                            continue;
-                        };
-                        let p = Tiled {
-                            a: &ma,
-                            b: &mb,
-                            t: &c.t,
-                            offsets,
-                            rows: self.tile_rows,
-                        };
-                        fuse_tiled(sdfg, &mut graph, (c.a, c.t_node, c.b), &p, &mut memo)
-                    }
-                    Some(offsets) => {
-                        ch.add("maps_fused_recompute", 1);
-                        fuse_recompute(sdfg, &mut graph, &c, offsets, &mut memo)
-                    }
+        for (s, mut o) in states.iter().zip(outcomes) {
+            for (name, desc) in o.added {
+                // Names derive from a transient private to the state, so two states do
+                // not pick the same one; should they, the later state renames its own.
+                let name = if sdfg.arrays.contains_key(&name) {
+                    let fresh = fresh_name(sdfg, &name);
+                    crate::pattern::rename_data(&mut o.graph, &name, &fresh);
+                    fresh
+                } else {
+                    name
                 };
-                if created {
-                    topo = positions(&graph);
-                }
-                if c.private {
-                    uses.remove(&c.t);
-                    sdfg.arrays.remove(&c.t);
-                    ch.add("transients_removed", 1);
-                }
+                sdfg.arrays.insert(name, desc);
             }
-            sdfg.states[s.index()].graph = graph;
+            for t in &o.removed {
+                sdfg.arrays.remove(t);
+            }
+            sdfg.states[s.index()].graph = o.graph;
+            ch.merge(&o.ch);
         }
+        ch.notes.truncate(MAX_NOTES);
         ch
     }
 }
 
+/// What fusing one state gave.
+struct Outcome {
+    graph: Dataflow,
+    /// Containers the fusions declared, in order.
+    added: Vec<(String, DataDesc)>,
+    /// Transients that disappeared.
+    removed: Vec<String>,
+    ch: Changes,
+}
+
+/// The program's containers as one state's fusions see them: the program's, plus those
+/// the state's fusions declared so far.
+pub(crate) struct Scratch<'a> {
+    pub(crate) sdfg: &'a Sdfg,
+    pub(crate) added: Vec<(String, DataDesc)>,
+}
+
+impl Scratch<'_> {
+    /// `base`, or `base_1`, `base_2`, … : the first name neither the program nor this
+    /// state uses.
+    pub(crate) fn fresh(&self, base: &str) -> String {
+        let free = |n: &str| {
+            !self.sdfg.arrays.contains_key(n)
+                && !self.sdfg.symbols.contains_key(n)
+                && self.added.iter().all(|(a, _)| a != n)
+        };
+        if free(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|i| format!("{base}_{i}"))
+            .find(|n| free(n))
+            .expect("an unused name exists")
+    }
+
+    pub(crate) fn declare(&mut self, name: String, desc: DataDesc) {
+        self.added.push((name, desc));
+    }
+}
+
+impl sdflow_ir::Descriptors for Scratch<'_> {
+    fn desc(&self, name: &str) -> Option<&DataDesc> {
+        self.added
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| d)
+            .or_else(|| self.sdfg.arrays.get(name))
+    }
+}
+
 impl MapFusion {
+    /// Fuses what it can in one state's graph.
+    fn run_state(
+        &self,
+        sdfg: &Sdfg,
+        uses: &DataUses,
+        mut graph: Dataflow,
+        memo: &mut BoundaryMemo,
+    ) -> Outcome {
+        let mut ch = Changes::default();
+        let mut scratch = Scratch {
+            sdfg,
+            added: Vec::new(),
+        };
+        let mut removed = Vec::new();
+        // One scan in node order; fusions that become possible behind the scan are found
+        // by the next round of the pipeline. Node positions in a topological order stay
+        // valid through fusions (a fused map keeps a later position than everything it
+        // reads), so most path checks cost nothing.
+        let positions = |g: &Dataflow| -> Vec<Option<usize>> {
+            use petgraph::visit::NodeIndexable as _;
+            let mut at = vec![None; g.graph.node_bound()];
+            for (i, n) in g
+                .topological_order()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
+                at[n.index()] = Some(i);
+            }
+            at
+        };
+        let mut topo = positions(&graph);
+        let mut from = 0;
+        while let Some((c, at)) = self.find(&scratch, &graph, uses, &topo, from, &mut ch) {
+            from = at + 1;
+            let created = match &c.offsets {
+                None => {
+                    ch.add("maps_fused", 1);
+                    fuse_same_point(&mut scratch, &mut graph, &c, memo)
+                }
+                Some(offsets) if c.tiled => {
+                    ch.add("maps_fused_tiled", 1);
+                    let (Node::Map(ma), Node::Map(mb)) =
+                        (graph.node(c.a).clone(), graph.node(c.b).clone())
+                    else {
+                        continue;
+                    };
+                    let p = Tiled {
+                        a: &ma,
+                        b: &mb,
+                        t: &c.t,
+                        offsets,
+                        rows: self.tile_rows,
+                    };
+                    fuse_tiled(&mut scratch, &mut graph, (c.a, c.t_node, c.b), &p, memo)
+                }
+                Some(offsets) => {
+                    ch.add("maps_fused_recompute", 1);
+                    fuse_recompute(&mut scratch, &mut graph, &c, offsets, memo)
+                }
+            };
+            if created {
+                topo = positions(&graph);
+            }
+            // A private T has no access node left (it had one, in this state).
+            if c.private {
+                removed.push(c.t);
+                ch.add("transients_removed", 1);
+            }
+        }
+        Outcome {
+            graph,
+            added: scratch.added,
+            removed,
+            ch,
+        }
+    }
+
     /// The first fusion at or after node index `from`, with the index of its T node.
     fn find(
         &self,
-        sdfg: &Sdfg,
+        arrays: &Scratch<'_>,
         df: &Dataflow,
         uses: &DataUses,
         topo: &[Option<usize>],
@@ -161,7 +277,7 @@ impl MapFusion {
             let Some(t) = df.graph.node_weight(t_node).and_then(Node::as_access) else {
                 continue;
             };
-            let Some(DataDesc::Array(arr)) = sdfg.arrays.get(t) else {
+            let Some(DataDesc::Array(arr)) = arrays.desc(t) else {
                 continue;
             };
             let Some(chain) = chain_at(df, t_node).filter(|_| arr.transient) else {
@@ -180,7 +296,7 @@ impl MapFusion {
                 if b == a
                     || ma.schedule != mb.schedule
                     || !legal(df, a, b, t_node, t, topo)
-                    || shares_locals(sdfg, ma, mb)
+                    || shares_locals(arrays, ma, mb)
                     || binds_any(&mb.body, &ma.params)
                     || tables_read(&mb.body).contains(t)
                 {
@@ -293,12 +409,16 @@ fn legal(
 
 /// True when both bodies use one of the program's transient scalars (body locals): one
 /// body would overwrite the other's value.
-pub(crate) fn shares_locals(sdfg: &Sdfg, a: &MapScope, b: &MapScope) -> bool {
+pub(crate) fn shares_locals(
+    arrays: &(impl sdflow_ir::Descriptors + ?Sized),
+    a: &MapScope,
+    b: &MapScope,
+) -> bool {
     let da = a.body.accessed_data_refs();
     b.body.accessed_data_refs().iter().any(|d| {
         da.contains(d)
             && matches!(
-                sdfg.arrays.get(*d),
+                arrays.desc(d),
                 Some(DataDesc::Scalar {
                     transient: true,
                     ..
@@ -422,10 +542,10 @@ fn recomputable(ma: &MapScope, mb: &MapScope, offsets: &[Vec<i64>]) -> bool {
 }
 
 /// Declares a transient scalar for T's value inside a fused body.
-fn local_scalar(sdfg: &mut Sdfg, t: &str) -> String {
-    let dtype = sdfg.arrays[t].dtype();
-    let name = fresh_name(sdfg, &format!("{t}_v"));
-    sdfg.arrays.insert(
+fn local_scalar(arrays: &mut Scratch<'_>, t: &str) -> String {
+    let dtype = arrays.desc(t).expect("T is declared").dtype();
+    let name = arrays.fresh(&format!("{t}_v"));
+    arrays.declare(
         name.clone(),
         DataDesc::Scalar {
             dtype,
@@ -444,7 +564,7 @@ fn make_local(body: &mut Dataflow, n: NodeId, scalar: &str) {
 }
 
 fn fuse_same_point(
-    sdfg: &mut Sdfg,
+    arrays: &mut Scratch<'_>,
     df: &mut Dataflow,
     c: &Candidate,
     memo: &mut BoundaryMemo,
@@ -472,7 +592,7 @@ fn fuse_same_point(
         }
     }
     if c.private {
-        let scalar = local_scalar(sdfg, &c.t);
+        let scalar = local_scalar(arrays, &c.t);
         make_local(&mut body, write, &scalar);
     }
     let (mut sources, mut dests) = neighbours(df, c.a);
@@ -497,19 +617,11 @@ fn fuse_same_point(
         ranges: ma.ranges,
         schedule: ma.schedule,
     };
-    replace_map(
-        &sdfg.arrays,
-        df,
-        c.a,
-        scope,
-        &gone,
-        (&sources, &dests),
-        memo,
-    )
+    replace_map(&*arrays, df, c.a, scope, &gone, (&sources, &dests), memo)
 }
 
 fn fuse_recompute(
-    sdfg: &mut Sdfg,
+    arrays: &mut Scratch<'_>,
     df: &mut Dataflow,
     c: &Candidate,
     offsets: &[Vec<i64>],
@@ -537,7 +649,7 @@ fn fuse_recompute(
             .copied()
             .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && body.in_degree(n) > 0)
             .expect("A writes T");
-        let scalar = local_scalar(sdfg, &c.t);
+        let scalar = local_scalar(arrays, &c.t);
         make_local(&mut body, write, &scalar);
         value_of.insert(o.clone(), (write, scalar));
     }
@@ -565,7 +677,7 @@ fn fuse_recompute(
     let label = format!("{}+{}", ma.label, mb.label);
     let scope = MapScope { label, body, ..mb };
     replace_map(
-        &sdfg.arrays,
+        &*arrays,
         df,
         c.b,
         scope,

@@ -367,7 +367,7 @@ pub fn move_in_edges(df: &mut Dataflow, from: NodeId, to: NodeId) {
 /// a new access node where none is given. Returns true when it added access nodes.
 /// `memo` keeps propagated memlets across calls (pass one per pass run, or a fresh one).
 pub fn connect_map(
-    sdfg_arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
+    sdfg_arrays: &(impl sdflow_ir::Descriptors + ?Sized),
     df: &mut Dataflow,
     map: NodeId,
     sources: &BTreeMap<String, NodeId>,
@@ -600,7 +600,7 @@ pub fn neighbours(
 /// dests) as [`neighbours`] gives them ([`connect_map`]) and drops access nodes left
 /// without edges. Returns true when access nodes were added.
 pub fn replace_map(
-    arrays: &BTreeMap<String, sdflow_ir::DataDesc>,
+    arrays: &(impl sdflow_ir::Descriptors + ?Sized),
     df: &mut Dataflow,
     keep: NodeId,
     scope: sdflow_ir::MapScope,

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sdflow_ir::Sdfg;
@@ -149,6 +150,31 @@ const CPU_PASSES: [&str; 7] = [
     "move_into_if",
 ];
 
+/// Programs with at least this many states keep the thread pool awake while they are
+/// optimized (see [`keep_warm`]).
+const WARM_STATES: usize = 64;
+
+/// The longest a worker waits for work in [`keep_warm`].
+const WARM_LIMIT: Duration = Duration::from_millis(200);
+
+/// Runs on the other workers of the pool while a large program is optimized: takes the
+/// passes' parallel work as soon as it is offered, instead of sleeping between the
+/// passes' parallel sections (waking a sleeping worker costs a quarter of a millisecond on
+/// a virtual machine with idle cores, once per section). Between tries it yields its core
+/// to any other thread ready to run. It stops when the pipeline ends,
+/// or after [`WARM_LIMIT`] at the latest, so that two pipelines waiting on each other's
+/// workers delay each other at most that long. The cost: the other cores stay busy for
+/// the pipeline's duration (a few milliseconds), as OpenMP's active wait policy does.
+fn keep_warm(done: &AtomicBool) {
+    let until = Instant::now() + WARM_LIMIT;
+    while !done.load(Ordering::Acquire) && Instant::now() < until {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            // Gives the core to another thread of this process that is ready to run.
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Pipeline {
     /// A pipeline of the given passes, at most 16 rounds, validating between passes in
     /// debug builds.
@@ -271,18 +297,37 @@ impl Pipeline {
 
     /// Runs the pipeline on `sdfg` in place. The input must validate.
     ///
-    /// The passes' once-per-process tables ([`Pass::prepare`]) are built on a second
-    /// thread meanwhile, so that the first run in a process does not wait for them.
+    /// It runs on a worker of rayon's pool: the passes that work on states in parallel
+    /// run one share on this thread instead of waking the pool and waiting. The passes'
+    /// once-per-process tables ([`Pass::prepare`]) are built by another worker meanwhile,
+    /// so that the first run in a process does not wait for them.
     pub fn run(&self, sdfg: &mut Sdfg) -> Result<Report, TransformError> {
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
+        let warm = rayon::current_thread_index().is_none()
+            && rayon::current_num_threads() > 1
+            && sdfg.states.len() >= WARM_STATES;
+        let done = AtomicBool::new(false);
+        std::thread::scope(|t| {
+            t.spawn(|| {
                 for pass in &self.passes {
                     if !self.disabled.contains(pass.name()) {
                         pass.prepare();
                     }
                 }
             });
-            self.run_passes(sdfg)
+            rayon::scope(|s| {
+                if warm {
+                    let here = rayon::current_thread_index();
+                    let done = &done;
+                    s.spawn_broadcast(move |_, cx| {
+                        if Some(cx.index()) != here {
+                            keep_warm(done);
+                        }
+                    });
+                }
+                let report = self.run_passes(sdfg);
+                done.store(true, Ordering::Release);
+                report
+            })
         })
     }
 

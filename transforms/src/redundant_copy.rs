@@ -29,29 +29,25 @@ impl Pass for RedundantCopy {
     }
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
-        let mut ch = Changes::default();
+        use rayon::prelude::*;
         let uses = data_uses(sdfg);
-        for s in sdfg.body.states() {
-            let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
-            while let Some((t1, t2, producer)) = find(sdfg, &graph, &uses) {
-                let from = graph.node(t1).as_access().unwrap_or_default().to_string();
-                let to = graph.node(t2).as_access().unwrap_or_default().to_string();
-                let in_edge = graph.in_edges(t1)[0];
-                match &mut graph.graph[producer] {
-                    Node::Map(m) => rename_data(&mut m.body, &from, &to),
-                    Node::Access(_) => {}
-                    _ => {}
-                }
-                if graph.node(producer).as_access().is_none() {
-                    graph.graph[in_edge].memlet.data = to.clone();
-                }
-                for e in graph.out_edges(t1) {
-                    graph.graph.remove_edge(e);
-                }
-                move_in_edges(&mut graph, t1, t2);
-                graph.graph.remove_node(t1);
-                sdfg.arrays.remove(&from);
-                ch.add("copies_removed", 1);
+        // States in parallel: a removed copy's source is private to its state (one access
+        // node), so the states' rewrites are independent; removals are merged in order.
+        let states = sdfg.body.states();
+        let graphs: Vec<Dataflow> = states
+            .iter()
+            .map(|s| std::mem::take(&mut sdfg.states[s.index()].graph))
+            .collect();
+        let shared: &Sdfg = sdfg;
+        let done: Vec<(Dataflow, Vec<String>)> = graphs
+            .into_par_iter()
+            .map(|graph| remove_copies(shared, &uses, graph))
+            .collect();
+        let mut ch = Changes::default();
+        for (s, (graph, removed)) in states.iter().zip(done) {
+            ch.add("copies_removed", removed.len());
+            for from in &removed {
+                sdfg.arrays.remove(from);
             }
             sdfg.states[s.index()].graph = graph;
         }
@@ -59,7 +55,30 @@ impl Pass for RedundantCopy {
     }
 }
 
-/// (t1, t2, producer of t1) where `t1 ─copy─► t2` is redundant.
+/// Removes the redundant copies of one state's graph; returns it with the containers
+/// that disappeared.
+fn remove_copies(sdfg: &Sdfg, uses: &DataUses, mut graph: Dataflow) -> (Dataflow, Vec<String>) {
+    let mut removed = Vec::new();
+    while let Some((t1, t2, producer)) = find(sdfg, &graph, uses) {
+        let from = graph.node(t1).as_access().unwrap_or_default().to_string();
+        let to = graph.node(t2).as_access().unwrap_or_default().to_string();
+        let in_edge = graph.in_edges(t1)[0];
+        if let Node::Map(m) = &mut graph.graph[producer] {
+            rename_data(&mut m.body, &from, &to);
+        }
+        if graph.node(producer).as_access().is_none() {
+            graph.graph[in_edge].memlet.data = to.clone();
+        }
+        for e in graph.out_edges(t1) {
+            graph.graph.remove_edge(e);
+        }
+        move_in_edges(&mut graph, t1, t2);
+        graph.graph.remove_node(t1);
+        removed.push(from);
+    }
+    (graph, removed)
+}
+
 fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, NodeId)> {
     for t1 in df.node_ids() {
         let Some(a) = df.node(t1).as_access() else {

@@ -79,7 +79,7 @@ fn find(sdfg: &Sdfg, df: &Dataflow) -> Option<(NodeId, NodeId)> {
                     || wb.iter().any(|d| ra.contains(d));
                 if shares_input
                     && !conflict
-                    && !shares_locals(sdfg, ma, mb)
+                    && !shares_locals(&sdfg.arrays, ma, mb)
                     && !binds_any(&mb.body, &ma.params)
                 {
                     return Some((a, b));

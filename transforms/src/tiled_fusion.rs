@@ -14,11 +14,11 @@
 use std::collections::BTreeMap;
 
 use sdflow_ir::{
-    Array, DataDesc, Dataflow, Dim, MapScope, Memlet, Node, Range, Schedule, Sdfg, Storage, Subset,
-    SymExpr, SymOp,
+    Array, DataDesc, Dataflow, Descriptors as _, Dim, MapScope, Memlet, Node, Range, Schedule,
+    Storage, Subset, SymExpr, SymOp,
 };
 
-use crate::pattern::{connect_map, fresh_name, neighbours, replace_map};
+use crate::pattern::{connect_map, neighbours, replace_map};
 
 /// What the fusion needs to know about the pair.
 pub(crate) struct Tiled<'a> {
@@ -70,7 +70,7 @@ fn max(a: SymExpr, b: SymExpr) -> SymExpr {
 /// Replaces maps `a` and `b` (and T's access node) of `df` by the tiled map; returns
 /// whether access nodes were added.
 pub(crate) fn fuse_tiled(
-    sdfg: &mut Sdfg,
+    arrays: &mut crate::map_fusion::Scratch<'_>,
     df: &mut Dataflow,
     nodes: (sdflow_ir::NodeId, sdflow_ir::NodeId, sdflow_ir::NodeId),
     p: &Tiled<'_>,
@@ -84,8 +84,8 @@ pub(crate) fn fuse_tiled(
     // The tile parameter: a fresh name.
     let mut tp = "tile".to_string();
     let mut k = 0;
-    while sdfg.symbols.contains_key(&tp)
-        || sdfg.arrays.contains_key(&tp)
+    while arrays.sdfg.symbols.contains_key(&tp)
+        || arrays.desc(&tp).is_some()
         || ma.params.contains(&tp)
         || mb.params.contains(&tp)
     {
@@ -98,18 +98,19 @@ pub(crate) fn fuse_tiled(
     let row_end = min(rb0.end.clone(), row0.add(&rows));
     let base0 = row0.add(&SymExpr::Int(dmin)).simplify();
     // The buffer: the tile's rows plus the halo, A's extent in the other dimensions.
-    let dtype = sdfg.arrays[p.t].dtype();
+    let dtype = arrays.desc(p.t).expect("T is declared").dtype();
     let mut shape = vec![SymExpr::Int(p.rows + dmax - dmin)];
     // A's extent in the other dimensions, never negative: a range whose end is below its
     // start (`1:N-1` at `N = 1`) runs no points, and its buffer has no elements.
     for r in &ma.ranges[1..] {
         shape.push(max(SymExpr::Int(0), r.end.sub(&r.start).simplify()));
     }
-    let buf = fresh_name(sdfg, &format!("{}_tile", p.t));
+    let buf = arrays.fresh(&format!("{}_tile", p.t));
     let mut arr = Array::new(dtype, shape);
     arr.transient = true;
     arr.storage = Storage::Local;
-    sdfg.arrays.insert(buf.clone(), DataDesc::Array(arr));
+    let whole = Memlet::new(&buf, Subset::full(arr.shape.as_slice()));
+    arrays.declare(buf.clone(), DataDesc::Array(arr));
     let mut shift = vec![base0.clone()];
     shift.extend(ma.ranges[1..].iter().map(|r| r.start.clone()));
     // A' over the rows the tile needs.
@@ -148,7 +149,7 @@ pub(crate) fn fuse_tiled(
     let mut body = Dataflow::new();
     let an = body.add_node(Node::Map(a_inner));
     connect_map(
-        &sdfg.arrays,
+        &*arrays,
         &mut body,
         an,
         &BTreeMap::new(),
@@ -157,7 +158,7 @@ pub(crate) fn fuse_tiled(
     );
     let bn = body.add_node(Node::Map(b_inner));
     connect_map(
-        &sdfg.arrays,
+        &*arrays,
         &mut body,
         bn,
         &BTreeMap::new(),
@@ -165,7 +166,6 @@ pub(crate) fn fuse_tiled(
         memo,
     );
     let bnode = body.add_access(&buf);
-    let whole = Memlet::new(&buf, Subset::full(sdfg.arrays[&buf].shape()));
     body.add_edge(an, None, bnode, None, whole.clone());
     body.add_edge(bnode, None, bn, None, whole);
     let tiles = rb0.end.sub(&rb0.start).add(&SymExpr::Int(p.rows - 1));
@@ -186,7 +186,7 @@ pub(crate) fn fuse_tiled(
         sources.entry(k).or_insert(v);
     }
     replace_map(
-        &sdfg.arrays,
+        &*arrays,
         df,
         b_node,
         scope,
