@@ -292,6 +292,11 @@ impl<'a> Args<'a> {
         self.ints.get(name).copied()
     }
 
+    /// The integer and float symbol values given, by name.
+    pub fn symbols(&self) -> (&BTreeMap<String, i64>, &BTreeMap<String, f64>) {
+        (&self.ints, &self.floats)
+    }
+
     /// Removes the value given for integer symbol `name` and returns it.
     pub fn take_int(&mut self, name: &str) -> Option<i64> {
         self.ints.remove(name)

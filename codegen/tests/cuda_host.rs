@@ -599,3 +599,97 @@ fn a_reduction_is_a_grid_over_its_outputs() {
     );
     cpu_equals_interpreter(&s, 9, &["rows", "top"]);
 }
+
+/// Arrays another library allocated (CuPy, `__cuda_array_interface__`) are passed by
+/// address: checked like device arrays (types, shapes, strides, overlap), refused when
+/// the address is not the device's memory; the call waits for the stream they were
+/// produced on before its first kernel, and that stream waits for the call after its
+/// last, without the host waiting.
+#[test]
+fn foreign_device_arrays_are_checked_and_ordered_after_their_stream() {
+    use sdflow_codegen::cuda::device::KernelArg;
+    use sdflow_codegen::cuda::exec::ForeignArray;
+    use std::collections::BTreeMap;
+    let s = example("laplace");
+    let mut p = load(&s);
+    let (u, out, both) = {
+        let mut dev = p.device().lock();
+        (
+            dev.alloc_zeroed(10 * 10 * 8).unwrap(),
+            dev.alloc_zeroed(10 * 10 * 8).unwrap(),
+            dev.alloc_zeroed(2 * 10 * 10 * 8).unwrap(),
+        )
+    };
+    let strides = [10isize, 1];
+    let arr = |name, ptr, dtype| ForeignArray {
+        name,
+        ptr,
+        dtype,
+        extents: &[10, 10],
+        strides: &strides,
+    };
+    let (ints, floats) = (BTreeMap::new(), BTreeMap::new());
+    let mut call = |arrays: &[ForeignArray<'_>], after: &[u64]| {
+        // SAFETY: recording-device allocations of the arrays' sizes, alive for the test.
+        unsafe { p.call_foreign(arrays, &ints, &floats, after) }
+    };
+    let err = |r: Result<_, sdflow_codegen::CallError>| r.expect_err("refused").to_string();
+    assert_eq!(
+        err(call(
+            &[arr("u", u, DType::F32), arr("out", out, DType::F64)],
+            &[]
+        )),
+        "program 'laplace': 'u' is f32, the program needs f64"
+    );
+    assert!(
+        err(call(
+            &[arr("u", 0x10, DType::F64), arr("out", out, DType::F64)],
+            &[]
+        ))
+        .starts_with("program 'laplace': 'u': 0x10 is not in any allocation"),
+    );
+    assert_eq!(
+        err(call(
+            &[arr("u", both, DType::F64), arr("out", both + 8, DType::F64)],
+            &[]
+        )),
+        "program 'laplace': 'out' and 'u' overlap in memory; pass distinct arrays"
+    );
+    // SAFETY: as above.
+    let done = unsafe {
+        p.call_foreign(
+            &[arr("u", u, DType::F64), arr("out", out, DType::F64)],
+            &ints,
+            &floats,
+            &[0x5eed],
+        )
+    }
+    .unwrap();
+    {
+        let dev = p.device().lock();
+        let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
+        let calls = rec.calls();
+        let wait = calls
+            .iter()
+            .position(|c| *c == Call::WaitForStream(0x5eed))
+            .expect("waits for the producer's stream");
+        let first_launch = calls
+            .iter()
+            .position(|c| matches!(c, Call::Launch(_)))
+            .expect("launches");
+        let signal = calls
+            .iter()
+            .position(|c| *c == Call::SignalStream(0x5eed))
+            .expect("the producer's stream waits for the call");
+        let last_launch = calls
+            .iter()
+            .rposition(|c| matches!(c, Call::Launch(_)))
+            .unwrap();
+        assert!(wait < first_launch && last_launch < signal);
+        assert!(!calls.contains(&Call::Synchronize));
+        let launch = rec.launches()[0];
+        assert!(launch.args.contains(&KernelArg::Ptr(u)));
+        assert!(launch.args.contains(&KernelArg::Ptr(out)));
+    }
+    p.wait(done).unwrap();
+}

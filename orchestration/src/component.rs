@@ -458,6 +458,46 @@ impl Callable {
         }
     }
 
+    /// Calls the program on arrays another library allocated on the device (CuPy,
+    /// `__cuda_array_interface__`), by address: picks the variant by the flags' values in
+    /// `args` (symbol values only), adds the bound symbol
+    /// values, checks the arrays ([`GpuProgram::call_foreign`]), orders the call after
+    /// the streams `after`, and returns without waiting for the device: the
+    /// program and the completion to wait on.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuProgram::call_foreign`]: the addresses describe device memory the caller
+    /// owns, alive and left alone until the call completes.
+    ///
+    /// [`GpuProgram::call_foreign`]: sdflow_codegen::cuda::exec::GpuProgram::call_foreign
+    pub unsafe fn call_foreign(
+        &self,
+        args: Args<'_>,
+        arrays: &[sdflow_codegen::cuda::exec::ForeignArray<'_>],
+        after: &[u64],
+    ) -> Result<(GpuHandle, sdflow_codegen::cuda::exec::Completion), CallError> {
+        let (exe, args) = self.select(args)?;
+        let Executable::Gpu(p) = exe else {
+            return Err(self.err(
+                "device arrays need the cuda backend; this program was compiled for another".into(),
+            ));
+        };
+        let bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, _)) = bound.first() {
+            return Err(self.err(format!(
+                "'{k}' is bound as a host array; a call on device arrays takes every array on the device"
+            )));
+        }
+        let (ints, floats) = args.symbols();
+        let done = {
+            let mut prog = p.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the caller's contract.
+            unsafe { prog.call_foreign(arrays, ints, floats, after)? }
+        };
+        Ok((p, done))
+    }
+
     /// The executable of a variant: precompiled, or compiled now when allowed.
     fn variant(&self, combo: &[i64]) -> Result<Executable, CallError> {
         if let Some(e) = self.read_variants().get(combo) {
@@ -495,6 +535,10 @@ impl Callable {
         Ok(exe)
     }
 }
+
+/// A program on a device, shared: [`Callable::call_foreign`] returns it with the
+/// completion of the call, to wait on through it.
+pub type GpuHandle = Arc<Mutex<sdflow_codegen::cuda::exec::GpuProgram>>;
 
 /// The same arguments, borrowed for a shorter time.
 fn shorten<'s, 'l: 's>(a: Args<'l>) -> Args<'s> {

@@ -1,7 +1,7 @@
 """Type stubs of the sdflow extension module."""
 
 import os
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 class SdflowError(Exception):
     """An error of sdflow: a program that cannot be read, optimized or compiled."""
@@ -90,10 +90,29 @@ class CompiledProgram:
     @property
     def compiled(self) -> int:
         """Variants this compile built (the rest came from the persistent cache)."""
-    def __call__(self, **kwargs: Any) -> None:
-        """Runs once: NumPy arrays (passed in place) and values by name; the GIL is released while it runs."""
+    def __call__(self, **kwargs: Any) -> Optional[Completion]:
+        """Runs once: NumPy arrays (passed in place) and values by name; the GIL is released while it runs.
+
+        For a program compiled for ``"cuda"`` called with device arrays (anything with
+        ``__cuda_array_interface__``, e.g. CuPy's), returns once the work is enqueued,
+        with a ``Completion`` to wait on; otherwise returns ``None`` when done."""
     def bind(self, **kwargs: Any) -> BoundProgram:
         """Checks and lays out the arguments once."""
+
+class Completion:
+    """The end of a call on device arrays, enqueued without waiting for the device."""
+
+    def wait(self) -> None:
+        """Waits for the call's work; raises ``CallError`` if the program reported an error."""
+    @property
+    def done(self) -> bool:
+        """Whether the work is done, without waiting."""
+
+def _device_alloc(nbytes: int) -> int:
+    """Zeroed memory on the package's CUDA device (for tests of the device call path)."""
+
+def _device_log() -> List[str]:
+    """The recording device's calls (``SDFLOW_CUDA_DEVICE=recording``)."""
 
 class BoundProgram:
     """A compiled program with its arguments bound."""

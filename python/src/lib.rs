@@ -14,10 +14,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
 use sdflow::cli::{self, ShowOptions};
+use sdflow_codegen::cuda::exec::ForeignArray;
 use sdflow_codegen::{Args, Backend, BoundCall, CompiledProgram as CpuProgram};
 use sdflow_ir::{DType, DataDesc, Sdfg, Value};
 use sdflow_orchestration::component::{Component, ProgramSpec, Programs};
 use sdflow_orchestration::workflow::Executable;
+
+mod device;
 
 // Calls convert and check their arguments in many small allocations; mimalloc's
 // thread-local size classes make them markedly cheaper than the C library's.
@@ -456,10 +459,11 @@ impl Program {
                 spec = spec.option(&k, &text);
             }
         }
-        let programs = Component::new(tag)
-            .with_program(spec)
-            .build()
-            .map_err(sdflow_err)?;
+        let mut component = Component::new(tag);
+        if tag == Backend::Gpu {
+            component = component.device(device::device()?);
+        }
+        let programs = component.with_program(spec).build().map_err(sdflow_err)?;
         let mut held = BoundArgs::default();
         if let Some(d) = bound {
             for (k, v) in d.iter() {
@@ -792,6 +796,94 @@ impl CompiledProgram {
         without_gil(py, args, |args| callable.call(args))
     }
 
+    /// A call on device arrays (see `__call__`), or `None` when no argument is one.
+    fn call_device(
+        &self,
+        py: Python<'_>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<device::Completion>> {
+        let Some(d) = kwargs else { return Ok(None) };
+        let mut on_device = Vec::new();
+        let mut others = Vec::new();
+        for (k, v) in d.iter() {
+            let k: String = k.extract()?;
+            match device::device_arg(&self.name, &k, &v)? {
+                Some(a) => on_device.push((a, v.unbind())),
+                None => others.push((k, v)),
+            }
+        }
+        if on_device.is_empty() {
+            return Ok(None);
+        }
+        let program = &self.name;
+        let mut args = Args::new();
+        for (k, v) in others {
+            if self.bound.items.iter().any(|(n, _)| *n == k) {
+                return Err(call_err(format!(
+                    "program '{program}': '{k}' is bound; do not pass it"
+                )));
+            }
+            if let Some(sym) = self.sdfg.symbols.get(&k) {
+                let value = value_of(&v, sym.dtype, &format!("program '{program}': '{k}'"))?;
+                args = match value {
+                    Value::F64(x) => args.float(&k, x),
+                    Value::F32(x) => args.float(&k, x as f64),
+                    other => args.int(&k, other.as_i64()),
+                };
+            } else if self.sdfg.arrays.contains_key(&k) {
+                return Err(call_err(format!(
+                    "program '{program}': '{k}' is not on the device; a call on device arrays takes every array (and scalar container, as a one-element array) on the device"
+                )));
+            } else {
+                return Err(call_err(format!(
+                    "program '{program}': '{k}' is not an argument of the program"
+                )));
+            }
+        }
+        for (k, h) in &self.bound.items {
+            args = match h {
+                Held::Int(i) => args.int(k, *i),
+                Held::Float(x) => args.float(k, *x),
+                _ => {
+                    return Err(call_err(format!(
+                        "program '{program}': '{k}' is bound as a host array; a call on device arrays takes every array on the device"
+                    )));
+                }
+            };
+        }
+        let arrays: Vec<ForeignArray<'_>> = on_device
+            .iter()
+            .map(|(a, _)| ForeignArray {
+                name: &a.name,
+                ptr: a.ptr,
+                dtype: a.dtype,
+                extents: &a.shape,
+                strides: &a.strides,
+            })
+            .collect();
+        let mut streams: Vec<u64> = on_device.iter().filter_map(|(a, _)| a.stream).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        let callable = self.callable()?;
+        let work = Unlocked((args, arrays, streams));
+        let (gpu, done) = py
+            .detach(move || {
+                let (args, arrays, streams) = work.into_inner();
+                // SAFETY: each array's interface describes memory its owner keeps (the
+                // objects are held by the completion until it is waited on or dropped);
+                // the call is ordered after the producers' streams and they after it.
+                unsafe { callable.call_foreign(args, &arrays, &streams) }
+            })
+            .map_err(call_err)?;
+        let keep = on_device.into_iter().map(|(_, obj)| obj).collect();
+        Ok(Some(device::Completion::new(
+            gpu,
+            self.name.clone(),
+            done,
+            keep,
+        )))
+    }
+
     fn callable(&self) -> PyResult<&sdflow_orchestration::component::Callable> {
         self.programs.program(&self.name).map_err(call_err)
     }
@@ -817,10 +909,22 @@ impl CompiledProgram {
 #[pymethods]
 impl CompiledProgram {
     /// Runs the program once: arrays and values by name.
+    /// With device arrays (anything with `__cuda_array_interface__`, e.g. CuPy's) for
+    /// a program compiled for `"cuda"`, the call returns once its work is enqueued, with
+    /// a `Completion` to wait on; otherwise it returns when the program is done.
     #[pyo3(signature = (**kwargs))]
-    fn __call__(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<device::Completion>> {
         if self.backend == Backend::Cpu {
-            return self.call_direct(py, kwargs);
+            return self.call_direct(py, kwargs).map(|()| None);
+        }
+        if self.backend == Backend::Gpu
+            && let Some(done) = self.call_device(py, kwargs)?
+        {
+            return Ok(Some(done));
         }
         let mut held = self.args_of(py, kwargs)?;
         {
@@ -833,7 +937,7 @@ impl CompiledProgram {
         // SAFETY: `held` and `self.bound` outlive the call.
         let args = unsafe { held.add_to(self.bound.add_to(Args::new())) };
         let callable = self.callable()?;
-        without_gil(py, args, |args| callable.call(args))
+        without_gil(py, args, |args| callable.call(args)).map(|()| None)
     }
 
     /// Checks and lays out the arguments once: the returned callable runs the program
@@ -971,7 +1075,7 @@ struct CompiledRef {
 }
 
 /// A program with its arguments bound (`CompiledProgram.bind`).
-#[pyclass(module = "sdflow._sdflow", name = "BoundProgram", unsendable)]
+#[pyclass(module = "sdflow._sdflow", name = "BoundProgram")]
 struct BoundProgram {
     /// The CPU program's bound call; dropped before the program it borrows.
     call: Option<BoundCall<'static>>,
@@ -1015,6 +1119,15 @@ impl BoundProgram {
         }
     }
 }
+
+// SAFETY: the raw pointers of the bound call and of `scalars` point into memory this
+// value owns (boxes in `held` and `bound_from`, the call's state) or keeps alive (the NumPy
+// arrays through `held`, the compiled library through `_program`); none of it belongs to
+// a thread. Python calls take the value mutably (pyo3 refuses a second borrow while one
+// call runs), so it is used by one thread at a time, whichever; it has no method that
+// takes it shared, so sharing a reference lets no thread read what another writes.
+unsafe impl Send for BoundProgram {}
+unsafe impl Sync for BoundProgram {}
 
 impl BoundProgram {
     fn set(&mut self, _py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -1067,6 +1180,9 @@ fn _sdflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Report>()?;
     m.add_class::<CompiledProgram>()?;
     m.add_class::<BoundProgram>()?;
+    m.add_class::<device::Completion>()?;
+    m.add_function(wrap_pyfunction!(device::_device_alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(device::_device_log, m)?)?;
     m.add("SdflowError", py.get_type::<SdflowError>())?;
     m.add("ValidationError", py.get_type::<ValidationError>())?;
     m.add("CallError", py.get_type::<CallError>())?;

@@ -421,3 +421,26 @@ def test_calls_from_several_threads_at_once():
     assert errors == []
     for g, o in zip(grids, outs):
         assert np.array_equal(o, laplace_reference(g))
+
+
+def test_a_bound_program_can_be_called_from_another_thread():
+    """A bound program made on one thread runs on another (one call at a time)."""
+    import threading
+
+    prog = sdflow.load(EXAMPLES / "laplace.sdfg.json").compile("cpu")
+    u = random_grid(64, seed=3)
+    out = np.zeros_like(u)
+    bound = prog.bind(u=u, out=out)
+    errors = []
+
+    def work():
+        try:
+            bound()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert errors == []
+    assert np.array_equal(out, laplace_reference(u))

@@ -112,6 +112,16 @@ pub trait Device: Send {
     fn end_capture(&mut self) -> Result<GraphId, DeviceError>;
     /// Enqueues one run of a captured graph.
     fn replay(&mut self, g: GraphId) -> Result<(), DeviceError>;
+    /// Makes the program's stream wait, without blocking the host, for the work enqueued
+    /// so far on another library's stream (a `CUstream` handle; 1 and 2 are the legacy
+    /// and the per-thread default stream, as in `__cuda_array_interface__`).
+    fn wait_for_stream(&mut self, stream: u64) -> Result<(), DeviceError>;
+    /// Makes another library's stream wait, without blocking the host, for the work
+    /// enqueued so far on the program's stream.
+    fn signal_stream(&mut self, stream: u64) -> Result<(), DeviceError>;
+    /// Checks that `[p, p + bytes)` is memory of this device (another library's
+    /// allocation a program is given).
+    fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError>;
     /// What was done so far.
     fn counters(&self) -> Counters;
     /// The implementation, to look at its own state (a [`RecordingDevice`]'s log).

@@ -197,6 +197,44 @@ impl Completion {
     }
 }
 
+/// An array another library allocated on the device, as [`GpuProgram::call_foreign`]
+/// takes it.
+#[derive(Clone, Copy, Debug)]
+pub struct ForeignArray<'a> {
+    /// The argument's name.
+    pub name: &'a str,
+    /// The address of element `[0, 0, …]`.
+    pub ptr: DevPtr,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its extents.
+    pub extents: &'a [usize],
+    /// Its strides, in elements.
+    pub strides: &'a [isize],
+}
+
+impl ForeignArray<'_> {
+    /// The byte range its elements span (empty for an array without elements).
+    fn span(&self) -> (u64, u64) {
+        if self.extents.contains(&0) {
+            return (self.ptr, self.ptr);
+        }
+        let size = self.dtype.size_bytes() as i128;
+        let (mut lo, mut hi) = (0i128, 0i128);
+        for (&n, &s) in self.extents.iter().zip(self.strides) {
+            let reach = (n as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        let base = self.ptr as i128;
+        let clamp = |x: i128| x.clamp(0, u64::MAX as i128) as u64;
+        (clamp(base + lo * size), clamp(base + (hi + 1) * size))
+    }
+}
+
 /// Arguments of a call on device arrays, by name: arrays and symbol values (integer
 /// symbols a shape names need not be given).
 #[derive(Default)]
@@ -520,6 +558,84 @@ impl GpuProgram {
             )));
         }
         self.enqueue_call(&c.key, &c.floats)
+    }
+
+    /// Checks arrays that another library allocated on the device (CuPy, anything with
+    /// `__cuda_array_interface__` or DLPack), given by address, element type, extents and
+    /// strides (in elements), as [`GpuProgram::bind`] checks [`DeviceArray`]s: names,
+    /// element types, shapes, strides, symbol values; that each lies in memory of this
+    /// program's device; that no two overlap. Then makes the program's stream wait for
+    /// the work enqueued so far on each stream of `after` (the streams the arrays were
+    /// produced on), enqueues the call, makes those streams wait for it (their later
+    /// work, and their allocator's reuse of the arrays' memory, comes after the call) and
+    /// returns without waiting for the device.
+    ///
+    /// # Safety
+    ///
+    /// Each address with its extents and strides must describe memory the caller owns,
+    /// alive and not used by other work until the call completes (wait on the returned
+    /// [`Completion`], or order later work after it).
+    pub unsafe fn call_foreign(
+        &mut self,
+        arrays: &[ForeignArray<'_>],
+        ints: &BTreeMap<String, i64>,
+        floats: &BTreeMap<String, f64>,
+        after: &[u64],
+    ) -> Result<Completion, CallError> {
+        let sig = &self.prog.plan.signature;
+        let passed: Vec<PassedArray<'_>> = arrays
+            .iter()
+            .map(|a| PassedArray {
+                name: a.name,
+                dtype: a.dtype,
+                shape: a.extents,
+                strides: a.strides,
+            })
+            .collect();
+        let CheckedArgs {
+            ints,
+            floats,
+            arrays: order,
+            ..
+        } = check_arguments(sig, &self.statics, &passed, ints, floats)
+            .map_err(|m| self.bind_err(m))?;
+        let mut ptrs = Vec::with_capacity(order.len());
+        let mut spans: Vec<(u64, u64, &str)> = Vec::new();
+        {
+            let handle = self.device.clone();
+            let mut dev = handle.lock();
+            for (spec, (k, _, _)) in sig.arrays.iter().zip(&order) {
+                let a = &arrays[*k];
+                let (lo, hi) = a.span();
+                if lo < hi {
+                    dev.check_memory(lo, (hi - lo) as usize)
+                        .map_err(|e| self.bind_err(format!("'{}': {e}", spec.name)))?;
+                }
+                if let Some((_, _, other)) = spans.iter().find(|(l, h, _)| lo < *h && *l < hi) {
+                    return Err(self.bind_err(format!(
+                        "'{}' and '{other}' overlap in memory; pass distinct arrays",
+                        spec.name
+                    )));
+                }
+                if lo < hi {
+                    spans.push((lo, hi, &spec.name));
+                }
+                ptrs.push(a.ptr);
+            }
+            for &s in after {
+                dev.wait_for_stream(s)
+                    .map_err(|e| self.run_err(e.to_string()))?;
+            }
+        }
+        let key = GraphKey { arrays: ptrs, ints };
+        let done = self.enqueue_call(&key, &floats)?;
+        let handle = self.device.clone();
+        let mut dev = handle.lock();
+        for &s in after {
+            dev.signal_stream(s)
+                .map_err(|e| self.run_err(e.to_string()))?;
+        }
+        Ok(done)
     }
 
     /// Enqueues one call on raw device addresses (`arrays`: the signature's arrays in

@@ -117,6 +117,8 @@ const SYMBOLS: &[&str] = &[
     "cuEventQuery",
     "cuEventSynchronize",
     "cuEventDestroy_v2",
+    "cuStreamWaitEvent",
+    "cuPointerGetAttribute",
     "cuGraphInstantiateWithFlags",
     "cuGraphLaunch",
     "cuGraphDestroy",
@@ -284,6 +286,51 @@ impl EventImpl for DriverEvent {
 /// The ELF magic of a CUBIN, and a fat binary's.
 const ELF_MAGIC: &[u8] = b"\x7fELF";
 const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+
+impl CudaDevice {
+    /// Makes stream `waiter` wait for the work enqueued so far on stream `first`, through
+    /// an event (`handle`: the other library's stream, for messages).
+    fn order(
+        &mut self,
+        first: sys::CUstream,
+        waiter: sys::CUstream,
+        handle: u64,
+    ) -> Result<(), DeviceError> {
+        self.bind()?;
+        let check = |r: sys::CUresult, what: &str| {
+            r.result()
+                .map_err(|e| driver_error(format_args!("{what} (stream {handle:#x})"), e))
+        };
+        let mut ev: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is bound.
+        check(
+            unsafe {
+                sys::cuEventCreate(
+                    &mut ev,
+                    sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32,
+                )
+            },
+            "creating an event",
+        )?;
+        // SAFETY: `ev` was just made; the other library's stream handle is the caller's
+        // (an invalid one is an error the driver returns).
+        let ordered = check(
+            unsafe { sys::cuEventRecord(ev, first) },
+            "recording an event",
+        )
+        .and_then(|()| {
+            // SAFETY: both handles are valid.
+            check(
+                unsafe { sys::cuStreamWaitEvent(waiter, ev, 0) },
+                "ordering two streams",
+            )
+        });
+        // SAFETY: destroying an event whose wait is enqueued is allowed (the driver
+        // releases it once the wait is done).
+        let destroyed = check(unsafe { sys::cuEventDestroy_v2(ev) }, "destroying an event");
+        ordered.and(destroyed)
+    }
+}
 
 impl Device for CudaDevice {
     fn name(&self) -> String {
@@ -625,6 +672,61 @@ impl Device for CudaDevice {
         unsafe { cu::graph::launch(exec, self.cu_stream()) }
             .map_err(|e| driver_error(format_args!("replaying graph {}", g.0), e))?;
         self.replays += 1;
+        Ok(())
+    }
+
+    fn wait_for_stream(&mut self, stream: u64) -> Result<(), DeviceError> {
+        self.not_while_capturing("waiting for another stream")?;
+        let theirs = stream as usize as sys::CUstream;
+        self.order(theirs, self.cu_stream(), stream)
+    }
+
+    fn signal_stream(&mut self, stream: u64) -> Result<(), DeviceError> {
+        self.not_while_capturing("signalling another stream")?;
+        let theirs = stream as usize as sys::CUstream;
+        self.order(self.cu_stream(), theirs, stream)
+    }
+
+    fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        self.bind()?;
+        let mut kind: u32 = 0;
+        // SAFETY: a valid out-pointer of the attribute's type (`CUmemorytype`, 32 bits).
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut kind as *mut u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p,
+            )
+        };
+        if r.result().is_err() {
+            return Err(DeviceError(format!(
+                "{p:#x} is not CUDA memory (a host array? pass a device array, e.g. CuPy's)"
+            )));
+        }
+        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+            && kind != sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32
+        {
+            return Err(DeviceError(format!(
+                "{p:#x} is host memory registered with CUDA; pass a device array"
+            )));
+        }
+        let mut ordinal: i32 = -1;
+        // SAFETY: as above (`int`).
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                p,
+            )
+        };
+        r.result()
+            .map_err(|e| driver_error(format_args!("asking the device of {p:#x}"), e))?;
+        if ordinal as usize != self.ctx.ordinal() {
+            return Err(DeviceError(format!(
+                "{p:#x} (+{bytes} bytes) is on CUDA device {ordinal}, the program on device {}",
+                self.ctx.ordinal()
+            )));
+        }
         Ok(())
     }
 

@@ -73,6 +73,10 @@ pub enum Call {
     },
     /// [`Device::record_event`].
     RecordEvent,
+    /// [`Device::wait_for_stream`], with the stream's handle.
+    WaitForStream(u64),
+    /// [`Device::signal_stream`], with the stream's handle.
+    SignalStream(u64),
     /// [`Device::synchronize`].
     Synchronize,
     /// [`Device::begin_capture`].
@@ -421,6 +425,22 @@ impl Device for RecordingDevice {
         self.replays += 1;
         self.log(Call::Replay(g), false);
         Ok(())
+    }
+
+    fn wait_for_stream(&mut self, stream: u64) -> Result<(), DeviceError> {
+        self.not_while_capturing("waiting for another stream")?;
+        self.log(Call::WaitForStream(stream), false);
+        Ok(())
+    }
+
+    fn signal_stream(&mut self, stream: u64) -> Result<(), DeviceError> {
+        self.not_while_capturing("signalling another stream")?;
+        self.log(Call::SignalStream(stream), false);
+        Ok(())
+    }
+
+    fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        self.find(p, bytes).map(|_| ())
     }
 
     fn counters(&self) -> Counters {

@@ -1,0 +1,288 @@
+//! The CUDA side of the package: the device programs compiled for `"cuda"` run on, arrays
+//! that live there (anything with `__cuda_array_interface__`: CuPy, Numba, PyTorch), and
+//! the handle a call on them returns without waiting for the device.
+
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle, RecordingDevice};
+use sdflow_codegen::cuda::exec::Completion as GpuCompletion;
+use sdflow_ir::DType;
+use sdflow_orchestration::component::GpuHandle;
+
+use crate::{SdflowError, call_err};
+
+/// The environment variable that picks the device: a CUDA device ordinal (default 0), or
+/// `recording` for a device that checks arguments and records launches without running
+/// them (to test a program's CUDA call path on a machine without a GPU).
+pub(crate) const DEVICE_ENV: &str = "SDFLOW_CUDA_DEVICE";
+
+/// The device every program compiled for `"cuda"` in this process runs on (one stream:
+/// programs and calls are ordered on it), opened on first use.
+pub(crate) fn device() -> PyResult<DeviceHandle> {
+    static DEVICE: OnceLock<Result<DeviceHandle, String>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| {
+            let choice = std::env::var(DEVICE_ENV).unwrap_or_default();
+            match choice.trim() {
+                "recording" => Ok(DeviceHandle::new(RecordingDevice::new((9, 0)))),
+                s => {
+                    let ordinal = if s.is_empty() {
+                        0
+                    } else {
+                        s.parse::<usize>().map_err(|_| {
+                            format!(
+                                "{DEVICE_ENV}='{s}': expected a CUDA device number or 'recording'"
+                            )
+                        })?
+                    };
+                    CudaDevice::new(ordinal)
+                        .map(DeviceHandle::new)
+                        .map_err(|e| format!("the cuda backend needs a CUDA device: {e}"))
+                }
+            }
+        })
+        .clone()
+        .map_err(SdflowError::new_err)
+}
+
+/// An array on the device, as its `__cuda_array_interface__` describes it.
+pub(crate) struct DeviceArg {
+    pub name: String,
+    pub ptr: u64,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// In elements.
+    pub strides: Vec<isize>,
+    /// The stream its producer used, to order the call after (none: no ordering asked).
+    pub stream: Option<u64>,
+}
+
+/// `value`'s `__cuda_array_interface__` read as a [`DeviceArg`], or `None` when it has
+/// none (it is not a device array).
+pub(crate) fn device_arg(
+    program: &str,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<Option<DeviceArg>> {
+    let Ok(iface) = value.getattr("__cuda_array_interface__") else {
+        return Ok(None);
+    };
+    let what = |m: String| {
+        call_err(format!(
+            "program '{program}': argument '{name}': {m} (__cuda_array_interface__)"
+        ))
+    };
+    let iface = iface
+        .cast::<PyDict>()
+        .map_err(|_| what("is not a dict".into()))?;
+    let item = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        Ok(iface.get_item(k)?.filter(|v| !v.is_none()))
+    };
+    let shape: Vec<usize> = item("shape")?
+        .ok_or_else(|| what("has no 'shape'".into()))?
+        .extract()
+        .map_err(|_| what("'shape' is not a tuple of sizes".into()))?;
+    let typestr_obj = item("typestr")?.ok_or_else(|| what("has no 'typestr'".into()))?;
+    let typestr = typestr_obj
+        .cast::<PyString>()
+        .map_err(|_| what("'typestr' is not a string".into()))?
+        .to_str()?
+        .to_string();
+    let dtype = dtype_of_typestr(&typestr).ok_or_else(|| {
+        what(format!(
+            "element type '{typestr}' is not supported (float64, float32, int64, int32, bool in native byte order)"
+        ))
+    })?;
+    let data = item("data")?.ok_or_else(|| what("has no 'data'".into()))?;
+    let data = data
+        .cast::<PyTuple>()
+        .map_err(|_| what("'data' is not a (pointer, read-only) pair".into()))?;
+    let (ptr, readonly): (u64, bool) = data
+        .extract()
+        .map_err(|_| what("'data' is not a (pointer, read-only) pair".into()))?;
+    if readonly {
+        return Err(what(
+            "the array is read-only; pass a writeable array".into(),
+        ));
+    }
+    if item("mask")?.is_some() {
+        return Err(what("masked arrays are not supported".into()));
+    }
+    let size = dtype.size_bytes() as isize;
+    let strides: Vec<isize> = match item("strides")? {
+        None => {
+            // Row-major.
+            let mut st = vec![0isize; shape.len()];
+            let mut acc = 1isize;
+            for (s, &n) in st.iter_mut().zip(&shape).rev() {
+                *s = acc;
+                acc *= n.max(1) as isize;
+            }
+            st
+        }
+        Some(st) => {
+            let bytes: Vec<isize> = st
+                .extract()
+                .map_err(|_| what("'strides' is not a tuple of byte strides".into()))?;
+            if bytes.len() != shape.len() {
+                return Err(what(format!(
+                    "{} strides for {} dimensions",
+                    bytes.len(),
+                    shape.len()
+                )));
+            }
+            if let Some(b) = bytes.iter().find(|&&b| b % size != 0) {
+                return Err(what(format!(
+                    "stride {b} (bytes) is not a multiple of the element size {size}"
+                )));
+            }
+            bytes.into_iter().map(|b| b / size).collect()
+        }
+    };
+    let elements: usize = shape.iter().product();
+    if ptr == 0 && elements > 0 {
+        return Err(what("the data pointer is null".into()));
+    }
+    let stream = match item("stream")? {
+        None => None,
+        Some(s) => {
+            let s: u64 = s
+                .extract()
+                .map_err(|_| what("'stream' is not an integer".into()))?;
+            if s == 0 {
+                return Err(what(
+                    "'stream' is 0, which the interface disallows (1: legacy default stream, 2: per-thread default stream)".into(),
+                ));
+            }
+            Some(s)
+        }
+    };
+    Ok(Some(DeviceArg {
+        name: name.to_string(),
+        ptr,
+        dtype,
+        shape,
+        strides,
+        stream,
+    }))
+}
+
+/// The element type of a `typestr` such as `<f8`, in native byte order.
+fn dtype_of_typestr(t: &str) -> Option<DType> {
+    let mut chars = t.chars();
+    let order = chars.next()?;
+    let native = if cfg!(target_endian = "little") {
+        '<'
+    } else {
+        '>'
+    };
+    let rest = chars.as_str();
+    let one_byte = rest == "b1";
+    if !(order == native || order == '=' || (order == '|' && one_byte)) {
+        return None;
+    }
+    match rest {
+        "f8" => Some(DType::F64),
+        "f4" => Some(DType::F32),
+        "i8" => Some(DType::I64),
+        "i4" => Some(DType::I32),
+        "b1" => Some(DType::Bool),
+        _ => None,
+    }
+}
+
+/// The end of a call on device arrays: the call returned once its work was enqueued on
+/// the program's stream; `wait()` blocks until it is done and raises the program's error
+/// if it failed, `done` says whether it is done without waiting.
+#[pyclass(module = "sdflow._sdflow", name = "Completion", frozen)]
+pub(crate) struct Completion {
+    program: GpuHandle,
+    name: String,
+    pending: Mutex<Option<GpuCompletion>>,
+    /// The arrays of the call, kept alive until it is waited on (or this is dropped).
+    keep: Mutex<Vec<Py<PyAny>>>,
+}
+
+impl Completion {
+    pub(crate) fn new(
+        program: GpuHandle,
+        name: String,
+        done: GpuCompletion,
+        keep: Vec<Py<PyAny>>,
+    ) -> Completion {
+        Completion {
+            program,
+            name,
+            pending: Mutex::new(Some(done)),
+            keep: Mutex::new(keep),
+        }
+    }
+}
+
+#[pymethods]
+impl Completion {
+    /// Waits for the call's work (releasing the GIL meanwhile); raises `CallError` when
+    /// the program reported an error (an index out of range, a failed check). Waiting
+    /// again returns at once.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(done) = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return Ok(());
+        };
+        let program = self.program.clone();
+        let r = py
+            .detach(move || program.lock().unwrap_or_else(|e| e.into_inner()).wait(done))
+            .map_err(|e| call_err(e.to_string()));
+        self.keep.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        r
+    }
+
+    /// Whether the call's work is done (without waiting).
+    #[getter]
+    fn done(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(GpuCompletion::is_done)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<sdflow.Completion of '{}': {}>",
+            self.name,
+            if self.done() { "done" } else { "running" }
+        )
+    }
+}
+
+/// Allocates `nbytes` of zeroed memory on the package's device and returns its address
+/// (for tests of the device call path on the recording device; the memory lives as long
+/// as the process).
+#[pyfunction]
+pub(crate) fn _device_alloc(nbytes: usize) -> PyResult<u64> {
+    device()?
+        .lock()
+        .alloc_zeroed(nbytes)
+        .map_err(|e| SdflowError::new_err(e.to_string()))
+}
+
+/// The calls made on the package's device so far, one line each, when it is the
+/// recording device (`SDFLOW_CUDA_DEVICE=recording`).
+#[pyfunction]
+pub(crate) fn _device_log() -> PyResult<Vec<String>> {
+    let handle = device()?;
+    let dev = handle.lock();
+    let rec = dev
+        .as_any()
+        .downcast_ref::<RecordingDevice>()
+        .ok_or_else(|| SdflowError::new_err("the device is not the recording device"))?;
+    Ok(rec.calls().iter().map(|c| format!("{c:?}")).collect())
+}

@@ -1,0 +1,143 @@
+"""The CUDA call path with device arrays, without a GPU.
+
+A child process runs with ``SDFLOW_CUDA_DEVICE=recording``: programs compiled for
+``"cuda"`` (by NVRTC, which needs no GPU) load on a device that checks arguments and
+records what is enqueued instead of running it. Device arrays are objects with a
+``__cuda_array_interface__`` over memory of that device. On a machine with a GPU,
+CuPy arrays take their place (docs/python.md).
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent(
+    r'''
+    import sys
+    import numpy as np
+    import sdflow
+    from sdflow import _sdflow
+
+    prog = sdflow.load(sys.argv[1])
+    try:
+        run = prog.compile(backend="cuda")
+    except sdflow.SdflowError as e:
+        if "NVRTC" in str(e) or "nvrtc" in str(e):
+            print("SKIP", e)
+            sys.exit(0)
+        raise
+
+    class Dev:
+        """A device array as another library describes it."""
+
+        def __init__(self, ptr, shape, typestr="<f8", strides=None, stream=None,
+                     readonly=False, mask=None):
+            self.iface = dict(shape=shape, typestr=typestr, data=(ptr, readonly),
+                              strides=strides, version=3, stream=stream, mask=mask)
+
+        @property
+        def __cuda_array_interface__(self):
+            return self.iface
+
+    n = 10
+    u_ptr = _sdflow._device_alloc(n * n * 8)
+    out_ptr = _sdflow._device_alloc(n * n * 8)
+    u = Dev(u_ptr, (n, n), stream=7)
+    out = Dev(out_ptr, (n, n), stream=7)
+
+    done = run(u=u, out=out)
+    assert isinstance(done, sdflow.Completion), done
+    log = _sdflow._device_log()
+    waits = [i for i, c in enumerate(log) if c == "WaitForStream(7)"]
+    signals = [i for i, c in enumerate(log) if c == "SignalStream(7)"]
+    launches = [i for i, c in enumerate(log) if c.startswith("Launch")]
+    assert len(waits) == 1 and len(signals) == 1, log
+    assert waits[0] < launches[0] and launches[-1] < signals[0], log
+    assert "Synchronize" not in log, log
+    assert any(f"Ptr({u_ptr})" in c for c in log), log
+    done.wait()
+    assert done.done
+    done.wait()  # a second wait returns at once
+
+    # Without a stream, nothing is ordered: the caller keeps the arrays until it waits.
+    done = run(u=Dev(u_ptr, (n, n)), out=Dev(out_ptr, (n, n)))
+    assert _sdflow._device_log().count("WaitForStream(7)") == 1
+    done.wait()
+
+    # NumPy arrays still work with a cuda program (copied to the device and back).
+    assert run(u=np.zeros((n, n)), out=np.zeros((n, n))) is None
+
+    def refused(kwargs, expected):
+        try:
+            run(**kwargs)
+        except sdflow.CallError as e:
+            assert expected in str(e), (expected, str(e))
+            return
+        raise AssertionError(f"accepted: {kwargs}")
+
+    refused(dict(u=Dev(u_ptr, (n, n), typestr="<f4"), out=out), "'u' is f32, the program needs f64")
+    refused(dict(u=Dev(u_ptr, (n, n), typestr=">f8"), out=out),
+            "element type '>f8' is not supported")
+    refused(dict(u=Dev(u_ptr, (n, n), readonly=True), out=out), "the array is read-only")
+    refused(dict(u=Dev(u_ptr, (n, n), mask=object()), out=out), "masked arrays are not supported")
+    refused(dict(u=Dev(u_ptr, (n, n), stream=0), out=out), "'stream' is 0")
+    refused(dict(u=Dev(u_ptr, (n, n), strides=(8, 12)), out=out),
+            "stride 12 (bytes) is not a multiple of the element size 8")
+    refused(dict(u=Dev(0x10, (n, n)), out=out), "'u': 0x10 is not in any allocation")
+    refused(dict(u=Dev(u_ptr, (n, n)), out=Dev(u_ptr, (n, n))),
+            "overlap in memory; pass distinct arrays")
+    refused(dict(u=Dev(u_ptr, (n, n)), out=np.zeros((n, n))), "'out' is not on the device")
+    refused(dict(u=Dev(u_ptr, (n, n)), out=out, M=3), "'M' is not an argument of the program")
+    refused(dict(u=Dev(u_ptr, (n, n)), out=out, N=9), "'u' has extent 10 in dimension 0")
+    refused(dict(u=Dev(u_ptr, (n, n))), "missing argument 'out'")
+    print("OK")
+    '''
+)
+
+
+def test_device_arrays_are_checked_enqueued_and_ordered_after_their_stream(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = dict(os.environ, SDFLOW_CUDA_DEVICE="recording")
+    r = subprocess.run(
+        [sys.executable, str(script), str(ROOT / "examples" / "laplace.sdfg.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    if last.startswith("SKIP"):
+        pytest.skip(f"NVRTC is not installed (scripts/install-nvrtc.sh): {last}")
+    assert last == "OK", r.stdout + r.stderr
+
+
+def test_an_unknown_device_choice_is_a_clear_error(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import sys, sdflow\n"
+        "p = sdflow.load(sys.argv[1])\n"
+        "try:\n"
+        "    p.compile(backend='cuda')\n"
+        "except sdflow.SdflowError as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, SDFLOW_CUDA_DEVICE="gpu0")
+    r = subprocess.run(
+        [sys.executable, str(script), str(ROOT / "examples" / "laplace.sdfg.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (
+        "SDFLOW_CUDA_DEVICE='gpu0': expected a CUDA device number or 'recording'" in r.stdout
+    ), r.stdout
