@@ -1,5 +1,6 @@
 //! The CUDA side of the package: the device programs compiled for `"cuda"` run on, arrays
-//! that live there (anything with `__cuda_array_interface__`: CuPy, Numba, PyTorch), and
+//! that live there (anything with `__cuda_array_interface__` — CuPy, Numba, PyTorch — or
+//! DLPack — JAX, and the same), and
 //! the handle a call on them returns without waiting for the device.
 
 use std::sync::{Mutex, OnceLock};
@@ -48,7 +49,117 @@ pub(crate) fn device() -> PyResult<DeviceHandle> {
         .map_err(SdflowError::new_err)
 }
 
-/// An array on the device, as its `__cuda_array_interface__` describes it.
+/// DLPack's tensor description (`dlpack.h`, the unversioned `DLManagedTensor` a
+/// `__dlpack__()` capsule named `dltensor` holds).
+#[repr(C)]
+struct DlTensor {
+    data: *mut std::ffi::c_void,
+    device_type: i32,
+    device_id: i32,
+    ndim: i32,
+    dtype_code: u8,
+    dtype_bits: u8,
+    dtype_lanes: u16,
+    shape: *const i64,
+    strides: *const i64,
+    byte_offset: u64,
+}
+
+/// DLPack's device types for CUDA memory: `kDLCUDA`, `kDLCUDAManaged`.
+const DL_CUDA: [i32; 2] = [2, 13];
+
+/// `value` as a DLPack device array (its `__dlpack__`), or `None` when it has no
+/// `__dlpack__`. The capsule goes into `keep`: it owns the tensor until it is dropped.
+fn dlpack_arg(
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    what: &dyn Fn(String) -> PyErr,
+    keep: &mut Vec<Py<PyAny>>,
+) -> PyResult<Option<DeviceArg>> {
+    use pyo3::types::PyCapsule;
+    use pyo3::types::PyCapsuleMethods as _;
+    if !value.hasattr("__dlpack__")? {
+        return Ok(None);
+    }
+    let (device_type, _): (i32, i32) = value
+        .call_method0("__dlpack_device__")
+        .and_then(|d| d.extract())
+        .map_err(|_| what("__dlpack_device__() did not give (device type, id)".into()))?;
+    if !DL_CUDA.contains(&device_type) {
+        return Err(what(format!(
+            "is on DLPack device type {device_type}, not on a CUDA device (2); pass a device array"
+        )));
+    }
+    // Stream 1, the legacy default stream: the producer orders its work before it, and
+    // the call waits for it and signals it (as for `__cuda_array_interface__`).
+    let kwargs = PyDict::new(value.py());
+    kwargs.set_item("stream", 1)?;
+    let capsule = value
+        .call_method("__dlpack__", (), Some(&kwargs))
+        .map_err(|e| what(format!("__dlpack__(stream=1) failed: {e}")))?;
+    let cap = capsule
+        .cast::<PyCapsule>()
+        .map_err(|_| what("__dlpack__() did not return a capsule".into()))?;
+    let ptr = cap
+        .pointer_checked(Some(c"dltensor"))
+        .map_err(|_| what("__dlpack__() did not return an unused 'dltensor' capsule".into()))?;
+    // SAFETY: a `dltensor` capsule holds a `DLManagedTensor`, whose first member is the
+    // `DLTensor`; the capsule (kept below) keeps it alive.
+    let t = unsafe { &*ptr.as_ptr().cast::<DlTensor>() };
+    let ndim = usize::try_from(t.ndim).map_err(|_| what(format!("ndim {}", t.ndim)))?;
+    // SAFETY: `shape` (and `strides`, unless null) hold `ndim` values.
+    let dims = |p: *const i64| unsafe { std::slice::from_raw_parts(p, ndim) }.to_vec();
+    let shape: Vec<usize> = if ndim == 0 {
+        Vec::new()
+    } else {
+        dims(t.shape)
+            .into_iter()
+            .map(|n| usize::try_from(n).map_err(|_| what(format!("extent {n}"))))
+            .collect::<PyResult<_>>()?
+    };
+    let dtype = match (t.dtype_code, t.dtype_bits, t.dtype_lanes) {
+        (2, 64, 1) => DType::F64,
+        (2, 32, 1) => DType::F32,
+        (0, 64, 1) => DType::I64,
+        (0, 32, 1) => DType::I32,
+        (6, 8, 1) | (1, 8, 1) => DType::Bool,
+        (c, b, l) => {
+            return Err(what(format!(
+                "element type (code {c}, {b} bits, {l} lanes) is not supported (float64, float32, int64, int32, bool)"
+            )));
+        }
+    };
+    let strides: Vec<isize> = if ndim == 0 {
+        Vec::new()
+    } else if t.strides.is_null() {
+        row_major(&shape)
+    } else {
+        dims(t.strides).into_iter().map(|s| s as isize).collect()
+    };
+    let data = (t.data as u64).wrapping_add(t.byte_offset);
+    keep.push(capsule.unbind());
+    Ok(Some(DeviceArg {
+        name: name.to_string(),
+        ptr: data,
+        dtype,
+        shape,
+        strides,
+        stream: Some(1),
+    }))
+}
+
+/// Row-major strides, in elements, of an array of these extents.
+fn row_major(shape: &[usize]) -> Vec<isize> {
+    let mut st = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for (s, &n) in st.iter_mut().zip(shape).rev() {
+        *s = acc;
+        acc *= n.max(1) as isize;
+    }
+    st
+}
+
+/// An array on the device, as its `__cuda_array_interface__` (or DLPack) describes it.
 pub(crate) struct DeviceArg {
     pub name: String,
     pub ptr: u64,
@@ -60,15 +171,26 @@ pub(crate) struct DeviceArg {
     pub stream: Option<u64>,
 }
 
-/// `value`'s `__cuda_array_interface__` read as a [`DeviceArg`], or `None` when it has
-/// none (it is not a device array).
+/// `value` read as a [`DeviceArg`] through its `__cuda_array_interface__`, else through
+/// DLPack (`__dlpack__`, `__dlpack_device__`; the capsule goes into `keep`), or `None`
+/// when it has neither (it is not a device array). A NumPy array, which has DLPack on
+/// the CPU, is `None` too.
 pub(crate) fn device_arg(
     program: &str,
     name: &str,
     value: &Bound<'_, PyAny>,
+    keep: &mut Vec<Py<PyAny>>,
 ) -> PyResult<Option<DeviceArg>> {
     let Ok(iface) = value.getattr("__cuda_array_interface__") else {
-        return Ok(None);
+        if value.cast::<numpy::PyUntypedArray>().is_ok() {
+            return Ok(None);
+        }
+        let what = |m: String| {
+            call_err(format!(
+                "program '{program}': argument '{name}': {m} (DLPack)"
+            ))
+        };
+        return dlpack_arg(name, value, &what, keep);
     };
     let what = |m: String| {
         call_err(format!(
@@ -113,16 +235,7 @@ pub(crate) fn device_arg(
     }
     let size = dtype.size_bytes() as isize;
     let strides: Vec<isize> = match item("strides")? {
-        None => {
-            // Row-major.
-            let mut st = vec![0isize; shape.len()];
-            let mut acc = 1isize;
-            for (s, &n) in st.iter_mut().zip(&shape).rev() {
-                *s = acc;
-                acc *= n.max(1) as isize;
-            }
-            st
-        }
+        None => row_major(&shape),
         Some(st) => {
             let bytes: Vec<isize> = st
                 .extract()

@@ -805,9 +805,10 @@ impl CompiledProgram {
         let Some(d) = kwargs else { return Ok(None) };
         let mut on_device = Vec::new();
         let mut others = Vec::new();
+        let mut capsules = Vec::new();
         for (k, v) in d.iter() {
             let k: String = k.extract()?;
-            match device::device_arg(&self.name, &k, &v)? {
+            match device::device_arg(&self.name, &k, &v, &mut capsules)? {
                 Some(a) => on_device.push((a, v.unbind())),
                 None => others.push((k, v)),
             }
@@ -875,7 +876,11 @@ impl CompiledProgram {
                 unsafe { callable.call_foreign(args, &arrays, &streams) }
             })
             .map_err(call_err)?;
-        let keep = on_device.into_iter().map(|(_, obj)| obj).collect();
+        let keep = on_device
+            .into_iter()
+            .map(|(_, obj)| obj)
+            .chain(capsules)
+            .collect();
         Ok(Some(device::Completion::new(
             gpu,
             self.name.clone(),

@@ -3,7 +3,8 @@
 A child process runs with ``SDFLOW_CUDA_DEVICE=recording``: programs compiled for
 ``"cuda"`` (by NVRTC, which needs no GPU) load on a device that checks arguments and
 records what is enqueued instead of running it. Device arrays are objects with a
-``__cuda_array_interface__`` over memory of that device. On a machine with a GPU,
+``__cuda_array_interface__`` or a DLPack capsule over memory of that device. On a
+machine with a GPU,
 CuPy arrays take their place (docs/python.md).
 """
 
@@ -96,6 +97,56 @@ CHILD = textwrap.dedent(
     refused(dict(u=Dev(u_ptr, (n, n)), out=out, M=3), "'M' is not an argument of the program")
     refused(dict(u=Dev(u_ptr, (n, n)), out=out, N=9), "'u' has extent 10 in dimension 0")
     refused(dict(u=Dev(u_ptr, (n, n))), "missing argument 'out'")
+
+    # DLPack (JAX and others): a capsule with a DLManagedTensor, asked for on stream 1.
+    import ctypes
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+
+    class DLManagedTensor(ctypes.Structure):
+        _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                    ("deleter", ctypes.c_void_p)]
+
+    capsule_new = ctypes.pythonapi.PyCapsule_New
+    capsule_new.restype = ctypes.py_object
+    capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+    class DL:
+        def __init__(self, ptr, shape, code=2, bits=64, device=2):
+            self.extents = (ctypes.c_int64 * len(shape))(*shape)
+            self.m = DLManagedTensor()
+            t = self.m.dl_tensor
+            t.data, t.device_type, t.device_id, t.ndim = ptr, device, 0, len(shape)
+            t.code, t.bits, t.lanes = code, bits, 1
+            t.shape = self.extents
+            self.device, self.streams = device, []
+
+        def __dlpack_device__(self):
+            return (self.device, 0)
+
+        def __dlpack__(self, stream=None):
+            self.streams.append(stream)
+            return capsule_new(ctypes.addressof(self.m), b"dltensor", None)
+
+    du, dout = DL(u_ptr, (n, n)), DL(out_ptr, (n, n))
+    before = _sdflow._device_log().count("WaitForStream(1)")
+    done = run(u=du, out=dout)
+    done.wait()
+    assert du.streams == [1] and dout.streams == [1], (du.streams, dout.streams)
+    log = _sdflow._device_log()
+    assert log.count("WaitForStream(1)") == before + 1, log
+    assert log[-1] == "SignalStream(1)" or "SignalStream(1)" in log, log
+    refused(dict(u=DL(u_ptr, (n, n), device=1), out=dout),
+            "is on DLPack device type 1, not on a CUDA device")
+    refused(dict(u=DL(u_ptr, (n, n), bits=16), out=dout),
+            "element type (code 2, 16 bits, 1 lanes) is not supported")
+    refused(dict(u=DL(u_ptr, (n, 5)), out=dout), "'u' has extent 5 in dimension 1")
     print("OK")
     '''
 )
