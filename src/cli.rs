@@ -202,12 +202,65 @@ pub fn stats_text(sdfg: &Sdfg) -> String {
     out
 }
 
-/// `sdflow dot FILE [-o OUT] [--svg]`: the DOT text (or SVG bytes), written to `out` or
+/// Options of `sdflow dot`.
+#[derive(Clone, Debug, Default)]
+pub struct DotArgs {
+    /// `control`, `states` or `full`; `None` picks by the program's size.
+    pub level: Option<String>,
+    /// Draw one state (name or `#index`).
+    pub state: Option<String>,
+    /// Draw one map's body (its label).
+    pub map: Option<String>,
+    /// With two files: draw the second marked with what changed from the first.
+    pub diff: bool,
+    /// Render SVG with Graphviz.
+    pub svg: bool,
+}
+
+/// `sdflow dot FILE [--level control|states|full] [--state NAME] [--map LABEL] [--svg]`,
+/// or `sdflow dot --diff BEFORE AFTER`: the DOT text (or SVG bytes), written to `out` or
 /// returned for standard output.
-pub fn dot(path: &Path, out: Option<&Path>, svg: bool) -> Result<Option<Vec<u8>>, CliError> {
-    let sdfg = read_program(path)?;
-    let text = sdflow_ir::dot::to_dot(&sdfg);
-    let bytes = if svg {
+pub fn dot(
+    files: &[std::path::PathBuf],
+    args: &DotArgs,
+    out: Option<&Path>,
+) -> Result<Option<Vec<u8>>, CliError> {
+    let (sdfg, marks) = match (args.diff, files) {
+        (false, [one]) => (read_program(one)?, None),
+        (true, [before, after]) => {
+            let a = read_program(before)?;
+            let b = read_program(after)?;
+            let marks = sdflow_ir::dot::diff_marks(&a, &b);
+            (b, Some(marks))
+        }
+        (true, _) => {
+            return Err(CliError::Usage(
+                "--diff takes two programs: the optimizer's input and its output (sdflow dot --diff BEFORE AFTER)".into(),
+            ));
+        }
+        (false, _) => {
+            return Err(CliError::Usage(
+                "dot takes one program (or two with --diff)".into(),
+            ));
+        }
+    };
+    let detail = match args.level.as_deref() {
+        None | Some("auto") => None,
+        Some(name) => Some(sdflow_ir::dot::Detail::from_name(name).ok_or_else(|| {
+            CliError::Usage(format!(
+                "--level '{name}': expected control, states, full or auto"
+            ))
+        })?),
+    };
+    let opts = sdflow_ir::dot::DotOptions {
+        detail,
+        state: args.state.clone(),
+        map: args.map.clone(),
+        marks,
+    };
+    let text =
+        sdflow_ir::dot::to_dot_with(&sdfg, &opts).map_err(|e| CliError::Usage(e.to_string()))?;
+    let bytes = if args.svg {
         render_svg(&text)?
     } else {
         text.into_bytes()
@@ -520,6 +573,9 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
 pub struct Optimized {
     /// The optimized SDFG in the JSON format.
     pub json: String,
+    /// Its drawing marked with what the optimizer did, when asked for (at the level of
+    /// detail that suits its size).
+    pub dot: Option<String>,
     /// The per-pass report (rounds, time, counts, cost-model decisions).
     pub report: String,
 }
@@ -533,8 +589,10 @@ pub fn opt(
     passes: Option<&str>,
     gpu: bool,
     fast_math: bool,
+    dot: bool,
 ) -> Result<Optimized, CliError> {
     let mut sdfg = load_program(path)?;
+    let input = dot.then(|| sdfg.clone());
     let before = sdflow_ir::stats::PointCounts::of(&sdfg);
     let terr = |source| CliError::Transform {
         path: path.display().to_string(),
@@ -577,8 +635,16 @@ pub fn opt(
             problems: problems.iter().map(|p| p.to_string()).collect(),
         }));
     }
+    let dot = input.map(|before| {
+        let opts = sdflow_ir::dot::DotOptions {
+            marks: Some(sdflow_ir::dot::diff_marks(&before, &sdfg)),
+            ..Default::default()
+        };
+        sdflow_ir::dot::to_dot_with(&sdfg, &opts).unwrap_or_default()
+    });
     Ok(Optimized {
         json: format::to_json(&sdfg),
+        dot,
         report: format!(
             "{report}work per grid point (all maps)\n  before  {before}\n  after   {after}\n"
         ),

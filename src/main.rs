@@ -30,14 +30,29 @@ enum Command {
     },
     /// Draw a program as Graphviz DOT (or SVG through Graphviz's `dot`).
     Dot {
-        /// The program.
-        file: PathBuf,
+        /// The program (with --diff: the optimizer's input, then its output).
+        #[arg(required = true, num_args = 1..=2)]
+        files: Vec<PathBuf>,
         /// Output file (standard output when absent).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Render SVG with Graphviz's `dot` program.
         #[arg(long)]
         svg: bool,
+        /// Level of detail: `control` (one box per state), `states` (maps collapsed),
+        /// `full`, or `auto` (the default: what stays readable for the program's size).
+        #[arg(long)]
+        level: Option<String>,
+        /// Draw one state, by name or `#index`, in full.
+        #[arg(long)]
+        state: Option<String>,
+        /// Draw the body of one map, by label, in full.
+        #[arg(long)]
+        map: Option<String>,
+        /// Draw AFTER marked with what changed from BEFORE: fused maps, maps moved into
+        /// an if, and what was removed (`sdflow dot --diff BEFORE AFTER`).
+        #[arg(long)]
+        diff: bool,
     },
     /// Run a program on the reference interpreter; prints each output's sum and L2 norm.
     Run {
@@ -148,6 +163,10 @@ enum Command {
         /// standard output with -o, else to standard error).
         #[arg(long)]
         report: bool,
+        /// Also write the output's drawing, marked with what the optimizer fused, moved
+        /// into an if or removed, to this DOT file.
+        #[arg(long)]
+        dot: Option<PathBuf>,
     },
 }
 
@@ -160,8 +179,12 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             gpu,
             fast_math,
             report,
+            dot,
         } => {
-            let o = cli::opt(&file, passes.as_deref(), gpu, fast_math)?;
+            let o = cli::opt(&file, passes.as_deref(), gpu, fast_math, dot.is_some())?;
+            if let (Some(path), Some(text)) = (&dot, &o.dot) {
+                cli::write_output(path, text.as_bytes())?;
+            }
             match output {
                 Some(path) => {
                     cli::write_output(&path, o.json.as_bytes())?;
@@ -203,8 +226,23 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
         .into_bytes(),
         Command::Validate { file } => cli::validate(&file)?.into_bytes(),
         Command::Stats { file } => cli::stats(&file)?.into_bytes(),
-        Command::Dot { file, output, svg } => {
-            cli::dot(&file, output.as_deref(), svg)?.unwrap_or_default()
+        Command::Dot {
+            files,
+            output,
+            svg,
+            level,
+            state,
+            map,
+            diff,
+        } => {
+            let args = cli::DotArgs {
+                level,
+                state,
+                map,
+                diff,
+                svg,
+            };
+            cli::dot(&files, &args, output.as_deref())?.unwrap_or_default()
         }
         Command::Run {
             file,

@@ -1,6 +1,7 @@
 //! Snapshot tests in the style of naga: every program in `examples/` and `tests/in/`
-//! (`*.sdfg.json`) is read, and its DOT drawing, `sdflow stats` text and canonical JSON are
-//! compared with `tests/out/<name>.{dot,stats,json}`.
+//! (`*.sdfg.json`) is read, and its DOT drawings (full, `control`, `states`, and the
+//! optimized program marked against it, `diff`), `sdflow stats` text and canonical JSON
+//! are compared with `tests/out/<name>.{dot,control.dot,states.dot,diff.dot,stats,json}`.
 //!
 //! `examples/dycore.sdfg.json` is generated (and checked against its generator by
 //! `tests/dycore.rs`): only its stats are a snapshot, not another 450 KiB of DOT and JSON.
@@ -46,10 +47,49 @@ fn snapshots() {
         let sdfg = cli::load_program(&path).unwrap_or_else(|e| panic!("{e}"));
         let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
         expect_file![out.join(format!("{name}.stats"))].assert_eq(&cli::stats_text(&sdfg));
+        // Drawn as the control flow by default (122 states), and marked with what the
+        // optimizer did.
         if name == "dycore" {
+            assert_eq!(dot::Detail::auto(&sdfg), dot::Detail::Control);
+        } else {
+            assert_eq!(dot::Detail::auto(&sdfg), dot::Detail::Full, "{name}");
+        }
+        let mut optimized = sdfg.clone();
+        sdflow::transforms::Pipeline::cpu()
+            .run(&mut optimized)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let marked = dot::DotOptions {
+            detail: Some(if name == "dycore" {
+                dot::Detail::Control
+            } else {
+                dot::Detail::States
+            }),
+            marks: Some(dot::diff_marks(&sdfg, &optimized)),
+            ..Default::default()
+        };
+        expect_file![out.join(format!("{name}.diff.dot"))]
+            .assert_eq(&dot::to_dot_with(&optimized, &marked).unwrap());
+        if name == "dycore" {
+            let control = dot::DotOptions {
+                detail: Some(dot::Detail::Control),
+                ..Default::default()
+            };
+            expect_file![out.join("dycore.control.dot")]
+                .assert_eq(&dot::to_dot_with(&sdfg, &control).unwrap());
             continue;
         }
         expect_file![out.join(format!("{name}.dot"))].assert_eq(&dot::to_dot(&sdfg));
+        for (level, detail) in [
+            ("control", dot::Detail::Control),
+            ("states", dot::Detail::States),
+        ] {
+            let opts = dot::DotOptions {
+                detail: Some(detail),
+                ..Default::default()
+            };
+            expect_file![out.join(format!("{name}.{level}.dot"))]
+                .assert_eq(&dot::to_dot_with(&sdfg, &opts).unwrap());
+        }
         expect_file![out.join(format!("{name}.json"))].assert_eq(&format::to_json(&sdfg));
     }
 }

@@ -20,7 +20,7 @@ use graphviz_rust::dot_structures::{
 use graphviz_rust::printer::{DotPrinter, PrinterContext};
 
 use crate::control::Block;
-use crate::dataflow::{Dataflow, LibraryNode, Node};
+use crate::dataflow::{Dataflow, LibraryNode, MapScope, Node};
 use crate::expr::Stmt as CodeStmt;
 use crate::sdfg::Sdfg;
 
@@ -75,21 +75,47 @@ fn cluster(id: &str, label: &str, style: &str, mut stmts: Vec<Stmt>) -> Stmt {
 
 /// The DOT graph structure of a program.
 pub fn sdfg_graph(sdfg: &Sdfg) -> Graph {
-    let mut stmts = vec![
-        Stmt::Attribute(attr("label", &format!("SDFG '{}'", sdfg.name))),
-        Stmt::Attribute(attr("compound", "true")),
-        Stmt::Attribute(attr("fontname", "Helvetica")),
-    ];
-    stmts.extend(draw_states(sdfg, "s"));
+    let (label, stmts) = full_graph(sdfg, None);
+    digraph(&sdfg.name, &label, stmts)
+}
+
+fn full_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
+    let mut stmts = draw_states(
+        sdfg,
+        "s",
+        Style {
+            collapse: false,
+            marks,
+        },
+    );
     let mut cf = Vec::new();
     let mut counter = 0;
-    draw_block(sdfg, &sdfg.body, "cf", &mut counter, &mut cf);
+    draw_block(sdfg, &sdfg.body, "cf", &mut counter, None, &mut cf);
     stmts.push(cluster("control", "control flow", "dashed", cf));
-    Graph::DiGraph {
-        id: quoted(&sdfg.name),
-        strict: false,
-        stmts,
+    (format!("SDFG '{}'", sdfg.name), stmts)
+}
+
+/// How the dataflow is drawn: maps collapsed or not, and marks of what the optimizer did.
+#[derive(Clone, Copy, Default)]
+struct Style<'a> {
+    collapse: bool,
+    marks: Option<&'a Marks>,
+}
+
+impl Style<'_> {
+    /// Inside a map body: everything drawn, marks kept.
+    fn full(self) -> Self {
+        Style {
+            collapse: false,
+            ..self
+        }
     }
+}
+
+/// How the control flow's states are drawn: as boxes with their summary (and marks).
+#[derive(Clone, Copy)]
+struct Summary<'a> {
+    marks: Option<&'a Marks>,
 }
 
 /// DOT text of a program.
@@ -100,11 +126,571 @@ pub fn to_dot(sdfg: &Sdfg) -> String {
     text
 }
 
+/// How much of a program a drawing shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// The control flow alone: one box per state with what it holds (maps, tasklets,
+    /// nested calls, as counts) and the containers it reads and writes.
+    Control,
+    /// The states' dataflow, each map one node (its ranges and what its body holds).
+    States,
+    /// Everything: map bodies, nested SDFGs, every memlet.
+    Full,
+}
+
+impl Detail {
+    /// The detail called `name`: `control`, `states` or `full`.
+    pub fn from_name(name: &str) -> Option<Detail> {
+        match name {
+            "control" => Some(Detail::Control),
+            "states" => Some(Detail::States),
+            "full" => Some(Detail::Full),
+            _ => None,
+        }
+    }
+
+    /// The level of detail that stays readable for a program of this size: a program
+    /// of more than [`MAX_STATES`] states (its states' clusters stacked make a strip no
+    /// one reads) gets the control flow; otherwise everything up to [`FULL_NODES`] nodes
+    /// in all (bodies included), the states with collapsed maps up to [`STATE_NODES`]
+    /// nodes outside map bodies, else the control flow.
+    pub fn auto(sdfg: &Sdfg) -> Detail {
+        let (all, top) = node_counts(sdfg);
+        if sdfg.states.len() > MAX_STATES {
+            Detail::Control
+        } else if all <= FULL_NODES {
+            Detail::Full
+        } else if top <= STATE_NODES {
+            Detail::States
+        } else {
+            Detail::Control
+        }
+    }
+}
+
+/// Programs with more states are drawn as their control flow by default.
+pub const MAX_STATES: usize = 24;
+/// Programs with at most this many nodes in all are drawn in full by default.
+pub const FULL_NODES: usize = 300;
+/// Programs with at most this many nodes outside map bodies are drawn with collapsed maps
+/// by default (and with the control flow alone beyond).
+pub const STATE_NODES: usize = 300;
+
+/// (all nodes, bodies and nested SDFGs included; nodes of the states' own graphs).
+fn node_counts(sdfg: &Sdfg) -> (usize, usize) {
+    fn all(df: &Dataflow) -> usize {
+        df.graph
+            .node_weights()
+            .map(|n| match n {
+                Node::Map(m) => 2 + all(&m.body),
+                Node::Nested(ns) => 1 + ns.sdfg.states.iter().map(|s| all(&s.graph)).sum::<usize>(),
+                _ => 1,
+            })
+            .sum()
+    }
+    let total = sdfg.states.iter().map(|s| all(&s.graph)).sum();
+    let top = sdfg.states.iter().map(|s| s.graph.node_count()).sum();
+    (total, top)
+}
+
+/// What to draw: the detail (`None`: [`Detail::auto`]), or one state or one map's body.
+#[derive(Clone, Debug, Default)]
+pub struct DotOptions {
+    /// The level of detail; `None` picks it from the program's size.
+    pub detail: Option<Detail>,
+    /// Draw only this state (its name, or `#` and its index), in full.
+    pub state: Option<String>,
+    /// Draw only the body of the map with this label (the first in state order), in full.
+    pub map: Option<String>,
+    /// Marks of what the optimizer did ([`diff_marks`]).
+    pub marks: Option<Marks>,
+}
+
+/// What the optimizer did, marked on the drawing of its output: maps fused (by label),
+/// maps moved into an `if`, and what disappeared, in the graph's label.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Per map label of the output: what happened to it.
+    pub maps: std::collections::BTreeMap<String, Mark>,
+    /// Lines for the drawing's legend.
+    pub legend: Vec<String>,
+}
+
+/// What happened to a map of the output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// Fused from these maps of the input.
+    Fused(Vec<String>),
+    /// Moved from a state outside any `if` into a branch.
+    MovedIntoIf,
+}
+
+impl Mark {
+    fn colour(&self) -> &'static str {
+        match self {
+            Mark::Fused(_) => "#c8f0c8",
+            Mark::MovedIntoIf => "#ffe0b0",
+        }
+    }
+
+    fn note(&self) -> String {
+        match self {
+            Mark::Fused(parts) => format!("fused: {}", parts.join(" + ")),
+            Mark::MovedIntoIf => "moved into an if".into(),
+        }
+    }
+}
+
+/// The maps of a program's states (outside bodies), with whether their state runs
+/// inside an `if`.
+fn top_maps(sdfg: &Sdfg) -> Vec<(String, bool)> {
+    fn walk(sdfg: &Sdfg, b: &Block, in_if: bool, out: &mut Vec<(String, bool)>) {
+        match b {
+            Block::State(s) => {
+                if let Some(st) = sdfg.state(*s) {
+                    for n in st.graph.graph.node_weights() {
+                        if let Node::Map(m) = n {
+                            out.push((m.label.clone(), in_if));
+                        }
+                    }
+                }
+            }
+            Block::Seq(bs) => bs.iter().for_each(|b| walk(sdfg, b, in_if, out)),
+            Block::Loop(l) => walk(sdfg, &l.body, in_if, out),
+            Block::If(i) => {
+                walk(sdfg, &i.then, true, out);
+                walk(sdfg, &i.otherwise, true, out);
+            }
+            Block::Assign(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(sdfg, &sdfg.body, false, &mut out);
+    out
+}
+
+/// Marks for drawing `after`, the optimizer's output for `before`: a map of `after`
+/// whose label joins labels of `before`'s maps with `+` was fused from them; a map
+/// whose state is inside an `if` in `after` but was not in `before` was moved into it;
+/// maps and containers of `before` that `after` lacks (and that no fusion took in) are
+/// listed as removed.
+pub fn diff_marks(before: &Sdfg, after: &Sdfg) -> Marks {
+    use std::collections::BTreeSet;
+    let old = top_maps(before);
+    let new = top_maps(after);
+    let old_labels: BTreeSet<&str> = old.iter().map(|(l, _)| l.as_str()).collect();
+    let old_outside_if: BTreeSet<&str> = old
+        .iter()
+        .filter(|(_, in_if)| !in_if)
+        .map(|(l, _)| l.as_str())
+        .collect();
+    let mut marks = Marks::default();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    let (mut fused, mut moved) = (0, 0);
+    for (label, in_if) in &new {
+        let parts: Vec<String> = label.split('+').map(str::to_string).collect();
+        let known = parts
+            .iter()
+            .filter(|p| old_labels.contains(p.as_str()))
+            .count();
+        if !old_labels.contains(label.as_str()) && parts.len() > 1 && known >= 2 {
+            taken.extend(parts.iter().cloned());
+            fused += 1;
+            marks.maps.insert(label.clone(), Mark::Fused(parts));
+        } else if *in_if && old_outside_if.contains(label.as_str()) {
+            moved += 1;
+            marks.maps.insert(label.clone(), Mark::MovedIntoIf);
+        }
+    }
+    let new_labels: BTreeSet<&str> = new.iter().map(|(l, _)| l.as_str()).collect();
+    let removed_maps: Vec<&str> = old_labels
+        .iter()
+        .filter(|l| !new_labels.contains(*l) && !taken.contains(**l))
+        .copied()
+        .collect();
+    let removed_data: Vec<&str> = before
+        .arrays
+        .keys()
+        .filter(|k| !after.arrays.contains_key(*k))
+        .map(String::as_str)
+        .collect();
+    marks.legend.push(format!(
+        "against '{}': {} fused (green), {} moved into an if (orange)",
+        before.name,
+        plural(fused, "map"),
+        plural(moved, "map")
+    ));
+    if !removed_maps.is_empty() {
+        marks
+            .legend
+            .push(format!("maps removed: {}", list_names(&removed_maps, 8)));
+    }
+    if !removed_data.is_empty() {
+        marks.legend.push(format!(
+            "containers removed: {}",
+            list_names(&removed_data, 8)
+        ));
+    }
+    if before.states.len() != after.states.len() {
+        marks.legend.push(format!(
+            "states: {} -> {}",
+            before.states.len(),
+            after.states.len()
+        ));
+    }
+    marks
+}
+
+/// A drawing that cannot be made: the state or map asked for does not exist.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DotError(pub String);
+
+/// DOT text of a program as `opts` asks.
+pub fn to_dot_with(sdfg: &Sdfg, opts: &DotOptions) -> Result<String, DotError> {
+    let marks = opts.marks.as_ref();
+    let mut graph: (String, Vec<Stmt>) = if let Some(name) = &opts.state {
+        state_graph(sdfg, name, marks)?
+    } else if let Some(label) = &opts.map {
+        map_graph(sdfg, label)?
+    } else {
+        match opts.detail.unwrap_or_else(|| Detail::auto(sdfg)) {
+            Detail::Full => full_graph(sdfg, marks),
+            Detail::States => states_graph(sdfg, marks),
+            Detail::Control => control_graph(sdfg, marks),
+        }
+    };
+    if let Some(m) = marks {
+        for l in &m.legend {
+            graph.0.push('\n');
+            graph.0.push_str(l);
+        }
+    }
+    let graph = digraph(&sdfg.name, &graph.0, graph.1);
+    let mut ctx = PrinterContext::default();
+    let mut text = graph.print(&mut ctx);
+    text.push('\n');
+    Ok(text)
+}
+
+fn digraph(name: &str, label: &str, mut body: Vec<Stmt>) -> Graph {
+    let mut stmts = vec![
+        Stmt::Attribute(attr("label", label)),
+        Stmt::Attribute(attr("compound", "true")),
+        Stmt::Attribute(attr("fontname", "Helvetica")),
+    ];
+    stmts.append(&mut body);
+    Graph::DiGraph {
+        id: quoted(name),
+        strict: false,
+        stmts,
+    }
+}
+
+/// The states with each map collapsed to one node, and the control flow.
+fn states_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
+    let mut stmts = draw_states(
+        sdfg,
+        "s",
+        Style {
+            collapse: true,
+            marks,
+        },
+    );
+    let mut cf = Vec::new();
+    let mut counter = 0;
+    draw_block(sdfg, &sdfg.body, "cf", &mut counter, None, &mut cf);
+    stmts.push(cluster("control", "control flow", "dashed", cf));
+    (format!("SDFG '{}' (maps collapsed)", sdfg.name), stmts)
+}
+
+/// The control flow alone, each state a box with its summary.
+fn control_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
+    let mut stmts = vec![node_defaults("box")];
+    let mut counter = 0;
+    let summary = Summary { marks };
+    draw_block(
+        sdfg,
+        &sdfg.body,
+        "cf",
+        &mut counter,
+        Some(summary),
+        &mut stmts,
+    );
+    (format!("SDFG '{}' (control flow)", sdfg.name), stmts)
+}
+
+fn node_defaults(shape: &str) -> Stmt {
+    Stmt::GAttribute(graphviz_rust::dot_structures::GraphAttributes::Node(vec![
+        attr("shape", shape),
+        attr("fontname", "Helvetica"),
+        attr("fontsize", "10"),
+    ]))
+}
+
+/// The state `name` (or `#i`), in full.
+fn state_graph(
+    sdfg: &Sdfg,
+    name: &str,
+    marks: Option<&Marks>,
+) -> Result<(String, Vec<Stmt>), DotError> {
+    let index = name.strip_prefix('#').and_then(|i| i.parse::<usize>().ok());
+    let found = sdfg
+        .states
+        .iter()
+        .enumerate()
+        .find(|(i, st)| st.name == name || index == Some(*i));
+    let Some((i, st)) = found else {
+        return Err(DotError(format!(
+            "program '{}' has no state '{name}' (states: {})",
+            sdfg.name,
+            some_names(sdfg.states.iter().map(|s| s.name.as_str()))
+        )));
+    };
+    let id = format!("s{i}");
+    let mut inner = Vec::new();
+    if st.graph.node_count() == 0 {
+        inner.push(node(
+            &format!("{id}_empty"),
+            vec![attr("label", "(empty)"), attr("shape", "plaintext")],
+        ));
+    }
+    let style = Style {
+        collapse: false,
+        marks,
+    };
+    draw_dataflow(sdfg, &st.graph, &id, style, &mut inner);
+    Ok((
+        format!("SDFG '{}', state '{}' (#{i})", sdfg.name, st.name),
+        vec![cluster(
+            &id,
+            &format!("state '{}' (#{i})", st.name),
+            "rounded",
+            inner,
+        )],
+    ))
+}
+
+/// The body of the first map labelled `label` (in state order, bodies and nested SDFGs
+/// searched depth first), in full.
+fn map_graph(sdfg: &Sdfg, label: &str) -> Result<(String, Vec<Stmt>), DotError> {
+    fn find<'a>(sdfg: &'a Sdfg, label: &str, found: &mut Vec<(&'a Sdfg, &'a MapScope)>) {
+        fn in_df<'a>(
+            sdfg: &'a Sdfg,
+            df: &'a Dataflow,
+            label: &str,
+            found: &mut Vec<(&'a Sdfg, &'a MapScope)>,
+        ) {
+            for n in df.graph.node_weights() {
+                match n {
+                    Node::Map(m) => {
+                        if m.label == label {
+                            found.push((sdfg, m));
+                        }
+                        in_df(sdfg, &m.body, label, found);
+                    }
+                    Node::Nested(ns) => find(&ns.sdfg, label, found),
+                    _ => {}
+                }
+            }
+        }
+        for st in &sdfg.states {
+            in_df(sdfg, &st.graph, label, found);
+        }
+    }
+    let mut found = Vec::new();
+    find(sdfg, label, &mut found);
+    let Some(&(owner, m)) = found.first() else {
+        let mut labels = Vec::new();
+        collect_map_labels(sdfg, &mut labels);
+        return Err(DotError(format!(
+            "program '{}' has no map '{label}' (maps: {})",
+            sdfg.name,
+            some_names(labels.iter().map(String::as_str))
+        )));
+    };
+    let mut inner = Vec::new();
+    draw_dataflow(owner, &m.body, "m", Style::default(), &mut inner);
+    let more = if found.len() > 1 {
+        format!(" (the first of {} maps so labelled)", found.len())
+    } else {
+        String::new()
+    };
+    Ok((
+        format!("SDFG '{}', body of map {}{more}", sdfg.name, map_head(m)),
+        vec![cluster("m", &format!("map '{}'", m.label), "filled", inner)],
+    ))
+}
+
+fn collect_map_labels(sdfg: &Sdfg, out: &mut Vec<String>) {
+    fn in_df(df: &Dataflow, out: &mut Vec<String>) {
+        for n in df.graph.node_weights() {
+            match n {
+                Node::Map(m) => {
+                    if !out.contains(&m.label) {
+                        out.push(m.label.clone());
+                    }
+                    in_df(&m.body, out);
+                }
+                Node::Nested(ns) => collect_map_labels(&ns.sdfg, out),
+                _ => {}
+            }
+        }
+    }
+    for st in &sdfg.states {
+        in_df(&st.graph, out);
+    }
+}
+
+/// Up to eight names, then how many more.
+fn some_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = names.collect();
+    list_names(&all, 8)
+}
+
+fn list_names(all: &[&str], keep: usize) -> String {
+    if all.is_empty() {
+        return "none".into();
+    }
+    let mut s = all[..all.len().min(keep)].join(", ");
+    if all.len() > keep {
+        s.push_str(&format!(" … (+{})", all.len() - keep));
+    }
+    s
+}
+
+/// A map's head line: `label[i=0:N, j=0:M] (schedule)`.
+fn map_head(m: &MapScope) -> String {
+    let ranges: Vec<String> = m
+        .params
+        .iter()
+        .zip(&m.ranges)
+        .map(|(p, r)| format!("{p}={r}"))
+        .collect();
+    format!("{}[{}] ({})", m.label, ranges.join(", "), m.schedule.name())
+}
+
+/// What a map body holds, counted (nested maps included).
+#[derive(Default)]
+struct BodyCounts {
+    tasklets: usize,
+    maps: usize,
+    nested: usize,
+    other: usize,
+}
+
+impl BodyCounts {
+    /// The counts of a map body.
+    fn of(df: &Dataflow) -> BodyCounts {
+        let mut c = BodyCounts::default();
+        c.add(df, true);
+        c
+    }
+
+    /// Adds what `df` holds; its own maps count as inner maps when `inner`.
+    fn add(&mut self, df: &Dataflow, inner: bool) {
+        for n in df.graph.node_weights() {
+            match n {
+                Node::Tasklet(_) => self.tasklets += 1,
+                Node::Map(m) => {
+                    self.maps += usize::from(inner);
+                    self.add(&m.body, true);
+                }
+                Node::Nested(_) => self.nested += 1,
+                Node::Library(_) => self.other += 1,
+                Node::Access(_) => {}
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut parts = vec![plural(self.tasklets, "tasklet")];
+        if self.maps > 0 {
+            parts.push(plural(self.maps, "inner map"));
+        }
+        if self.nested > 0 {
+            parts.push(plural(self.nested, "nested SDFG"));
+        }
+        if self.other > 0 {
+            parts.push(plural(self.other, "library node"));
+        }
+        parts.join(", ")
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// A state's contents for the control-flow drawing.
+struct StateSummary {
+    maps: usize,
+    body: BodyCounts,
+    reads: Vec<String>,
+    writes: Vec<String>,
+}
+
+impl StateSummary {
+    fn of(df: &Dataflow) -> StateSummary {
+        let mut body = BodyCounts::default();
+        body.add(df, false);
+        let maps = df
+            .graph
+            .node_weights()
+            .filter(|n| matches!(n, Node::Map(_)))
+            .count();
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for n in df.node_ids() {
+            let Some(d) = df.node(n).as_access() else {
+                continue;
+            };
+            if df.out_degree(n) > 0 && !reads.iter().any(|r| r == d) {
+                reads.push(d.to_string());
+            }
+            if df.in_degree(n) > 0 && !writes.iter().any(|w| w == d) {
+                writes.push(d.to_string());
+            }
+        }
+        reads.sort();
+        writes.sort();
+        StateSummary {
+            maps,
+            body,
+            reads,
+            writes,
+        }
+    }
+
+    fn text(&self) -> String {
+        let names = |v: &[String]| {
+            let r: Vec<&str> = v.iter().map(String::as_str).collect();
+            list_names(&r, 6)
+        };
+        let mut lines = vec![format!(
+            "{}; {} in all",
+            plural(self.maps, "map"),
+            self.body.text()
+        )];
+        if !self.reads.is_empty() {
+            lines.push(format!("reads {}", names(&self.reads)));
+        }
+        if !self.writes.is_empty() {
+            lines.push(format!("writes {}", names(&self.writes)));
+        }
+        lines.join("\n")
+    }
+}
+
 /// The clusters of the states, stacked top to bottom in state order by invisible edges
 /// from a sink of each state to a source of the next (without them Graphviz puts
 /// unconnected clusters side by side, and a program of a hundred states becomes a drawing
 /// a hundred states wide).
-fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
+fn draw_states(sdfg: &Sdfg, prefix: &str, style: Style<'_>) -> Vec<Stmt> {
+    let collapse = style.collapse;
     // (a source's incoming end, a sink's outgoing end) of each state.
     let anchors: Vec<(String, String)> = sdfg
         .states
@@ -117,7 +703,7 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
             let source = ids.iter().find(|&&n| g.in_degree(n) == 0);
             let sink = ids.iter().rev().find(|&&n| g.out_degree(n) == 0);
             match (source.or(ids.first()), sink.or(ids.last())) {
-                (Some(&a), Some(&b)) => (ends(g, &id, a).0, ends(g, &id, b).1),
+                (Some(&a), Some(&b)) => (ends(g, &id, a, collapse).0, ends(g, &id, b, collapse).1),
                 _ => (format!("{id}_empty"), format!("{id}_empty")),
             }
         })
@@ -135,7 +721,7 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
                     vec![attr("label", "(empty)"), attr("shape", "plaintext")],
                 ));
             }
-            draw_dataflow(sdfg, &st.graph, &id, &mut inner);
+            draw_dataflow(sdfg, &st.graph, &id, style, &mut inner);
             cluster(
                 &id,
                 &format!("state '{}' (#{i})", st.name),
@@ -153,9 +739,15 @@ fn draw_states(sdfg: &Sdfg, prefix: &str) -> Vec<Stmt> {
 }
 
 /// Where edges attach to a node: (incoming end, outgoing end).
-fn ends(df: &Dataflow, prefix: &str, n: crate::dataflow::NodeId) -> (String, String) {
+fn ends(
+    df: &Dataflow,
+    prefix: &str,
+    n: crate::dataflow::NodeId,
+    collapse: bool,
+) -> (String, String) {
     let id = format!("{prefix}_n{}", n.index());
     match df.node(n) {
+        Node::Map(_) if collapse => (id.clone(), id),
         Node::Map(_) => (format!("{id}_entry"), format!("{id}_exit")),
         Node::Nested(_) => (format!("{id}_call"), format!("{id}_call")),
         _ => (id.clone(), id),
@@ -171,7 +763,8 @@ fn tasklet_label(name: &str, code: &[CodeStmt]) -> String {
     s
 }
 
-fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) {
+fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out: &mut Vec<Stmt>) {
+    let collapse = style.collapse;
     for n in df.node_ids() {
         let id = format!("{prefix}_n{}", n.index());
         match df.node(n) {
@@ -211,28 +804,43 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
                 ));
             }
             Node::Map(m) => {
-                let ranges: Vec<String> = m
-                    .params
-                    .iter()
-                    .zip(&m.ranges)
-                    .map(|(p, r)| format!("{p}={r}"))
-                    .collect();
-                let head = format!("{}[{}] ({})", m.label, ranges.join(", "), m.schedule.name());
+                let mark = style.marks.and_then(|k| k.maps.get(&m.label));
+                let mut head = map_head(m);
+                if let Some(k) = mark {
+                    head.push_str(&format!("\n{}", k.note()));
+                }
+                if collapse {
+                    let c = BodyCounts::of(&m.body);
+                    out.push(node(
+                        &id,
+                        vec![
+                            attr("label", &format!("{head}\n{}", c.text())),
+                            attr("shape", "component"),
+                            attr("style", "filled"),
+                            attr("fillcolor", mark.map_or("#e8eef8", Mark::colour)),
+                        ],
+                    ));
+                    continue;
+                }
                 let mut inner = vec![
-                    node(
-                        &format!("{id}_entry"),
-                        vec![attr("label", &head), attr("shape", "trapezium")],
-                    ),
+                    node(&format!("{id}_entry"), {
+                        let mut a = vec![attr("label", &head), attr("shape", "trapezium")];
+                        if let Some(k) = mark {
+                            a.push(attr("style", "filled"));
+                            a.push(attr("fillcolor", k.colour()));
+                        }
+                        a
+                    }),
                     node(
                         &format!("{id}_exit"),
                         vec![attr("label", &m.label), attr("shape", "invtrapezium")],
                     ),
                 ];
-                draw_dataflow(sdfg, &m.body, &id, &mut inner);
+                draw_dataflow(sdfg, &m.body, &id, style.full(), &mut inner);
                 // Scope edges: entry to the body's sources, the body's sinks to exit.
                 let scope = || vec![attr("style", "dashed"), attr("arrowhead", "none")];
                 for b in m.body.node_ids() {
-                    let (b_in, b_out) = ends(&m.body, &id, b);
+                    let (b_in, b_out) = ends(&m.body, &id, b, false);
                     if m.body.in_degree(b) == 0 {
                         inner.push(edge(&format!("{id}_entry"), &b_in, scope()));
                     }
@@ -258,7 +866,7 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
                         attr("shape", "box3d"),
                     ],
                 )];
-                inner.extend(draw_states(&ns.sdfg, &format!("{id}_s")));
+                inner.extend(draw_states(&ns.sdfg, &format!("{id}_s"), style));
                 out.push(cluster(
                     &id,
                     &format!("nested SDFG '{}'", ns.sdfg.name),
@@ -278,7 +886,11 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, out: &mut Vec<Stmt>) 
         if let Some(c) = &edge_data.dst_conn {
             attrs.push(attr("headlabel", c));
         }
-        out.push(edge(&ends(df, prefix, s).1, &ends(df, prefix, d).0, attrs));
+        out.push(edge(
+            &ends(df, prefix, s, collapse).1,
+            &ends(df, prefix, d, collapse).0,
+            attrs,
+        ));
     }
 }
 
@@ -288,6 +900,7 @@ fn draw_block(
     b: &Block,
     prefix: &str,
     counter: &mut usize,
+    summary: Option<Summary<'_>>,
     out: &mut Vec<Stmt>,
 ) -> (String, String) {
     let mut fresh = |out: &mut Vec<Stmt>, label: &str, shape: &str| {
@@ -297,6 +910,41 @@ fn draw_block(
         id
     };
     match b {
+        Block::State(s) if summary.is_some() => {
+            let marks = summary.and_then(|m| m.marks);
+            let (label, colour) = match sdfg.state(*s) {
+                Some(st) => {
+                    let mut text = format!(
+                        "state '{}' (#{})\n{}",
+                        st.name,
+                        s.0,
+                        StateSummary::of(&st.graph).text()
+                    );
+                    let mut colour = None;
+                    if let Some(m) = marks {
+                        for n in st.graph.graph.node_weights() {
+                            if let Node::Map(map) = n
+                                && let Some(k) = m.maps.get(&map.label)
+                            {
+                                text.push_str(&format!("\n{}: {}", map.label, k.note()));
+                                colour.get_or_insert(k.colour());
+                            }
+                        }
+                    }
+                    (text, colour)
+                }
+                None => (format!("? (#{})", s.0), None),
+            };
+            let id = format!("{prefix}{}", *counter);
+            *counter += 1;
+            let mut attrs = vec![attr("label", &label), attr("shape", "box")];
+            if let Some(c) = colour {
+                attrs.push(attr("style", "filled"));
+                attrs.push(attr("fillcolor", c));
+            }
+            out.push(node(&id, attrs));
+            (id.clone(), id)
+        }
         Block::State(s) => {
             let name = sdfg.state(*s).map(|st| st.name.as_str()).unwrap_or("?");
             let id = fresh(out, &format!("{name} (#{})", s.0), "box");
@@ -315,7 +963,7 @@ fn draw_block(
             let mut first = None;
             let mut prev: Option<String> = None;
             for b in bs {
-                let (en, ex) = draw_block(sdfg, b, prefix, counter, out);
+                let (en, ex) = draw_block(sdfg, b, prefix, counter, summary, out);
                 if let Some(p) = prev {
                     out.push(edge(&p, &en, vec![]));
                 }
@@ -336,7 +984,7 @@ fn draw_block(
                 ),
                 "hexagon",
             );
-            let (en, ex) = draw_block(sdfg, &l.body, prefix, counter, out);
+            let (en, ex) = draw_block(sdfg, &l.body, prefix, counter, summary, out);
             out.push(edge(&head, &en, vec![attr("label", "body")]));
             out.push(edge(
                 &ex,
@@ -349,7 +997,7 @@ fn draw_block(
             let head = fresh(out, &format!("if {}", i.cond), "diamond");
             let join = fresh(out, "", "point");
             for (label, branch) in [("then", &i.then), ("else", &i.otherwise)] {
-                let (en, ex) = draw_block(sdfg, branch, prefix, counter, out);
+                let (en, ex) = draw_block(sdfg, branch, prefix, counter, summary, out);
                 out.push(edge(&head, &en, vec![attr("label", label)]));
                 out.push(edge(&ex, &join, vec![]));
             }

@@ -1,0 +1,243 @@
+//! Drawings at each level of detail, one state or one map's body, and the optimizer's
+//! work marked on its output (`docs/visualization.md`). The examples' drawings at every
+//! level are snapshots (`tests/snapshots.rs`); these tests pin the choices and the errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sdflow::ir::dot::{self, Detail, DotOptions, Mark};
+use sdflow::ir::{Block, DType, Sdfg, SdfgBuilder};
+use sdflow::transforms::Pipeline;
+
+/// A producer before an `if` whose `then` branch alone reads its result.
+fn branchy() -> Sdfg {
+    let mut b = SdfgBuilder::new("branchy");
+    b.symbol("N", DType::I64)
+        .symbol("flag", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    let pre = b.state("pre", |s| {
+        s.map("square", &["i"], &["0:N"], |m| {
+            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
+        });
+    });
+    let then = b.state("then", |s| {
+        s.map("use", &["i"], &["0:N"], |m| {
+            m.tasklet("use", &[("x", "tmp[i]")], &[("y", "out[i]")], "y = x + 1.0");
+        });
+    });
+    let other = b.state("else", |s| {
+        s.map("copy", &["i"], &["0:N"], |m| {
+            m.tasklet("copy", &[("x", "u[i]")], &[("y", "out[i]")], "y = x");
+        });
+    });
+    b.body(Block::seq([
+        Block::State(pre),
+        Block::if_else("flag != 0", Block::State(then), Block::State(other)),
+    ]));
+    b.build()
+}
+
+fn draw(s: &Sdfg, opts: &DotOptions) -> String {
+    dot::to_dot_with(s, opts).unwrap()
+}
+
+#[test]
+fn a_map_moved_into_an_if_and_a_fusion_are_marked() {
+    let before = branchy();
+    // Moved only: the producer goes into the branch that reads its result.
+    let mut moved = before.clone();
+    Pipeline::from_names(&["move_into_if"])
+        .unwrap()
+        .run(&mut moved)
+        .unwrap();
+    let marks = dot::diff_marks(&before, &moved);
+    assert_eq!(
+        marks.maps.into_iter().collect::<Vec<_>>(),
+        [("square".to_string(), Mark::MovedIntoIf)]
+    );
+    // The whole pipeline: moved, then fused with its consumer in the branch.
+    let mut optimized = before.clone();
+    Pipeline::cpu().run(&mut optimized).unwrap();
+    let marks = dot::diff_marks(&before, &optimized);
+    assert_eq!(
+        marks.maps.get("square+use"),
+        Some(&Mark::Fused(vec!["square".into(), "use".into()]))
+    );
+    assert_eq!(
+        marks.legend,
+        [
+            "against 'branchy': 1 map fused (green), 0 maps moved into an if (orange)",
+            "containers removed: tmp",
+            "states: 3 -> 2"
+        ]
+    );
+    let text = draw(
+        &optimized,
+        &DotOptions {
+            detail: Some(Detail::Control),
+            marks: Some(marks),
+            ..Default::default()
+        },
+    );
+    assert!(
+        text.contains(r##"\nsquare+use: fused: square + use" shape="box" style="filled" fillcolor="#c8f0c8"]"##),
+        "{text}"
+    );
+    assert!(text.contains("containers removed: tmp"), "{text}");
+}
+
+#[test]
+fn each_level_draws_what_it_says() {
+    let s = branchy();
+    let full = draw(&s, &DotOptions::default());
+    assert_eq!(Detail::auto(&s), Detail::Full);
+    assert_eq!(full, dot::to_dot(&s));
+    let states = draw(
+        &s,
+        &DotOptions {
+            detail: Some(Detail::States),
+            ..Default::default()
+        },
+    );
+    // One node per map, no entry/exit pair, no body.
+    assert!(
+        states.contains(r#"label="square[i=0:N] (cpu_parallel)\n1 tasklet" shape="component""#),
+        "{states}"
+    );
+    assert!(!states.contains("_entry") && !states.contains("y = x * x"));
+    let control = draw(
+        &s,
+        &DotOptions {
+            detail: Some(Detail::Control),
+            ..Default::default()
+        },
+    );
+    assert!(
+        !control.contains("subgraph"),
+        "no state clusters: {control}"
+    );
+    assert!(
+        control
+            .contains(r#"label="state 'pre' (#0)\n1 map; 1 tasklet in all\nreads u\nwrites tmp""#),
+        "{control}"
+    );
+    assert!(control.contains(r#"label="if flag != 0" shape="diamond""#));
+}
+
+#[test]
+fn one_state_or_one_map_body() {
+    let s = branchy();
+    let by_name = draw(
+        &s,
+        &DotOptions {
+            state: Some("then".into()),
+            ..Default::default()
+        },
+    );
+    let by_index = draw(
+        &s,
+        &DotOptions {
+            state: Some("#1".into()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(by_name, by_index);
+    assert!(by_name.contains("label=\"SDFG 'branchy', state 'then' (#1)\""));
+    assert!(by_name.contains("y = x + 1.0") && !by_name.contains("y = x * x"));
+    let body = draw(
+        &s,
+        &DotOptions {
+            map: Some("copy".into()),
+            ..Default::default()
+        },
+    );
+    assert!(body.contains("label=\"SDFG 'branchy', body of map copy[i=0:N] (cpu_parallel)\""));
+    assert!(body.contains("copy\\ny = x") && !body.contains("y = x + 1.0"));
+    let err = |o: DotOptions| dot::to_dot_with(&s, &o).unwrap_err().to_string();
+    assert_eq!(
+        err(DotOptions {
+            state: Some("post".into()),
+            ..Default::default()
+        }),
+        "program 'branchy' has no state 'post' (states: pre, then, else)"
+    );
+    assert_eq!(
+        err(DotOptions {
+            map: Some("cube".into()),
+            ..Default::default()
+        }),
+        "program 'branchy' has no map 'cube' (maps: square, use, copy)"
+    );
+}
+
+fn sdflow(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sdflow"))
+        .args(args)
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_command_line_takes_levels_states_maps_and_diffs() {
+    let o = sdflow(&["dot", "examples/dycore.sdfg.json"]);
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("label=\"SDFG 'dycore' (control flow)\""));
+    let o = sdflow(&[
+        "dot",
+        "examples/hyperdiffusion.sdfg.json",
+        "--level",
+        "states",
+    ]);
+    assert!(
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .contains("(maps collapsed)")
+    );
+    let out = std::env::temp_dir().join(format!("sdflow-vis-{}.json", std::process::id()));
+    let dotfile = out.with_extension("dot");
+    let o = sdflow(&[
+        "opt",
+        "examples/hyperdiffusion.sdfg.json",
+        "-o",
+        out.to_str().unwrap(),
+        "--dot",
+        dotfile.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let marked = std::fs::read_to_string(&dotfile).unwrap();
+    assert!(marked.contains("1 map fused (green)"), "{marked}");
+    let o = sdflow(&[
+        "dot",
+        "--diff",
+        "examples/hyperdiffusion.sdfg.json",
+        out.to_str().unwrap(),
+    ]);
+    // The same marks (node numbers differ: the file written renumbers the nodes).
+    let diffed = String::from_utf8(o.stdout).unwrap();
+    let legend = |t: &str| t.lines().nth(1).unwrap_or_default().to_string();
+    assert_eq!(legend(&diffed), legend(&marked));
+    assert!(diffed.contains(r"\nfused: lap1 + lap2"), "{diffed}");
+    let err = |args: &[&str]| {
+        let o = sdflow(args);
+        assert!(!o.status.success());
+        String::from_utf8(o.stderr).unwrap()
+    };
+    assert!(
+        err(&["dot", "--diff", "examples/laplace.sdfg.json"])
+            .contains("--diff takes two programs: the optimizer's input and its output")
+    );
+    assert!(
+        err(&["dot", "examples/laplace.sdfg.json", "--level", "some"])
+            .contains("--level 'some': expected control, states, full or auto")
+    );
+    assert!(
+        err(&["dot", "examples/laplace.sdfg.json", "--state", "nope"])
+            .contains("program 'laplace' has no state 'nope' (states: ")
+    );
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&dotfile);
+}
