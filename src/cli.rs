@@ -55,6 +55,9 @@ pub enum CliError {
     /// Graphviz could not render.
     #[error("{0}")]
     Render(String),
+    /// A picture could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
     /// A DaCe file could not be imported.
     #[error("{path}: {source}")]
     Import {
@@ -200,6 +203,87 @@ pub fn stats_text(sdfg: &Sdfg) -> String {
         }
     }
     out
+}
+
+/// `sdflow plot FILE.npz FIELD [-o OUT.png] [--level K] [--axis A]`: a picture of one
+/// array of an archive (as `sdflow run --outputs` writes them): a line for a 1-D array, a
+/// heat map for a 2-D one (dimension 0 across, dimension 1 up), and for a 3-D one the
+/// heat map of the slice at index `level` (default 0) of dimension `axis` (default the
+/// last). Returns what was written, for the terminal.
+pub fn plot(
+    archive: &Path,
+    field: &str,
+    out: Option<&Path>,
+    level: Option<usize>,
+    axis: Option<usize>,
+) -> Result<String, CliError> {
+    let arrays = npz::read_npz(archive)?;
+    let Some(a) = arrays.get(field) else {
+        let names: Vec<&str> = arrays.keys().map(String::as_str).collect();
+        return Err(CliError::Usage(format!(
+            "{}: no array '{field}' (arrays: {})",
+            archive.display(),
+            names.join(", ")
+        )));
+    };
+    let shape = a.shape().to_vec();
+    let values = a.to_f64_vec();
+    let default_out = std::path::PathBuf::from(format!("{field}.png"));
+    let out = out.unwrap_or(&default_out);
+    let what = |m: String| CliError::Usage(format!("{}: '{field}' {m}", archive.display()));
+    let title = match shape.len() {
+        1 => {
+            let points: Vec<(f64, f64)> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as f64, v))
+                .collect();
+            let title = format!("{field} [{}]", shape[0]);
+            crate::plot::lines(
+                &title,
+                "index",
+                field,
+                &[(field.to_string(), points)],
+                false,
+                out,
+            )?;
+            title
+        }
+        2 => {
+            let (grid, nx, ny) = crate::plot::slice(&values, &shape, None, 0);
+            let title = format!("{field} [{nx} x {ny}]");
+            crate::plot::heatmap(&grid, nx, ny, &title, out)?;
+            title
+        }
+        3 => {
+            let axis = axis.unwrap_or(2);
+            if axis > 2 {
+                return Err(what(format!(
+                    "has 3 dimensions; --axis {axis} is not one of 0, 1, 2"
+                )));
+            }
+            let level = level.unwrap_or(0);
+            if level >= shape[axis] {
+                return Err(what(format!(
+                    "has extent {} in dimension {axis}; --level {level} is outside it",
+                    shape[axis]
+                )));
+            }
+            let (grid, nx, ny) = crate::plot::slice(&values, &shape, Some(axis), level);
+            let title = format!(
+                "{field} [{} x {} x {}], index {level} of dimension {axis}",
+                shape[0], shape[1], shape[2]
+            );
+            crate::plot::heatmap(&grid, nx, ny, &title, out)?;
+            title
+        }
+        n => {
+            return Err(what(format!(
+                "has {n} dimension(s); plot draws arrays of 1, 2 or 3"
+            )));
+        }
+    };
+    Ok(format!("{}: {title}", out.display()))
 }
 
 /// Options of `sdflow dot`.

@@ -14,6 +14,7 @@ pub mod bench;
 pub mod cli;
 pub mod npz;
 mod npz_sizes;
+pub mod plot;
 
 pub use sdflow_codegen as codegen;
 pub use sdflow_ir as ir;

@@ -54,6 +54,23 @@ enum Command {
         #[arg(long)]
         diff: bool,
     },
+    /// Draw one array of an .npz archive as a PNG picture: a line (1-D), a heat map
+    /// (2-D), or one slice of a 3-D array.
+    Plot {
+        /// The archive (e.g. written by `sdflow run --outputs`).
+        file: PathBuf,
+        /// The array's name in it.
+        field: String,
+        /// The picture (default FIELD.png).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// For a 3-D array: the index of the slice (default 0).
+        #[arg(long)]
+        level: Option<usize>,
+        /// For a 3-D array: the dimension sliced (default 2, the last).
+        #[arg(long)]
+        axis: Option<usize>,
+    },
     /// Run a program on the reference interpreter; prints each output's sum and L2 norm.
     Run {
         /// The program.
@@ -243,6 +260,16 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 svg,
             };
             cli::dot(&files, &args, output.as_deref())?.unwrap_or_default()
+        }
+        Command::Plot {
+            file,
+            field,
+            output,
+            level,
+            axis,
+        } => {
+            let msg = cli::plot(&file, &field, output.as_deref(), level, axis)?;
+            format!("{msg}\n").into_bytes()
         }
         Command::Run {
             file,

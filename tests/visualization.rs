@@ -241,3 +241,133 @@ fn the_command_line_takes_levels_states_maps_and_diffs() {
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&dotfile);
 }
+
+/// The colour `plot::heatmap` gives the cell at `(i, j)`: decoded from the PNG written, at
+/// the centre of the cell (the picture is `cell` pixels per cell, the plot area found by
+/// its known corner colours).
+fn png(path: &std::path::Path) -> image::RgbImage {
+    image::open(path).unwrap().to_rgb8()
+}
+
+#[test]
+fn a_heat_map_colours_each_cell_by_its_value() {
+    use plotters::style::colors::colormaps::ViridisRGB;
+    let dir = std::env::temp_dir().join(format!("sdflow-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (nx, ny) = (8, 4);
+    // The value grows with i and j: the smallest at (0, 0), the largest at (7, 3).
+    let values: Vec<f64> = (0..ny)
+        .flat_map(|j| (0..nx).map(move |i| (i + nx * j) as f64))
+        .collect();
+    let path = dir.join("field.png");
+    sdflow::plot::heatmap(&values, nx, ny, "a field", &path).unwrap();
+    let img = png(&path);
+    let colour = |v: f64| {
+        let c = ViridisRGB::get_color_normalized(v, 0.0, (nx * ny - 1) as f64);
+        image::Rgb([c.0, c.1, c.2])
+    };
+    let count = |c: image::Rgb<u8>| img.pixels().filter(|p| **p == c).count();
+    // Every cell is drawn in its colour (some pixels of the cell: 80 per side here).
+    let side = 640 / nx.max(ny);
+    for (k, &v) in values.iter().enumerate() {
+        assert!(
+            count(colour(v)) >= side * side / 2,
+            "cell {k} (value {v}) is not drawn in its colour"
+        );
+    }
+    // Row 0 is at the bottom: the lowest pixel of the smallest value's colour lies below
+    // the lowest pixel of the largest value's.
+    let lowest = |c: image::Rgb<u8>| {
+        img.enumerate_pixels()
+            .filter(|(_, _, p)| **p == c)
+            .map(|(_, y, _)| y)
+            .max()
+            .unwrap()
+    };
+    assert!(lowest(colour(0.0)) > lowest(colour(31.0)) + side as u32);
+    // Wrong sizes are an error naming the file.
+    let e = sdflow::plot::heatmap(&values, 5, 5, "bad", &path).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("{}: a 5 x 5 field needs 25 values, got 32", path.display())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_command_line_plots_a_field_of_an_archive() {
+    let dir = std::env::temp_dir().join(format!("sdflow-plotcli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let npz = dir.join("out.npz");
+    let o = sdflow(&[
+        "run",
+        "examples/hyperdiffusion.sdfg.json",
+        "-s",
+        "N=16",
+        "-s",
+        "alpha=0.05",
+        "--outputs",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pic = dir.join("out.png");
+    let o = sdflow(&[
+        "plot",
+        npz.to_str().unwrap(),
+        "out",
+        "-o",
+        pic.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        format!("{}: out [16 x 16]\n", pic.display())
+    );
+    let img = png(&pic);
+    assert!(
+        img.width() > 640 && img.height() > 640,
+        "{:?}",
+        img.dimensions()
+    );
+    let err = |args: &[&str]| {
+        let o = sdflow(args);
+        assert!(!o.status.success());
+        String::from_utf8(o.stderr).unwrap()
+    };
+    assert!(
+        err(&["plot", npz.to_str().unwrap(), "lap"]).contains("no array 'lap' (arrays: out, u)")
+    );
+    // A 3-D array: one slice, chosen by dimension and index.
+    let cube = dir.join("cube.npz");
+    let a = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[3, 4, 2]), |ix| {
+        (ix[0] * 8 + ix[1] * 2 + ix[2]) as f64
+    });
+    let arrays = [("t".to_string(), sdflow::ir::interp::HostArray::F64(a))]
+        .into_iter()
+        .collect();
+    sdflow::npz::write_npz(&cube, &arrays).unwrap();
+    let slice = dir.join("t.png");
+    let o = sdflow(&[
+        "plot",
+        cube.to_str().unwrap(),
+        "t",
+        "--axis",
+        "0",
+        "--level",
+        "1",
+        "-o",
+        slice.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        format!(
+            "{}: t [3 x 4 x 2], index 1 of dimension 0\n",
+            slice.display()
+        )
+    );
+    assert!(
+        err(&["plot", cube.to_str().unwrap(), "t", "--level", "2"])
+            .contains("'t' has extent 2 in dimension 2; --level 2 is outside it")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

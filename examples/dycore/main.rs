@@ -6,6 +6,7 @@
 //! cargo run --release --example dycore -- --size 128x128x8 --steps 20
 //! cargo run --release --example dycore -- --backend interp --steps 3
 //! cargo run --release --example dycore -- --emit sdfg -o examples/dycore.sdfg.json
+//! cargo run --release --example dycore -- --plot target/dycore-plots  # pictures of the run
 //! ```
 //!
 //! It builds the program, optimizes and compiles it (C/OpenMP, through the build cache)
@@ -24,7 +25,9 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 
 use program::Dycore;
-use reference::{Config, interior_max_abs, random_smooth, total_mass, total_tracer_mass};
+use reference::{
+    Config, HALO, State, interior_max_abs, random_smooth, total_mass, total_tracer_mass,
+};
 use sdflow::codegen::cuda::device::{CudaDevice, Device, DeviceHandle};
 use sdflow::codegen::cuda::exec::CudaBackend;
 use sdflow::codegen::{CpuBackend, Origin};
@@ -80,6 +83,12 @@ struct Args {
     /// installed).
     #[arg(long, default_value = "target/dycore.dot")]
     dot: PathBuf,
+    /// Write pictures of the run into this folder: the surface height and the tracer of
+    /// the top layer at the end (PNG), and the relative drift of the total mass and
+    /// tracer mass over the run. The steps then run in up to 50 chunks (to sample the
+    /// drift), so the time per step includes a call per chunk.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 fn parse_size(s: &str) -> Result<(usize, usize, usize), String> {
@@ -176,10 +185,26 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let s0 = random_smooth(&cfg, args.seed);
     let mut s = s0.clone();
+    // The steps in one call, or in up to 50 chunks when the drift is plotted.
+    let chunk = match &args.plot {
+        Some(_) => args.steps.div_ceil(50).max(1),
+        None => args.steps.max(1),
+    };
+    let mut drift = Drift::default();
+    let mut record = |s: &State, step: usize| {
+        drift.record(&cfg, &s0, s, step);
+    };
+    record(&s, 0);
     let per_step = match args.backend {
         Backend::Interp => {
             let t = Instant::now();
-            dycore.run_interpreted(&mut s, args.steps)?;
+            let mut done = 0;
+            while done < args.steps {
+                let n = chunk.min(args.steps - done);
+                dycore.run_interpreted(&mut s, n)?;
+                done += n;
+                record(&s, done);
+            }
             t.elapsed().as_secs_f64() / args.steps.max(1) as f64
         }
         Backend::Cpu => {
@@ -195,7 +220,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 prog.library.display()
             );
             let t = Instant::now();
-            dycore.run_compiled(&prog, &mut s, args.steps)?;
+            let mut done = 0;
+            while done < args.steps {
+                let n = chunk.min(args.steps - done);
+                dycore.run_compiled(&prog, &mut s, n)?;
+                done += n;
+                record(&s, done);
+            }
             t.elapsed().as_secs_f64() / args.steps.max(1) as f64
         }
         Backend::Cuda => {
@@ -215,15 +246,21 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     Origin::Cached => "loaded from the build cache",
                 }
             );
-            // The state goes to the device once; every step is one call, enqueued
-            // without waiting; the state comes back at the end.
-            let times = dycore.run_gpu(&mut prog, &mut s, args.steps)?;
+            // The state goes to the device once per chunk; every step is one call,
+            // enqueued without waiting; the state comes back at the end of the chunk.
+            let (mut enqueue, mut total) = (0.0, 0.0);
+            let mut done = 0;
+            while done < args.steps {
+                let n = chunk.min(args.steps - done);
+                let times = dycore.run_gpu(&mut prog, &mut s, n)?;
+                enqueue += times.enqueue.as_secs_f64();
+                total += times.total.as_secs_f64();
+                done += n;
+                record(&s, done);
+            }
             let n = args.steps.max(1) as f64;
-            println!(
-                "host time to enqueue a step {:.1} us",
-                times.enqueue.as_secs_f64() * 1e6 / n
-            );
-            times.total.as_secs_f64() / n
+            println!("host time to enqueue a step {:.1} us", enqueue * 1e6 / n);
+            total / n
         }
     };
     let where_ = match args.backend {
@@ -248,6 +285,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         rel(total_tracer_mass(&cfg, &s), total_tracer_mass(&cfg, &s0))
     );
     println!("time per step {:.3} ms", per_step * 1e3);
+    if let Some(dir) = &args.plot {
+        write_plots(&cfg, &s, &drift, dir)?;
+    }
     println!(
         "largest difference to the plain-loop reference (relative to max |field|): h {:.2e}, u {:.2e}, v {:.2e}, qh {:.2e}",
         diff(&s.h, &r.h),
@@ -268,7 +308,8 @@ fn write_drawing(dycore: &Dycore, path: &PathBuf) -> Result<(), Box<dyn std::err
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create '{}': {e}", dir.display()))?;
     }
-    let text = sdflow::ir::dot::to_dot(&dycore.sdfg);
+    // At the level of detail that stays readable (the control flow, for the time step).
+    let text = sdflow::ir::dot::to_dot_with(&dycore.sdfg, &Default::default())?;
     std::fs::write(path, &text).map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
     match sdflow::cli::render_svg(&text) {
         Ok(svg) => {
@@ -279,5 +320,89 @@ fn write_drawing(dycore: &Dycore, path: &PathBuf) -> Result<(), Box<dyn std::err
         }
         Err(e) => println!("drawing: {} (no SVG: {e})", path.display()),
     }
+    Ok(())
+}
+
+/// The relative drift of the total mass and tracer mass, sampled over the run.
+#[derive(Default)]
+struct Drift {
+    mass: Vec<(f64, f64)>,
+    tracer: Vec<(f64, f64)>,
+}
+
+impl Drift {
+    fn record(&mut self, cfg: &Config, s0: &State, s: &State, step: usize) {
+        let rel = |a: f64, b: f64| (a - b) / b;
+        let t = step as f64;
+        self.mass
+            .push((t, rel(total_mass(cfg, s), total_mass(cfg, s0))));
+        self.tracer.push((
+            t,
+            rel(total_tracer_mass(cfg, s), total_tracer_mass(cfg, s0)),
+        ));
+    }
+}
+
+/// The pictures of `--plot`: the surface height (the sum of the layers' thicknesses,
+/// less its mean) and the tracer's mixing ratio `qh / h` in the top layer, over the
+/// interior at the end of the run, and the drift of the conserved totals over the run.
+fn write_plots(
+    cfg: &Config,
+    s: &State,
+    drift: &Drift,
+    dir: &PathBuf,
+) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create '{}': {e}", dir.display()))?;
+    let (nx, ny) = (cfg.nx, cfg.ny);
+    let mut eta = vec![0.0; nx * ny];
+    let mut q = vec![0.0; nx * ny];
+    for j in 0..ny {
+        for i in 0..nx {
+            let at = |k: usize| cfg.idx(k, HALO + j, HALO + i);
+            eta[j * nx + i] = (0..cfg.nz).map(|k| s.h[at(k)]).sum();
+            q[j * nx + i] = s.qh[at(0)] / s.h[at(0)];
+        }
+    }
+    let mean = eta.iter().sum::<f64>() / eta.len() as f64;
+    eta.iter_mut().for_each(|e| *e -= mean);
+    let surface = dir.join("surface_height.png");
+    sdflow::plot::heatmap(
+        &eta,
+        nx,
+        ny,
+        &format!("surface height - mean (m), {nx} x {ny}, end of run"),
+        &surface,
+    )?;
+    let tracer = dir.join("tracer_top_layer.png");
+    sdflow::plot::heatmap(
+        &q,
+        nx,
+        ny,
+        "tracer mixing ratio qh / h, top layer, end of run",
+        &tracer,
+    )?;
+    let conservation = dir.join("conservation.png");
+    sdflow::plot::lines(
+        "relative drift of the conserved totals",
+        "step",
+        "|drift| (relative)",
+        &[
+            ("mass".to_string(), drift.mass.clone()),
+            ("tracer mass".to_string(), drift.tracer.clone()),
+        ],
+        true,
+        &conservation,
+    )?;
+    println!(
+        "pictures: {}, {}, {}{}",
+        surface.display(),
+        tracer.display(),
+        conservation.display(),
+        if sdflow::plot::has_text() {
+            ""
+        } else {
+            " (without text: no font found; set SDFLOW_FONT to a .ttf file)"
+        }
+    );
     Ok(())
 }
