@@ -15,6 +15,7 @@ pub mod cli;
 pub mod npz;
 mod npz_sizes;
 pub mod plot;
+pub mod view;
 
 pub use sdflow_codegen as codegen;
 pub use sdflow_ir as ir;

@@ -54,6 +54,18 @@ enum Command {
         #[arg(long)]
         diff: bool,
     },
+    /// Write one self-contained HTML page to explore the program offline: the control
+    /// flow, click a state for its dataflow, a map for its body; search a container.
+    View {
+        /// The program.
+        file: PathBuf,
+        /// The page.
+        #[arg(short, long, default_value = "sdflow-view.html")]
+        output: PathBuf,
+        /// The optimizer's report (`sdflow opt --report` output) to show beside it.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
     /// Draw one array of an .npz archive as a PNG picture: a line (1-D), a heat map
     /// (2-D), or one slice of a 3-D array.
     Plot {
@@ -260,6 +272,14 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 svg,
             };
             cli::dot(&files, &args, output.as_deref())?.unwrap_or_default()
+        }
+        Command::View {
+            file,
+            output,
+            report,
+        } => {
+            let msg = sdflow::view::view(&file, &output, report.as_deref())?;
+            format!("{msg}\n").into_bytes()
         }
         Command::Plot {
             file,

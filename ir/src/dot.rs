@@ -86,6 +86,7 @@ fn full_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
         Style {
             collapse: false,
             marks,
+            interactive: false,
         },
     );
     let mut cf = Vec::new();
@@ -100,6 +101,9 @@ fn full_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
 struct Style<'a> {
     collapse: bool,
     marks: Option<&'a Marks>,
+    /// For the viewer: ids on collapsed maps (`map-<node id>`) and classes on access
+    /// nodes (`acc acc-<container>`), which its script finds in the SVG.
+    interactive: bool,
 }
 
 impl Style<'_> {
@@ -116,6 +120,8 @@ impl Style<'_> {
 #[derive(Clone, Copy)]
 struct Summary<'a> {
     marks: Option<&'a Marks>,
+    /// For the viewer: each state's box gets the id `state-<index>`.
+    interactive: bool,
 }
 
 /// DOT text of a program.
@@ -341,6 +347,126 @@ pub fn diff_marks(before: &Sdfg, after: &Sdfg) -> Marks {
     marks
 }
 
+/// The drawings an interactive viewer shows (`sdflow view`): the control flow with a
+/// box per state (ids `state-<index>`), each state with its maps collapsed (ids
+/// `map-<key>`), and each of those maps' bodies, keyed by the collapsed node's DOT id
+/// (`s<state>_n<node>`). Access nodes carry the classes `acc acc-<container>` (see
+/// [`css_name`]).
+#[derive(Clone, Debug)]
+pub struct Views {
+    /// The control flow.
+    pub overview: String,
+    /// Per state, in index order.
+    pub states: Vec<String>,
+    /// Per top-level map: its key and the drawing of its body.
+    pub maps: Vec<(String, String)>,
+}
+
+/// The drawings of [`Views`].
+pub fn views(sdfg: &Sdfg) -> Views {
+    let print = |label: String, stmts: Vec<Stmt>| {
+        let mut ctx = PrinterContext::default();
+        let mut text = digraph(&sdfg.name, &label, stmts).print(&mut ctx);
+        text.push('\n');
+        text
+    };
+    let mut stmts = vec![node_defaults("box")];
+    let mut counter = 0;
+    let summary = Summary {
+        marks: None,
+        interactive: true,
+    };
+    draw_block(
+        sdfg,
+        &sdfg.body,
+        "cf",
+        &mut counter,
+        Some(summary),
+        &mut stmts,
+    );
+    let overview = print(format!("SDFG '{}' (control flow)", sdfg.name), stmts);
+    let collapsed = Style {
+        collapse: true,
+        marks: None,
+        interactive: true,
+    };
+    let full = Style {
+        collapse: false,
+        ..collapsed
+    };
+    let mut states = Vec::new();
+    let mut maps = Vec::new();
+    for (i, st) in sdfg.states.iter().enumerate() {
+        let id = format!("s{i}");
+        let mut inner = Vec::new();
+        if st.graph.node_count() == 0 {
+            inner.push(node(
+                &format!("{id}_empty"),
+                vec![attr("label", "(empty)"), attr("shape", "plaintext")],
+            ));
+        }
+        draw_dataflow(sdfg, &st.graph, &id, collapsed, &mut inner);
+        states.push(print(
+            format!("SDFG '{}'", sdfg.name),
+            vec![cluster(
+                &id,
+                &format!("state '{}' (#{i})", st.name),
+                "rounded",
+                inner,
+            )],
+        ));
+        for n in st.graph.node_ids() {
+            if let Node::Map(m) = st.graph.node(n) {
+                let key = format!("{id}_n{}", n.index());
+                let mut inner = Vec::new();
+                draw_dataflow(sdfg, &m.body, &key, full, &mut inner);
+                maps.push((
+                    key.clone(),
+                    print(
+                        format!("SDFG '{}', state '{}' (#{i})", sdfg.name, st.name),
+                        vec![cluster(
+                            &key,
+                            &format!("map '{}'", m.label),
+                            "filled",
+                            inner,
+                        )],
+                    ),
+                ));
+            }
+        }
+    }
+    Views {
+        overview,
+        states,
+        maps,
+    }
+}
+
+/// What a state holds, as the control-flow drawing's boxes say it (counts of maps,
+/// tasklets and nested calls; the containers read and written).
+pub fn state_summary(df: &Dataflow) -> String {
+    StateSummary::of(df).text()
+}
+
+/// A map's head (`label[ranges] (schedule)`) and what its body holds.
+pub fn map_summary(m: &MapScope) -> (String, String) {
+    (map_head(m), BodyCounts::of(&m.body).text())
+}
+
+/// A container name as it appears in the viewer's CSS classes: characters other than
+/// letters, digits, `_` and `-` become `_`.
+pub fn css_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// A drawing that cannot be made: the state or map asked for does not exist.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -395,6 +521,7 @@ fn states_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
         Style {
             collapse: true,
             marks,
+            interactive: false,
         },
     );
     let mut cf = Vec::new();
@@ -408,7 +535,10 @@ fn states_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
 fn control_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
     let mut stmts = vec![node_defaults("box")];
     let mut counter = 0;
-    let summary = Summary { marks };
+    let summary = Summary {
+        marks,
+        interactive: false,
+    };
     draw_block(
         sdfg,
         &sdfg.body,
@@ -458,6 +588,7 @@ fn state_graph(
     let style = Style {
         collapse: false,
         marks,
+        interactive: false,
     };
     draw_dataflow(sdfg, &st.graph, &id, style, &mut inner);
     Ok((
@@ -770,15 +901,16 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out
         match df.node(n) {
             Node::Access(d) => {
                 let transient = sdfg.arrays.get(d).is_some_and(|a| a.transient());
-                let style = if transient { "dashed" } else { "solid" };
-                out.push(node(
-                    &id,
-                    vec![
-                        attr("label", d),
-                        attr("shape", "ellipse"),
-                        attr("style", style),
-                    ],
-                ));
+                let line = if transient { "dashed" } else { "solid" };
+                let mut attrs = vec![
+                    attr("label", d),
+                    attr("shape", "ellipse"),
+                    attr("style", line),
+                ];
+                if style.interactive {
+                    attrs.push(attr("class", &format!("acc acc-{}", css_name(d))));
+                }
+                out.push(node(&id, attrs));
             }
             Node::Tasklet(t) => {
                 out.push(node(
@@ -811,15 +943,17 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out
                 }
                 if collapse {
                     let c = BodyCounts::of(&m.body);
-                    out.push(node(
-                        &id,
-                        vec![
-                            attr("label", &format!("{head}\n{}", c.text())),
-                            attr("shape", "component"),
-                            attr("style", "filled"),
-                            attr("fillcolor", mark.map_or("#e8eef8", Mark::colour)),
-                        ],
-                    ));
+                    let mut attrs = vec![
+                        attr("label", &format!("{head}\n{}", c.text())),
+                        attr("shape", "component"),
+                        attr("style", "filled"),
+                        attr("fillcolor", mark.map_or("#e8eef8", Mark::colour)),
+                    ];
+                    if style.interactive {
+                        attrs.push(attr("id", &format!("map-{id}")));
+                        attrs.push(attr("class", "map"));
+                    }
+                    out.push(node(&id, attrs));
                     continue;
                 }
                 let mut inner = vec![
@@ -938,6 +1072,10 @@ fn draw_block(
             let id = format!("{prefix}{}", *counter);
             *counter += 1;
             let mut attrs = vec![attr("label", &label), attr("shape", "box")];
+            if summary.is_some_and(|m| m.interactive) {
+                attrs.push(attr("id", &format!("state-{}", s.0)));
+                attrs.push(attr("class", "state"));
+            }
             if let Some(c) = colour {
                 attrs.push(attr("style", "filled"));
                 attrs.push(attr("fillcolor", c));
