@@ -54,8 +54,16 @@ class Program:
         """Runs the optimizer (``"cpu"`` or ``"gpu"`` pipeline, or the named passes)."""
     def to_json(self) -> str:
         """The program as sdflow JSON."""
-    def to_dot(self) -> str:
-        """The program as a Graphviz DOT drawing."""
+    def to_dot(
+        self,
+        level: str = "auto",
+        state: Optional[str] = None,
+        map: Optional[str] = None,
+        against: Optional["Program"] = None,
+    ) -> str:
+        """A Graphviz DOT drawing: level "control", "states", "full" or "auto"; one state
+        or one map's body; with ``against`` (the program before optimization) what the
+        optimizer did is marked."""
     def show(
         self,
         kind: str = "c",

@@ -339,9 +339,34 @@ impl Program {
         sdflow_ir::format::to_json(&self.sdfg)
     }
 
-    /// The program as a Graphviz DOT drawing.
-    fn to_dot(&self) -> String {
-        sdflow_ir::dot::to_dot(&self.sdfg)
+    /// The program as a Graphviz DOT drawing: at `level` `"control"`, `"states"`,
+    /// `"full"` or `"auto"` (the level that stays readable for its size); or one state
+    /// (`state`: its name or `"#index"`) or one map's body (`map`: its label); with
+    /// `against` (the program before optimization) what the optimizer did is marked.
+    #[pyo3(signature = (level = "auto", state = None, map = None, against = None))]
+    fn to_dot(
+        &self,
+        level: &str,
+        state: Option<String>,
+        map: Option<String>,
+        against: Option<PyRef<'_, Program>>,
+    ) -> PyResult<String> {
+        use sdflow_ir::dot::{Detail, DotOptions, diff_marks, to_dot_with};
+        let detail = match level {
+            "auto" => None,
+            other => Some(Detail::from_name(other).ok_or_else(|| {
+                SdflowError::new_err(format!(
+                    "level '{other}': expected 'control', 'states', 'full' or 'auto'"
+                ))
+            })?),
+        };
+        let opts = DotOptions {
+            detail,
+            state,
+            map,
+            marks: against.map(|before| diff_marks(&before.sdfg, &self.sdfg)),
+        };
+        to_dot_with(&self.sdfg, &opts).map_err(sdflow_err)
     }
 
     /// An intermediate of the workflow: `"c"`, `"cuda"`, `"plan"`, `"sdfg"`, `"dot"`,

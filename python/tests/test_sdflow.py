@@ -444,3 +444,18 @@ def test_a_bound_program_can_be_called_from_another_thread():
     t.join()
     assert errors == []
     assert np.array_equal(out, laplace_reference(u))
+
+
+def test_drawings_at_each_level_and_marked_against_the_input():
+    prog = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    opt, _ = prog.optimize()
+    assert "(control flow)" in prog.to_dot(level="control")
+    assert "(maps collapsed)" in prog.to_dot(level="states")
+    assert prog.to_dot() == prog.to_dot(level="full")  # small: drawn in full
+    assert "state 'lap_of_lap' (#0)" in prog.to_dot(state="#0")
+    marked = opt.to_dot(level="states", against=prog)
+    assert "1 map fused (green)" in marked and "fused: lap1 + lap2" in marked
+    with pytest.raises(sdflow.SdflowError, match="has no map 'nope'"):
+        prog.to_dot(map="nope")
+    with pytest.raises(sdflow.SdflowError, match="level 'some'"):
+        prog.to_dot(level="some")
