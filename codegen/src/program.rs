@@ -188,25 +188,8 @@ impl RawArray {
     }
 
     /// The byte range the array's elements span.
-    fn span(&self) -> (usize, usize) {
-        let size = self.dtype.size_bytes() as isize;
-        if self.shape.contains(&0) {
-            return (self.ptr as usize, self.ptr as usize);
-        }
-        let (mut lo, mut hi) = (0isize, 0isize);
-        for (n, s) in self.shape.iter().zip(&self.strides) {
-            let reach = (*n as isize - 1) * s;
-            if reach < 0 {
-                lo += reach;
-            } else {
-                hi += reach;
-            }
-        }
-        let base = self.ptr as isize;
-        (
-            (base + lo * size) as usize,
-            (base + (hi + 1) * size) as usize,
-        )
+    fn span(&self) -> (u64, u64) {
+        byte_span(self.ptr as u64, self.dtype, &self.shape, &self.strides)
     }
 }
 
@@ -552,19 +535,12 @@ impl CompiledProgram {
         } = checked;
         let mut ptrs = Vec::new();
         let mut empty: Vec<Vec<u64>> = Vec::new();
-        let mut spans: Vec<(usize, usize, &str)> = Vec::new();
+        let mut spans = Spans::default();
         for (spec, (k, have, strides)) in sig.arrays.iter().zip(&arrays) {
             let a = &args.arrays[*k].1;
-            let (lo, hi) = a.span();
-            if let Some((_, _, other)) = spans.iter().find(|(l, h, _)| lo < *h && *l < hi) {
-                return Err(self.bind_err(format!(
-                    "'{}' and '{other}' overlap in memory; pass distinct arrays",
-                    spec.name
-                )));
-            }
-            if lo < hi {
-                spans.push((lo, hi, &spec.name));
-            }
+            spans
+                .claim(a.span(), &spec.name)
+                .map_err(|m| self.bind_err(m))?;
             if have.contains(&0) && !have.is_empty() {
                 // An array without elements: the program never reaches one of them, but
                 // a failed index-table lookup reads index 0 while it raises the error;
@@ -728,6 +704,51 @@ pub(crate) fn declared_orders(
             Some((s.name.clone(), declared_order(s, a.shape(), &values)))
         })
         .collect())
+}
+
+/// The byte range `[lo, hi)` the elements of an array at address `ptr` with these
+/// extents and strides (in elements) span; empty for an array without elements.
+pub(crate) fn byte_span(
+    ptr: u64,
+    dtype: DType,
+    extents: &[usize],
+    strides: &[isize],
+) -> (u64, u64) {
+    if extents.contains(&0) {
+        return (ptr, ptr);
+    }
+    let size = dtype.size_bytes() as i128;
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (&n, &s) in extents.iter().zip(strides) {
+        let reach = (n as i128 - 1) * s as i128;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    let base = ptr as i128;
+    let clamp = |x: i128| x.clamp(0, u64::MAX as i128) as u64;
+    (clamp(base + lo * size), clamp(base + (hi + 1) * size))
+}
+
+/// The byte ranges of a call's arrays so far, to refuse one that overlaps another.
+#[derive(Default)]
+pub(crate) struct Spans<'a>(Vec<(u64, u64, &'a str)>);
+
+impl<'a> Spans<'a> {
+    /// Adds argument `name`'s range; the message when it overlaps one added before.
+    pub(crate) fn claim(&mut self, (lo, hi): (u64, u64), name: &'a str) -> Result<(), String> {
+        if let Some((_, _, other)) = self.0.iter().find(|(l, h, _)| lo < *h && *l < hi) {
+            return Err(format!(
+                "'{name}' and '{other}' overlap in memory; pass distinct arrays"
+            ));
+        }
+        if lo < hi {
+            self.0.push((lo, hi, name));
+        }
+        Ok(())
+    }
 }
 
 /// One array argument as a call passes it (host or device memory alike).

@@ -75,16 +75,17 @@ fn cluster(id: &str, label: &str, style: &str, mut stmts: Vec<Stmt>) -> Stmt {
 
 /// The DOT graph structure of a program.
 pub fn sdfg_graph(sdfg: &Sdfg) -> Graph {
-    let (label, stmts) = full_graph(sdfg, None);
+    let (label, stmts) = dataflow_graph(sdfg, None, false);
     digraph(&sdfg.name, &label, stmts)
 }
 
-fn full_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
+/// The states (maps drawn whole, or `collapse`d to one node each) and the control flow.
+fn dataflow_graph(sdfg: &Sdfg, marks: Option<&Marks>, collapse: bool) -> (String, Vec<Stmt>) {
     let mut stmts = draw_states(
         sdfg,
         "s",
         Style {
-            collapse: false,
+            collapse,
             marks,
             interactive: false,
         },
@@ -93,7 +94,12 @@ fn full_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
     let mut counter = 0;
     draw_block(sdfg, &sdfg.body, "cf", &mut counter, None, &mut cf);
     stmts.push(cluster("control", "control flow", "dashed", cf));
-    (format!("SDFG '{}'", sdfg.name), stmts)
+    let label = if collapse {
+        format!("SDFG '{}' (maps collapsed)", sdfg.name)
+    } else {
+        format!("SDFG '{}'", sdfg.name)
+    };
+    (label, stmts)
 }
 
 /// How the dataflow is drawn: maps collapsed or not, and marks of what the optimizer did.
@@ -481,8 +487,8 @@ pub fn to_dot_with(sdfg: &Sdfg, opts: &DotOptions) -> Result<String, DotError> {
         map_graph(sdfg, label)?
     } else {
         match opts.detail.unwrap_or_else(|| Detail::auto(sdfg)) {
-            Detail::Full => full_graph(sdfg, marks),
-            Detail::States => states_graph(sdfg, marks),
+            Detail::Full => dataflow_graph(sdfg, marks, false),
+            Detail::States => dataflow_graph(sdfg, marks, true),
             Detail::Control => control_graph(sdfg, marks),
         }
     };
@@ -511,24 +517,6 @@ fn digraph(name: &str, label: &str, mut body: Vec<Stmt>) -> Graph {
         strict: false,
         stmts,
     }
-}
-
-/// The states with each map collapsed to one node, and the control flow.
-fn states_graph(sdfg: &Sdfg, marks: Option<&Marks>) -> (String, Vec<Stmt>) {
-    let mut stmts = draw_states(
-        sdfg,
-        "s",
-        Style {
-            collapse: true,
-            marks,
-            interactive: false,
-        },
-    );
-    let mut cf = Vec::new();
-    let mut counter = 0;
-    draw_block(sdfg, &sdfg.body, "cf", &mut counter, None, &mut cf);
-    stmts.push(cluster("control", "control flow", "dashed", cf));
-    (format!("SDFG '{}' (maps collapsed)", sdfg.name), stmts)
 }
 
 /// The control flow alone, each state a box with its summary.
@@ -605,39 +593,20 @@ fn state_graph(
 /// The body of the first map labelled `label` (in state order, bodies and nested SDFGs
 /// searched depth first), in full.
 fn map_graph(sdfg: &Sdfg, label: &str) -> Result<(String, Vec<Stmt>), DotError> {
-    fn find<'a>(sdfg: &'a Sdfg, label: &str, found: &mut Vec<(&'a Sdfg, &'a MapScope)>) {
-        fn in_df<'a>(
-            sdfg: &'a Sdfg,
-            df: &'a Dataflow,
-            label: &str,
-            found: &mut Vec<(&'a Sdfg, &'a MapScope)>,
-        ) {
-            for n in df.graph.node_weights() {
-                match n {
-                    Node::Map(m) => {
-                        if m.label == label {
-                            found.push((sdfg, m));
-                        }
-                        in_df(sdfg, &m.body, label, found);
-                    }
-                    Node::Nested(ns) => find(&ns.sdfg, label, found),
-                    _ => {}
-                }
+    let mut all = Vec::new();
+    every_map(sdfg, &mut all);
+    let found: Vec<&(&Sdfg, &MapScope)> = all.iter().filter(|(_, m)| m.label == label).collect();
+    let Some(&&(owner, m)) = found.first() else {
+        let mut labels: Vec<&str> = Vec::new();
+        for (_, m) in &all {
+            if !labels.contains(&m.label.as_str()) {
+                labels.push(&m.label);
             }
         }
-        for st in &sdfg.states {
-            in_df(sdfg, &st.graph, label, found);
-        }
-    }
-    let mut found = Vec::new();
-    find(sdfg, label, &mut found);
-    let Some(&(owner, m)) = found.first() else {
-        let mut labels = Vec::new();
-        collect_map_labels(sdfg, &mut labels);
         return Err(DotError(format!(
             "program '{}' has no map '{label}' (maps: {})",
             sdfg.name,
-            some_names(labels.iter().map(String::as_str))
+            some_names(labels.into_iter())
         )));
     };
     let mut inner = Vec::new();
@@ -653,23 +622,23 @@ fn map_graph(sdfg: &Sdfg, label: &str) -> Result<(String, Vec<Stmt>), DotError> 
     ))
 }
 
-fn collect_map_labels(sdfg: &Sdfg, out: &mut Vec<String>) {
-    fn in_df(df: &Dataflow, out: &mut Vec<String>) {
+/// Every map of the program with the SDFG that declares its data: in state order, each
+/// before the maps of its body, nested SDFGs searched where they are called.
+fn every_map<'a>(sdfg: &'a Sdfg, out: &mut Vec<(&'a Sdfg, &'a MapScope)>) {
+    fn in_df<'a>(sdfg: &'a Sdfg, df: &'a Dataflow, out: &mut Vec<(&'a Sdfg, &'a MapScope)>) {
         for n in df.graph.node_weights() {
             match n {
                 Node::Map(m) => {
-                    if !out.contains(&m.label) {
-                        out.push(m.label.clone());
-                    }
-                    in_df(&m.body, out);
+                    out.push((sdfg, m));
+                    in_df(sdfg, &m.body, out);
                 }
-                Node::Nested(ns) => collect_map_labels(&ns.sdfg, out),
+                Node::Nested(ns) => every_map(&ns.sdfg, out),
                 _ => {}
             }
         }
     }
     for st in &sdfg.states {
-        in_df(&st.graph, out);
+        in_df(sdfg, &st.graph, out);
     }
 }
 

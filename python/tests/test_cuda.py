@@ -152,17 +152,22 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_device_arrays_are_checked_enqueued_and_ordered_after_their_stream(tmp_path):
+def run_child(tmp_path, source, device):
+    """Runs `source` in a fresh interpreter with SDFLOW_CUDA_DEVICE=`device`, on laplace."""
     script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    env = dict(os.environ, SDFLOW_CUDA_DEVICE="recording")
-    r = subprocess.run(
+    script.write_text(source)
+    env = dict(os.environ, SDFLOW_CUDA_DEVICE=device)
+    return subprocess.run(
         [sys.executable, str(script), str(ROOT / "examples" / "laplace.sdfg.json")],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def test_device_arrays_are_checked_enqueued_and_ordered_after_their_stream(tmp_path):
+    r = run_child(tmp_path, CHILD, "recording")
     assert r.returncode == 0, r.stdout + r.stderr
     last = r.stdout.strip().splitlines()[-1]
     if last.startswith("SKIP"):
@@ -171,8 +176,7 @@ def test_device_arrays_are_checked_enqueued_and_ordered_after_their_stream(tmp_p
 
 
 def test_an_unknown_device_choice_is_a_clear_error(tmp_path):
-    script = tmp_path / "child.py"
-    script.write_text(
+    source = (
         "import sys, sdflow\n"
         "p = sdflow.load(sys.argv[1])\n"
         "try:\n"
@@ -180,14 +184,7 @@ def test_an_unknown_device_choice_is_a_clear_error(tmp_path):
         "except sdflow.SdflowError as e:\n"
         "    print(e)\n"
     )
-    env = dict(os.environ, SDFLOW_CUDA_DEVICE="gpu0")
-    r = subprocess.run(
-        [sys.executable, str(script), str(ROOT / "examples" / "laplace.sdfg.json")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = run_child(tmp_path, source, "gpu0")
     assert r.returncode == 0, r.stderr
     assert (
         "SDFLOW_CUDA_DEVICE='gpu0': expected a CUDA device number or 'recording'" in r.stdout

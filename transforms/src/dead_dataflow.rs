@@ -15,7 +15,9 @@ use sdflow_ir::{Block, Dataflow, Node, Sdfg};
 use crate::pass::{Changes, Pass};
 use rustc_hash::FxHashSet;
 
-use crate::pattern::{compact_states, control_names, remove_isolated_access_nodes};
+use crate::pattern::{
+    compact_states, control_names, for_each_state_parallel, remove_isolated_access_nodes,
+};
 
 /// See the module documentation.
 pub struct DeadDataflow;
@@ -37,16 +39,11 @@ impl Pass for DeadDataflow {
                 .map(|(name, _)| name.clone())
                 .collect();
             // States in parallel: each state's dead writers are its own.
-            let run: FxHashSet<usize> = sdfg.body.states().iter().map(|s| s.index()).collect();
-            let removed: usize = {
-                use rayon::prelude::*;
-                sdfg.states
-                    .par_iter_mut()
-                    .enumerate()
-                    .filter(|(i, _)| run.contains(i))
-                    .map(|(_, st)| remove_dead_writers(&mut st.graph, &dead))
-                    .sum()
-            };
+            let removed: usize =
+                for_each_state_parallel(sdfg, 1, |_, graph| remove_dead_writers(graph, &dead))
+                    .into_iter()
+                    .map(|(_, n)| n)
+                    .sum();
             ch.add("nodes_removed", removed);
             if removed == 0 {
                 break;

@@ -29,9 +29,9 @@ use sdflow_ir::{
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUses, binds_any, chain_at, code_mentions, copy_into, data_uses, flops, fresh_name,
-    move_into, neighbours, node_reads_writes, renamed_body, replace_map, same_ranges,
-    scalar_memlet, substitute_params, tables_read,
+    DataUses, binds_any, chain_at, code_mentions, copy_into, data_uses, flops,
+    for_each_state_parallel, fresh_name, move_into, neighbours, node_reads_writes, renamed_body,
+    replace_map, same_ranges, scalar_memlet, substitute_params, tables_read,
 };
 use crate::tiled_fusion::{Tiled, fuse_tiled};
 use sdflow_ir::propagate::BoundaryMemo;
@@ -77,43 +77,32 @@ impl Pass for MapFusion {
     }
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
-        use rayon::prelude::*;
         let uses = data_uses(sdfg);
         // States are fused independently (a candidate's T is private to its state), in
         // parallel, against the program as it was; each state's new containers and
         // removed transients are merged afterwards in state order, so the result does not
-        // depend on the threads. Each worker keeps one memo of propagated memlets (its
-        // values are pure functions of their keys).
-        let states = sdfg.body.states();
-        let graphs: Vec<Dataflow> = states
-            .iter()
-            .map(|s| std::mem::take(&mut sdfg.states[s.index()].graph))
-            .collect();
-        let shared: &Sdfg = sdfg;
-        // One memo per thread of the pool (the states of a program repeat the same
-        // iteration spaces and memlets), taken by the state being fused.
+        // depend on the threads. One memo of propagated memlets per thread of the pool
+        // (the states of a program repeat the same iteration spaces and memlets; its
+        // values are pure functions of their keys), taken by the state being fused.
         let memos: Vec<std::sync::Mutex<BoundaryMemo>> = (0..rayon::current_num_threads() + 1)
             .map(|_| Default::default())
             .collect();
-        let outcomes: Vec<Outcome> = graphs
-            .into_par_iter()
-            .map(|graph| {
-                let k = rayon::current_thread_index()
-                    .map_or(memos.len() - 1, |k| k.min(memos.len() - 2));
-                let mut memo = memos[k]
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                self.run_state(shared, &uses, graph, &mut memo)
-            })
-            .collect();
+        let outcomes = for_each_state_parallel(sdfg, 1, |shared, graph| {
+            let k =
+                rayon::current_thread_index().map_or(memos.len() - 1, |k| k.min(memos.len() - 2));
+            let mut memo = memos[k]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.run_state(shared, &uses, graph, &mut memo)
+        });
         let mut ch = Changes::default();
-        for (s, mut o) in states.iter().zip(outcomes) {
+        for (s, o) in outcomes {
             for (name, desc) in o.added {
                 // Names derive from a transient private to the state, so two states do
                 // not pick the same one; should they, the later state renames its own.
                 let name = if sdfg.arrays.contains_key(&name) {
                     let fresh = fresh_name(sdfg, &name);
-                    crate::pattern::rename_data(&mut o.graph, &name, &fresh);
+                    crate::pattern::rename_data(&mut sdfg.states[s.index()].graph, &name, &fresh);
                     fresh
                 } else {
                     name
@@ -123,7 +112,6 @@ impl Pass for MapFusion {
             for t in &o.removed {
                 sdfg.arrays.remove(t);
             }
-            sdfg.states[s.index()].graph = o.graph;
             ch.merge(&o.ch);
         }
         ch.notes.truncate(MAX_NOTES);
@@ -133,7 +121,6 @@ impl Pass for MapFusion {
 
 /// What fusing one state gave.
 struct Outcome {
-    graph: Dataflow,
     /// Containers the fusions declared, in order.
     added: Vec<(String, DataDesc)>,
     /// Transients that disappeared.
@@ -188,7 +175,7 @@ impl MapFusion {
         &self,
         sdfg: &Sdfg,
         uses: &DataUses,
-        mut graph: Dataflow,
+        graph: &mut Dataflow,
         memo: &mut BoundaryMemo,
     ) -> Outcome {
         let mut ch = Changes::default();
@@ -214,14 +201,14 @@ impl MapFusion {
             }
             at
         };
-        let mut topo = positions(&graph);
+        let mut topo = positions(graph);
         let mut from = 0;
-        while let Some((c, at)) = self.find(&scratch, &graph, uses, &topo, from, &mut ch) {
+        while let Some((c, at)) = self.find(&scratch, graph, uses, &topo, from, &mut ch) {
             from = at + 1;
             let created = match &c.offsets {
                 None => {
                     ch.add("maps_fused", 1);
-                    fuse_same_point(&mut scratch, &mut graph, &c, memo)
+                    fuse_same_point(&mut scratch, graph, &c, memo)
                 }
                 Some(offsets) if c.tiled => {
                     ch.add("maps_fused_tiled", 1);
@@ -237,15 +224,15 @@ impl MapFusion {
                         offsets,
                         rows: self.tile_rows,
                     };
-                    fuse_tiled(&mut scratch, &mut graph, (c.a, c.t_node, c.b), &p, memo)
+                    fuse_tiled(&mut scratch, graph, (c.a, c.t_node, c.b), &p, memo)
                 }
                 Some(offsets) => {
                     ch.add("maps_fused_recompute", 1);
-                    fuse_recompute(&mut scratch, &mut graph, &c, offsets, memo)
+                    fuse_recompute(&mut scratch, graph, &c, offsets, memo)
                 }
             };
             if created {
-                topo = positions(&graph);
+                topo = positions(graph);
             }
             // A private T has no access node left (it had one, in this state).
             if c.private {
@@ -254,7 +241,6 @@ impl MapFusion {
             }
         }
         Outcome {
-            graph,
             added: scratch.added,
             removed,
             ch,

@@ -194,6 +194,35 @@ pub fn data_uses(sdfg: &Sdfg) -> DataUses {
         .collect()
 }
 
+/// Runs `f` on the graph of every state the control flow runs, in parallel (tasks of at
+/// least `min_len` states), with the rest of the program shared read-only, and returns
+/// the results in state order. The graphs are out of the program while `f` runs: `f`
+/// looks at its own state's graph only. A pass whose rewrites of one state touch nothing
+/// another state's rewrites read (what it adds or removes from the program is merged by
+/// the caller, in state order) gets results that do not depend on the threads.
+pub(crate) fn for_each_state_parallel<R: Send>(
+    sdfg: &mut Sdfg,
+    min_len: usize,
+    f: impl Fn(&Sdfg, &mut Dataflow) -> R + Sync,
+) -> Vec<(StateId, R)> {
+    use rayon::prelude::*;
+    let states = sdfg.body.states();
+    let mut graphs: Vec<Dataflow> = states
+        .iter()
+        .map(|s| std::mem::take(&mut sdfg.states[s.index()].graph))
+        .collect();
+    let shared: &Sdfg = sdfg;
+    let results: Vec<R> = graphs
+        .par_iter_mut()
+        .with_min_len(min_len.max(1))
+        .map(|g| f(shared, g))
+        .collect();
+    for (s, g) in states.iter().zip(graphs) {
+        sdfg.states[s.index()].graph = g;
+    }
+    states.into_iter().zip(results).collect()
+}
+
 /// Renames container `from` to `to` in every access node and memlet (data and index
 /// tables) of `df` and of the bodies of its maps. Nested SDFGs keep their own names; only
 /// their edges here are renamed.

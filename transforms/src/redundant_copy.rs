@@ -17,7 +17,8 @@ use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
-    DataUses, data_uses, is_full, move_in_edges, node_reads_writes, rename_data, writes_whole,
+    DataUses, data_uses, for_each_state_parallel, is_full, move_in_edges, node_reads_writes,
+    rename_data, writes_whole,
 };
 
 /// See the module documentation.
@@ -29,37 +30,27 @@ impl Pass for RedundantCopy {
     }
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
-        use rayon::prelude::*;
         let uses = data_uses(sdfg);
         // States in parallel: a removed copy's source is private to its state (one access
         // node), so the states' rewrites are independent; removals are merged in order.
-        let states = sdfg.body.states();
-        let graphs: Vec<Dataflow> = states
-            .iter()
-            .map(|s| std::mem::take(&mut sdfg.states[s.index()].graph))
-            .collect();
-        let shared: &Sdfg = sdfg;
-        let done: Vec<(Dataflow, Vec<String>)> = graphs
-            .into_par_iter()
-            .map(|graph| remove_copies(shared, &uses, graph))
-            .collect();
+        let done =
+            for_each_state_parallel(sdfg, 1, |shared, graph| remove_copies(shared, &uses, graph));
         let mut ch = Changes::default();
-        for (s, (graph, removed)) in states.iter().zip(done) {
+        for (_, removed) in done {
             ch.add("copies_removed", removed.len());
             for from in &removed {
                 sdfg.arrays.remove(from);
             }
-            sdfg.states[s.index()].graph = graph;
         }
         ch
     }
 }
 
-/// Removes the redundant copies of one state's graph; returns it with the containers
-/// that disappeared.
-fn remove_copies(sdfg: &Sdfg, uses: &DataUses, mut graph: Dataflow) -> (Dataflow, Vec<String>) {
+/// Removes the redundant copies of one state's graph; returns the containers that
+/// disappeared.
+fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<String> {
     let mut removed = Vec::new();
-    while let Some((t1, t2, producer)) = find(sdfg, &graph, uses) {
+    while let Some((t1, t2, producer)) = find(sdfg, graph, uses) {
         let from = graph.node(t1).as_access().unwrap_or_default().to_string();
         let to = graph.node(t2).as_access().unwrap_or_default().to_string();
         let in_edge = graph.in_edges(t1)[0];
@@ -72,11 +63,11 @@ fn remove_copies(sdfg: &Sdfg, uses: &DataUses, mut graph: Dataflow) -> (Dataflow
         for e in graph.out_edges(t1) {
             graph.graph.remove_edge(e);
         }
-        move_in_edges(&mut graph, t1, t2);
+        move_in_edges(graph, t1, t2);
         graph.graph.remove_node(t1);
         removed.push(from);
     }
-    (graph, removed)
+    removed
 }
 
 fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, NodeId)> {

@@ -28,8 +28,8 @@ use crate::cache::{Artifact, Cache, Origin};
 use crate::cpu::sites::RECORD_LEN;
 use crate::plan::Flow;
 use crate::program::{
-    CallError, CheckedArgs, PassedArray, check_arguments, declared_order, declared_orders,
-    static_ints,
+    CallError, CheckedArgs, PassedArray, Spans, byte_span, check_arguments, declared_order,
+    declared_orders, static_ints,
 };
 
 /// Code generation, NVRTC compilation and caching for CUDA.
@@ -216,22 +216,7 @@ pub struct ForeignArray<'a> {
 impl ForeignArray<'_> {
     /// The byte range its elements span (empty for an array without elements).
     fn span(&self) -> (u64, u64) {
-        if self.extents.contains(&0) {
-            return (self.ptr, self.ptr);
-        }
-        let size = self.dtype.size_bytes() as i128;
-        let (mut lo, mut hi) = (0i128, 0i128);
-        for (&n, &s) in self.extents.iter().zip(self.strides) {
-            let reach = (n as i128 - 1) * s as i128;
-            if reach < 0 {
-                lo += reach;
-            } else {
-                hi += reach;
-            }
-        }
-        let base = self.ptr as i128;
-        let clamp = |x: i128| x.clamp(0, u64::MAX as i128) as u64;
-        (clamp(base + lo * size), clamp(base + (hi + 1) * size))
+        byte_span(self.ptr, self.dtype, self.extents, self.strides)
     }
 }
 
@@ -600,7 +585,7 @@ impl GpuProgram {
         } = check_arguments(sig, &self.statics, &passed, ints, floats)
             .map_err(|m| self.bind_err(m))?;
         let mut ptrs = Vec::with_capacity(order.len());
-        let mut spans: Vec<(u64, u64, &str)> = Vec::new();
+        let mut spans = Spans::default();
         {
             let handle = self.device.clone();
             let mut dev = handle.lock();
@@ -611,15 +596,9 @@ impl GpuProgram {
                     dev.check_memory(lo, (hi - lo) as usize)
                         .map_err(|e| self.bind_err(format!("'{}': {e}", spec.name)))?;
                 }
-                if let Some((_, _, other)) = spans.iter().find(|(l, h, _)| lo < *h && *l < hi) {
-                    return Err(self.bind_err(format!(
-                        "'{}' and '{other}' overlap in memory; pass distinct arrays",
-                        spec.name
-                    )));
-                }
-                if lo < hi {
-                    spans.push((lo, hi, &spec.name));
-                }
+                spans
+                    .claim((lo, hi), &spec.name)
+                    .map_err(|m| self.bind_err(m))?;
                 ptrs.push(a.ptr);
             }
             for &s in after {

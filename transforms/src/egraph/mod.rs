@@ -35,6 +35,7 @@ use egg::{BackoffScheduler, EGraph, Rewrite, RewriteScheduler, SearchMatches};
 use sdflow_ir::{Dataflow, Node as IrNode, Sdfg};
 
 use crate::pass::{Changes, Pass};
+use crate::pattern::for_each_state_parallel;
 
 pub use lang::{Node as ENode, Op};
 
@@ -160,32 +161,17 @@ impl Pass for EGraphPass {
         // The states are optimized in parallel (a body's outcome depends only on the
         // body and the program's declarations, and the memo's entries are pure), and
         // their reports added up in state order.
-        let order: Vec<usize> = sdfg.body.states().iter().map(|s| s.index()).collect();
-        let mut graphs: Vec<Dataflow> = order
-            .iter()
-            .map(|&i| std::mem::take(&mut sdfg.states[i].graph))
-            .collect();
-        let decls = Decls {
-            arrays: &sdfg.arrays,
-            symbols: &sdfg.symbols,
-        };
-        let parts: Vec<Tally> = {
-            use rayon::prelude::*;
-            graphs
-                .par_iter_mut()
-                .with_min_len(PARALLEL_MIN_STATES)
-                .map(|graph| {
-                    let mut cx = RunCx::new(rules, &self.limits, &self.memo);
-                    with_mock_clock(|| run_graph(&mut cx, decls, graph, &[]));
-                    cx.tally
-                })
-                .collect()
-        };
-        for (&i, graph) in order.iter().zip(graphs) {
-            sdfg.states[i].graph = graph;
-        }
+        let parts = for_each_state_parallel(sdfg, PARALLEL_MIN_STATES, |shared, graph| {
+            let decls = Decls {
+                arrays: &shared.arrays,
+                symbols: &shared.symbols,
+            };
+            let mut cx = RunCx::new(rules, &self.limits, &self.memo);
+            with_mock_clock(|| run_graph(&mut cx, decls, graph, &[]));
+            cx.tally
+        });
         let mut total = Tally::default();
-        for t in parts {
+        for (_, t) in parts {
             total.add(t);
         }
         if total.changes.get("bodies_optimized") > 0 {
