@@ -669,7 +669,8 @@ fn a_map_whose_nested_call_accumulates_runs_on_one_thread() {
 /// programs keep the pool's workers awake while they are optimized. The result does not
 /// depend on the threads: four pipelines started at once from four threads (each waiting
 /// on workers the others keep busy), and one started from inside the pool, give the
-/// program a one-thread pool gives (and all of them finish: a worker kept awake gives up
+/// program a one-thread pool gives, with the same report (what each pass did, the
+/// e-graph's notes included), and all of them finish (a worker kept awake gives up
 /// waiting after 200 ms).
 #[test]
 fn the_optimizer_gives_one_result_whatever_the_threads() {
@@ -679,16 +680,21 @@ fn the_optimizer_gives_one_result_whatever_the_threads() {
         input.states.len() >= 64,
         "a program large enough to keep workers awake"
     );
-    let optimized = |mut s: Sdfg| -> String {
-        Pipeline::cpu().run(&mut s).unwrap();
-        sdflow::ir::format::to_json(&s)
+    let optimized = |mut s: Sdfg| {
+        let report = Pipeline::cpu().run(&mut s).unwrap();
+        let did: Vec<_> = report
+            .passes
+            .iter()
+            .map(|p| (p.name, p.runs, p.changes.clone()))
+            .collect();
+        (sdflow::ir::format::to_json(&s), report.rounds, did)
     };
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap()
         .install(|| optimized(input.clone()));
-    let outs: Vec<String> = std::thread::scope(|t| {
+    let outs: Vec<_> = std::thread::scope(|t| {
         let runs: Vec<_> = (0..4)
             .map(|_| t.spawn(|| optimized(input.clone())))
             .collect();
@@ -699,7 +705,17 @@ fn the_optimizer_gives_one_result_whatever_the_threads() {
             .collect()
     });
     for o in &outs {
-        assert!(o == &one, "a parallel run differs from the one-thread run");
+        assert!(
+            o.0 == one.0,
+            "a parallel run differs from the one-thread run"
+        );
+        assert_eq!(
+            (o.1, &o.2),
+            (one.1, &one.2),
+            "a parallel run reports otherwise"
+        );
     }
-    assert!(one.contains("+"), "maps were fused");
+    assert!(one.0.contains("+"), "maps were fused");
+    let notes = &one.2.iter().find(|p| p.0 == "egraph").unwrap().2.notes;
+    assert!(notes.iter().any(|n| n.contains("saturated x")), "{notes:?}");
 }

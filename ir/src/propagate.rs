@@ -9,7 +9,7 @@ use crate::memlet::{Dim, Subset};
 use crate::symexpr::SymExpr;
 
 /// A parameter with its inclusive bounds `lo..=hi`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ParamBox {
     /// Parameter name.
     pub name: String,

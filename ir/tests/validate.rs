@@ -808,3 +808,83 @@ fn reading_an_index_table_races_with_an_unordered_writer() {
         "{p}"
     );
 }
+
+/// A program of `n` states, each one map reading `a[i - 1]` and `a[i + 1]`; the states in
+/// `bad` run their map over `0:N` (both reads leave the array), the others over `1:N-1`.
+fn repeated_stencil(n: usize, bad: &[usize]) -> Sdfg {
+    let mut b = SdfgBuilder::new("repeated");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("b", DType::F64, ["N"]);
+    for k in 0..n {
+        let range = if bad.contains(&k) { "0:N" } else { "1:N-1" };
+        b.state(&format!("s{k}"), |s| {
+            s.map(&format!("m{k}"), &["i"], &[range], |m| {
+                m.tasklet(
+                    "t",
+                    &[("x", "a[i - 1]"), ("y", "a[i + 1]")],
+                    &[("z", "b[i]")],
+                    "z = x + y",
+                );
+            });
+        });
+    }
+    b.build()
+}
+
+/// `repeated_stencil` with every map's edge from `a` carrying `a[0:N]`.
+fn repeated_stencil_whole_edges(n: usize, bad: &[usize]) -> Sdfg {
+    let mut s = repeated_stencil(n, bad);
+    for state in &mut s.states {
+        let g = &mut state.graph;
+        for e in g.edge_ids() {
+            if g.edge(e).memlet.data == "a" {
+                g.graph[e].memlet.subset = Subset::parse("0:N").unwrap();
+            }
+        }
+    }
+    s
+}
+
+/// The states named in the problems of kind `kind` of `s`, one entry per problem.
+fn states_with(s: &Sdfg, kind: ProblemKind) -> Vec<String> {
+    problems(s)
+        .into_iter()
+        .filter(|p| p.kind == kind)
+        .map(|p| {
+            let text = p.to_string();
+            let state = text.split("state '").nth(1).unwrap_or_default();
+            state.split('\'').next().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn repeated_subsets_are_checked_in_every_scope() {
+    // Validation remembers the bounds of a subset over a scope's ranges: the same
+    // subsets recur in every state, over good and bad ranges, and each bad state still
+    // reports its own problems (one program checked in one thread, one in parallel).
+    // The same holds for the coverage of body memlets by the map's edges, which is
+    // remembered too: with `a[0:N]` on every edge, the reads are covered over `1:N-1`
+    // and not over `0:N`.
+    type Program = fn(usize, &[usize]) -> Sdfg;
+    let programs: [(Program, ProblemKind); 2] = [
+        (repeated_stencil, ProblemKind::OutOfBounds),
+        (repeated_stencil_whole_edges, ProblemKind::NotCovered),
+    ];
+    for (program, kind) in programs {
+        let one = states_with(&program(1, &[0]), kind);
+        assert!(!one.is_empty(), "{kind:?}");
+        assert!(one.iter().all(|s| s == "s0"), "{one:?}");
+        for n in [20, 80] {
+            let bad: Vec<usize> = (0..n).filter(|k| k % 7 == 3).collect();
+            let found = states_with(&program(n, &bad), kind);
+            let expected: Vec<String> = bad
+                .iter()
+                .flat_map(|k| std::iter::repeat_n(format!("s{k}"), one.len()))
+                .collect();
+            assert_eq!(found, expected, "{kind:?}, n = {n}");
+        }
+        assert_ok(&program(80, &[]));
+    }
+}

@@ -30,7 +30,8 @@ impl Pass for DeadDataflow {
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let mut ch = Changes::default();
         let control = control_names(&sdfg.body);
-        loop {
+        // The dead transients of the program as it is after the loop.
+        let dead = loop {
             let read = read_names(sdfg, &control);
             let dead: FxHashSet<String> = sdfg
                 .arrays
@@ -39,29 +40,36 @@ impl Pass for DeadDataflow {
                 .map(|(name, _)| name.clone())
                 .collect();
             // States in parallel: each state's dead writers are its own.
-            let removed: usize =
+            let (removed, reads_lost) =
                 for_each_state_parallel(sdfg, 1, |_, graph| remove_dead_writers(graph, &dead))
                     .into_iter()
-                    .map(|(_, n)| n)
-                    .sum();
+                    .fold((0, false), |(n, lost), (_, (k, l))| (n + k, lost || l));
             ch.add("nodes_removed", removed);
-            if removed == 0 {
-                break;
+            // Only a removed node that read something can leave a container unread:
+            // otherwise the program reads what it read before, and nothing more is dead.
+            if removed == 0 || !reads_lost {
+                break dead;
             }
-        }
-        // Containers nothing mentions.
-        let mut mentioned: FxHashSet<&str> = control.iter().map(String::as_str).collect();
-        for s in sdfg.body.states() {
-            sdfg.states[s.index()].graph.for_each_accessed(&mut |d| {
-                mentioned.insert(d);
-            });
-        }
-        let unused: Vec<String> = sdfg
-            .arrays
-            .iter()
-            .filter(|(n, d)| d.transient() && !mentioned.contains(n.as_str()))
-            .map(|(n, _)| n.clone())
-            .collect();
+        };
+        // Containers nothing mentions: dead ones only (a container read is mentioned),
+        // and among those, the ones no access node, map body or index table names.
+        let unused: Vec<String> = if dead.is_empty() {
+            Vec::new()
+        } else {
+            let mut mentioned: FxHashSet<&str> = FxHashSet::default();
+            for s in sdfg.body.states() {
+                sdfg.states[s.index()].graph.for_each_accessed(&mut |d| {
+                    if dead.contains(d) {
+                        mentioned.insert(d);
+                    }
+                });
+            }
+            sdfg.arrays
+                .keys()
+                .filter(|n| dead.contains(n.as_str()) && !mentioned.contains(n.as_str()))
+                .cloned()
+                .collect()
+        };
         for n in &unused {
             sdfg.arrays.remove(n);
         }
@@ -103,8 +111,8 @@ fn read_names<'a>(sdfg: &'a Sdfg, control: &'a BTreeSet<String>) -> FxHashSet<&'
 /// containers that nothing reads and nothing kept writes (a kept writer — a map or
 /// tasklet that also writes a live container — still needs the edge its body's write
 /// leaves through; copies from access nodes into them go with them); returns how many
-/// nodes went.
-fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> usize {
+/// nodes went, and whether any of them had in-edges (reads that are now gone).
+fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> (usize, bool) {
     use petgraph::Direction::{Incoming, Outgoing};
     use petgraph::visit::EdgeRef;
     let is_dead_access = |df: &Dataflow, n| {
@@ -113,6 +121,7 @@ fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> usize {
             .is_some_and(|d| dead.contains(d) && df.out_degree(n) == 0)
     };
     let mut removed = 0;
+    let mut reads_lost = false;
     // Most graphs have no access node of a dead container: nothing of theirs goes.
     let any_dead = df
         .graph
@@ -126,6 +135,7 @@ fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> usize {
             }
             let mut outs = df.graph.edges_directed(n, Outgoing).peekable();
             if outs.peek().is_some() && outs.all(|e| is_dead_access(df, e.target())) {
+                reads_lost |= df.in_degree(n) > 0;
                 df.graph.remove_node(n);
                 removed += 1;
             }
@@ -139,12 +149,13 @@ fn remove_dead_writers(df: &mut Dataflow, dead: &FxHashSet<String>) -> usize {
                 .edges_directed(n, Incoming)
                 .all(|e| df.node(e.source()).as_access().is_some());
             if is_dead_access(df, n) && copied_only {
+                reads_lost |= df.in_degree(n) > 0;
                 df.graph.remove_node(n);
                 removed += 1;
             }
         }
     }
-    removed + remove_isolated_access_nodes(df)
+    (removed + remove_isolated_access_nodes(df), reads_lost)
 }
 
 /// Drops empty states and conditionals with two empty branches from sequences.

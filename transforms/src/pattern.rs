@@ -351,23 +351,15 @@ pub fn copy_into(dst: &mut Dataflow, src: &Dataflow) -> BTreeMap<NodeId, NodeId>
 
 /// [`copy_into`] for a graph that is not needed afterwards: its nodes and edges move
 /// instead of being cloned (map bodies included), with the same new ids in the same order.
-pub fn move_into(dst: &mut Dataflow, mut src: Dataflow) -> BTreeMap<NodeId, NodeId> {
-    let edges: Vec<_> = src
-        .edge_ids()
-        .into_iter()
-        .map(|e| {
-            let (a, b) = src.endpoints(e);
-            let edge = src.graph.remove_edge(e).expect("edge of the graph");
-            (a, b, edge)
-        })
-        .collect();
+pub fn move_into(dst: &mut Dataflow, src: Dataflow) -> BTreeMap<NodeId, NodeId> {
+    // Taken apart whole (in index order), not removed one node and edge at a time.
+    let (nodes, edges) = src.graph.into_nodes_edges_iters();
     let mut ids = BTreeMap::new();
-    for n in src.node_ids() {
-        let node = src.graph.remove_node(n).expect("node of the graph");
-        ids.insert(n, dst.add_node(node));
+    for n in nodes {
+        ids.insert(n.index, dst.add_node(n.weight));
     }
-    for (a, b, edge) in edges {
-        dst.graph.add_edge(ids[&a], ids[&b], edge);
+    for e in edges {
+        dst.graph.add_edge(ids[&e.source], ids[&e.target], e.weight);
     }
     ids
 }

@@ -89,6 +89,10 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, 
         let Some(DataDesc::Array(db)) = sdfg.arrays.get(b) else {
             continue;
         };
+        // Cheapest conditions first: most candidates fail on use counts or types.
+        if !da.transient || a == b || u.access_nodes != 1 || u.in_control || df.in_degree(t2) != 1 {
+            continue;
+        }
         let same_type = da.dtype == db.dtype
             && da.shape.len() == db.shape.len()
             && da
@@ -97,30 +101,28 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, 
                 .zip(&db.shape)
                 .all(|(x, y)| x.simplify() == y.simplify());
         let cm: &Memlet = &df.edge(*copy).memlet;
-        let copies_all = cm.data == a
+        let copies_all = same_type
+            && cm.data == a
             && cm.wcr.is_none()
             && is_full(&cm.subset, &da.shape)
             && cm
                 .other_subset
                 .as_ref()
                 .is_none_or(|o| is_full(o, &db.shape));
+        if !copies_all {
+            continue;
+        }
         let producer = df.endpoints(*write).0;
+        if matches!(df.node(producer), Node::Nested(_) | Node::Library(_)) {
+            continue;
+        }
+        let (reads, writes) = node_reads_writes(df, producer);
+        if reads.contains(b) || writes.contains(b) {
+            continue;
+        }
         // What the producer really writes (its body over its ranges, not its summary
         // memlet, which may over-approximate), as a plain write.
-        let written_whole = writes_whole(df, producer, a, &da.shape);
-        let producer_ok = !matches!(df.node(producer), Node::Nested(_) | Node::Library(_))
-            && !node_reads_writes(df, producer).0.contains(b)
-            && !node_reads_writes(df, producer).1.contains(b);
-        if da.transient
-            && a != b
-            && same_type
-            && copies_all
-            && written_whole
-            && producer_ok
-            && u.access_nodes == 1
-            && !u.in_control
-            && df.in_degree(t2) == 1
-        {
+        if writes_whole(df, producer, a, &da.shape) {
             return Some((t1, t2, producer));
         }
     }

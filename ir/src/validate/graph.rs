@@ -326,21 +326,24 @@ pub(super) fn check_subset(
             check_indirect(cx, scope, loc, table, index);
             continue;
         }
+        let [below, past] = cx
+            .memo
+            .out_of_bounds(scope.boxes_id, &scope.boxes, dim, extent);
+        if !(below || past) {
+            continue;
+        }
+        // A problem: the bounds again, for the message.
         let Some((lo, hi)) = dim_bounds(dim, &scope.boxes) else {
             continue;
         };
-        if let Some(v) = lo.const_value()
-            && v < 0
-        {
+        if below {
             cx.push(
                 ProblemKind::OutOfBounds,
                 loc,
                 format!("index {lo} is below 0 in dimension {i} of '{data}' (subset [{subset}])"),
             );
         }
-        if let Some(d) = extent.const_diff(&hi)
-            && d <= 0
-        {
+        if past {
             cx.push(
                 ProblemKind::OutOfBounds,
                 loc,

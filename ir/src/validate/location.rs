@@ -134,6 +134,15 @@ impl Where for Location {
     }
 }
 
+/// A location computed when a problem needs it.
+pub(crate) struct Lazy<F: Fn() -> Location>(pub F);
+
+impl<F: Fn() -> Location> Where for Lazy<F> {
+    fn location(&self) -> Location {
+        (self.0)()
+    }
+}
+
 impl Where for Loc<'_> {
     fn location(&self) -> Location {
         self.build()

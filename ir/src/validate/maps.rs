@@ -7,7 +7,7 @@ use super::{Cx, Loc, ProblemKind, Scope, check_sdfg, graph, is_identifier};
 use crate::data::DataDesc;
 use crate::dataflow::{Dataflow, MapScope, NestedSdfg, NodeId, Reduce};
 use crate::memlet::Subset;
-use crate::propagate::{ParamBox, covers};
+use crate::propagate::ParamBox;
 use crate::symexpr::SymExpr;
 
 /// Checks a map node: parameters, ranges, boundary and coverage, then its body.
@@ -74,11 +74,13 @@ pub(super) fn check_map(
         }
     }
     let own = ParamBox::of_map(&m.params, &m.ranges);
-    check_boundary(cx, scope, g, n, m, &own, loc);
+    let own_id = cx.memo.intern(&own);
+    check_boundary(cx, scope, g, n, m, (&own, own_id), loc);
     check_private_scalars(cx, scope, m, loc);
     let mut inner = scope.clone();
     inner.params.extend(m.params.iter().cloned());
     inner.boxes.extend(own);
+    inner.boxes_id = cx.memo.intern(&inner.boxes);
     graph::check_graph(cx, &inner, &m.body, loc);
 }
 
@@ -131,7 +133,7 @@ fn check_boundary(
     g: &Dataflow,
     n: NodeId,
     m: &MapScope,
-    own: &[ParamBox],
+    (own, own_id): (&[ParamBox], u32),
     loc: &Loc<'_>,
 ) {
     let label = &m.label;
@@ -203,7 +205,7 @@ fn check_boundary(
             let results: Vec<Option<bool>> = outer
                 .iter()
                 .filter(|(od, _)| *od == d)
-                .map(|(_, os)| covers(os, sub, own))
+                .map(|(_, os)| cx.memo.covers(own_id, own, os, sub))
                 .collect();
             if results.iter().all(|r| *r == Some(false)) {
                 let outer_text: Vec<String> = outer

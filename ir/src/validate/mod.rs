@@ -62,6 +62,7 @@ mod control;
 mod graph;
 mod location;
 mod maps;
+mod memo;
 mod tasklet;
 
 use std::collections::BTreeSet;
@@ -166,6 +167,7 @@ impl Sdfg {
 #[derive(Default)]
 pub(crate) struct Cx {
     problems: Vec<Problem>,
+    memo: memo::Memo,
 }
 
 impl Cx {
@@ -190,6 +192,8 @@ pub(crate) struct Scope<'a> {
     params: Vec<String>,
     /// Their boxes (where expressible).
     boxes: Vec<ParamBox>,
+    /// `boxes` interned in the worker's [`memo::Memo`].
+    boxes_id: u32,
 }
 
 impl<'a> Scope<'a> {
@@ -204,6 +208,7 @@ impl<'a> Scope<'a> {
             state_level,
             params: Vec::new(),
             boxes: Vec::new(),
+            boxes_id: memo::NO_BOXES,
         }
     }
 
@@ -290,7 +295,7 @@ pub(crate) fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn check_name(cx: &mut Cx, loc: &Location, what: &str, name: &str) {
+fn check_name(cx: &mut Cx, loc: &(impl Where + ?Sized), what: &str, name: &str) {
     if !is_identifier(name) {
         cx.push(
             ProblemKind::BadName,
@@ -333,14 +338,19 @@ pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
     } else {
         // States are checked independently; their problems are reported in state order.
         use rayon::prelude::*;
+        // One memo per job of consecutive states (states repeat each other's subsets).
         let found: Vec<Vec<Problem>> = sdfg
             .states
             .par_iter()
             .enumerate()
             .with_min_len(16)
-            .map(|(i, state)| {
-                let mut own = Cx::default();
+            .map_init(memo::Memo::default, |memo, (i, state)| {
+                let mut own = Cx {
+                    problems: Vec::new(),
+                    memo: std::mem::take(memo),
+                };
                 check_state(&mut own, i, state);
+                *memo = own.memo;
                 own.problems
             })
             .collect();
@@ -353,7 +363,8 @@ const PARALLEL_STATES: usize = 64;
 
 fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Location) {
     for (name, desc) in &sdfg.arrays {
-        let aloc = loc.child(Segment::Array(name.clone()));
+        // Built only for a problem (programs declare thousands of containers).
+        let aloc = location::Lazy(|| loc.child(Segment::Array(name.clone())));
         check_name(cx, &aloc, "container", name);
         if sdfg.symbols.contains_key(name) {
             cx.push(
@@ -412,7 +423,7 @@ fn check_declarations(cx: &mut Cx, sdfg: &Sdfg, scope: &Scope<'_>, loc: &Locatio
         }
     }
     for (name, sym) in &sdfg.symbols {
-        let sloc = loc.child(Segment::Symbol(name.clone()));
+        let sloc = location::Lazy(|| loc.child(Segment::Symbol(name.clone())));
         check_name(cx, &sloc, "symbol", name);
         if let Some(v) = sym.value
             && v.dtype() != sym.dtype

@@ -28,7 +28,7 @@ mod rules;
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashSet as HashSet;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use egg::{BackoffScheduler, EGraph, Rewrite, RewriteScheduler, SearchMatches};
@@ -77,12 +77,13 @@ pub struct EGraphPass {
     memo: Memo,
 }
 
-/// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), and
-/// saturation results by built e-graph ([`body::optimize`]). Both are keyed by all the
+/// Keys of single-tasklet bodies that came out unchanged ([`optimize_memo`]), with why
+/// their saturation stopped, and saturation results by built e-graph
+/// ([`body::optimize`]). Both are keyed by all the
 /// pass's inputs that matter, including the rules and limits.
 #[derive(Debug, Default)]
 struct Memo {
-    unchanged: Mutex<HashSet<TaskletKey>>,
+    unchanged: Mutex<HashMap<TaskletKey, Option<body::StopNote>>>,
     saturated: Mutex<body::SaturationMemo>,
 }
 
@@ -217,8 +218,15 @@ fn optimize_memo(
 ) -> Option<body::BodyOutcome> {
     let key = single_tasklet_key(df, bcx);
     if let Some(k) = &key
-        && cx.memo.unchanged.lock().is_ok_and(|m| m.contains(k))
+        && let Some(note) = cx
+            .memo
+            .unchanged
+            .lock()
+            .ok()
+            .and_then(|m| m.get(k).cloned())
     {
+        // The same note as the first time, whichever thread saw the body first.
+        *stop = note;
         return None;
     }
     let out = body::optimize(bcx, df, cx.rules, cx.limits, stop, &cx.memo.saturated);
@@ -226,7 +234,7 @@ fn optimize_memo(
         && let Some(k) = key
         && let Ok(mut m) = cx.memo.unchanged.lock()
     {
-        m.insert(k);
+        m.insert(k, stop.clone());
     }
     out
 }
