@@ -432,6 +432,51 @@ fn dead_dataflow_removes_unread_transients_and_their_writers() {
 }
 
 #[test]
+fn dead_dataflow_removes_chains_of_dead_writers() {
+    // t2 and t4 are never read: B and the copy into t4 go first, which leaves t1 and t3
+    // unread, so A and C go on the next sweep. A transient scalar that only a kept body
+    // uses stays declared.
+    let mut b = SdfgBuilder::new("chains");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient_scalar("acc", DType::F64);
+    for t in ["t1", "t2", "t3", "t4"] {
+        b.transient(t, DType::F64, ["N"]);
+    }
+    b.state("s", |s| {
+        s.map("A", &["i"], &["0:N"], |m| {
+            m.tasklet("a", &[("x", "u[i]")], &[("y", "t1[i]")], "y = x + 1.0");
+        });
+        s.map("B", &["i"], &["0:N"], |m| {
+            m.tasklet("b", &[("x", "t1[i]")], &[("y", "t2[i]")], "y = x * 2.0");
+        });
+        s.map("C", &["i"], &["0:N"], |m| {
+            m.tasklet("c", &[("x", "u[i]")], &[("y", "t3[i]")], "y = x - 1.0");
+        });
+        s.copy("t3[0:N]", "t4[0:N]");
+        s.map("keep", &["i"], &["0:N"], |m| {
+            m.tasklet("k1", &[("x", "u[i]")], &[("y", "acc")], "y = x + x");
+            m.tasklet("k2", &[("x", "acc")], &[("y", "out[i]")], "y = x * x");
+        });
+    });
+    let s0 = b.build();
+    assert_eq!(s0.validate(), Ok(()));
+    let mut s = s0.clone();
+    let c = DeadDataflow.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(maps(&s), 1);
+    for t in ["t1", "t2", "t3", "t4"] {
+        assert!(!s.arrays.contains_key(t), "{t} is still declared");
+    }
+    assert!(s.arrays.contains_key("acc"));
+    assert_eq!(c.get("transients_removed"), 4);
+    same_results(&s0, &s, &[("N", 4)]);
+    // Nothing is left to remove.
+    assert!(DeadDataflow.run(&mut s).is_empty());
+}
+
+#[test]
 fn redundant_copies_disappear() {
     let mut b = SdfgBuilder::new("copy");
     b.symbol("N", DType::I64)
