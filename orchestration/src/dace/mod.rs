@@ -349,11 +349,10 @@ fn used_names(sdfg: &Sdfg) -> std::collections::BTreeSet<String> {
 /// A control-flow region (the SDFG itself, a `ControlFlowRegion`, a `LoopRegion`'s body,
 /// a branch of a `ConditionalBlock`): its blocks, structured along its interstate edges.
 fn convert_region(sdfg: &mut Sdfg, views: &Views, j: &J, loc: &str) -> Result<Block, ImportError> {
-    let nodes = j
+    let nodes: &[J] = j
         .get("nodes")
         .and_then(J::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .map_or(&[], Vec::as_slice);
     let mut ids: BTreeMap<String, Block> = BTreeMap::new();
     for (k, st) in nodes.iter().enumerate() {
         let label = s(st, "label").unwrap_or("state");
