@@ -16,7 +16,8 @@ use crate::pass::{Changes, Pass};
 use rustc_hash::FxHashSet;
 
 use crate::pattern::{
-    compact_states, control_names, for_each_state_parallel, remove_isolated_access_nodes,
+    compact_states, control_names, for_each_state_parallel, for_each_use,
+    remove_isolated_access_nodes,
 };
 
 /// See the module documentation.
@@ -85,24 +86,17 @@ impl Pass for DeadDataflow {
     }
 }
 
-/// The containers the program reads: in the states the control flow runs, access nodes
-/// with out-edges and index tables of memlets (as [`crate::pattern::data_uses`] counts
-/// reads), and the names the control flow reads.
+/// The containers the program reads: in the states the control flow runs, what
+/// [`for_each_use`] calls read, and the names the control flow reads.
 fn read_names<'a>(sdfg: &'a Sdfg, control: &'a BTreeSet<String>) -> FxHashSet<&'a str> {
     let mut read: FxHashSet<&str> = control.iter().map(String::as_str).collect();
     for s in sdfg.body.states() {
         let Some(state) = sdfg.state(s) else { continue };
-        let df = &state.graph;
-        for n in df.graph.node_indices() {
-            if let Some(d) = df.node(n).as_access()
-                && df.out_degree(n) > 0
-            {
+        for_each_use(&state.graph, |d, u| {
+            if u.read {
                 read.insert(d);
             }
-        }
-        for e in df.graph.edge_weights() {
-            read.extend(e.memlet.subset.tables());
-        }
+        });
     }
     read
 }

@@ -8,26 +8,61 @@ use std::collections::{BTreeMap, BTreeSet};
 use sdflow_ir::propagate::{BoundaryMemo, map_boundary_memo};
 use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
 
-/// Containers a state-level graph reads and writes. Map and nested-SDFG nodes are
-/// summarized by their edges, so the access nodes of the graph say everything: an access
-/// node with out-edges is read, one with in-edges written; index tables are read.
+/// How a state-level graph uses a container at one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Use {
+    /// At an access node (else: an index table a memlet reads).
+    pub access_node: bool,
+    /// Read: an access node with out-edges, or an index table.
+    pub read: bool,
+    /// Written: an access node with in-edges.
+    pub written: bool,
+}
+
+/// The rule of who reads and writes what in a state-level graph, which every pass asks
+/// through this function: map and nested-SDFG nodes are summarized by their edges, so
+/// the access nodes say everything — one with out-edges is read, one with in-edges
+/// written — and index tables of memlets are read. Calls `f` for each access node and
+/// each table of a memlet (in index order).
+pub fn for_each_use<'a>(df: &'a Dataflow, mut f: impl FnMut(&'a str, Use)) {
+    for n in df.graph.node_indices() {
+        if let Some(d) = df.node(n).as_access() {
+            let (read, written) = (df.out_degree(n) > 0, df.in_degree(n) > 0);
+            f(
+                d,
+                Use {
+                    access_node: true,
+                    read,
+                    written,
+                },
+            );
+        }
+    }
+    for e in df.graph.edge_weights() {
+        for t in e.memlet.subset.tables() {
+            f(
+                t,
+                Use {
+                    access_node: false,
+                    read: true,
+                    written: false,
+                },
+            );
+        }
+    }
+}
+
+/// Containers a state-level graph reads and writes ([`for_each_use`]).
 pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
     let (mut reads, mut writes) = (BTreeSet::new(), BTreeSet::new());
-    for n in df.node_ids() {
-        if let Some(d) = df.node(n).as_access() {
-            if df.out_degree(n) > 0 {
-                reads.insert(d.to_string());
-            }
-            if df.in_degree(n) > 0 {
-                writes.insert(d.to_string());
-            }
+    for_each_use(df, |d, u| {
+        if u.read {
+            reads.insert(d.to_string());
         }
-    }
-    for e in df.edge_ids() {
-        for t in df.edge(e).memlet.subset.tables() {
-            reads.insert(t.to_string());
+        if u.written {
+            writes.insert(d.to_string());
         }
-    }
+    });
     (reads, writes)
 }
 
@@ -151,28 +186,19 @@ pub fn data_uses(sdfg: &Sdfg) -> DataUses {
         let Some(state) = sdfg.state(s) else { continue };
         let df = &state.graph;
         let i = s.index();
-        // As [`reads_writes`]: access nodes with out-edges are read, with in-edges
-        // written; index tables are read.
-        for n in df.graph.node_indices() {
-            if let Some(d) = df.node(n).as_access() {
-                let u = by_name.entry(d).or_default();
-                note_state(&mut u.states, i);
-                u.access_nodes += 1;
-                if df.out_degree(n) > 0 {
-                    note_state(&mut u.read_in, i);
-                }
-                if df.in_degree(n) > 0 {
-                    note_state(&mut u.written_in, i);
-                }
+        for_each_use(df, |d, u| {
+            let entry = by_name.entry(d).or_default();
+            note_state(&mut entry.states, i);
+            if u.access_node {
+                entry.access_nodes += 1;
             }
-        }
-        for e in df.graph.edge_indices() {
-            for t in df.edge(e).memlet.subset.tables() {
-                let u = by_name.entry(t).or_default();
-                note_state(&mut u.states, i);
-                note_state(&mut u.read_in, i);
+            if u.read {
+                note_state(&mut entry.read_in, i);
             }
-        }
+            if u.written {
+                note_state(&mut entry.written_in, i);
+            }
+        });
     }
     let control = control_names(&sdfg.body);
     for name in &control {
