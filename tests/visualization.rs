@@ -5,39 +5,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use sdflow::ir::Sdfg;
 use sdflow::ir::dot::{self, Detail, DotOptions, Mark};
-use sdflow::ir::{Block, DType, Sdfg, SdfgBuilder};
+use sdflow::ir::testkit::branchy;
 use sdflow::transforms::Pipeline;
-
-/// A producer before an `if` whose `then` branch alone reads its result.
-fn branchy() -> Sdfg {
-    let mut b = SdfgBuilder::new("branchy");
-    b.symbol("N", DType::I64)
-        .symbol("flag", DType::I64)
-        .array("u", DType::F64, ["N"])
-        .array("out", DType::F64, ["N"])
-        .transient("tmp", DType::F64, ["N"]);
-    let pre = b.state("pre", |s| {
-        s.map("square", &["i"], &["0:N"], |m| {
-            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
-        });
-    });
-    let then = b.state("then", |s| {
-        s.map("use", &["i"], &["0:N"], |m| {
-            m.tasklet("use", &[("x", "tmp[i]")], &[("y", "out[i]")], "y = x + 1.0");
-        });
-    });
-    let other = b.state("else", |s| {
-        s.map("copy", &["i"], &["0:N"], |m| {
-            m.tasklet("copy", &[("x", "u[i]")], &[("y", "out[i]")], "y = x");
-        });
-    });
-    b.body(Block::seq([
-        Block::State(pre),
-        Block::if_else("flag != 0", Block::State(then), Block::State(other)),
-    ]));
-    b.build()
-}
 
 fn draw(s: &Sdfg, opts: &DotOptions) -> String {
     dot::to_dot_with(s, opts).unwrap()

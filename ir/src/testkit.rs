@@ -1167,6 +1167,39 @@ impl Gen {
     }
 }
 
+/// A map that squares `u` into a transient `tmp`, then an `if` on `flag`: the then branch
+/// reads `tmp` into `out`, the else branch copies `u` into `out`. The producer can move
+/// into the branch that reads its result, and fuse there (a fixture for move-into-if,
+/// fusion and the drawings that mark them).
+pub fn branchy() -> Sdfg {
+    let mut b = SdfgBuilder::new("branchy");
+    b.symbol("N", DType::I64)
+        .symbol("flag", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("tmp", DType::F64, ["N"]);
+    let pre = b.state("pre", |s| {
+        s.map("square", &["i"], &["0:N"], |m| {
+            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
+        });
+    });
+    let then = b.state("then", |s| {
+        s.map("use", &["i"], &["0:N"], |m| {
+            m.tasklet("use", &[("x", "tmp[i]")], &[("y", "out[i]")], "y = x + 1.0");
+        });
+    });
+    let other = b.state("else", |s| {
+        s.map("copy", &["i"], &["0:N"], |m| {
+            m.tasklet("copy", &[("x", "u[i]")], &[("y", "out[i]")], "y = x");
+        });
+    });
+    b.body(Block::seq([
+        Block::State(pre),
+        Block::if_else("flag != 0", Block::State(then), Block::State(other)),
+    ]));
+    b.build()
+}
+
 /// A chain of `n` dependent 5-point stencils in one state, as the stencil-chain benchmark
 /// writes them: `t_k = 0.25 * (neighbours of t_{k-1})` over `k:N-k` (each step's domain
 /// one point inside the last), from input `a` to output `out`, through `n - 1` transients.

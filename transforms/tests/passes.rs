@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::testkit::branchy;
 use sdflow_ir::{Block, DType, Node, Sdfg, SdfgBuilder, Value};
 use sdflow_transforms::{
     DeadDataflow, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion, Specialize,
@@ -317,36 +318,6 @@ fn sibling_fusion_loads_shared_inputs_once() {
         "u is read through one access node"
     );
     same_results(&s0, &s, &[("N", 6)]);
-}
-
-/// `tmp = u * u` before `if flag != 0 { out = tmp + 1 } else { out = u }`.
-fn branchy() -> Sdfg {
-    let mut b = SdfgBuilder::new("branchy");
-    b.symbol("N", DType::I64)
-        .symbol("flag", DType::I64)
-        .array("u", DType::F64, ["N"])
-        .array("out", DType::F64, ["N"])
-        .transient("tmp", DType::F64, ["N"]);
-    let pre = b.state("pre", |s| {
-        s.map("square", &["i"], &["0:N"], |m| {
-            m.tasklet("sq", &[("x", "u[i]")], &[("y", "tmp[i]")], "y = x * x");
-        });
-    });
-    let then = b.state("then", |s| {
-        s.map("use", &["i"], &["0:N"], |m| {
-            m.tasklet("use", &[("x", "tmp[i]")], &[("y", "out[i]")], "y = x + 1.0");
-        });
-    });
-    let other = b.state("else", |s| {
-        s.map("copy", &["i"], &["0:N"], |m| {
-            m.tasklet("copy", &[("x", "u[i]")], &[("y", "out[i]")], "y = x");
-        });
-    });
-    b.body(Block::seq([
-        Block::State(pre),
-        Block::if_else("flag != 0", Block::State(then), Block::State(other)),
-    ]));
-    b.build()
 }
 
 #[test]
