@@ -9,8 +9,11 @@
 #
 # run.sh writes the device's name, the tests' and the bench's output to OUTDIR (default
 # target/gpu-bundle/results): the GPU results against the interpreter bit for bit
-# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs) and the timings of benches/cuda.rs.
-# NVRTC comes from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
+# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs), the timings of benches/cuda.rs,
+# and `sdflow bench` of the fused hyperdiffusion and the Laplacian on the CPU at 1 to 16
+# threads and on the GPU, each against the ceiling it measures in the same run (the CPU
+# runs need a C compiler there; SKIP_CPU=1 leaves them out). NVRTC comes from
+# SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/gpu-bundle}
@@ -24,7 +27,9 @@ executable() {
 test_bin=$(cargo test --no-run --test cuda 2>&1 | executable)
 device_bin=$(cargo test --no-run -p sdflow-codegen --test cuda_device 2>&1 | executable)
 bench_bin=$(cargo bench --no-run --bench cuda 2>&1 | executable)
-for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin"; do
+cargo build --release --bin sdflow >/dev/null 2>&1
+cli_bin=$(pwd)/target/release/sdflow
+for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin" "sdflow:$cli_bin"; do
     name=${pair%%:*}
     path=${pair#*:}
     if [ -z "$path" ] || [ ! -x "$path" ]; then
@@ -60,6 +65,23 @@ status=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     "$here/bin/bench_cuda" --bench > "$results/bench_cuda.txt" 2>&1 || status=1
 fi
+# Memory-bound stencils against the machine's own ceiling: the copy (and triad) on the
+# CPU per thread count, the device-to-device copy on the GPU.
+benches() {
+    local backend=$1 threads=$2
+    for f in "hyperdiffusion -s N=4096 -s alpha=0.05" "laplace -s N=4096"; do
+        set -- $f
+        local name=$1
+        shift
+        echo "== $name, $backend, threads $threads"
+        "$here/bin/sdflow" bench "examples/$name.sdfg.json" --backend "$backend" \
+            --threads "$threads" --reps 20 "$@" 2>&1
+    done
+}
+if [ "${SKIP_CPU:-0}" != 1 ]; then
+    for t in 1 2 4 8 16; do benches cpu "$t"; done > "$results/cpu_bench.txt" 2>&1 || status=1
+fi
+benches cuda 0 > "$results/gpu_bench.txt" 2>&1 || status=1
 grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
 exit $status
 RUN
