@@ -404,14 +404,7 @@ pub fn views(sdfg: &Sdfg) -> Views {
     let mut maps = Vec::new();
     for (i, st) in sdfg.states.iter().enumerate() {
         let id = format!("s{i}");
-        let mut inner = Vec::new();
-        if st.graph.node_count() == 0 {
-            inner.push(node(
-                &format!("{id}_empty"),
-                vec![attr("label", "(empty)"), attr("shape", "plaintext")],
-            ));
-        }
-        draw_dataflow(sdfg, &st.graph, &id, collapsed, &mut inner);
+        let inner = state_contents(sdfg, st, &id, collapsed);
         states.push(print(
             format!("SDFG '{}'", sdfg.name),
             vec![cluster(
@@ -566,19 +559,12 @@ fn state_graph(
         )));
     };
     let id = format!("s{i}");
-    let mut inner = Vec::new();
-    if st.graph.node_count() == 0 {
-        inner.push(node(
-            &format!("{id}_empty"),
-            vec![attr("label", "(empty)"), attr("shape", "plaintext")],
-        ));
-    }
     let style = Style {
         collapse: false,
         marks,
         interactive: false,
     };
-    draw_dataflow(sdfg, &st.graph, &id, style, &mut inner);
+    let inner = state_contents(sdfg, st, &id, style);
     Ok((
         format!("SDFG '{}', state '{}' (#{i})", sdfg.name, st.name),
         vec![cluster(
@@ -814,14 +800,7 @@ fn draw_states(sdfg: &Sdfg, prefix: &str, style: Style<'_>) -> Vec<Stmt> {
         .enumerate()
         .map(|(i, st)| {
             let id = format!("{prefix}{i}");
-            let mut inner = Vec::new();
-            if st.graph.node_count() == 0 {
-                inner.push(node(
-                    &format!("{id}_empty"),
-                    vec![attr("label", "(empty)"), attr("shape", "plaintext")],
-                ));
-            }
-            draw_dataflow(sdfg, &st.graph, &id, style, &mut inner);
+            let inner = state_contents(sdfg, st, &id, style);
             cluster(
                 &id,
                 &format!("state '{}' (#{i})", st.name),
@@ -861,6 +840,19 @@ fn tasklet_label(name: &str, code: &[CodeStmt]) -> String {
         s.push_str(&c.to_string());
     }
     s
+}
+
+/// The nodes of a state's graph under `id`, or a placeholder when it has none.
+fn state_contents(sdfg: &Sdfg, st: &crate::State, id: &str, style: Style<'_>) -> Vec<Stmt> {
+    let mut inner = Vec::new();
+    if st.graph.node_count() == 0 {
+        inner.push(node(
+            &format!("{id}_empty"),
+            vec![attr("label", "(empty)"), attr("shape", "plaintext")],
+        ));
+    }
+    draw_dataflow(sdfg, &st.graph, id, style, &mut inner);
+    inner
 }
 
 fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out: &mut Vec<Stmt>) {
