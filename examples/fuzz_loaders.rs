@@ -7,14 +7,17 @@
 //! ```
 //!
 //! Options: `--inputs N` (total, split across the loaders by `--split`, default
-//! `json=30,dace=10,npz=15,text=45` percent), `--loader L` (only this one, repeatable),
+//! `json=30,dace=10,npz=15,text=45,plot=1,run=1,bench=1`, as weights; the tools' loaders
+//! `plot`, `run` and `bench` are slower per input), `--loader L` (only this one, repeatable),
 //! `--seed S`, `--hang-ms MS` (an input slower than this is reported as a hang; default
 //! 2000), `--abort-s S` (an input still running after this long is saved and the run
 //! stops; default 120), `--out DIR` (findings; default `target/fuzz-findings`),
 //! `--max-seed-bytes B` (leave out larger corpus files; default 300000), `--progress N`,
 //! `--from I` (start at input number I of each loader: `--from I --inputs 1 --loader L`
 //! runs input I of a campaign alone), `--replay FILE…` (run saved inputs and print what
-//! each gave). Exit status 1 when
+//! each gave), `--binary PATH` (run the inputs of the tools' loaders through that `sdflow`
+//! binary instead, and check its exit status: 0, or 1 or 2 with an `error:` line; a panic,
+//! a signal or a process still running after `--abort-s` is a finding). Exit status 1 when
 //! anything was found.
 
 #[allow(dead_code)]
@@ -50,8 +53,12 @@ fn main() {
         (Loader::Dace, 10),
         (Loader::Npz, 15),
         (Loader::Text, 45),
+        (Loader::Plot, 1),
+        (Loader::Run, 1),
+        (Loader::Bench, 1),
     ];
     let mut replay: Vec<PathBuf> = Vec::new();
+    let mut binary: Option<PathBuf> = None;
     let num = |v: Option<String>, what: &str| -> u64 {
         v.and_then(|s| s.replace('_', "").parse().ok())
             .unwrap_or_else(|| usage(&format!("{what} needs a number")))
@@ -71,7 +78,9 @@ fn main() {
             "--loader" => {
                 let n = args.next().unwrap_or_default();
                 only.push(Loader::from_name(&n).unwrap_or_else(|| {
-                    usage(&format!("unknown loader '{n}' (json, dace, npz, text)"))
+                    usage(&format!(
+                        "unknown loader '{n}' (json, dace, npz, text, plot, run, bench)"
+                    ))
                 }));
             }
             "--split" => {
@@ -92,6 +101,12 @@ fn main() {
                     .collect();
             }
             "--replay" => replay.extend(args.by_ref().map(PathBuf::from)),
+            "--binary" => {
+                binary =
+                    Some(PathBuf::from(args.next().unwrap_or_else(|| {
+                        usage("--binary needs the sdflow binary")
+                    })))
+            }
             other => usage(&format!("unknown option '{other}'")),
         }
     }
@@ -131,6 +146,75 @@ fn main() {
         if split.is_empty() {
             split = only.iter().map(|l| (*l, 1)).collect();
         }
+    }
+    if let Some(bin) = &binary {
+        // The tools' inputs through the binary: exit statuses, not panics caught.
+        split.retain(|(l, _)| matches!(l, Loader::Plot | Loader::Run | Loader::Bench));
+        if split.is_empty() {
+            usage("--binary runs the tools' loaders: plot, run, bench");
+        }
+        let weight: u64 = split.iter().map(|(_, w)| w).sum::<u64>().max(1);
+        let _ = std::fs::create_dir_all(&scratch);
+        let file = scratch.join(format!("binary-{}.npz", std::process::id()));
+        let mut found = 0;
+        for (loader, w) in &split {
+            let n = total * w / weight;
+            let (mut ok, start) = (0u64, std::time::Instant::now());
+            for index in from..from + n {
+                let mut rng = runner::rng_for(seed, *loader, index);
+                let input = fuzz::generate::input(&mut rng, *loader, &corpus);
+                let Some(argv) = fuzz::tools::command_line(&input, &corpus, &file) else {
+                    continue;
+                };
+                let mut child = match std::process::Command::new(bin)
+                    .args(&argv)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                {
+                    Ok(c) => c,
+                    Err(e) => usage(&format!("cannot run {}: {e}", bin.display())),
+                };
+                let t = std::time::Instant::now();
+                let finding = loop {
+                    match child.try_wait() {
+                        Ok(Some(status)) => {
+                            let mut err = String::new();
+                            if let Some(mut e) = child.stderr.take() {
+                                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                            }
+                            break fuzz::tools::judge_exit(status, &err);
+                        }
+                        Ok(None) if t.elapsed() > abort => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break Some(format!("still running after {abort:?}"));
+                        }
+                        Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                        Err(e) => break Some(format!("wait: {e}")),
+                    }
+                };
+                match finding {
+                    None => ok += 1,
+                    Some(m) => {
+                        found += 1;
+                        let p = runner::save(&out, &input, &format!("binary-{seed}-{index}"));
+                        println!(
+                            "{} #{index}: {m} [saved {p:?}]\n  sdflow {}",
+                            loader.name(),
+                            argv.join(" ")
+                        );
+                    }
+                }
+            }
+            println!(
+                "{}: {n} inputs through {}, {ok} exited as a command should, in {:.1?}",
+                loader.name(),
+                bin.display(),
+                start.elapsed()
+            );
+        }
+        std::process::exit(i32::from(found > 0));
     }
     let weight: u64 = split.iter().map(|(_, w)| w).sum::<u64>().max(1);
     let inputs: Vec<(Loader, u64)> = split

@@ -8,13 +8,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sdflow_codegen::{Args, Backend, CpuBackend};
-use sdflow_ir::interp::{self, Bindings, HostArray};
+use sdflow_codegen::{Args, Backend, CpuBackend, MAX_THREADS};
+use sdflow_ir::interp::{Bindings, HostArray};
 use sdflow_ir::{Sdfg, Value, format};
 use sdflow_orchestration::config::Options;
 use sdflow_orchestration::workflow::OptimizeStep;
 
-use crate::cli::{CliError, load_program, symbol_value};
+use crate::cli::{CliError, assignments, load_program, random_inputs, symbol_value};
 
 /// Options of `sdflow bench`.
 #[derive(Clone, Debug)]
@@ -62,21 +62,42 @@ fn ms(t: Duration) -> String {
     format!("{:.3} ms", t.as_secs_f64() * 1e3)
 }
 
-/// `sdflow bench FILE`.
-pub fn bench(path: &Path, o: &BenchOptions) -> Result<String, CliError> {
+/// What `sdflow bench` times, made from its argument files before anything compiles:
+/// the program (optimized as configured), its pseudo-random inputs, their traffic and
+/// the options.
+pub struct Prepared {
+    /// The program as it is compiled.
+    pub sdfg: Sdfg,
+    /// Its inputs.
+    pub bindings: Bindings,
+    /// Bytes read and written per call.
+    pub traffic: (u64, u64),
+    /// The options it is compiled and run with.
+    pub options: Options,
+}
+
+/// The argument files and values of `sdflow bench` checked and read (the program, `-s`,
+/// `--threads`, the configuration) and the program optimized: everything before the
+/// compilation.
+pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
     if o.reps == 0 {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
-    let mut sdfg = load_program(path)?;
-    let mut symbols = BTreeMap::new();
-    for (k, v) in &o.symbols {
-        symbols.insert(k.clone(), symbol_value(&sdfg, k, v)?);
+    if o.backend == Backend::Interp {
+        return Err(CliError::Usage(
+            "--backend: bench runs compiled code (cpu or cuda)".into(),
+        ));
     }
-    let b = interp::random_bindings(&sdfg, &symbols, o.seed).map_err(|source| CliError::Run {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let (read, written) = traffic(&sdfg, &b);
+    if o.threads > MAX_THREADS {
+        return Err(CliError::Usage(format!(
+            "--threads {}: at most {MAX_THREADS} (more threads than sdflow asks the OpenMP runtime for; 0 is the OpenMP default)",
+            o.threads
+        )));
+    }
+    let mut sdfg = load_program(path)?;
+    let symbols = assignments("-s/--symbol", &o.symbols, |k, v| symbol_value(&sdfg, k, v))?;
+    let bindings = random_inputs(&sdfg, &symbols, o.seed, path, "bench", o.backend)?;
+    let traffic = traffic(&sdfg, &bindings);
     let config = sdflow_orchestration::config::Config::locate(o.config.as_deref())
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let arch = |_: Backend| sdflow_orchestration::config::host_arch().to_string();
@@ -98,6 +119,22 @@ pub fn bench(path: &Path, o: &BenchOptions) -> Result<String, CliError> {
             source,
         })?;
     }
+    Ok(Prepared {
+        sdfg,
+        bindings,
+        traffic,
+        options,
+    })
+}
+
+/// `sdflow bench FILE`.
+pub fn bench(path: &Path, o: &BenchOptions) -> Result<String, CliError> {
+    let Prepared {
+        sdfg,
+        bindings: b,
+        traffic: (read, written),
+        options,
+    } = prepare(path, o)?;
     let o = &BenchOptions {
         threads: options.threads,
         ..o.clone()

@@ -217,20 +217,42 @@ pub fn plot(
     level: Option<usize>,
     axis: Option<usize>,
 ) -> Result<String, CliError> {
-    let arrays = npz::read_npz(archive)?;
-    let Some(a) = arrays.get(field) else {
-        let names: Vec<&str> = arrays.keys().map(String::as_str).collect();
+    let mut arrays = npz::Archive::open(archive)?;
+    if !arrays.contains(field) {
         return Err(CliError::Usage(format!(
             "{}: no array '{field}' (arrays: {})",
             archive.display(),
-            names.join(", ")
+            arrays.names().join(", ")
         )));
-    };
+    }
+    // Only the array asked for is read: another of a type sdflow does not read is no
+    // obstacle.
+    let a = arrays.read(field)?;
     let shape = a.shape().to_vec();
-    let values = a.to_f64_vec();
     let default_out = std::path::PathBuf::from(format!("{field}.png"));
     let out = out.unwrap_or(&default_out);
     let what = |m: String| CliError::Usage(format!("{}: '{field}' {m}", archive.display()));
+    let dims = || {
+        shape
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !(1..=3).contains(&shape.len()) {
+        return Err(what(format!(
+            "has {} dimension(s) (shape [{}]); plot draws arrays of 1, 2 or 3",
+            shape.len(),
+            dims()
+        )));
+    }
+    if a.is_empty() {
+        return Err(what(format!(
+            "is empty (shape [{}]): there is nothing to draw",
+            dims()
+        )));
+    }
+    let values = row_major_f64(&a);
     let title = match shape.len() {
         1 => {
             let points: Vec<(f64, f64)> = values
@@ -255,7 +277,8 @@ pub fn plot(
             crate::plot::heatmap(&grid, nx, ny, &title, out)?;
             title
         }
-        3 => {
+        _ => {
+            // Three dimensions (the rank is checked above).
             let axis = axis.unwrap_or(2);
             if axis > 2 {
                 return Err(what(format!(
@@ -277,13 +300,21 @@ pub fn plot(
             crate::plot::heatmap(&grid, nx, ny, &title, out)?;
             title
         }
-        n => {
-            return Err(what(format!(
-                "has {n} dimension(s); plot draws arrays of 1, 2 or 3"
-            )));
-        }
     };
     Ok(format!("{}: {title}", out.display()))
+}
+
+/// The elements as `f64`, in row-major order, in one pass whatever the memory layout
+/// (an archive's array may be column-major: `HostArray::to_f64_vec` looks each element
+/// up from the start then, which took seconds for a 32 × 32 × 16 field).
+fn row_major_f64(a: &HostArray) -> Vec<f64> {
+    match a {
+        HostArray::Bool(x) => x.iter().map(|&v| f64::from(u8::from(v))).collect(),
+        HostArray::I32(x) => x.iter().map(|&v| f64::from(v)).collect(),
+        HostArray::I64(x) => x.iter().map(|&v| v as f64).collect(),
+        HostArray::F32(x) => x.iter().map(|&v| f64::from(v)).collect(),
+        HostArray::F64(x) => x.iter().copied().collect(),
+    }
 }
 
 /// Options of `sdflow dot`.
@@ -427,7 +458,158 @@ pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
     }
 }
 
-pub(crate) fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
+/// The values of a repeatable `NAME=VALUE` option (`option` is how the command line
+/// spells it, `-s/--symbol`), read by `value`: a name given twice is an error naming
+/// the option and the name, whether or not the values agree.
+pub(crate) fn assignments(
+    option: &str,
+    given: &[(String, String)],
+    mut value: impl FnMut(&str, &str) -> Result<Value, CliError>,
+) -> Result<BTreeMap<String, Value>, CliError> {
+    let mut out = BTreeMap::new();
+    let mut text: BTreeMap<&str, &str> = BTreeMap::new();
+    for (k, v) in given {
+        if let Some(first) = text.insert(k, v) {
+            return Err(CliError::Usage(format!(
+                "{option} {k} is given twice ({k}={first} and {k}={v}); give each name once"
+            )));
+        }
+        out.insert(k.clone(), value(k, v)?);
+    }
+    Ok(out)
+}
+
+/// The integer symbol values given, with the program's static values.
+fn int_symbols(sdfg: &Sdfg, symbols: &BTreeMap<String, Value>) -> BTreeMap<String, i64> {
+    let mut ints: BTreeMap<String, i64> = symbols
+        .iter()
+        .filter(|(_, v)| !v.dtype().is_float())
+        .map(|(k, v)| (k.clone(), v.as_i64()))
+        .collect();
+    for (k, s) in &sdfg.symbols {
+        if let Some(v) = s.value {
+            ints.insert(k.clone(), v.as_i64());
+        }
+    }
+    ints
+}
+
+/// Checks that every container of `sdfg` whose shape the symbol values `symbols` (and
+/// the static ones) give can exist: its extents other than 0 multiply to at most what
+/// one array can hold (`isize::MAX` bytes). An array with an extent of 0 has no
+/// elements, but `[9223372036854775807, 0, 8]` is still no shape an array can take
+/// (the array library panics on it). Shapes that do not evaluate are left to the
+/// interpreter and the argument checks, which say why.
+pub(crate) fn check_sizes(
+    sdfg: &Sdfg,
+    symbols: &BTreeMap<String, Value>,
+    path: &Path,
+) -> Result<(), CliError> {
+    let ints = int_symbols(sdfg, symbols);
+    for (name, desc) in &sdfg.arrays {
+        let Some(shape) = desc
+            .shape()
+            .iter()
+            .map(|e| e.eval_map(&ints).ok().and_then(|v| u64::try_from(v).ok()))
+            .collect::<Option<Vec<u64>>>()
+        else {
+            continue;
+        };
+        let bytes = shape
+            .iter()
+            .filter(|&&x| x != 0)
+            .try_fold(desc.dtype().size_bytes() as u64, |a, &x| a.checked_mul(x));
+        if bytes.is_none_or(|b| b > isize::MAX as u64) {
+            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+            let kind = if desc.transient() {
+                "transient"
+            } else {
+                "argument"
+            };
+            return Err(CliError::Usage(format!(
+                "{}: {kind} '{name}': shape [{}] is larger than any array can be (its extents other than 0 multiply past the address space)",
+                path.display(),
+                dims.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Pseudo-random arguments of a program (`sdflow run` without `--inputs`, `sdflow
+/// bench`) for the symbol values given, made in host memory as the interpreter's arrays
+/// (at most [`interp::MAX_ELEMENTS`] elements each). `command` names the command and
+/// `backend` where the program runs, for the error of an array too large: the
+/// interpreter's limit there, else the limit of the inputs this command makes.
+pub(crate) fn random_inputs(
+    sdfg: &Sdfg,
+    symbols: &BTreeMap<String, Value>,
+    seed: u64,
+    path: &Path,
+    command: &str,
+    backend: sdflow_codegen::Backend,
+) -> Result<Bindings, CliError> {
+    // A symbol an argument's shape needs and nothing gives: say how to give it.
+    for (name, desc) in sdfg.non_transients() {
+        for e in desc.shape() {
+            for x in e.free_symbols() {
+                let known = symbols.contains_key(&x)
+                    || sdfg.symbols.get(&x).is_some_and(|s| s.value.is_some());
+                if !known && sdfg.symbols.contains_key(&x) {
+                    return Err(CliError::Usage(format!(
+                        "{}: symbol '{x}' has no value (it sizes argument '{name}'); give it with -s {x}=VALUE{}",
+                        path.display(),
+                        if command == "run" {
+                            " or pass the arrays with --inputs"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+            }
+        }
+    }
+    check_sizes(sdfg, symbols, path)?;
+    if backend != sdflow_codegen::Backend::Interp {
+        let ints = int_symbols(sdfg, symbols);
+        for (name, desc) in sdfg.non_transients() {
+            // Shapes that do not evaluate are the generator's to report.
+            let Some(shape) = desc
+                .shape()
+                .iter()
+                .map(|e| e.eval_map(&ints).ok().and_then(|v| u64::try_from(v).ok()))
+                .collect::<Option<Vec<u64>>>()
+            else {
+                continue;
+            };
+            let n = shape.iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+            if n.is_none_or(|n| n > interp::MAX_ELEMENTS as u64) {
+                let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+                let hint = if command == "run" {
+                    "; pass the arrays with --inputs"
+                } else {
+                    ""
+                };
+                return Err(CliError::Usage(format!(
+                    "{}: argument '{name}': shape [{}] has more than {} elements, the most `sdflow {command}` makes as a pseudo-random input{hint}",
+                    path.display(),
+                    dims.join(", "),
+                    interp::MAX_ELEMENTS
+                )));
+            }
+        }
+    }
+    interp::random_bindings(sdfg, symbols, seed).map_err(|source| {
+        CliError::Usage(format!(
+            "{}: cannot make pseudo-random inputs: {source}",
+            path.display()
+        ))
+    })
+}
+
+/// The value of symbol `name` of `sdfg` from command-line text (`-s NAME=VALUE`):
+/// an error names the option, the symbol and its type.
+pub fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
     let sym = sdfg.symbols.get(name).ok_or_else(|| {
         CliError::Usage(format!(
             "--symbol {name}: the program has no symbol '{name}'"
@@ -541,7 +723,18 @@ pub fn bind_inputs(
     p: &Path,
     mut symbols: BTreeMap<String, Value>,
 ) -> Result<Bindings, CliError> {
-    let mut arrays = npz::read_npz(p)?;
+    // Only the members the program takes are read: another (of a type sdflow does not
+    // read, say) is no obstacle.
+    let mut archive = npz::Archive::open(p)?;
+    let mut arrays = BTreeMap::new();
+    for name in archive.names().to_vec() {
+        let taken = sdfg.arrays.get(&name).is_some_and(|d| !d.transient())
+            || sdfg.symbols.contains_key(&name);
+        if taken && !arrays.contains_key(&name) {
+            let a = archive.read(&name)?;
+            arrays.insert(name, a);
+        }
+    }
     // 0-d entries named like symbols give symbol values.
     for (name, sym) in &sdfg.symbols {
         if let Some(a) = arrays.get(name)
@@ -563,7 +756,10 @@ pub fn bind_inputs(
         }
     }
     arrays.retain(|k, _| sdfg.arrays.get(k).is_some_and(|d| !d.transient()));
-    infer_symbols(sdfg, &arrays, &mut symbols)?;
+    infer_symbols(sdfg, &arrays, &mut symbols).map_err(|e| match e {
+        CliError::Usage(m) => CliError::Usage(format!("{}: {m}", p.display())),
+        other => other,
+    })?;
     let missing: Vec<&String> = sdfg
         .non_transients()
         .map(|(k, _)| k)
@@ -584,21 +780,21 @@ pub fn bind_inputs(
 /// type, shape, sum and L2 norm.
 pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
     let sdfg = load_program(path)?;
-    let mut symbols: BTreeMap<String, Value> = BTreeMap::new();
-    for (k, v) in &opts.symbols {
-        symbols.insert(k.clone(), symbol_value(&sdfg, k, v)?);
-    }
+    let symbols = assignments("-s/--symbol", &opts.symbols, |k, v| {
+        symbol_value(&sdfg, k, v)
+    })?;
     let mut bindings = match &opts.inputs {
         Some(p) => bind_inputs(&sdfg, p, symbols)?,
-        None => {
-            interp::random_bindings(&sdfg, &symbols, opts.seed).map_err(|source| CliError::Run {
-                path: path.display().to_string(),
-                source,
-            })?
-        }
+        None => random_inputs(&sdfg, &symbols, opts.seed, path, "run", opts.backend)?,
     };
+    // The transients too (sized by symbols an archive may give).
+    check_sizes(&sdfg, &bindings.symbols, path)?;
     match opts.backend {
         sdflow_codegen::Backend::Interp => {
+            // Every runtime symbol needs a value, read or not, as the compiled backends'
+            // argument check has it (same message).
+            sdflow_ir::bind::check_symbols(&sdfg, &|k| bindings.symbols.contains_key(k))
+                .map_err(|e| CliError::Usage(format!("program '{}': {e}", sdfg.name)))?;
             interp::run(&sdfg, &mut bindings).map_err(|source| CliError::Run {
                 path: path.display().to_string(),
                 source,
@@ -697,17 +893,9 @@ pub fn opt(
         None => sdflow_transforms::Pipeline::cpu(),
     };
     let pipeline = if fast_math {
-        if !pipeline.names().contains(&"egraph") {
-            return Err(CliError::Usage(
-                "--fast-math needs the 'egraph' pass in the pipeline".into(),
-            ));
-        }
         pipeline
-            .replace(
-                "egraph",
-                Box::new(sdflow_transforms::EGraphPass::fast_math()),
-            )
-            .map_err(terr)?
+            .fast_math()
+            .map_err(|e| CliError::Usage(format!("--fast-math: {e}")))?
     } else {
         pipeline
     };
@@ -794,10 +982,7 @@ pub fn show_program(sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String,
             SHOW_EMITS.join(", ")
         )));
     }
-    let mut statics = BTreeMap::new();
-    for (k, v) in &o.statics {
-        statics.insert(k.clone(), symbol_value(&sdfg, k, v)?);
-    }
+    let statics = assignments("-s/--static", &o.statics, |k, v| symbol_value(&sdfg, k, v))?;
     let tag = o.backend.unwrap_or(if emit == "cuda" {
         sdflow_codegen::Backend::Gpu
     } else {

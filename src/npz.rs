@@ -31,6 +31,9 @@ pub enum NpzError {
     },
 }
 
+/// The supported element types, as errors list them.
+const SUPPORTED: &str = "f64, f32, i64, i32, bool";
+
 fn read_one(npz: &mut NpzReader<File>, name: &str) -> Result<HostArray, ReadNpzError> {
     macro_rules! try_type {
         ($t:ty, $v:ident) => {
@@ -51,34 +54,127 @@ fn read_one(npz: &mut NpzReader<File>, name: &str) -> Result<HostArray, ReadNpzE
         .map(HostArray::F64)
 }
 
+/// NumPy's name of the element type an `.npy` descriptor (`'<c16'`, `'|O'`) describes,
+/// for errors; `None` when it is not a plain descriptor sdflow recognises.
+fn numpy_type(descr: &py_literal::Value) -> Option<String> {
+    let py_literal::Value::String(s) = descr else {
+        return Some("structured".into());
+    };
+    let body = s.trim_start_matches(['<', '>', '|', '=']);
+    let kind = body.chars().next()?;
+    let digits: String = body[kind.len_utf8()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let size: u32 = digits.parse().unwrap_or(0);
+    let bits = size.saturating_mul(8);
+    Some(match kind {
+        'c' => format!("complex{bits}"),
+        'f' => format!("float{bits}"),
+        'i' => format!("int{bits}"),
+        'u' => format!("uint{bits}"),
+        'b' => "bool".into(),
+        'U' => "str".into(),
+        'S' | 'a' => "bytes".into(),
+        'O' => "object".into(),
+        'M' => "datetime64".into(),
+        'm' => "timedelta64".into(),
+        'V' => "void".into(),
+        _ => return None,
+    })
+}
+
+/// The error of a member that could not be read: its name, and for an element type
+/// sdflow does not read, that type and its descriptor.
+fn member_error(path: &str, name: &str, e: &ReadNpzError) -> NpzError {
+    use ndarray_npy::ReadNpyError;
+    let message = match e {
+        ReadNpzError::Npy(ReadNpyError::WrongDescriptor(d)) => match numpy_type(d) {
+            Some(t) => format!(
+                "array '{name}' has elements of type {t} (descriptor {d}), which sdflow does not read (supported element types: {SUPPORTED})"
+            ),
+            None => format!(
+                "array '{name}' has elements of descriptor {d}, which sdflow does not read (supported element types: {SUPPORTED})"
+            ),
+        },
+        other => format!("array '{name}': {other}"),
+    };
+    NpzError::Format {
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// An archive opened for reading: its member names are known, each array is read (and
+/// its size checked) only when asked for, so that a member of an unsupported type does
+/// not stand in the way of the others.
+pub struct Archive {
+    path: String,
+    file: File,
+    npz: NpzReader<File>,
+    names: Vec<String>,
+}
+
+impl Archive {
+    /// Opens `path` and lists its members (without `.npy`).
+    pub fn open(path: &Path) -> Result<Archive, NpzError> {
+        let p = path.display().to_string();
+        let file = File::open(path).map_err(|source| NpzError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let fmt = |e: &dyn std::fmt::Display| NpzError::Format {
+            path: p.clone(),
+            message: e.to_string(),
+        };
+        let reader = file.try_clone().map_err(|e| fmt(&e))?;
+        let mut npz = NpzReader::new(reader).map_err(|e| fmt(&e))?;
+        let names = npz.names().map_err(|e| fmt(&e))?;
+        Ok(Archive {
+            path: p,
+            file,
+            npz,
+            names,
+        })
+    }
+
+    /// The members' names, in archive order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether the archive has a member `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+
+    /// Reads member `name` (f64, f32, i64, i32 or bool elements), after checking that
+    /// the size its header declares fits the bytes it holds.
+    pub fn read(&mut self, name: &str) -> Result<HostArray, NpzError> {
+        use std::io::Seek;
+        let p = self.path.clone();
+        let mut f = &self.file;
+        f.rewind().map_err(|source| NpzError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        crate::npz_sizes::check(f, Some(name)).map_err(|e| NpzError::Format {
+            path: p.clone(),
+            message: match e.member.as_str() {
+                "" => e.message,
+                m => format!("array '{m}': {}", e.message),
+            },
+        })?;
+        read_one(&mut self.npz, name).map_err(|e| member_error(&p, name, &e))
+    }
+}
+
 /// Reads every array of an archive (f64, f32, i64, i32 and bool elements).
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, HostArray>, NpzError> {
-    let p = path.display().to_string();
-    let file = File::open(path).map_err(|source| NpzError::Io {
-        path: p.clone(),
-        source,
-    })?;
-    let fmt = |e: &dyn std::fmt::Display| NpzError::Format {
-        path: p.clone(),
-        message: e.to_string(),
-    };
-    crate::npz_sizes::check(&file).map_err(|e| NpzError::Format {
-        path: p.clone(),
-        message: match e.member.as_str() {
-            "" => e.message,
-            m => format!("array '{m}': {}", e.message),
-        },
-    })?;
-    let mut npz = NpzReader::new(file).map_err(|e| fmt(&e))?;
-    let names = npz.names().map_err(|e| fmt(&e))?;
+    let mut archive = Archive::open(path)?;
     let mut out = BTreeMap::new();
-    for name in names {
-        let a = read_one(&mut npz, &name).map_err(|e| NpzError::Format {
-            path: p.clone(),
-            message: format!(
-                "array '{name}': {e} (supported element types: f64, f32, i64, i32, bool)"
-            ),
-        })?;
+    for name in archive.names().to_vec() {
+        let a = archive.read(&name)?;
         out.insert(name, a);
     }
     Ok(out)

@@ -27,8 +27,9 @@ fn item_size(descr: &PyValue) -> u64 {
 }
 
 /// Checks that every member's header length and declared shape fit in the member's
-/// bytes (counted by reading it through, without keeping it).
-pub(crate) fn check<R: Read + Seek>(archive: R) -> Result<(), SizeError> {
+/// bytes (counted by reading it through, without keeping it); with `only`, just the
+/// members of that name (with or without `.npy`).
+pub(crate) fn check<R: Read + Seek>(archive: R, only: Option<&str>) -> Result<(), SizeError> {
     let mut zip = zip::ZipArchive::new(archive).map_err(|e| SizeError {
         member: String::new(),
         message: e.to_string(),
@@ -43,6 +44,9 @@ pub(crate) fn check<R: Read + Seek>(archive: R) -> Result<(), SizeError> {
             .strip_suffix(".npy")
             .unwrap_or(f.name())
             .to_string();
+        if only.is_some_and(|o| o != member) {
+            continue;
+        }
         let fail = |message: String| SizeError {
             member: member.clone(),
             message,

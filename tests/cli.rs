@@ -341,7 +341,7 @@ fn opt_reports_the_e_graph_and_the_work_per_point() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--fast-math needs the 'egraph' pass in the pipeline"),
+        stderr(&o).contains("--fast-math: fast math needs the 'egraph' pass, which this pipeline does not have; the passes are: map_fusion"),
         "{}",
         stderr(&o)
     );
@@ -661,4 +661,208 @@ fn bench_prints_time_bandwidth_and_the_ceiling_of_the_same_run() {
         stderr(&o).trim(),
         "error: --backend: bench runs compiled code (cpu or cuda)"
     );
+}
+
+/// `y = a x` (or `y = 2 x` when `reads_a` is false) with a float symbol `a`.
+fn scaled_copy(reads_a: bool) -> String {
+    let code = if reads_a { "v = a * u" } else { "v = 2.0 * u" };
+    format!(
+        r#"{{"sdflow_format": 1, "name": "axpy",
+ "symbols": {{"N": {{"dtype": "i64"}}, "a": {{"dtype": "f64"}}}},
+ "arrays": {{"x": {{"dtype": "f64", "shape": ["N"]}}, "y": {{"dtype": "f64", "shape": ["N"]}}}},
+ "states": [{{"name": "main", "nodes": [{{"access": "x"}}, {{"map": {{"label": "axpy", "params": ["i"], "ranges": ["0:N"],
+   "nodes": [{{"access": "x"}}, {{"tasklet": {{"name": "t", "inputs": {{"u": "f64"}}, "outputs": {{"v": "f64"}}, "code": ["{code}"]}}}}, {{"access": "y"}}],
+   "edges": [{{"src": 0, "dst": 1, "dst_conn": "u", "memlet": "x[i]"}}, {{"src": 1, "dst": 2, "src_conn": "v", "memlet": "y[i]"}}]}}}}, {{"access": "y"}}],
+   "edges": [{{"src": 0, "dst": 1, "memlet": "x[0:N]"}}, {{"src": 1, "dst": 2, "memlet": "y[0:N]"}}]}}],
+ "body": {{"state": 0}}}}"#
+    )
+}
+
+#[test]
+fn a_missing_symbol_is_refused_alike_by_the_interpreter_and_the_cpu_backend() {
+    // Was: the interpreter ran a program whose float symbol was never read and refused
+    // one that read it only when the tasklet ran; the cpu backend refused both.
+    for (reads, file) in [(true, "reads_a.sdfg.json"), (false, "ignores_a.sdfg.json")] {
+        let p = tmp(file);
+        std::fs::write(&p, scaled_copy(reads)).unwrap();
+        let p = p.to_str().unwrap();
+        let mut outs = Vec::new();
+        for backend in ["interp", "cpu"] {
+            let o = sdflow(&["run", p, "-s", "N=8", "--backend", backend]);
+            assert_eq!(o.status.code(), Some(1), "{file} on {backend}");
+            assert_eq!(
+                stderr(&o),
+                "error: program 'axpy': float symbol 'a' has no value (give it)\n",
+                "{file} on {backend}"
+            );
+            let o = sdflow(&["run", p, "-s", "N=8", "-s", "a=0.5", "--backend", backend]);
+            assert!(o.status.success(), "{file} on {backend}: {}", stderr(&o));
+            outs.push(stdout(&o));
+        }
+        assert_eq!(outs[0], outs[1], "{file}");
+    }
+    // An integer symbol nothing reads: the same on both.
+    let p = tmp("extra_k.sdfg.json");
+    let text = scaled_copy(false).replace(
+        r#""a": {"dtype": "f64"}"#,
+        r#""a": {"dtype": "f64"}, "K": {"dtype": "i64"}"#,
+    );
+    std::fs::write(&p, text).unwrap();
+    for backend in ["interp", "cpu"] {
+        let o = sdflow(&[
+            "run",
+            p.to_str().unwrap(),
+            "-s",
+            "N=8",
+            "-s",
+            "a=1",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(
+            stderr(&o),
+            "error: program 'axpy': symbol 'K' has no value (give it, or pass an array whose shape names it)\n",
+            "{backend}"
+        );
+    }
+}
+
+#[test]
+fn a_name_given_twice_is_an_error_naming_the_option_and_the_name() {
+    // Was: the last value silently won.
+    for backend in ["interp", "cpu"] {
+        let o = sdflow(&[
+            "run",
+            "examples/laplace.sdfg.json",
+            "-s",
+            "N=8",
+            "--symbol",
+            "N=9",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            "error: -s/--symbol N is given twice (N=8 and N=9); give each name once\n"
+        );
+    }
+    // Twice the same value is still twice.
+    let o = sdflow(&[
+        "run",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=8",
+        "-s",
+        "N=8",
+    ]);
+    assert_eq!(
+        stderr(&o),
+        "error: -s/--symbol N is given twice (N=8 and N=8); give each name once\n"
+    );
+    let o = sdflow(&[
+        "show",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=8",
+        "--static",
+        "N=16",
+    ]);
+    assert_eq!(
+        stderr(&o),
+        "error: -s/--static N is given twice (N=8 and N=16); give each name once\n"
+    );
+    let bench = sdflow::bench::bench(
+        Path::new("examples/laplace.sdfg.json"),
+        &sdflow::bench::BenchOptions {
+            backend: sdflow::codegen::Backend::Cpu,
+            reps: 1,
+            symbols: vec![("N".into(), "8".into()), ("N".into(), "4".into())],
+            seed: 0,
+            threads: 0,
+            no_opt: true,
+            config: None,
+        },
+    );
+    assert_eq!(
+        bench.unwrap_err().to_string(),
+        "-s/--symbol N is given twice (N=8 and N=4); give each name once"
+    );
+}
+
+#[test]
+fn bench_threads_stay_within_what_openmp_can_start() {
+    // Was: 65536 was taken and crashed the process (a segmentation fault in libgomp).
+    let o = sdflow(&[
+        "bench",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=8",
+        "--threads",
+        "65536",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "error: --threads 65536: at most 4096 (more threads than sdflow asks the OpenMP runtime for; 0 is the OpenMP default)\n"
+    );
+    let config = tmp("threads.toml");
+    std::fs::write(&config, "[cpu]\nthreads = 65536\n").unwrap();
+    let o = sdflow(&[
+        "bench",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=8",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: {}:2:11: cpu.threads: expected an integer from 0 to 4096, found 65536: more threads than sdflow asks the OpenMP runtime for (docs/configuration.md)\n",
+            config.display()
+        )
+    );
+}
+
+#[test]
+fn an_input_too_large_names_what_limits_it() {
+    // Was: "the interpreter's limit" from bench and the cpu backend too.
+    let o = sdflow(&["bench", "examples/laplace.sdfg.json", "-s", "N=100000"]);
+    assert_eq!(
+        stderr(&o),
+        "error: examples/laplace.sdfg.json: argument 'out': shape [100000, 100000] has more than 1073741824 elements, the most `sdflow bench` makes as a pseudo-random input\n"
+    );
+    let o = sdflow(&[
+        "run",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=100000",
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(
+        stderr(&o),
+        "error: examples/laplace.sdfg.json: argument 'out': shape [100000, 100000] has more than 1073741824 elements, the most `sdflow run` makes as a pseudo-random input; pass the arrays with --inputs\n"
+    );
+    // On the interpreter, the interpreter's limit it is.
+    let o = sdflow(&["run", "examples/laplace.sdfg.json", "-s", "N=100000"]);
+    assert_eq!(
+        stderr(&o),
+        "error: examples/laplace.sdfg.json: cannot make pseudo-random inputs: argument 'out': cannot evaluate its shape: shape [100000, 100000] has more than 1073741824 elements, the interpreter's limit\n"
+    );
+    // Extents whose product overflows: no array can be that large, on any backend.
+    for args in [
+        &["bench", "examples/laplace.sdfg.json"][..],
+        &["run", "examples/laplace.sdfg.json"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["-s", "N=9223372036854775807"]);
+        let o = sdflow(&args);
+        assert_eq!(
+            stderr(&o),
+            "error: examples/laplace.sdfg.json: argument 'out': shape [9223372036854775807, 9223372036854775807] is larger than any array can be (its extents other than 0 multiply past the address space)\n"
+        );
+    }
 }

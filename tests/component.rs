@@ -264,7 +264,50 @@ fn specifications_are_checked_before_building() {
     );
     assert_eq!(
         build(ProgramSpec::new(sdfg.clone()).option("threads", "-1")).unwrap(),
-        "program 'flag_if': option threads: expected an integer from 0 to 65536, found -1"
+        "program 'flag_if': option threads: expected an integer from 0 to 4096, found -1"
+    );
+    // A name both static and bound, arrays the static values contradict, and a static
+    // value that makes an extent negative: refused before anything compiles (was: built,
+    // and every call failed, with "'N' is static … do not pass it" when nothing was
+    // passed).
+    assert_eq!(
+        build(
+            ProgramSpec::new(sdfg.clone())
+                .static_value("N", 4i64)
+                .bind_int("N", 5)
+        )
+        .unwrap(),
+        "program 'flag_if': 'N' is bound and also static (= 4); give it one way"
+    );
+    assert_eq!(
+        build(
+            ProgramSpec::new(sdfg.clone())
+                .variants("mode", [0i64, 1])
+                .bind_int("mode", 1)
+        )
+        .unwrap(),
+        "program 'flag_if': 'mode' is bound and also a variant flag; give it one way"
+    );
+    assert_eq!(
+        build(
+            ProgramSpec::new(sdfg.clone())
+                .static_value("N", 4i64)
+                .bind_array("u", HostArray::zeros(sdflow::ir::DType::F64, &[5]))
+        )
+        .unwrap(),
+        "program 'flag_if': bound array 'u' has extent 5 in dimension 0, the program needs 4 ('N' with its static values)"
+    );
+    assert_eq!(
+        build(
+            ProgramSpec::new(sdfg.clone())
+                .bind_array("u", HostArray::zeros(sdflow::ir::DType::F64, &[2, 2]))
+        )
+        .unwrap(),
+        "program 'flag_if': bound array 'u' has 2 dimension(s), the program declares 1"
+    );
+    assert_eq!(
+        build(ProgramSpec::new(sdfg.clone()).static_value("N", -3i64)).unwrap(),
+        "program 'flag_if': static N = -3: extent 'N' of 'out' evaluates to -3; an extent cannot be negative"
     );
     let twice = Component::new(Backend::Cpu)
         .with_program(ProgramSpec::new(sdfg.clone()))

@@ -719,3 +719,78 @@ fn the_optimizer_gives_one_result_whatever_the_threads() {
     let notes = &one.2.iter().find(|p| p.0 == "egraph").unwrap().2.notes;
     assert!(notes.iter().any(|n| n.contains("saturated x")), "{notes:?}");
 }
+
+/// GT4Py reads a neighbour through a table entry that may be a skip value: with
+/// `__tlet_field[idx - r] if idx != -1 else 0.0` in the tasklet (Python's conditional,
+/// lazy), a table holding -1 entries reads no element for them. The result is the
+/// program's with those neighbours' weights made zero instead, on the interpreter and in
+/// compiled code, before and after the optimizer.
+#[test]
+fn a_neighbour_read_under_a_conditional_skips_missing_neighbours() {
+    let original =
+        std::fs::read_to_string(dir().join("calculate_nabla2_for_w.simple.dace.lowered.sdfg"))
+            .unwrap();
+    let read = "__tlet_val = __tlet_field[(__tlet_index - __w_Cell_range_0)]";
+    assert!(original.contains(read));
+    let skipping = original.replace(
+        read,
+        "__tlet_val = (__tlet_field[(__tlet_index - __w_Cell_range_0)] if (__tlet_index != -1) else 0.0)",
+    );
+    let plain = sdflow::orchestration::dace::import(&original).unwrap();
+    let lazy = sdflow::orchestration::dace::import(&skipping).unwrap();
+    let mut npz = NpzReader::new(
+        std::fs::File::open(dir().join("calculate_nabla2_for_w.simple.npz")).unwrap(),
+    )
+    .unwrap();
+    let inputs = gt4py_inputs(&plain, &mut npz);
+    // Every fifth neighbour is missing: -1 in the table, weight 0 for the reference.
+    let (mut with_skips, mut zero_weights) = (inputs.clone(), inputs.clone());
+    let table = &inputs.arrays["gt_conn_C2E2CO"];
+    let weights = &inputs.arrays["geofac_n2s"];
+    let (mut t, mut w) = (table.values(), weights.values());
+    let mut skipped = 0;
+    assert_eq!(table.shape(), weights.shape());
+    for k in (3..t.len()).step_by(5) {
+        t[k] = sdflow::ir::Value::I64(-1).cast(t[k].dtype());
+        w[k] = sdflow::ir::Value::F64(0.0);
+        skipped += 1;
+    }
+    assert!(skipped >= 5, "{skipped}");
+    with_skips.arrays.insert(
+        "gt_conn_C2E2CO".into(),
+        HostArray::from_values(table.dtype(), table.shape(), &t).unwrap(),
+    );
+    zero_weights.arrays.insert(
+        "geofac_n2s".into(),
+        HostArray::from_values(weights.dtype(), weights.shape(), &w).unwrap(),
+    );
+    let mut reference = zero_weights.clone();
+    interp::run(&plain, &mut reference).unwrap();
+    let want = reference.arrays["z_nabla2_c"].to_f64_vec();
+    // Eagerly, the -1 entries would read outside `w`.
+    let e = interp::run(&plain, &mut with_skips.clone())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out of bounds for dimension 0 of 'w'"), "{e}");
+    let mut opt = lazy.clone();
+    Pipeline::cpu().validate_each(true).run(&mut opt).unwrap();
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    for (what, p) in [("lowered", &lazy), ("optimized", &opt)] {
+        let mut got = with_skips.clone();
+        interp::run(p, &mut got).unwrap();
+        assert_eq!(
+            got.arrays["z_nabla2_c"].to_f64_vec(),
+            want,
+            "{what}, interpreted"
+        );
+        let c = compiled(&backend, p, &with_skips);
+        assert_eq!(
+            c.arrays["z_nabla2_c"].to_f64_vec(),
+            want,
+            "{what}, compiled"
+        );
+    }
+}

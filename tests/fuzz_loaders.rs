@@ -1,4 +1,4 @@
-//! The short, fixed-seed fuzz run over every loader (the long campaign is
+//! The short, fixed-seed fuzz runs over every loader and the tools' argument files (the long campaign is
 //! `examples/fuzz_loaders.rs`; see `docs/fuzzing.md`), and the replay of every saved
 //! regression input in `tests/fuzz/regressions/`.
 
@@ -44,6 +44,35 @@ fn short_run_finds_no_panic_and_no_unclear_error() {
     );
     // Every loader both accepted and refused inputs: the mutations are neither all
     // harmless nor all garbage.
+    for (l, t) in &report.tallies {
+        assert!(t.accepted > 0 && t.rejected > 0, "{}: {t:?}", l.name());
+    }
+}
+
+#[test]
+fn the_tools_argument_files_give_no_panic_and_clear_errors() {
+    // `sdflow plot`, `run` (on the interpreter) and `bench` (up to the compilation)
+    // through their own functions, on mutated archives, `-s` values and configurations.
+    let corpus = Corpus::load(MAX_SEED_BYTES);
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let opts = Options {
+        seed: 20261124,
+        inputs: vec![(Loader::Plot, 60), (Loader::Run, 60), (Loader::Bench, 60)],
+        hang_limit: Duration::from_secs(3600),
+        save_dir: Some(tmp.join("fuzz-findings")),
+        // A scratch folder of its own: the other campaign runs beside this one.
+        scratch: tmp.join("fuzz-tools"),
+        progress: 0,
+        max_findings: 20,
+        from: 0,
+    };
+    let report = runner::campaign(&corpus, &opts, None);
+    println!("{report}");
+    assert!(
+        report.findings.is_empty(),
+        "fuzzing found problems (seed {}):\n{report}",
+        opts.seed
+    );
     for (l, t) in &report.tallies {
         assert!(t.accepted > 0 && t.rejected > 0, "{}: {t:?}", l.name());
     }

@@ -136,3 +136,46 @@ fn json_paths_quote_keys_that_are_not_plain_names() {
     assert_eq!(path, r#"arrays["a[0]"].shape[0]"#);
     assert!(message.starts_with("bad expression: "), "{message}");
 }
+
+#[test]
+fn a_zero_extent_beside_a_huge_one_is_an_error_not_a_panic() {
+    // Was: `sdflow bench` (and `sdflow run`, on every backend) with NX = 2⁶³ - 1, NY = 0
+    // passed the size check (no elements) and the array library panicked making the
+    // inputs ("product of non-zero axis lengths overflows isize").
+    let file = "bench/tridiagonal.sdfg.json~1~NX=9223372036854775807;NY=0;NZ=8@zero_extent_beside_huge.toml";
+    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/tridiagonal.sdfg.json");
+    let symbols: Vec<(String, String)> = [("NX", "9223372036854775807"), ("NY", "0"), ("NZ", "8")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let e = sdflow::bench::prepare(
+        &program,
+        &sdflow::bench::BenchOptions {
+            backend: sdflow::codegen::Backend::Cpu,
+            reps: 1,
+            symbols: symbols.clone(),
+            seed: 0,
+            threads: 1,
+            no_opt: false,
+            config: Some(regression(file)),
+        },
+    )
+    .err()
+    .unwrap();
+    let want = format!(
+        "{}: argument 'a': shape [9223372036854775807, 0, 8] is larger than any array can be (its extents other than 0 multiply past the address space)",
+        program.display()
+    );
+    assert_eq!(e.to_string(), want);
+    for backend in [
+        sdflow::codegen::Backend::Interp,
+        sdflow::codegen::Backend::Cpu,
+    ] {
+        let opts = cli::RunOptions {
+            symbols: symbols.clone(),
+            backend,
+            ..Default::default()
+        };
+        assert_eq!(cli::run(&program, &opts).unwrap_err().to_string(), want);
+    }
+}

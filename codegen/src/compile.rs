@@ -12,10 +12,14 @@ use crate::CodegenError;
 pub struct CompilerOptions {
     /// The compiler: `$SDFLOW_CC`, else `cc`.
     pub cc: String,
-    /// Flags. Default: `-O3 -march=native -fopenmp -ffp-contract=off -fno-math-errno
-    /// -fPIC -shared -std=c11`. `-ffp-contract=off` keeps results bitwise equal to the
-    /// interpreter (no fused multiply-add); there is no fast-math unless a program opts in
-    /// by adding flags here. With `SDFLOW_SANITIZE=1` in the environment, the
+    /// Flags. Default: `-O3 -march=native -fopenmp -ffp-contract=off -frounding-math
+    /// -fno-math-errno -fPIC -shared -std=c11`. `-ffp-contract=off` keeps results bitwise
+    /// equal to the interpreter (no fused multiply-add); `-frounding-math` keeps GCC from
+    /// rewriting the arithmetic we print where it is exact only for some signs of zero
+    /// (`0.0 - x` into `-x`) and from folding a math function of a constant to the
+    /// correctly rounded result where the C library, which the interpreter calls, may
+    /// differ in the last bit (`sinh`, `cosh`, `tanh`, `log10`, …). There is no
+    /// fast-math unless a program opts in by adding flags here. With `SDFLOW_SANITIZE=1` in the environment, the
     /// sanitizer flags of [`CompilerOptions::sanitized`] follow.
     pub flags: Vec<String>,
 }
@@ -38,6 +42,7 @@ impl Default for CompilerOptions {
                 "-march=native",
                 "-fopenmp",
                 "-ffp-contract=off",
+                "-frounding-math",
                 "-fno-math-errno",
                 "-fPIC",
                 "-shared",

@@ -26,7 +26,7 @@ pub use cache::{Artifact, Cache, Origin};
 pub use compile::CompilerOptions;
 pub use cpu::{CpuBackend, CpuUnit, EmitOptions, OmpSchedule};
 pub use plan::Plan;
-pub use program::{Args, BoundCall, CallError, CompiledProgram, Element};
+pub use program::{Args, BoundCall, CallError, CompiledProgram, Element, MAX_THREADS};
 
 use std::path::PathBuf;
 

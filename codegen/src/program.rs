@@ -22,6 +22,14 @@ type FinalizeFn = unsafe extern "C" fn(*mut c_void);
 type ThreadsFn = unsafe extern "C" fn(i32);
 type ErrorFn = unsafe extern "C" fn(*mut c_void, *mut i64);
 
+/// The most OpenMP threads a compiled program is run with (`threads` in the
+/// configuration, `sdflow bench --threads`, [`CompiledProgram::set_threads`]). The
+/// OpenMP runtime starts every thread a parallel region asks for, each with its own
+/// stack: GNU libgomp fails from about 32 000 threads on a Linux machine with the
+/// default limits (`vm.max_map_count`, `ulimit -u`) and crashes the process at 65 536;
+/// 4096 is well within those limits and above the hardware threads of a CPU node today.
+pub const MAX_THREADS: usize = 4096;
+
 /// A program compiled to a shared library and loaded.
 pub struct CompiledProgram {
     // The function pointers point into the library. It is never unloaded: the OpenMP
@@ -499,10 +507,11 @@ impl CompiledProgram {
     }
 
     /// Sets the number of threads its parallel region uses (0: the OpenMP default,
-    /// `OMP_NUM_THREADS` or the core count). Affects every call of this library.
+    /// `OMP_NUM_THREADS` or the core count), at most [`MAX_THREADS`] (more are taken as
+    /// that many). Affects every call of this library.
     pub fn set_threads(&self, n: usize) {
         // SAFETY: a plain setter in the generated library.
-        unsafe { (self.set_threads)(n.min(i32::MAX as usize) as i32) }
+        unsafe { (self.set_threads)(n.min(MAX_THREADS) as i32) }
     }
 
     fn bind_err(&self, message: String) -> CallError {
@@ -829,9 +838,9 @@ pub(crate) fn check_arguments(
     sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut values).map_err(|e| e.0)?;
     let mut int_values = Vec::new();
     for s in &sig.ints {
-        let v = values.get(s).ok_or_else(|| {
-            format!("symbol '{s}' has no value (give it, or pass an array whose shape names it)")
-        })?;
+        let v = values
+            .get(s)
+            .ok_or_else(|| sdflow_ir::bind::no_value(s, false).0)?;
         int_values.push(*v);
     }
     let mut float_values = Vec::new();
@@ -840,7 +849,7 @@ pub(crate) fn check_arguments(
             .get(s)
             .copied()
             .or_else(|| ints.get(s).map(|&i| i as f64))
-            .ok_or_else(|| format!("float symbol '{s}' has no value"))?;
+            .ok_or_else(|| sdflow_ir::bind::no_value(s, true).0)?;
         float_values.push(v);
     }
     let eval = |e: &SymExpr| {

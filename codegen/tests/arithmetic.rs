@@ -185,3 +185,172 @@ fn float_arithmetic_agrees_bitwise_on_special_and_random_values() {
     }
     run_both(DType::F32, x32, y32);
 }
+
+/// The shapes GCC once rewrote, each over many values, compiled against the interpreter
+/// before and after the optimizer: `0.0 - x` over an integer conversion, an absolute
+/// value and a bool conversion (GCC made it `-x`, wrong for `x = +0.0`), and through
+/// `1/(…)` and `atan2(…, -1)`, where the sign of zero becomes ±inf and ±π; the negated
+/// fused product `-fma(a, b, c)` (fused into one instruction giving `+0.0` for `-0.0`);
+/// and math functions of constants, as literals and as static float symbols (GCC folded
+/// them to the correctly rounded value where the C library differs in the last bit).
+#[test]
+fn the_arithmetic_we_print_is_the_arithmetic_that_runs() {
+    const CONSTANTS: usize = 40;
+    let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut b = SdfgBuilder::new("shapes");
+    b.symbol("N", DType::I64);
+    for (a, t) in [
+        ("k", DType::I64),
+        ("x", DType::F64),
+        ("g", DType::F32),
+        ("p", DType::Bool),
+        ("fa", DType::F64),
+        ("fb", DType::F64),
+        ("fc", DType::F64),
+    ] {
+        b.array(a, t, ["N"]);
+    }
+    let mut code = vec![
+        "neg_k = 0.0 - f64(k)",
+        "neg_x = 0.0 - abs(x)",
+        "neg_g = 0.0f32 - abs(g)",
+        "neg_p = 0.0 - f64(p)",
+        "inv_x = 1.0 / (0.0 - abs(x))",
+        "ang_k = atan2(0.0 - f64(k), -1.0)",
+        "nfma = -fma(fa, fb, fc)",
+        "nfma_mul = -fma(fa, fb, fc) * 3.0",
+        "nfma_sel = select(p, -fma(fa, fb, fc), 1.0)",
+    ]
+    .into_iter()
+    .map(|c| c.to_string())
+    .collect::<Vec<_>>();
+    let funcs = [
+        "sinh", "cosh", "tanh", "log10", "exp", "log", "sin", "tan", "atan",
+    ];
+    for k in 0..CONSTANTS {
+        let v = next() * 3.0;
+        for f in funcs {
+            code.push(format!("c_{f}_{k} = {f}({v:?})"));
+        }
+        b.static_symbol(&format!("s{k}"), Value::F64(next() * 3.0));
+        for f in funcs {
+            code.push(format!("s_{f}_{k} = {f}(s{k})"));
+        }
+    }
+    let outs: Vec<String> = code
+        .iter()
+        .map(|c| c.split(" = ").next().unwrap().to_string())
+        .collect();
+    for o in &outs {
+        b.array(o, if o == "neg_g" { DType::F32 } else { DType::F64 }, ["N"]);
+    }
+    let code_ref = &code;
+    let outs_ref = &outs;
+    b.state("main", |st| {
+        st.map("m", &["i"], &["0:N"], |m| {
+            for (c, o) in code_ref.iter().zip(outs_ref) {
+                let ins: Vec<(&str, String)> = ["k", "x", "g", "p", "fa", "fb", "fc"]
+                    .into_iter()
+                    .filter(|a| c.split(" = ").nth(1).unwrap().contains(a))
+                    .map(|a| (a, format!("{a}[i]")))
+                    .collect();
+                let ins: Vec<(&str, &str)> = ins.iter().map(|(a, m)| (*a, m.as_str())).collect();
+                let out = format!("{o}[i]");
+                m.tasklet(o, &ins, &[("v", &out)], &c.replacen(o, "v", 1));
+            }
+        });
+    });
+    let sdfg = b.build();
+    assert_eq!(sdfg.validate(), Ok(()));
+    // Inputs with zeros of both signs among random values; fused products that cancel
+    // exactly (a * b = -c) among random ones.
+    let n = 4003;
+    let (mut k, mut x, mut g, mut p, mut fa, mut fb, mut fc) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for i in 0..n {
+        let r = next();
+        k.push(Value::I64(if i % 3 == 0 {
+            0
+        } else {
+            (r * 20.0) as i64 - 10
+        }));
+        x.push(Value::F64(match i % 4 {
+            0 => 0.0,
+            1 => -0.0,
+            _ => r * 8.0 - 4.0,
+        }));
+        g.push(Value::F32(if i % 4 < 2 {
+            -0.0
+        } else {
+            (r * 8.0 - 4.0) as f32
+        }));
+        p.push(Value::Bool(i % 2 == 0));
+        let (a, bb) = (
+            (next() * 64.0).floor() / 16.0 - 2.0,
+            (next() * 64.0).floor() / 8.0,
+        );
+        fa.push(Value::F64(a));
+        fb.push(Value::F64(bb));
+        fc.push(Value::F64(if i % 2 == 0 { -(a * bb) } else { next() }));
+    }
+    let mut inputs = Bindings::default();
+    inputs.symbols.insert("N".into(), Value::I64(n as i64));
+    for (a, t, v) in [
+        ("k", DType::I64, &k),
+        ("x", DType::F64, &x),
+        ("g", DType::F32, &g),
+        ("p", DType::Bool, &p),
+        ("fa", DType::F64, &fa),
+        ("fb", DType::F64, &fb),
+        ("fc", DType::F64, &fc),
+    ] {
+        inputs
+            .arrays
+            .insert(a.into(), HostArray::from_values(t, &[n], v).unwrap());
+    }
+    for o in &outs {
+        let t = if o == "neg_g" { DType::F32 } else { DType::F64 };
+        inputs.arrays.insert(o.clone(), HostArray::zeros(t, &[n]));
+    }
+    let mut expected = inputs.clone();
+    interp::run(&sdfg, &mut expected).unwrap();
+    // The interpreter's signs: +0.0 from `0.0 - (+0.0)`, +inf and +π through it, -0.0
+    // from the negated exact-zero fused product.
+    assert_eq!(expected.arrays["neg_k"].values()[0].as_f64().to_bits(), 0);
+    assert_eq!(expected.arrays["inv_x"].values()[0].as_f64(), f64::INFINITY);
+    assert_eq!(
+        expected.arrays["ang_k"].values()[0].as_f64(),
+        std::f64::consts::PI
+    );
+    assert_eq!(
+        expected.arrays["nfma"].values()[0].as_f64().to_bits(),
+        (-0.0f64).to_bits()
+    );
+    let mut opt = sdfg.clone();
+    sdflow_transforms::Pipeline::cpu().run(&mut opt).unwrap();
+    for (what, p) in [("original", &sdfg), ("optimized", &opt)] {
+        let prog = CpuBackend {
+            cache: None,
+            ..CpuBackend::default()
+        }
+        .build(p)
+        .unwrap();
+        let mut got = inputs.clone();
+        prog.run_bindings(&mut got).unwrap();
+        let bad: Vec<&String> = outs
+            .iter()
+            .filter(|o| expected.arrays[*o].bits() != got.arrays[*o].bits())
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{what}: {} outputs differ: {bad:?}",
+            bad.len()
+        );
+    }
+}

@@ -63,6 +63,32 @@ impl std::fmt::Display for What {
     }
 }
 
+/// The error of a runtime symbol without a value (`float`: of a float type), worded
+/// the same by every backend: the interpreter's callers ([`check_symbols`]) and the
+/// compiled programs' argument check.
+pub fn no_value(name: &str, float: bool) -> BindError {
+    BindError(if float {
+        format!("float symbol '{name}' has no value (give it)")
+    } else {
+        format!("symbol '{name}' has no value (give it, or pass an array whose shape names it)")
+    })
+}
+
+/// Checks that every runtime symbol of `sdfg` — one without a static value that its
+/// control flow does not set (loop variables, assigned symbols) — has a value: `given`
+/// says which names have one. A symbol is a parameter of the program whether or not
+/// the program reads it, so a missing one is an error before anything runs, on every
+/// backend (the compiled programs check the same in their argument check).
+pub fn check_symbols(sdfg: &crate::Sdfg, given: &dyn Fn(&str) -> bool) -> Result<(), BindError> {
+    let flow = sdfg.loop_and_assigned_symbols();
+    for (name, s) in &sdfg.symbols {
+        if s.value.is_none() && !flow.contains(name) && !given(name) {
+            return Err(no_value(name, s.dtype.is_float()));
+        }
+    }
+    Ok(())
+}
+
 /// C-order (row-major) strides, in elements, of an array of extents `extents`.
 pub fn c_strides(extents: &[usize]) -> Vec<isize> {
     let row_major: Vec<usize> = (0..extents.len()).collect();

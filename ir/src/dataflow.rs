@@ -131,6 +131,33 @@ pub struct Tasklet {
     pub code: Vec<Stmt>,
 }
 
+impl Tasklet {
+    /// The input connectors whose values the code may need only under a lazy condition
+    /// (inside a `select` branch or the right operand of `&&`/`||`, in every statement
+    /// that reads them). Every backend reads such an input where the code evaluates it,
+    /// not before the code runs, so that a read the taken branch does not make (an index
+    /// outside the array, a table entry that is a skip value) is never made; every other
+    /// input is read before the code runs, in the order of the tasklet's in-edges.
+    pub fn lazy_inputs(&self) -> BTreeSet<&str> {
+        if !self.code.iter().any(|s| s.value.has_lazy()) {
+            return BTreeSet::new();
+        }
+        let mut strict = BTreeSet::new();
+        let mut named = BTreeSet::new();
+        for s in &self.code {
+            s.value.visit_strict_vars(&mut |v| {
+                strict.insert(v);
+            });
+            named.extend(s.value.vars());
+        }
+        self.inputs
+            .keys()
+            .map(String::as_str)
+            .filter(|c| named.contains(*c) && !strict.contains(c))
+            .collect()
+    }
+}
+
 /// A map: a parallel loop nest whose body is itself a dataflow graph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MapScope {

@@ -249,7 +249,8 @@ pub enum Expr {
     Unary(UnOp, Box<Expr>),
     /// A binary operation.
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    /// `select(cond, a, b)`: `a` where `cond` holds, else `b` (both are evaluated).
+    /// `select(cond, a, b)`: `a` where `cond` holds, else `b`. Lazy, as C's `?:` and
+    /// Python's `a if c else b`: only the branch taken is evaluated (and can fail).
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
     /// A math function call.
     Call(MathFn, Vec<Expr>),
@@ -341,6 +342,34 @@ impl Expr {
             }
         });
         out
+    }
+
+    /// True when the expression holds a lazy operation: a `select`, `&&` or `||`, whose
+    /// branch or right operand is evaluated only when the condition asks for it.
+    pub fn has_lazy(&self) -> bool {
+        let mut lazy = false;
+        self.visit(&mut |e| {
+            lazy |= matches!(e, Expr::Select(..))
+                || matches!(e, Expr::Binary(op, ..) if op.is_logical());
+        });
+        lazy
+    }
+
+    /// Calls `f` on every name the expression always evaluates: names outside the
+    /// branches of every `select` and the right operands of every `&&` and `||`.
+    pub fn visit_strict_vars<'e>(&'e self, f: &mut dyn FnMut(&'e str)) {
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            match e {
+                Expr::Const(_) => {}
+                Expr::Var(v) => f(v),
+                Expr::Unary(_, a) | Expr::Cast(_, a) => stack.push(a),
+                Expr::Binary(op, a, _) if op.is_logical() => stack.push(a),
+                Expr::Binary(_, a, b) => stack.extend([&**a, &**b]),
+                Expr::Select(c, _, _) => stack.push(c),
+                Expr::Call(_, args) => stack.extend(args.iter()),
+            }
+        }
     }
 
     /// Calls `f` on every node, parents before children, left to right.

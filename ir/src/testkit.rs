@@ -14,7 +14,12 @@
 //!   writes; the only concurrent writes are `wcr: sum` reductions of integer-valued
 //!   floats, which are exact in any order;
 //! - computes no NaN or infinity from finite inputs: tasklets use `+ - *`, `min`, `max`,
-//!   `select`, `abs` and `sqrt(abs(x) + 1.0)`, and clamp their results to `[-2, 2]`.
+//!   `select`, `abs` and `sqrt(abs(x) + 1.0)`, and clamp their results to `[-2, 2]`;
+//!   with [`GenConfig::allow_edge_arith`] also integer divisions guarded by a lazy
+//!   `select`, `0.0 - x` over conversions, negated fused products and math functions of
+//!   a static float symbol;
+//! - stops with no error, unless [`GenConfig::allow_failing_dead_code`] adds maps whose
+//!   unread results divide by zero at some points.
 //!
 //! Integer arrays are neighbour tables indexing the first dimension of the grid;
 //! [`crate::interp::random_bindings`] fills them with valid indices.
@@ -22,6 +27,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+
+pub mod exprs;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -69,6 +76,16 @@ pub struct GenConfig {
     /// a body-local scalar read through a memlet's subset (`src[k[], …]`, GT4Py's
     /// dynamic offsets).
     pub allow_hazards: bool,
+    /// Arithmetic where backends and compilers have disagreed (on by default): integer
+    /// divisions guarded by a lazy `select` (the division runs only where its divisor
+    /// is not zero), `0.0 - x` over conversions and absolute values (where +0.0 must
+    /// stay +0.0), negated fused products `-fma(a, b, -(a * b))`, and math functions of
+    /// a static float symbol `kappa` (a constant after specialization).
+    pub allow_edge_arith: bool,
+    /// Maps whose results nothing reads and whose integer division fails at some
+    /// points (off by default): the program stops with an error, and the optimizer may
+    /// remove the map and with it the error (`docs/transforms.md`, *Errors*).
+    pub allow_failing_dead_code: bool,
 }
 
 impl Default for GenConfig {
@@ -87,6 +104,8 @@ impl Default for GenConfig {
             allow_f32: true,
             allow_static: true,
             allow_hazards: false,
+            allow_edge_arith: true,
+            allow_failing_dead_code: false,
         }
     }
 }
@@ -179,6 +198,8 @@ struct Gen {
     inner_wcr: BTreeSet<String>,
     /// The caller's float and bool symbols forwarded to nested SDFGs are declared.
     scalars: bool,
+    /// The value of the static float symbol `kappa` (with `allow_edge_arith`).
+    kappa: Option<f64>,
 }
 
 const PARAMS: [&str; 3] = ["i", "j", "k"];
@@ -219,7 +240,13 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         widened: BTreeSet::new(),
         inner_wcr: BTreeSet::new(),
         scalars: false,
+        kappa: None,
     };
+    if cfg.allow_edge_arith && cfg.allow_static {
+        let v = g.rng.random_range(0.1..1.5);
+        g.b.static_symbol("kappa", Value::F64(v));
+        g.kappa = Some(v);
+    }
     let n_in = g.rng.random_range(1..=cfg.max_inputs.max(1));
     for k in 0..n_in {
         let name = format!("in{k}");
@@ -738,7 +765,8 @@ impl Gen {
         }
         let a = self.expr(vars, depth - 1);
         let b = self.expr(vars, depth - 1);
-        match self.rng.random_range(0..9) {
+        let edge = if self.cfg.allow_edge_arith { 13 } else { 9 };
+        match self.rng.random_range(0..edge) {
             0 => format!("({a} + {b})"),
             1 => format!("({a} - {b})"),
             2 => format!("({a} * {b})"),
@@ -750,7 +778,26 @@ impl Gen {
             }
             6 => format!("sqrt(abs({a}) + 1.0)"),
             7 => format!("abs({a})"),
-            _ => format!("({a} * {})", self.literal()),
+            8 => format!("({a} * {})", self.literal()),
+            9 => {
+                let q = format!("i64(floor({a} * 4.0))");
+                format!("select({q} != 0, f64(7 // {q}) * 0.125, {b})")
+            }
+            10 => match self.rng.random_range(0..3) {
+                0 => format!("(0.0 - f64(i32({a} * 0.25)))"),
+                1 => format!("(0.0 - abs({a} * 0.0))"),
+                _ => format!("(0.0 - f64({a} < {b}))"),
+            },
+            11 => format!("(-fma({a}, {b}, -({a} * {b})))"),
+            _ => {
+                let f =
+                    ["sinh", "cosh", "tanh", "log10", "exp", "sin"][self.rng.random_range(0..6)];
+                // A static float symbol, or a literal where there are none.
+                let c = self
+                    .kappa
+                    .map_or_else(|| "0.7".to_string(), |_| "kappa".to_string());
+                format!("({f}({c}) * {a})")
+            }
         }
     }
 
@@ -864,8 +911,33 @@ impl Gen {
             })
             .collect();
         self.maps += steps.len();
+        // A map whose result nothing reads, dividing by a value that is zero at some
+        // points: the program stops there unless the map is removed.
+        let failing_dead =
+            (self.cfg.allow_failing_dead_code && self.rng.random_bool(0.05)).then(|| {
+                let name = format!("tmp{}", self.transients);
+                self.transients += 1;
+                self.declare(&name, true);
+                let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+                (src, name)
+            });
         let name = format!("s{first}");
         let id = self.b.state(&name, |st| {
+            if let Some((src, dead)) = &failing_dead {
+                let params: Vec<&str> = PARAMS[..rank].to_vec();
+                let idx = params.join(", ");
+                let ranges: Vec<String> = dims.iter().map(|d| range_text(d, 0, 0)).collect();
+                let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                let (inp, out) = (format!("{src}[{idx}]"), format!("{dead}[{idx}]"));
+                st.map(&format!("dead{first}"), &params, &ranges, |m| {
+                    m.tasklet(
+                        &format!("dead{first}"),
+                        &[("a", &inp)],
+                        &[("o", &out)],
+                        "o = f64(7 // i64(floor(a * 3.0)))",
+                    );
+                });
+            }
             let mut nested = nested.into_iter();
             for (k, s) in steps.iter().enumerate() {
                 let label = format!("m{}", first + k);
@@ -1056,6 +1128,15 @@ impl Gen {
         Block::State(id)
     }
 
+    /// Declares the static symbol `kappa` in a callee whose code reads it.
+    fn declare_kappa(&self, b: &mut SdfgBuilder, code: &str) {
+        if let Some(v) = self.kappa
+            && code.contains("kappa")
+        {
+            b.static_symbol("kappa", Value::F64(v));
+        }
+    }
+
     /// The callee of a nested step: `b = f(a)` elementwise over `n × m (× l)`.
     fn inner_sdfg(&self, code: &str, step: &Step, scalars: bool) -> Sdfg {
         let rank = self.rank();
@@ -1072,6 +1153,7 @@ impl Gen {
         for d in &dims {
             b.symbol(d, DType::I64);
         }
+        self.declare_kappa(&mut b, code);
         // With scalar parameters: `o = select(b_, f(a) * w, f(a))`.
         let code = if scalars {
             b.symbol("w", DType::F64).symbol("b_", DType::Bool);
@@ -1133,6 +1215,7 @@ impl Gen {
             b.symbol(d, DType::I64);
         }
         b.symbol("r", DType::I64).symbol("f", DType::I64);
+        self.declare_kappa(&mut b, code);
         b.array("c", dtype(src), dims.clone());
         b.array("o", dtype(target), dims.clone());
         let params: Vec<&str> = PARAMS[..rank].to_vec();

@@ -712,3 +712,33 @@ fn a_static_symbol_cannot_be_rebound() {
         "{e}"
     );
 }
+
+/// A transient with no elements whose other extents multiply past any array's size
+/// (`[2^63 - 1, 0, 8]`) is an error naming the shape, not a panic in the allocation.
+#[test]
+fn an_empty_shape_too_large_to_lay_out_is_an_error() {
+    let mut b = sdflow_ir::SdfgBuilder::new("huge");
+    b.symbol("N", sdflow_ir::DType::I64)
+        .symbol("M", sdflow_ir::DType::I64)
+        .transient("t", sdflow_ir::DType::F64, ["N", "M", "8"])
+        .array("out", sdflow_ir::DType::F64, ["1"]);
+    b.state("s", |s| {
+        s.tasklet("z", &[], &[("o", "out[0]")], "o = 1.0");
+    });
+    let p = b.build();
+    let mut args = sdflow_ir::interp::Bindings::default();
+    args.arrays.insert(
+        "out".into(),
+        sdflow_ir::interp::HostArray::zeros(sdflow_ir::DType::F64, &[1]),
+    );
+    args.symbols
+        .insert("N".into(), sdflow_ir::Value::I64(i64::MAX));
+    args.symbols.insert("M".into(), sdflow_ir::Value::I64(0));
+    let e = sdflow_ir::interp::run(&p, &mut args)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("shape [9223372036854775807, 0, 8] has no elements, but its other extents multiply past any array's size"),
+        "{e}"
+    );
+}

@@ -447,6 +447,9 @@ impl Callable {
         match &exe {
             Executable::Cpu(p) => p.bind(args)?.call(),
             Executable::Interp(sdfg) => args.run_copied(&self.symbol_types, |b| {
+                // Every runtime symbol needs a value, as the compiled backends check it.
+                sdflow_ir::bind::check_symbols(sdfg, &|k| b.symbols.contains_key(k))
+                    .map_err(|e| self.err(e.0))?;
                 sdflow_ir::interp::run(sdfg, b).map_err(|e| CallError::Run {
                     program: self.name.clone(),
                     message: e.to_string(),
@@ -589,7 +592,6 @@ fn check_spec(p: &ProgramSpec) -> Result<(), ComponentError> {
     };
     let sdfg = &p.sdfg;
     let symbols: Vec<&str> = sdfg.symbols.keys().map(String::as_str).collect();
-    let args = sdfg.arguments();
     for (name, values) in &p.variants {
         let Some(s) = sdfg.symbols.get(name) else {
             return Err(e(format!(
@@ -613,43 +615,125 @@ fn check_spec(p: &ProgramSpec) -> Result<(), ComponentError> {
             return Err(e(format!("'{name}' is both static and a variant flag")));
         }
     }
-    for name in p.bound_ints.keys().chain(p.bound_floats.keys()) {
+    for name in p.bound_ints.keys() {
+        p.check_bound_symbol(name, false)?;
+    }
+    for name in p.bound_floats.keys() {
+        p.check_bound_symbol(name, true)?;
+    }
+    for (name, a) in &p.bound_arrays {
+        p.check_bound_array(name, a.dtype(), a.shape())?;
+    }
+    Ok(())
+}
+
+impl ProgramSpec {
+    fn spec_err(&self, message: String) -> ComponentError {
+        ComponentError::Spec {
+            program: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Checks that symbol `name` may be bound (given once, for every call) to a value of
+    /// the kind `float` says: a symbol of the program, of that kind, neither static nor a
+    /// variant flag. [`Component::build`] checks [`ProgramSpec::bind_int`] and
+    /// [`ProgramSpec::bind_float`] so; a caller that keeps bound values itself (the
+    /// Python package's `bound`) checks them with this, for the same errors.
+    pub fn check_bound_symbol(&self, name: &str, float: bool) -> Result<(), ComponentError> {
+        let sdfg = &self.sdfg;
         let Some(s) = sdfg.symbols.get(name) else {
-            return Err(e(format!(
+            let symbols: Vec<&str> = sdfg.symbols.keys().map(String::as_str).collect();
+            return Err(self.spec_err(format!(
                 "bound '{name}' is not a symbol of the program (its symbols: {})",
                 symbols.join(", ")
             )));
         };
-        if p.bound_floats.contains_key(name) != s.dtype.is_float() {
-            return Err(e(format!(
+        if float != s.dtype.is_float() {
+            return Err(self.spec_err(format!(
                 "bound '{name}' is a {} symbol; bind it with bind_{}",
                 s.dtype,
                 if s.dtype.is_float() { "float" } else { "int" }
             )));
         }
-        if p.statics.contains_key(name) || p.variants.iter().any(|(n, _)| n == name) {
-            return Err(e(format!(
-                "'{name}' is bound and also static or a variant flag"
+        self.check_not_static(name)
+    }
+
+    /// `name` is neither static nor a variant flag (for a name that is bound).
+    fn check_not_static(&self, name: &str) -> Result<(), ComponentError> {
+        if let Some(v) = self.statics.get(name) {
+            return Err(self.spec_err(format!(
+                "'{name}' is bound and also static (= {v}); give it one way"
             )));
         }
+        if self.variants.iter().any(|(n, _)| n == name) {
+            return Err(self.spec_err(format!(
+                "'{name}' is bound and also a variant flag; give it one way"
+            )));
+        }
+        Ok(())
     }
-    for (name, a) in &p.bound_arrays {
-        if !args.contains(name) || sdfg.symbols.contains_key(name) {
-            return Err(e(format!(
+
+    /// Checks that argument `name` may be bound to an array of element type `dtype` and
+    /// extents `extents`: an argument of the program, of its declared element type, with
+    /// its declared number of dimensions and the extents its static values give. As
+    /// [`ProgramSpec::check_bound_symbol`], for [`ProgramSpec::bind_array`] and for
+    /// callers that keep bound arrays themselves.
+    pub fn check_bound_array(
+        &self,
+        name: &str,
+        dtype: DType,
+        extents: &[usize],
+    ) -> Result<(), ComponentError> {
+        let sdfg = &self.sdfg;
+        let args = sdfg.arguments();
+        if !args.iter().any(|a| a == name) || sdfg.symbols.contains_key(name) {
+            return Err(self.spec_err(format!(
                 "bound array '{name}' is not an argument of the program (its arguments: {})",
                 args.join(", ")
             )));
         }
-        let declared = sdfg.arrays.get(name).map(|d| d.dtype());
-        if declared.is_some_and(|t| t != a.dtype()) {
-            return Err(e(format!(
-                "bound array '{name}' has elements of type {}, the program declares {}",
-                a.dtype(),
-                declared.expect("checked")
+        self.check_not_static(name)?;
+        let Some(desc) = sdfg.arrays.get(name) else {
+            return Ok(());
+        };
+        if desc.dtype() != dtype {
+            return Err(self.spec_err(format!(
+                "bound array '{name}' has elements of type {dtype}, the program declares {}",
+                desc.dtype()
             )));
         }
+        let shape = desc.shape();
+        if shape.is_empty() {
+            // A scalar container: a one-element array of any shape is taken.
+            return Ok(());
+        }
+        if shape.len() != extents.len() {
+            return Err(self.spec_err(format!(
+                "bound array '{name}' has {} dimension(s), the program declares {}",
+                extents.len(),
+                shape.len()
+            )));
+        }
+        let ints: BTreeMap<String, i64> = sdfg
+            .symbols
+            .iter()
+            .filter_map(|(k, s)| Some((k.clone(), s.value?)))
+            .chain(self.statics.iter().map(|(k, v)| (k.clone(), *v)))
+            .filter(|(_, v)| !v.dtype().is_float())
+            .map(|(k, v)| (k, v.as_i64()))
+            .collect();
+        for (d, (e, &have)) in shape.iter().zip(extents).enumerate() {
+            if let Ok(want) = e.eval_map(&ints)
+                && want != have as i64
+            {
+                return Err(self.spec_err(format!(
+                    "bound array '{name}' has extent {have} in dimension {d}, the program needs {want} ('{e}' with its static values)"
+                )));
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Specializes, optimizes, generates, compiles and loads one variant.

@@ -86,7 +86,7 @@ const OPTIONS: &[(&str, Scope, &str)] = &[
     (
         "threads",
         Scope::Cpu,
-        "OpenMP threads, 0 for the OpenMP default (integer ≥ 0)",
+        "OpenMP threads, 0 for the OpenMP default (integer from 0 to 4096)",
     ),
     (
         "schedule",
@@ -197,7 +197,21 @@ impl Options {
                 self.fusion_balance = x;
             }
             "tile_rows" => self.tile_rows = integer(v, 0, 1 << 20)?,
-            "threads" => self.threads = integer(v, 0, 1 << 16)? as usize,
+            "threads" => {
+                let n = integer(v, i64::MIN, i64::MAX)?;
+                let max = sdflow_codegen::MAX_THREADS;
+                if !(0..=max as i64).contains(&n) {
+                    let why = if n > 0 {
+                        ": more threads than sdflow asks the OpenMP runtime for (docs/configuration.md)"
+                    } else {
+                        ""
+                    };
+                    return Err(format!(
+                        "expected an integer from 0 to {max}, found {n}{why}"
+                    ));
+                }
+                self.threads = n as usize;
+            }
             "schedule" => {
                 let s = string(v)?;
                 self.schedule = OmpSchedule::from_name(s).ok_or_else(|| {
@@ -768,6 +782,23 @@ impl Config {
                     .map_err(|m| format!("program '{name}': {m}"))?;
                 sources.insert(e.key, self.source(sel, e));
             }
+        }
+        // Fast math needs an e-graph pass that runs: refuse it here, naming where the
+        // options came from, rather than run nothing (or a disabled pass).
+        if resolved.optimize && resolved.fast_math {
+            crate::workflow::OptimizeStep::pipeline(&resolved).map_err(|e| {
+                let at = |k: &str| {
+                    sources
+                        .get(k)
+                        .map_or_else(|| "default".to_string(), ToString::to_string)
+                };
+                format!(
+                    "program '{name}': fast_math ({}): {e} (passes: {}; disable: {})",
+                    at("fast_math"),
+                    at("passes"),
+                    at("disable")
+                )
+            })?;
         }
         Ok(Resolved {
             options: resolved,

@@ -140,6 +140,39 @@ pub fn specialized(sdfg: &Sdfg, statics: &BTreeMap<String, Value>) -> Result<Sdf
         // A static symbol is no longer an argument.
         out.arg_order.retain(|a| a != k);
     }
+    // An extent the static values fix must not be negative (as the interpreter and the
+    // compiled programs' argument check have it for values passed at run time).
+    let ints: BTreeMap<String, i64> = out
+        .symbols
+        .iter()
+        .filter(|(_, s)| !s.dtype.is_float())
+        .filter_map(|(k, s)| Some((k.clone(), s.value?.as_i64())))
+        .collect();
+    for (name, desc) in &out.arrays {
+        for e in desc.shape() {
+            let used: Vec<String> = e
+                .free_symbols()
+                .into_iter()
+                .filter(|x| statics.contains_key(x) && ints.contains_key(x))
+                .collect();
+            if used.is_empty() {
+                continue;
+            }
+            if let Ok(v) = e.eval_map(&ints)
+                && v < 0
+            {
+                let given: Vec<String> =
+                    used.iter().map(|x| format!("{x} = {}", ints[x])).collect();
+                return Err(WorkflowError::Program {
+                    program: sdfg.name.clone(),
+                    message: format!(
+                        "static {}: extent '{e}' of '{name}' evaluates to {v}; an extent cannot be negative",
+                        given.join(", ")
+                    ),
+                });
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -168,11 +201,8 @@ impl OptimizeStep {
                 }),
             )?;
         }
-        if options.fast_math && p.names().contains(&"egraph") {
-            p = p.replace(
-                "egraph",
-                Box::new(sdflow_transforms::EGraphPass::fast_math()),
-            )?;
+        if options.fast_math {
+            p = p.fast_math()?;
         }
         Ok(p)
     }

@@ -119,6 +119,36 @@ fn the_file_overrides_the_code_and_the_code_the_defaults() {
 }
 
 #[test]
+fn threads_are_bounded_by_what_openmp_can_start() {
+    // Was: any count up to 65 536 was taken, and libgomp failed at 40 000 or crashed
+    // the process (a segmentation fault) at 65 536.
+    assert_eq!(sdflow_codegen::MAX_THREADS, 4096);
+    let c = parse("[cpu]\nthreads = 4096\n").unwrap();
+    let r = c.resolve("p", Backend::Cpu, &arch, &[]).unwrap();
+    assert_eq!(r.options.threads, 4096);
+    for n in ["4097", "65536", "1_000_000"] {
+        let digits = n.replace('_', "");
+        assert_eq!(
+            parse(&format!("[cpu]\nthreads = {n}\n")).unwrap_err(),
+            format!(
+                "granule.toml:2:11: cpu.threads: expected an integer from 0 to 4096, found {digits}: more threads than sdflow asks the OpenMP runtime for (docs/configuration.md)"
+            )
+        );
+    }
+    let code = vec![("threads".to_string(), "65536".to_string())];
+    assert_eq!(
+        Config::empty()
+            .resolve("p", Backend::Cpu, &arch, &code)
+            .unwrap_err(),
+        "program 'p': option threads: expected an integer from 0 to 4096, found 65536: more threads than sdflow asks the OpenMP runtime for (docs/configuration.md)"
+    );
+    assert_eq!(
+        parse("[cpu]\nthreads = -1\n").unwrap_err(),
+        "granule.toml:2:11: cpu.threads: expected an integer from 0 to 4096, found -1"
+    );
+}
+
+#[test]
 fn errors_name_the_file_line_and_key() {
     let cases: &[(&str, &str)] = &[
         (
@@ -200,4 +230,38 @@ fn the_environment_variable_overrides_the_path() {
         "{e}"
     );
     assert!(Config::locate(None).is_ok() || std::env::var_os("SDFLOW_CONFIG").is_some());
+}
+
+/// `fast_math = true` where the pipeline has no e-graph pass that runs is refused when
+/// the options are resolved, naming where each came from: with `disable = ["egraph"]`
+/// the fast-math e-graph once ran in the disabled pass's place, and with `passes`
+/// leaving it out, fast math was silently ignored.
+#[test]
+fn fast_math_without_a_running_egraph_pass_is_refused() {
+    let c = parse("[defaults]\nfast_math = true\ndisable = [\"egraph\"]\n").unwrap();
+    let e = c.resolve("p", Backend::Cpu, &arch, &[]).unwrap_err();
+    assert_eq!(
+        e,
+        "program 'p': fast_math (granule.toml:2 [defaults]): fast math needs the 'egraph' \
+         pass, which this pipeline disables; the passes are: specialize, dead_dataflow, \
+         redundant_copy, state_fusion, map_fusion, sibling_fusion, egraph, move_into_if \
+         (passes: default; disable: granule.toml:3 [defaults])"
+    );
+    let c = parse("[defaults]\nfast_math = true\npasses = [\"map_fusion\"]\n").unwrap();
+    let e = c.resolve("p", Backend::Cpu, &arch, &[]).unwrap_err();
+    assert!(
+        e.contains("which this pipeline does not have; the passes are: map_fusion"),
+        "{e}"
+    );
+    // With the pass, or without optimizing, fast math is fine.
+    let c = parse("[defaults]\nfast_math = true\n").unwrap();
+    assert!(
+        c.resolve("p", Backend::Cpu, &arch, &[])
+            .unwrap()
+            .options
+            .fast_math
+    );
+    let c = parse("[defaults]\nfast_math = true\noptimize = false\npasses = [\"map_fusion\"]\n")
+        .unwrap();
+    assert!(c.resolve("p", Backend::Cpu, &arch, &[]).is_ok());
 }

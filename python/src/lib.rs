@@ -134,7 +134,7 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Program> {
         (b.as_bytes().to_vec(), "<bytes>".into())
     } else if let Ok(s) = source.cast::<PyString>() {
         let s = s.to_str()?;
-        if s.trim_start().starts_with('{') {
+        if looks_like_text(s) {
             (s.as_bytes().to_vec(), "<json>".into())
         } else {
             read_file(s)?
@@ -170,9 +170,35 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Program> {
     })
 }
 
+/// Whether a string given to `load` is a document rather than a path: it starts (after
+/// white space) with `{` or `[` (JSON), holds a line break or a NUL, or is longer than
+/// any path (4096 bytes, Linux's `PATH_MAX`).
+fn looks_like_text(s: &str) -> bool {
+    let t = s.trim_start();
+    t.starts_with('{') || t.starts_with('[') || s.contains(['\n', '\0']) || s.len() > 4096
+}
+
+/// `s` for an error message: whole when short, else its start and its length.
+fn shortened(s: &str) -> String {
+    const KEEP: usize = 80;
+    if s.chars().count() <= KEEP {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(KEEP).collect();
+    format!("{head}… ({} characters)", s.chars().count())
+}
+
 fn read_file(path: &str) -> PyResult<(Vec<u8>, String)> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{path}: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        let msg = format!("{}: {e}", shortened(path));
+        match e.kind() {
+            std::io::ErrorKind::NotFound => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
+            std::io::ErrorKind::PermissionDenied => {
+                pyo3::exceptions::PyPermissionError::new_err(msg)
+            }
+            _ => pyo3::exceptions::PyOSError::new_err(msg),
+        }
+    })?;
     Ok((bytes, path.to_string()))
 }
 
@@ -280,13 +306,8 @@ impl Program {
             },
         };
         let p = if fast_math {
-            p.replace(
-                "egraph",
-                Box::new(sdflow_transforms::EGraphPass::fast_math()),
-            )
-            .map_err(|_| {
-                SdflowError::new_err("fast_math needs the 'egraph' pass in the pipeline")
-            })?
+            p.fast_math()
+                .map_err(|e| SdflowError::new_err(format!("fast_math: {e}")))?
         } else {
             p
         };
@@ -484,23 +505,40 @@ impl Program {
                 spec = spec.option(&k, &text);
             }
         }
-        let mut component = Component::new(tag);
-        if tag == Backend::Gpu {
-            component = component.device(device::device()?);
-        }
-        let programs = component.with_program(spec).build().map_err(sdflow_err)?;
+        // The bound arguments are checked before anything compiles, as the component
+        // checks its own (a name static and bound, an array of another element type or
+        // of extents the static values contradict); the values stay here.
         let mut held = BoundArgs::default();
         if let Some(d) = bound {
             for (k, v) in d.iter() {
                 held.push(py, sdfg, &k.extract::<String>()?, &v)?;
             }
         }
+        for (k, h) in &held.items {
+            match h {
+                Held::Array { dtype, shape, .. } => spec.check_bound_array(k, *dtype, shape),
+                Held::Scalar { dtype, .. } => spec.check_bound_array(k, *dtype, &[]),
+                Held::Int(_) => spec.check_bound_symbol(k, false),
+                Held::Float(_) => spec.check_bound_symbol(k, true),
+            }
+            .map_err(sdflow_err)?;
+        }
+        let statics: Vec<String> = r#static
+            .map(|d| d.keys().iter().map(|k| k.extract()).collect())
+            .transpose()?
+            .unwrap_or_default();
+        let mut component = Component::new(tag);
+        if tag == Backend::Gpu {
+            component = component.device(device::device()?);
+        }
+        let programs = component.with_program(spec).build().map_err(sdflow_err)?;
         Ok(CompiledProgram {
             programs: Arc::new(programs),
             name: sdfg.name.clone(),
             sdfg: sdfg.clone(),
             backend: tag,
             bound: held,
+            statics,
         })
     }
 
@@ -710,10 +748,12 @@ fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> 
     }
 }
 
-/// Integer symbols not given in `sets` whose value an array's extent gives (a dimension
-/// declared as the bare symbol).
-fn infer_sizes(sdfg: &Sdfg, sets: &[&BoundArgs]) -> Vec<(String, i64)> {
-    let given = |k: &str| sets.iter().any(|s| s.items.iter().any(|(n, _)| n == k));
+/// Integer symbols neither given in `sets` nor static whose value an array's extent
+/// gives (a dimension declared as the bare symbol).
+fn infer_sizes(sdfg: &Sdfg, sets: &[&BoundArgs], statics: &[String]) -> Vec<(String, i64)> {
+    let given = |k: &str| {
+        statics.iter().any(|s| s == k) || sets.iter().any(|s| s.items.iter().any(|(n, _)| n == k))
+    };
     let mut out: Vec<(String, i64)> = Vec::new();
     for set in sets {
         for (name, h) in &set.items {
@@ -778,6 +818,8 @@ struct CompiledProgram {
     sdfg: Arc<Sdfg>,
     backend: Backend,
     bound: BoundArgs,
+    /// The symbols compiled in (never inferred from the arrays' shapes).
+    statics: Vec<String>,
 }
 
 impl CompiledProgram {
@@ -960,7 +1002,7 @@ impl CompiledProgram {
         {
             // The compiled CPU program infers sizes from the arrays' shapes; for the
             // others, a dimension that is a bare symbol gives its value here.
-            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound]);
+            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics);
             held.items
                 .extend(inferred.into_iter().map(|(k, v)| (k, Held::Int(v))));
         }

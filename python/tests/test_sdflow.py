@@ -103,6 +103,24 @@ def test_validation_lists_every_problem():
     assert sdflow.load(EXAMPLES / "laplace.sdfg.json").problems() == []
 
 
+def test_a_string_that_is_not_a_path_is_read_as_a_document_with_a_short_error():
+    # Was: an OSError whose message was the whole input (here 100 000 characters).
+    with pytest.raises(sdflow.SdflowError) as e:
+        sdflow.load("[" * 100000)
+    assert str(e.value).startswith("<json>: ") and len(str(e.value)) < 300, str(e.value)
+    with pytest.raises(sdflow.SdflowError, match="an SDFG document is a JSON object"):
+        sdflow.load("[1, 2]")
+    # Longer than any path: a document.
+    with pytest.raises(sdflow.SdflowError) as e:
+        sdflow.load("x" * 5000)
+    assert str(e.value).startswith("<json>: ") and len(str(e.value)) < 300, str(e.value)
+    # A path that is not there: FileNotFoundError, the path shortened.
+    missing = "no/such/" + "d" * 300 + ".sdfg"
+    with pytest.raises(FileNotFoundError) as e:
+        sdflow.load(missing)
+    assert "(313 characters)" in str(e.value) and len(str(e.value)) < 200, str(e.value)
+
+
 # --- optimizing, drawing, printing ----------------------------------------------------
 
 
@@ -166,6 +184,40 @@ def test_static_and_bound_arguments():
         prog(out=out, alpha=0.05, N=20)
     with pytest.raises(sdflow.CallError, match="'u' is bound; do not pass it"):
         prog(u=u, out=out, alpha=0.05)
+
+
+def test_static_and_bound_values_are_checked_when_compiling():
+    # Was: each compiled, and every call failed ("'N' is static ... do not pass it" when
+    # nothing was passed).
+    p = sdflow.load(EXAMPLES / "laplace.sdfg.json")
+    u = random_grid(8)
+    cases = [
+        (dict(static={"N": 4}, bound={"N": 5}), "'N' is bound and also static (= 4); give it one way"),
+        (dict(bound={"u": u.astype(np.float32)}), "bound array 'u' has elements of type f32, the program declares f64"),
+        (dict(static={"N": -3}), "static N = -3: extent 'N' of 'out' evaluates to -3; an extent cannot be negative"),
+        (dict(static={"N": 4}, bound={"u": u}), "bound array 'u' has extent 8 in dimension 0, the program needs 4 ('N' with its static values)"),
+        (dict(bound={"u": u[0]}), "bound array 'u' has 1 dimension(s), the program declares 2"),
+        (dict(options={"threads": 65536}), "option threads: expected an integer from 0 to 4096, found 65536: more threads than sdflow asks the OpenMP runtime for (docs/configuration.md)"),
+    ]
+    for backend in ("cpu", "interp"):
+        for kwargs, message in cases:
+            with pytest.raises(sdflow.SdflowError) as e:
+                p.compile(backend, **kwargs)
+            assert str(e.value) == f"program 'laplace': {message}", (backend, kwargs)
+    # A static size is not inferred from the arrays (on the interpreter either).
+    for backend in ("cpu", "interp"):
+        prog = p.compile(backend, static={"N": 8})
+        out = np.zeros_like(u)
+        prog(u=u, out=out)
+        assert np.array_equal(out, laplace_reference(u))
+
+
+def test_a_missing_symbol_is_refused_alike_on_every_backend():
+    p = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    u = random_grid(12)
+    for backend in ("cpu", "interp"):
+        with pytest.raises(sdflow.CallError, match=re.escape("program 'hyperdiffusion': float symbol 'alpha' has no value (give it)")):
+            p.compile(backend)(u=u, out=np.zeros_like(u))
 
 
 def test_options_are_applied_and_shown():

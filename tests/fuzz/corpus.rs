@@ -52,6 +52,8 @@ pub struct Corpus {
     pub texts: Vec<String>,
     /// Strings, keys and subtrees for structure-aware mutations.
     pub pool: Pool,
+    /// Programs and configurations for the tools' inputs.
+    pub tools: super::tools::Seeds,
 }
 
 /// The repository root.
@@ -200,6 +202,7 @@ impl Corpus {
         let pool = Pool::new(&docs);
         let mut texts: Vec<String> = TEXTS.iter().map(|s| s.to_string()).collect();
         texts.extend(pool.strings.iter().filter(|s| !s.is_empty()).cloned());
+        let tools = super::tools::Seeds::load(&root, &programs);
         Corpus {
             json,
             dace,
@@ -208,6 +211,7 @@ impl Corpus {
             names,
             texts,
             pool,
+            tools,
         }
     }
 }

@@ -101,6 +101,7 @@ pub fn input(rng: &mut ChaCha8Rng, loader: Loader, corpus: &Corpus) -> Input {
                 bytes,
             }
         }
+        Loader::Plot | Loader::Run | Loader::Bench => super::tools::input(rng, loader, corpus),
         Loader::Text => {
             let entry = TEXT_ENTRIES[rng.random_range(0..TEXT_ENTRIES.len())];
             let t = &corpus.texts[rng.random_range(0..corpus.texts.len())];

@@ -1,7 +1,8 @@
 //! The loader fuzz harness: mutations of the real corpus files fed to every loader of
 //! sdflow (the JSON format, the DaCe importer, `.npz` inputs bound against a program,
-//! and the text syntax of expressions, subsets and memlets), each input run under
-//! `catch_unwind` and timed. See `docs/fuzzing.md`.
+//! and the text syntax of expressions, subsets and memlets), and the argument files of
+//! `sdflow plot`, `run` and `bench` through the tools' own functions, each input run
+//! under `catch_unwind` and timed. See `docs/fuzzing.md`.
 //!
 //! Shared by the short fixed-seed run of the test suite (`tests/fuzz_loaders.rs`) and
 //! the long campaign (`examples/fuzz_loaders.rs`), which include this folder with
@@ -15,3 +16,4 @@ pub mod npz;
 pub mod runner;
 pub mod targets;
 pub mod text;
+pub mod tools;

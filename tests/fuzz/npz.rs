@@ -33,9 +33,11 @@ pub fn archive(members: &Members, deflate: bool) -> Vec<u8> {
     } else {
         zip::CompressionMethod::Stored
     };
+    // A compression level with `Stored` makes the writer refuse every member (the
+    // archive came out empty): only deflated members get one.
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(method)
-        .compression_level(Some(1));
+        .compression_level(deflate.then_some(1));
     for (name, data) in members {
         // A name the writer refuses (a repeated one) is left out.
         if w.start_file(name.as_str(), opts).is_ok() {

@@ -151,7 +151,7 @@ pub fn rng_for(seed: u64, loader: Loader, index: u64) -> ChaCha8Rng {
 }
 
 /// Saves an input as a file that reproduces it; `.npz` inputs carry their program's
-/// name before `@`.
+/// name before `@`, the tools' inputs their command line.
 pub fn save(dir: &Path, input: &Input, stem: &str) -> Option<PathBuf> {
     let d = dir.join(input.loader.name());
     std::fs::create_dir_all(&d).ok()?;
@@ -169,7 +169,9 @@ pub fn load_saved(path: &Path) -> Option<Input> {
     let loader = Loader::from_name(&path.parent()?.file_name()?.to_string_lossy())?;
     let name = path.file_name()?.to_string_lossy().into_owned();
     let program = match loader {
-        Loader::Npz => Some(name.split_once('@')?.0.to_string()),
+        Loader::Npz | Loader::Plot | Loader::Run | Loader::Bench => {
+            Some(name.split_once('@')?.0.to_string())
+        }
         _ => None,
     };
     Some(Input {

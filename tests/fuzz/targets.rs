@@ -43,11 +43,26 @@ pub enum Loader {
     Npz,
     /// Expression, statement, subset and memlet text, and DaCe's Python subset.
     Text,
+    /// `sdflow plot`: an archive and the field to draw ([`super::tools`]).
+    Plot,
+    /// `sdflow run` on the interpreter: a program with an archive of inputs or
+    /// pseudo-random ones, and `-s` values.
+    Run,
+    /// `sdflow bench` up to the compilation: a configuration file, `--threads`, `-s`.
+    Bench,
 }
 
 impl Loader {
     /// Every loader.
-    pub const ALL: [Loader; 4] = [Loader::Json, Loader::Dace, Loader::Npz, Loader::Text];
+    pub const ALL: [Loader; 7] = [
+        Loader::Json,
+        Loader::Dace,
+        Loader::Npz,
+        Loader::Text,
+        Loader::Plot,
+        Loader::Run,
+        Loader::Bench,
+    ];
 
     /// Its name on the command line and in folder names.
     pub fn name(self) -> &'static str {
@@ -56,6 +71,9 @@ impl Loader {
             Loader::Dace => "dace",
             Loader::Npz => "npz",
             Loader::Text => "text",
+            Loader::Plot => "plot",
+            Loader::Run => "run",
+            Loader::Bench => "bench",
         }
     }
 
@@ -71,6 +89,8 @@ impl Loader {
             Loader::Dace => "sdfg",
             Loader::Npz => "npz",
             Loader::Text => "txt",
+            Loader::Plot | Loader::Run => "npz",
+            Loader::Bench => "toml",
         }
     }
 }
@@ -91,7 +111,8 @@ pub const TEXT_ENTRIES: [&str; 7] = [
 pub struct Input {
     /// The loader it is for.
     pub loader: Loader,
-    /// For `.npz` inputs: the program (key of [`Corpus::programs`]) it is bound against.
+    /// For `.npz` inputs: the program (key of [`Corpus::programs`]) it is bound against;
+    /// for the tools' inputs, the command line around the file ([`super::tools`]).
     pub program: Option<String>,
     /// The bytes.
     pub bytes: Vec<u8>,
@@ -115,6 +136,7 @@ pub fn run(input: &Input, corpus: &Corpus, scratch: &Path) -> Verdict {
         Loader::Json | Loader::Dace => program_file(&input.bytes),
         Loader::Npz => npz(input, corpus, scratch),
         Loader::Text => text(&input.bytes),
+        Loader::Plot | Loader::Run | Loader::Bench => super::tools::run(input, corpus, scratch),
     }
 }
 

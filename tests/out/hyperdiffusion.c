@@ -24,10 +24,17 @@ static _Thread_local int64_t sdf_pv[SDF_MAXP];
    shared library costs a call per access, and the compiler would recompute the address
    at every use; the empty asm makes the pointer a value it keeps. */
 #define SDF_ERR_PTR() __extension__({ sdf_err_t* sdf_p_ = &sdf_err; __asm__("" : "+r"(sdf_p_)); sdf_p_; })
-static inline void sdf_raise(int64_t site, int64_t v0, int64_t v1) {
-    if (sdf_err.failed) return;
+static inline int sdf_raise(int64_t site, int64_t v0, int64_t v1) {
+    if (sdf_err.failed) return 0;
     sdf_err.failed = 1; sdf_err.site = site; sdf_err.v0 = v0; sdf_err.v1 = v1;
-    memcpy(sdf_err.p, sdf_pv, sizeof sdf_pv); }
+    memcpy(sdf_err.p, sdf_pv, sizeof sdf_pv); return 1; }
+/* A failure in loops that record no map parameters as they run: the parameters of the
+   enclosing maps (`n` of them, at most four, from position `first`) come with it. */
+static inline void sdf_raise_at(int64_t site, int64_t v0, int64_t v1, int64_t first, int64_t n,
+                                int64_t p0, int64_t p1, int64_t p2, int64_t p3) {
+    if (!sdf_raise(site, v0, v1)) return;
+    const int64_t p[4] = {p0, p1, p2, p3};
+    for (int64_t k = 0; k < n && k < 4 && first + k < SDF_MAXP; k++) sdf_err.p[first + k] = p[k]; }
 static inline int sdf_err_before(const sdf_err_t* a, const sdf_err_t* b) {
     if (a->site != b->site) return a->site < b->site;
     for (int k = 0; k < SDF_MAXP; k++) if (a->p[k] != b->p[k]) return a->p[k] < b->p[k];
@@ -79,6 +86,8 @@ static inline int64_t sdf_qmod(int64_t a, int64_t b, int* q) {
 /* An index-table value plus its offset; overflow raises. */
 static inline int64_t sdf_tadd(int64_t v, int64_t o, int64_t site) {
     int64_t r; if (__builtin_add_overflow(v, o, &r)) { sdf_raise(site, v, o); return 0; } return r; }
+#define SDF_AT_PARAMS int64_t first, int64_t n, int64_t p0, int64_t p1, int64_t p2, int64_t p3
+#define SDF_RAISE_AT(site, v0, v1) sdf_raise_at(site, v0, v1, first, n, p0, p1, p2, p3)
 #define SDF_INT_OPS(W, T, UT, MIN)                                                        \
 static inline T sdf_add##W(T a, T b) { return (T)((UT)a + (UT)b); }                      \
 static inline T sdf_sub##W(T a, T b) { return (T)((UT)a - (UT)b); }                      \
@@ -96,6 +105,12 @@ static inline T sdf_floordiv##W(T a, T b) {                                     
     if (b == 0) { sdf_fail(); return 0; }                                                \
     if (a == MIN && b == -1) return MIN;                                                 \
     T q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q; }       \
+static inline T sdf_div##W##s(T a, T b, int64_t site, SDF_AT_PARAMS) {                    \
+    if (b == 0) { SDF_RAISE_AT(site, a, b); return 0; } return sdf_div##W(a, b); }       \
+static inline T sdf_mod##W##s(T a, T b, int64_t site, SDF_AT_PARAMS) {                    \
+    if (b == 0) { SDF_RAISE_AT(site, a, b); return 0; } return sdf_mod##W(a, b); }       \
+static inline T sdf_floordiv##W##s(T a, T b, int64_t site, SDF_AT_PARAMS) {               \
+    if (b == 0) { SDF_RAISE_AT(site, a, b); return 0; } return sdf_floordiv##W(a, b); }  \
 static inline T sdf_abs##W(T a) { return a < 0 ? sdf_neg##W(a) : a; }                    \
 static inline T sdf_min##W(T a, T b) { return a < b ? a : b; }                           \
 static inline T sdf_max##W(T a, T b) { return a > b ? a : b; }
@@ -109,6 +124,10 @@ static inline int64_t sdf_wall_ns(void) {
 /* A value read from an index table, checked against the extent it indexes. */
 static inline int64_t sdf_ind(int64_t v, int64_t n) {
     if (v < 0 || v >= n) { sdf_fail(); return 0; }
+    return v; }
+/* The same, raising at an error site (the index, the extent). */
+static inline int64_t sdf_inds(int64_t v, int64_t ext, int64_t site, SDF_AT_PARAMS) {
+    if (v < 0 || v >= ext) { SDF_RAISE_AT(site, v, ext); return 0; }
     return v; }
 static inline int32_t sdf_f2i32(double x) {
     if (x != x) return 0;
@@ -131,6 +150,35 @@ static inline float sdf_fminf(float a, float b) {
     if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
 static inline float sdf_fmaxf(float a, float b) {
     if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
+/* fma whose result the compiler cannot see into: GCC turns -(fma(a, b, c)) into one
+   fused negate-multiply-subtract, -(a*b) - c, which is +0.0 where the negated +0.0 sum
+   is -0.0. An empty asm that may change the value stops that; the fma itself stays
+   one instruction. */
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && (defined(__x86_64__) || defined(__i386__))
+#define SDF_OPAQUE(v) __asm__("" : "+x"(v))
+#elif defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && defined(__aarch64__)
+#define SDF_OPAQUE(v) __asm__("" : "+w"(v))
+#elif defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#define SDF_OPAQUE(v) __asm__("" : "+m"(v))
+#else
+#define SDF_OPAQUE(v) ((void)0)
+#endif
+static inline double sdf_fma(double a, double b, double c) {
+    double r = fma(a, b, c); SDF_OPAQUE(r); return r; }
+static inline float sdf_fmaf(float a, float b, float c) {
+    float r = fmaf(a, b, c); SDF_OPAQUE(r); return r; }
+/* Float comparisons, as functions: GCC 12's front end folds `(a && x < y) || x >= y`
+   into `a || x >= y`, as if `x >= y` were `!(x < y)`, which a NaN makes false. Inlined,
+   they are the plain comparisons. */
+#define SDF_FCMP(T)                                                                       \
+static inline bool sdf_lt_##T(T a, T b) { return a < b; }                                \
+static inline bool sdf_le_##T(T a, T b) { return a <= b; }                               \
+static inline bool sdf_gt_##T(T a, T b) { return a > b; }                                \
+static inline bool sdf_ge_##T(T a, T b) { return a >= b; }                               \
+static inline bool sdf_eq_##T(T a, T b) { return a == b; }                               \
+static inline bool sdf_ne_##T(T a, T b) { return a != b; }
+SDF_FCMP(double)
+SDF_FCMP(float)
 /* The cube root, by exactly the interpreter's operations (`interp::value::cbrt`). */
 static inline double sdf_cbrt(double x) {
     if (x == 0.0 || !isfinite(x)) return x;

@@ -84,6 +84,18 @@ pub enum TransformError {
         /// Every pass name.
         known: Vec<String>,
     },
+    /// Fast math asked of a pipeline whose e-graph pass is missing or disabled.
+    #[error(
+        "fast math needs the 'egraph' pass, which this pipeline {}; the passes are: {}",
+        if *.disabled { "disables" } else { "does not have" },
+        .passes.join(", ")
+    )]
+    FastMathWithoutEGraph {
+        /// The e-graph pass is in the pipeline but disabled.
+        disabled: bool,
+        /// The pipeline's passes.
+        passes: Vec<String>,
+    },
 }
 
 /// A transformation of a whole program. It applies its rule wherever it matches, until

@@ -252,11 +252,34 @@ impl Pipeline {
         Ok(self)
     }
 
-    /// Replaces the pass called `name` by `pass`.
+    /// Replaces the pass called `name` by `pass`; a disabled pass's replacement is
+    /// disabled too.
     pub fn replace(mut self, name: &str, pass: Box<dyn Pass>) -> Result<Pipeline, TransformError> {
         let k = self.position(name)?;
+        if self.disabled.contains(name) {
+            self.disabled.insert(pass.name().to_string());
+        }
         self.passes[k] = pass;
         Ok(self)
+    }
+
+    /// The e-graph pass replaced by its fast-math version (result-changing rules, see
+    /// `docs/transforms.md`); an error when the pipeline has no e-graph pass or disables
+    /// it, since fast math would then silently do nothing (or run a disabled pass).
+    pub fn fast_math(self) -> Result<Pipeline, TransformError> {
+        let has = self.names().contains(&"egraph");
+        if !has || self.disabled.contains("egraph") {
+            return Err(TransformError::FastMathWithoutEGraph {
+                disabled: has,
+                passes: self.names().iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        self.replace("egraph", Box::new(crate::EGraphPass::fast_math()))
+    }
+
+    /// True when the pipeline has the pass called `name` and does not disable it.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        self.names().contains(&name) && !self.disabled.contains(name)
     }
 
     /// Sets the round bound.

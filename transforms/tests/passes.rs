@@ -8,8 +8,8 @@ use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
 use sdflow_ir::testkit::branchy;
 use sdflow_ir::{Block, DType, Node, Sdfg, SdfgBuilder, Value};
 use sdflow_transforms::{
-    DeadDataflow, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion, Specialize,
-    StateFusion, TransformError,
+    DeadDataflow, EGraphPass, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion,
+    Specialize, StateFusion, TransformError,
 };
 
 fn symbols(pairs: &[(&str, i64)]) -> BTreeMap<String, Value> {
@@ -715,4 +715,67 @@ fn a_pass_whose_input_did_not_change_is_not_run_again() {
     let again = Pipeline::cpu().run(&mut s.clone()).unwrap();
     assert_eq!(again.rounds, 1);
     assert!(again.passes.iter().all(|p| p.changes.is_empty()));
+}
+
+/// Fast math asked of a pipeline that disables its e-graph pass is an error, and a
+/// disabled pass's replacement stays disabled: with `fast_math = true` and
+/// `disable = ["egraph"]` the fast-math e-graph once ran in the disabled pass's place.
+#[test]
+fn fast_math_never_runs_a_disabled_egraph_pass() {
+    let mut b = SdfgBuilder::new("fm");
+    b.symbol("N", DType::I64)
+        .array("x", DType::F64, ["N"])
+        .array("y", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("s", |st| {
+        st.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet(
+                "t",
+                &[("a", "x[i]"), ("b", "y[i]")],
+                &[("o", "out[i]")],
+                "o = (a + b) + a * b",
+            );
+        });
+    });
+    let s = b.build();
+    let run = |p: Pipeline| {
+        let mut o = s.clone();
+        p.validate_each(true).run(&mut o).unwrap();
+        o
+    };
+    let without = run(Pipeline::cpu().disable("egraph").unwrap());
+    let fast = run(Pipeline::cpu().fast_math().unwrap());
+    assert!(without != fast, "fast math changes this program");
+    let replaced = Pipeline::cpu()
+        .disable("egraph")
+        .unwrap()
+        .replace("egraph", Box::new(EGraphPass::fast_math()))
+        .unwrap();
+    assert!(!replaced.is_enabled("egraph_fast_math"));
+    assert!(run(replaced) == without, "the disabled pass ran");
+
+    let e = Pipeline::cpu()
+        .disable("egraph")
+        .unwrap()
+        .fast_math()
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "fast math needs the 'egraph' pass, which this pipeline disables; the passes are: \
+         specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, \
+         egraph, move_into_if"
+    );
+    let e = Pipeline::from_names(&["map_fusion"])
+        .unwrap()
+        .fast_math()
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "fast math needs the 'egraph' pass, which this pipeline does not have; the passes \
+         are: map_fusion"
+    );
+    let p = Pipeline::cpu().fast_math().unwrap();
+    assert!(p.is_enabled("egraph_fast_math") && !p.names().contains(&"egraph"));
 }

@@ -18,8 +18,8 @@ use std::fmt::Write as _;
 
 use sdflow_ir::typing::{Binding, TaskletNames};
 use sdflow_ir::{
-    DType, DataDesc, Dataflow, Dim, Edge, EdgeId, Expr, LibraryNode, MapScope, Memlet, NestedSdfg,
-    Node, NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
+    BinOp, DType, DataDesc, Dataflow, Dim, Edge, EdgeId, Expr, LibraryNode, MapScope, Memlet,
+    NestedSdfg, Node, NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
 
 pub use crate::abi::{ArgSpec, Signature};
@@ -223,6 +223,36 @@ impl<'a> Scope<'a> {
         self.sites.borrow_mut().add(&self.loc, kind)
     }
 
+    /// A site whose failure names the map point it happened at also in unchecked loops
+    /// (which record no parameters as they run): its number and the C arguments that
+    /// pass the parameters, `first, count, p0, p1, p2, p3` (for `sdf_raise_at`). The
+    /// parameters are those of the maps of the function being printed, at most four;
+    /// with more, the failure names the unchecked maps without their points.
+    fn site_at_point(&self, kind: SiteKind) -> (usize, String) {
+        let mut first = None;
+        let mut names = Vec::new();
+        for part in self.loc.iter().rev() {
+            match part {
+                LocPart::Text(t) if t.starts_with("sdfg '") => break,
+                LocPart::Map { params, depth, .. } | LocPart::Point { params, depth, .. } => {
+                    first = Some(*depth);
+                    names.splice(0..0, params.iter().map(|p| format!("s_{p}")));
+                }
+                LocPart::Text(_) => {}
+            }
+        }
+        let has_point = self.loc.iter().any(|p| matches!(p, LocPart::Point { .. }));
+        match first {
+            Some(first) if has_point && !self.checked && names.len() <= 4 => {
+                let count = names.len();
+                names.resize(4, "0".to_string());
+                let site = self.sites.borrow_mut().add_with(&self.loc, kind, true);
+                (site, format!("{first}, {count}, {}", names.join(", ")))
+            }
+            _ => (self.site(kind), "0, 0, 0, 0, 0, 0".to_string()),
+        }
+    }
+
     /// C text of a symbolic expression whose overflow or division by zero raises the
     /// interpreter's error at this location.
     fn sym(&self, e: &SymExpr) -> String {
@@ -285,7 +315,7 @@ impl<'a> Scope<'a> {
                     .0
                     .iter()
                     .enumerate()
-                    .map(|(k, d)| self.index(d, a.shape.get(k)))
+                    .map(|(k, d)| self.index_of(d, a.shape.get(k), Some((data, k))))
                     .collect();
                 format!("a_{data}[{}]", self.flat(&idx, &a.strides))
             }
@@ -296,6 +326,13 @@ impl<'a> Scope<'a> {
     /// value read from an index table is checked (a bad entry raises the error flag and
     /// reads index 0 instead of memory outside the array).
     fn index(&self, d: &Dim, extent: Option<&SymExpr>) -> String {
+        self.index_of(d, extent, None)
+    }
+
+    /// [`Scope::index`] of dimension `dim` of `data` when `of` names them: a bad
+    /// table entry then raises at a site of its own, whose message is the interpreter's
+    /// (the index, the dimension, the array and its extent).
+    fn index_of(&self, d: &Dim, extent: Option<&SymExpr>, of: Option<(&str, usize)>) -> String {
         match d {
             Dim::Index(e) => self.sub_sym(e),
             Dim::Range { start, .. } => self.sub_sym(start),
@@ -324,9 +361,19 @@ impl<'a> Scope<'a> {
                     Some(0) => value,
                     _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
                 };
-                match extent {
-                    Some(n) => format!("sdf_ind({value}, {})", self.sym_with(n, SymCheck::Plain)),
-                    None => format!("({value})"),
+                match (extent, of) {
+                    (Some(n), Some((data, dim))) => {
+                        let (site, at) = self.site_at_point(SiteKind::Index {
+                            data: data.to_string(),
+                            dim,
+                        });
+                        let n = self.sym_with(n, SymCheck::Plain);
+                        format!("sdf_inds({value}, {n}, {site}, {at})")
+                    }
+                    (Some(n), None) => {
+                        format!("sdf_ind({value}, {})", self.sym_with(n, SymCheck::Plain))
+                    }
+                    (None, _) => format!("({value})"),
                 }
             }
         }
@@ -535,6 +582,7 @@ fn emit_function(
             indent: 2,
             labels: 0,
             top,
+            deferred: None,
         };
         em.block(&scope, &plan.body)?;
         em.out
@@ -574,6 +622,8 @@ struct Emitter<'o> {
     labels: usize,
     /// Emitting the program's `run` (bind-time conditions are available).
     top: bool,
+    /// While a checked read is written as one expression: its index steps.
+    deferred: Option<Vec<(String, String)>>,
 }
 
 /// When a state-level node runs unchecked.
@@ -935,7 +985,12 @@ impl Emitter<'_> {
             });
             inner.depth += m.params.len();
         } else {
-            inner.loc.push(LocPart::Text(format!("map '{}'", m.label)));
+            inner.loc.push(LocPart::Point {
+                label: m.label.clone(),
+                params: m.params.clone(),
+                depth: sc.depth,
+            });
+            inner.depth += m.params.len();
         }
         for d in m.body.accessed_data() {
             if let Some(DataDesc::Scalar {
@@ -1042,6 +1097,10 @@ impl Emitter<'_> {
             t.name.replace("*/", "* /")
         ));
         self.indent += 1;
+        // Inputs the code reads only under a lazy condition are read where it evaluates
+        // them (one expression, checked ones too), every other one here.
+        let lazy_names = t.lazy_inputs();
+        let mut lazy: BTreeMap<&str, String> = BTreeMap::new();
         for e in df.in_edges(n) {
             let edge = df.edge(e);
             let Some(c) = &edge.dst_conn else { continue };
@@ -1051,6 +1110,16 @@ impl Emitter<'_> {
                 .arrays
                 .get(&edge.memlet.data)
                 .map_or(ct, DataDesc::dtype);
+            if lazy_names.contains(c.as_str()) {
+                let read = if sc.checked {
+                    let v = self.checked_read_expr(sc, &edge.memlet.data, &edge.memlet.subset);
+                    convert(&v, dt, ct)
+                } else {
+                    convert(&sc.elem(&edge.memlet.data, &edge.memlet.subset), dt, ct)
+                };
+                lazy.insert(c.as_str(), format!("({read})"));
+                continue;
+            }
             let v = if sc.checked {
                 self.checked_elem(sc, &edge.memlet.data, &edge.memlet.subset)
             } else {
@@ -1074,6 +1143,9 @@ impl Emitter<'_> {
                 let is_param = |p: &str| sc.params.contains(p);
                 let symbol = |s: &str| sc.sdfg.symbols.get(s).map(|s| s.dtype);
                 match names.resolve(name, &is_param, &symbol) {
+                    Some((Binding::Input, ty)) if lazy.contains_key(name) => {
+                        (lazy[name].clone(), ty)
+                    }
                     Some((Binding::Input | Binding::Local | Binding::Output, ty)) => {
                         (format!("v_{name}"), ty)
                     }
@@ -1084,7 +1156,15 @@ impl Emitter<'_> {
                     None => (format!("s_{name}"), DType::I64),
                 }
             };
-            let (x, ty) = cexpr::expr(&st.value, &var);
+            // Integer division raises at a site of its own: the message names the
+            // statement and the operands, as the interpreter's does.
+            let mut site = |op: BinOp| {
+                Some(sc.site_at_point(SiteKind::TaskletDivZero {
+                    op: op.symbol().to_string(),
+                    stmt: st.to_string(),
+                }))
+            };
+            let (x, ty) = cexpr::expr_sited(&st.value, &var, &mut site);
             match names.assign(&st.target, ty) {
                 (Binding::Output, out_t) => self.line(&format!(
                     "v_{} = {};",

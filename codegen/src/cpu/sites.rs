@@ -29,6 +29,18 @@ pub enum LocPart {
         /// Where the first parameter's value is in the record's parameter list.
         depth: usize,
     },
+    /// An iteration of a map whose loops record no parameters as they run (an
+    /// unchecked loop nest): a site that passes the parameters with its failure
+    /// ([`Site::points`]) writes them from position `depth` on; any other site names the
+    /// map alone.
+    Point {
+        /// The map's label.
+        label: String,
+        /// Its parameters.
+        params: Vec<String>,
+        /// Where the first parameter's value is in the record's parameter list.
+        depth: usize,
+    },
 }
 
 /// What failed at a site.
@@ -61,6 +73,13 @@ pub enum SiteKind {
         /// The table.
         table: String,
     },
+    /// Integer division or modulo by zero in a tasklet statement (values: the operands).
+    TaskletDivZero {
+        /// The operator (`/`, `//`, `%`).
+        op: String,
+        /// The statement, as text.
+        stmt: String,
+    },
 }
 
 /// One place generated code checks something.
@@ -70,6 +89,8 @@ pub struct Site {
     pub loc: Vec<LocPart>,
     /// What.
     pub kind: SiteKind,
+    /// The failure passes the parameters of its [`LocPart::Point`] maps.
+    pub points: bool,
 }
 
 /// The checks of one generated program: the sites, and the conditions `bind` evaluates
@@ -86,9 +107,16 @@ pub struct Sites {
 impl Sites {
     /// Adds a site and returns its number.
     pub fn add(&mut self, loc: &[LocPart], kind: SiteKind) -> usize {
+        self.add_with(loc, kind, false)
+    }
+
+    /// Adds a site whose failure passes the parameters of its unchecked maps
+    /// ([`LocPart::Point`]) when `points`, and returns its number.
+    pub fn add_with(&mut self, loc: &[LocPart], kind: SiteKind, points: bool) -> usize {
         self.sites.push(Site {
             loc: loc.to_vec(),
             kind,
+            points,
         });
         self.sites.len() - 1
     }
@@ -109,13 +137,22 @@ impl Sites {
             SiteKind::TableOffset { table } => {
                 format!("index-table value {v0} of '{table}' plus offset {v1} overflows")
             }
+            SiteKind::TaskletDivZero { op, stmt } => {
+                format!("integer division by zero ({v0} {op} {v1}) (in '{stmt}')")
+            }
         };
         let loc: Vec<String> = site
             .loc
             .iter()
             .map(|p| match p {
                 LocPart::Text(t) => t.clone(),
+                LocPart::Point { label, .. } if !site.points => format!("map '{label}'"),
                 LocPart::Map {
+                    label,
+                    params,
+                    depth,
+                }
+                | LocPart::Point {
                     label,
                     params,
                     depth,

@@ -84,10 +84,18 @@ fn exec_tasklet(
     t: &Tasklet,
 ) -> Result<(), InterpError> {
     let mut env: BTreeMap<String, Value> = BTreeMap::new();
+    // Inputs the code reads only under a lazy condition are read where it evaluates
+    // them; every other input is read now, in edge order.
+    let lazy_names = t.lazy_inputs();
+    let mut lazy: BTreeMap<String, &Memlet> = BTreeMap::new();
     for e in g.in_edges(n) {
         let edge = g.edge(e);
         let Some(c) = &edge.dst_conn else { continue };
         let m = &edge.memlet;
+        if lazy_names.contains(c.as_str()) {
+            lazy.insert(c.clone(), m);
+            continue;
+        }
         let idx = f.element(&m.data, &m.subset)?;
         let v = f.read(&m.data, &idx)?;
         let v = t.inputs.get(c).map_or(v, |dt| v.cast(*dt));
@@ -97,15 +105,50 @@ fn exec_tasklet(
     let mut names = TaskletNames::new(t);
     for s in &t.code {
         let fr: &Frame<'_> = f;
-        let v = eval_expr(&s.value, &|name| {
-            let is_param = |p: &str| fr.params.iter().any(|(q, _)| q == p);
-            let symbol = |n: &str| fr.symbols.get(n).map(|v| v.dtype());
-            match names.resolve(name, &is_param, &symbol)?.0 {
-                Binding::Input | Binding::Local | Binding::Output => env.get(name).copied(),
-                Binding::Param | Binding::Symbol => fr.value_of(name),
-            }
-        })
-        .map_err(|m| err(format!("{m} (in '{s}')")))?;
+        let is_param = |p: &str| fr.params.iter().any(|(q, _)| q == p);
+        let symbol = |n: &str| fr.symbols.get(n).map(|v| v.dtype());
+        // A failed lazy read is reported as itself, not as an expression error.
+        let mut failed_read: Option<InterpError> = None;
+        let v = eval_expr(
+            &s.value,
+            &mut |name| {
+                let missing = || format!("name '{name}' has no value");
+                match names
+                    .resolve(name, &is_param, &symbol)
+                    .ok_or_else(missing)?
+                    .0
+                {
+                    Binding::Input if lazy.contains_key(name) && !env.contains_key(name) => {
+                        let m = lazy[name];
+                        let read = fr
+                            .element(&m.data, &m.subset)
+                            .and_then(|idx| fr.read(&m.data, &idx));
+                        match read {
+                            Ok(v) => {
+                                let v = t.inputs.get(name).map_or(v, |dt| v.cast(*dt));
+                                env.insert(name.to_string(), v);
+                                Ok(v)
+                            }
+                            Err(e) => {
+                                let msg = e.to_string();
+                                failed_read = Some(e);
+                                Err(msg)
+                            }
+                        }
+                    }
+                    Binding::Input | Binding::Local | Binding::Output => {
+                        env.get(name).copied().ok_or_else(missing)
+                    }
+                    Binding::Param | Binding::Symbol => fr.value_of(name).ok_or_else(missing),
+                }
+            },
+            &|name| names.resolve(name, &is_param, &symbol).map(|(_, t)| t),
+        );
+        let v = match (v, failed_read) {
+            (Ok(v), _) => v,
+            (Err(_), Some(e)) => return Err(e),
+            (Err(m), None) => return Err(err(format!("{m} (in '{s}')"))),
+        };
         let v = t
             .outputs
             .get(&s.target)

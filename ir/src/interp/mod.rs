@@ -350,6 +350,22 @@ pub fn eval_shape(
     if n > MAX_ELEMENTS {
         return Err(too_big());
     }
+    // An empty array whose other extents multiply past what memory can address (`[2^63 -
+    // 1, 0, 8]`) has no elements but no layout either: refused, as arrays are allocated.
+    let nonzero = shape
+        .iter()
+        .filter(|s| **s != 0)
+        .try_fold(1usize, |a, s| a.checked_mul(*s));
+    if nonzero.is_none_or(|m| m > isize::MAX as usize / 8) {
+        return Err(InterpError::Other(format!(
+            "shape [{}] has no elements, but its other extents multiply past any array's size",
+            shape
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     Ok(shape)
 }
 

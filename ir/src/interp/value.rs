@@ -23,7 +23,7 @@ fn f32_of(v: Value) -> f32 {
 }
 
 /// A refused operand type as the interpreter's message.
-fn refused(r: typing::Refused) -> String {
+pub(super) fn refused(r: typing::Refused) -> String {
     format!("'{}' cannot take {} operands", r.op, r.found)
 }
 

@@ -126,6 +126,9 @@ struct Builder<'a> {
     named: HashMap<String, Id>,
     impure: Vec<Id>,
     sites: u32,
+    /// How many lazy positions (a `select`'s branches, the right operand of `&&` and
+    /// `||`) enclose the expression being added.
+    lazy: u32,
 }
 
 impl Builder<'_> {
@@ -162,6 +165,12 @@ impl Builder<'_> {
                 let t = self.ty(a);
                 self.eg.add(Node::new(Op::Un(*op, t), vec![a]))
             }
+            Expr::Binary(op, a, b) if op.is_logical() => {
+                let a = self.add(a, var)?;
+                let b = self.lazily(|s| s.add(b, var))?;
+                self.eg
+                    .add(Node::new(Op::Bin(*op, DType::Bool), vec![a, b]))
+            }
             Expr::Binary(op, a, b) => {
                 let (a, b) = (self.add(a, var)?, self.add(b, var)?);
                 let t = self.ty(a);
@@ -171,21 +180,27 @@ impl Builder<'_> {
                     let id = self
                         .eg
                         .add(Node::new(Op::Guarded(self.sites, *op, t), vec![a, b]));
-                    self.impure.push(id);
+                    if self.lazy == 0 {
+                        self.impure.push(id);
+                    }
                     id
                 } else {
                     self.eg.add(Node::new(Op::Bin(*op, t), vec![a, b]))
                 }
             }
             Expr::Select(c, a, b) => {
-                let (c, a, b) = (self.add(c, var)?, self.add(a, var)?, self.add(b, var)?);
+                let c = self.add(c, var)?;
+                let a = self.lazily(|s| s.add(a, var))?;
+                let b = self.lazily(|s| s.add(b, var))?;
                 let t = self.ty(a);
                 self.eg.add(Node::new(Op::Select(t), vec![c, a, b]))
             }
             Expr::Call(sdflow_ir::MathFn::WallNs, _) => {
                 self.sites += 1;
                 let id = self.eg.add(Node::new(Op::Clock(self.sites), vec![]));
-                self.impure.push(id);
+                if self.lazy == 0 {
+                    self.impure.push(id);
+                }
                 id
             }
             Expr::Call(f, args) => {
@@ -201,6 +216,15 @@ impl Builder<'_> {
                 self.cast(a, *t)
             }
         })
+    }
+
+    /// Adds what `f` adds in a lazy position: an impure operation there is evaluated only
+    /// when its branch is taken, so it is no root of its own.
+    fn lazily<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        self.lazy += 1;
+        let r = f(self);
+        self.lazy -= 1;
+        r
     }
 
     /// The class of a map parameter or symbol (a symbol with a static value is that
@@ -308,6 +332,7 @@ pub(crate) fn optimize(
         named: HashMap::default(),
         impure: Vec::new(),
         sites: 0,
+        lazy: 0,
     };
     let mut inputs: Vec<Input> = Vec::new();
     let mut input_of: HashMap<(&sdflow_ir::Memlet, usize), usize> = HashMap::default();
@@ -507,7 +532,10 @@ pub(crate) fn optimize(
                     &outputs.iter().map(|o| o.value).collect::<Vec<_>>(),
                     &out_name,
                 );
-                (plan.cost, code)
+                // The cost of the code as written: a value shared only under conditions
+                // is written (and paid) once per use, as `cost_before` counts it.
+                let cost: u64 = code.iter().map(|s| tree_cost(&s.value)).sum();
+                (cost, code)
             });
             let sat = Saturated { stop, code };
             if let Ok(mut m) = memo.lock() {
@@ -588,14 +616,19 @@ pub(crate) fn optimize(
     })
 }
 
-/// The extracted DAG in emission order: which classes become locals and the total cost.
+/// The extracted DAG in emission order: which classes become locals.
 struct Emission {
     /// Reachable classes in post order (operands first).
     order: Vec<Id>,
     /// Uses of each class by other chosen nodes and by the roots.
     uses: HashMap<Id, usize>,
     impure: BTreeSet<Id>,
-    cost: u64,
+    /// Classes the code always evaluates: reached from a root through no lazy position
+    /// (a `select`'s branch, the right operand of `&&`/`||`). Only these may become
+    /// locals, which are evaluated before the outputs: a value needed only under a
+    /// condition stays inside it, so an operation that can fail (an integer division, a
+    /// read the condition guards) never runs where the original did not run it.
+    strict: BTreeSet<Id>,
 }
 
 impl Emission {
@@ -605,7 +638,6 @@ impl Emission {
         let mut state: HashMap<Id, bool> = HashMap::default(); // false: on stack, true: done
         let mut uses: HashMap<Id, usize> = HashMap::default();
         let mut impure = BTreeSet::new();
-        let mut cost = 0;
         for r in roots {
             let r = eg.find(*r);
             *uses.entry(r).or_default() += 1;
@@ -617,7 +649,6 @@ impl Emission {
             while let Some((c, i)) = stack.pop() {
                 let node = ex.node(eg, c)?;
                 if i == 0 {
-                    cost += node_cost(node);
                     if matches!(node.op, Op::Guarded(..) | Op::Clock(_)) {
                         impure.insert(c);
                     }
@@ -642,11 +673,25 @@ impl Emission {
                 }
             }
         }
+        let mut strict = BTreeSet::new();
+        let mut stack: Vec<Id> = roots.iter().map(|r| eg.find(*r)).collect();
+        while let Some(c) = stack.pop() {
+            if !strict.insert(c) {
+                continue;
+            }
+            let node = ex.node(eg, c)?;
+            let eager = match node.op {
+                Op::Select(_) => 1,
+                Op::Bin(op, _) if op.is_logical() => 1,
+                _ => node.args.len(),
+            };
+            stack.extend(node.args[..eager].iter().map(|a| eg.find(*a)));
+        }
         Some(Emission {
             order,
             uses,
             impure,
-            cost,
+            strict,
         })
     }
 
@@ -669,7 +714,7 @@ impl Emission {
             };
             let trivial = matches!(node.op, Op::Const(..) | Op::Leaf(..));
             let shared = self.uses.get(c).copied().unwrap_or(0) >= 2;
-            if self.impure.contains(c) || (shared && !trivial) {
+            if self.strict.contains(c) && (self.impure.contains(c) || (shared && !trivial)) {
                 let value = self.expr(eg, ex, *c, leaf_name, &local, true);
                 let name = format!("{prefix}t{}", local.len());
                 code.push(Stmt {

@@ -231,7 +231,7 @@ impl Emitter<'_> {
                 dim: d,
             });
             let t = format!("sdf_x{}", self.fresh());
-            self.line(&format!("const int64_t {t} = sdf_ck({v}, {n}, {site});"));
+            self.bind_index(&t, format!("sdf_ck({v}, {n}, {site})"));
             idx.push(t);
         }
         format!("a_{data}[{}]", sc.flat(&idx, &a.strides))
@@ -260,25 +260,51 @@ impl Emitter<'_> {
                 dim: d,
             });
             let v = format!("sdf_x{}", self.fresh());
-            self.line(&format!(
-                "const int64_t {v} = sdf_ck({}, {n}, {site});",
-                sc.sym(e)
-            ));
+            self.bind_index(&v, format!("sdf_ck({}, {n}, {site})", sc.sym(e)));
             idx.push(v);
         }
         let value = format!("(int64_t)a_{table}[{}]", sc.flat(&idx, &t.strides));
         let v = format!("sdf_x{}", self.fresh());
         if offset.as_int() == Some(0) {
-            self.line(&format!("const int64_t {v} = {value};"));
+            self.bind_index(&v, value);
         } else {
             let site = sc.site(SiteKind::TableOffset {
                 table: table.to_string(),
             });
-            self.line(&format!(
-                "const int64_t {v} = sdf_tadd({value}, {}, {site});",
-                sc.sym(offset)
-            ));
+            self.bind_index(&v, format!("sdf_tadd({value}, {}, {site})", sc.sym(offset)));
         }
         v
+    }
+
+    /// `const int64_t name = value;`, or, while a checked read is written as one
+    /// expression ([`Emitter::checked_read_expr`]), a step of that expression.
+    fn bind_index(&mut self, name: &str, value: String) {
+        match &mut self.deferred {
+            Some(steps) => steps.push((name.to_string(), value)),
+            None => self.line(&format!("const int64_t {name} = {value};")),
+        }
+    }
+
+    /// The checked read of one element as a single expression, for an input read only
+    /// under a lazy condition: its index variables are declared here, and the
+    /// expression assigns them in the interpreter's order (`(x0 = …, x1 = …, a[x0 + …])`,
+    /// C's comma operator, which CUDA compiles too) where the code evaluates it.
+    pub(super) fn checked_read_expr(
+        &mut self,
+        sc: &Scope<'_>,
+        data: &str,
+        subset: &Subset,
+    ) -> String {
+        let outer = self.deferred.replace(Vec::new());
+        let lv = self.checked_elem(sc, data, subset);
+        let steps = std::mem::replace(&mut self.deferred, outer).unwrap_or_default();
+        if steps.is_empty() {
+            return lv;
+        }
+        let names: Vec<String> = steps.iter().map(|(n, _)| format!("{n} = 0")).collect();
+        self.line(&format!("int64_t {};", names.join(", ")));
+        let mut parts: Vec<String> = steps.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+        parts.push(lv);
+        format!("({})", parts.join(", "))
     }
 }

@@ -115,8 +115,8 @@ fn device_prelude() -> String {
             "#define SDF_ERR_PTR() (&sdf_err)",
         ),
         (
-            "    if (sdf_err.failed) return;\n    sdf_err.failed = 1; sdf_err.site",
-            "    if (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) != 0ULL) return;\n    sdf_err.site",
+            "    if (sdf_err.failed) return 0;\n    sdf_err.failed = 1; sdf_err.site",
+            "    if (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) != 0ULL) return 0;\n    sdf_err.site",
         ),
         (
             "    struct timespec ts;\n    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;\n    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec; }",
@@ -398,6 +398,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 indent: 1,
                 labels: 0,
                 top: false,
+                deferred: None,
             };
             let sc = base(loc.clone());
             // What every grid kernel's header names.
@@ -532,6 +533,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     indent: 1,
                     labels: 0,
                     top: false,
+                    deferred: None,
                 };
                 let _ = writeln!(
                     em.out,
