@@ -404,7 +404,7 @@ fn opt_writes_an_optimized_program_and_reports() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("unknown pass 'fuse_all'; the passes are: specialize,"),
+        stderr(&o).contains("unknown pass 'fuse_all'; the passes are: inline_nested, specialize,"),
         "{}",
         stderr(&o)
     );

@@ -263,3 +263,52 @@ fn every_gt4py_program_reproduces_gt4py() {
         failures.join("\n")
     );
 }
+
+/// Every corpus program, lowered or final, optimized by the CPU and by the GPU pipeline,
+/// runs every map with its parallelism: no nested-SDFG call left at the level of a state
+/// (its plan runs sequentially, a one-thread kernel on the GPU) and no map run by one
+/// worker. GT4Py lowers every `let` to a state-level nested SDFG whose body is the rest of
+/// the program; inlined, its maps meet the fusion passes (the fused maps are counted).
+#[test]
+fn every_gt4py_program_runs_its_maps_in_parallel() {
+    use sdflow::codegen::plan::{Plan, StepKind};
+    let mut lowered_maps = 0;
+    let mut final_maps = 0;
+    for p in programs() {
+        for variant in ["dace.lowered", "dace.final"] {
+            let path = dir().join(format!("{p}.simple.{variant}.sdfgz"));
+            let sdfg = sdflow::cli::load_program(&path).unwrap();
+            for (pipeline, name) in [(Pipeline::cpu(), "cpu"), (Pipeline::gpu(), "gpu")] {
+                let mut opt = sdfg.clone();
+                pipeline.run(&mut opt).unwrap();
+                let plan = Plan::of(&opt).unwrap();
+                let mut maps = 0;
+                for st in plan.body.states() {
+                    for step in &st.steps {
+                        assert!(
+                            !matches!(step.kind, StepKind::Nested(_) | StepKind::SequentialMap),
+                            "{p}.{variant} ({name} pipeline): step '{}' of state '{}' runs on one worker:\n{}",
+                            step.label,
+                            st.name,
+                            plan.to_text()
+                        );
+                        maps += usize::from(matches!(step.kind, StepKind::ParallelMap { .. }));
+                    }
+                }
+                if name == "cpu" {
+                    *if variant == "dace.lowered" {
+                        &mut lowered_maps
+                    } else {
+                        &mut final_maps
+                    } += maps;
+                }
+            }
+        }
+    }
+    eprintln!("parallel maps after the CPU pipeline: lowered {lowered_maps}, final {final_maps}");
+    // The lowered programs keep at most 1.5 times the maps GT4Py's optimizer leaves.
+    assert!(
+        2 * lowered_maps <= 3 * final_maps,
+        "lowered {lowered_maps} maps against {final_maps} in GT4Py's optimized programs"
+    );
+}

@@ -34,9 +34,12 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::builder::SdfgBuilder;
 use crate::control::Block;
+use crate::data::DataDesc;
 use crate::dataflow::Schedule;
 use crate::dtype::{DType, Value};
+use crate::memlet::Wcr;
 use crate::sdfg::Sdfg;
+use crate::symexpr::SymExpr;
 
 /// What [`generate`] may produce.
 #[derive(Clone, Debug)]
@@ -86,6 +89,13 @@ pub struct GenConfig {
     /// points (off by default): the program stops with an error, and the optimizer may
     /// remove the map and with it the error (`docs/transforms.md`, *Errors*).
     pub allow_failing_dead_code: bool,
+    /// The shapes GT4Py's lowering produces (off by default; the pass property tests turn
+    /// it on): maps over the first dimension alone that copy one column of an input (a
+    /// gather with a fixed local index) or compute from it, read by a map over the whole
+    /// grid; and a map whose points each write a slab `t[i, j, 0:3]` through an inner map
+    /// over a local dimension into a per-worker buffer, reduced by a library node in the
+    /// map that reads it (a neighbour reduction).
+    pub allow_gt4py_shapes: bool,
 }
 
 impl Default for GenConfig {
@@ -106,6 +116,7 @@ impl Default for GenConfig {
             allow_hazards: false,
             allow_edge_arith: true,
             allow_failing_dead_code: false,
+            allow_gt4py_shapes: false,
         }
     }
 }
@@ -145,11 +156,26 @@ enum Step {
         table: String,
         target: String,
     },
-    /// A nested SDFG computing `target = f(src)` elementwise.
+    /// GT4Py's shapes ([`GenConfig::allow_gt4py_shapes`]), writing `target` whole from
+    /// `src`. Without `slab`: `t1[i] = src[i, 0, ..]` and `t2[i] = src[i, 0, ..] * 0.5`
+    /// over the first dimension, then `target = t1[i] + t2[i] * src` over the grid. With
+    /// `slab`: `t1[i, .., l] = src[i, ..] * 0.5` for `l` in `0:3` (an inner map into the
+    /// per-worker buffer `t2`, copied whole), then `target = sum(t1[i, .., 0:3])`.
+    Chain {
+        src: String,
+        target: String,
+        t1: String,
+        t2: String,
+        slab: bool,
+    },
+    /// A nested SDFG computing `target = f(src)` elementwise. With `window`, its
+    /// connectors are bound to the rows `1:` of both (the callee's indices shifted by
+    /// one, as GT4Py binds a field's domain), and row 0 of `target` is left as it was.
     Nested {
         src: String,
         target: String,
         code: String,
+        window: bool,
     },
     /// `target = src`, whole (a copy between access nodes); `halo` is what is valid of
     /// `src`, and so of `target` afterwards.
@@ -565,7 +591,19 @@ impl Gen {
             Step::Gather { src, table, target } => {
                 (vec![src.clone(), table.clone()], target.clone(), Some(full))
             }
-            Step::Nested { src, target, .. } => (vec![src.clone()], target.clone(), Some(full)),
+            Step::Chain { src, target, .. } => (vec![src.clone()], target.clone(), Some(full)),
+            Step::Nested {
+                src,
+                target,
+                window,
+                ..
+            } => {
+                let mut valid = full;
+                if *window {
+                    valid[0].0 = 1;
+                }
+                (vec![src.clone()], target.clone(), Some(valid))
+            }
             Step::Copy {
                 src, target, halo, ..
             } => (vec![src.clone()], target.clone(), Some(halo.clone())),
@@ -680,12 +718,57 @@ impl Gen {
                 };
             }
         }
+        if r == 4 && self.cfg.allow_gt4py_shapes && !fully_valid.is_empty() {
+            let target = self.target(read_here, written_here);
+            let cands: Vec<&String> = fully_valid.iter().filter(|n| **n != target).collect();
+            if !cands.is_empty() {
+                let src = cands[self.rng.random_range(0..cands.len())].clone();
+                let slab = self.rng.random_bool(0.5);
+                let dtype = self.dtypes[&src];
+                let (t1, t2) = (
+                    format!("tmp{}", self.transients),
+                    format!("tmp{}", self.transients + 1),
+                );
+                self.transients += 2;
+                let first = self.dims[0];
+                if slab {
+                    let mut shape: Vec<&str> = self.dims.clone();
+                    shape.push("3");
+                    self.b.transient(&t1, dtype, shape);
+                    let mut buf = crate::data::Array::new(dtype, vec![SymExpr::Int(3)]);
+                    buf.transient = true;
+                    buf.storage = crate::data::Storage::Local;
+                    self.b.data(&t2, DataDesc::Array(buf));
+                    self.b.transient_scalar(&format!("{t1}_sum"), dtype);
+                } else {
+                    self.b.transient(&t1, dtype, [first]);
+                    self.b.transient(&t2, dtype, [first]);
+                }
+                self.dtypes.insert(t1.clone(), dtype);
+                self.dtypes.insert(t2.clone(), dtype);
+                return Step::Chain {
+                    src,
+                    target,
+                    t1,
+                    t2,
+                    slab,
+                };
+            }
+        }
         if r == 2 && self.cfg.allow_nested {
             let target = self.target(read_here, written_here);
             let cands: Vec<&String> = fully_valid.iter().filter(|n| **n != target).collect();
             let src = cands[self.rng.random_range(0..cands.len())].clone();
             let code = self.code(&["a".to_string()]);
-            return Step::Nested { src, target, code };
+            // Every other nested step of the hazard programs binds a window (decided
+            // without a draw, so the other programs stay as they were).
+            let window = self.cfg.allow_hazards && self.maps % 2 == 1;
+            return Step::Nested {
+                src,
+                target,
+                code,
+                window,
+            };
         }
         let target = self.target(read_here, written_here);
         let written = written_here.clone();
@@ -1009,6 +1092,60 @@ impl Gen {
                             );
                         });
                     }
+                    Step::Chain {
+                        src,
+                        target,
+                        t1,
+                        t2,
+                        slab,
+                    } => {
+                        let ranges: Vec<String> =
+                            dims.iter().map(|d| range_text(d, 0, 0)).collect();
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let here = format!("{src}[{idx}]");
+                        let out = format!("{target}[{idx}]");
+                        if *slab {
+                            let slab_at = format!("{t1}[{idx}, 0:3]");
+                            let buf = format!("{t2}[0:3]");
+                            let sum = format!("{t1}_sum");
+                            st.map(&format!("{label}_nbh"), &params, &ranges, |m| {
+                                let at = format!("{t2}[l]");
+                                m.map("local", &["l"], &["0:3"], |inner| {
+                                    inner.tasklet(
+                                        "v",
+                                        &[("a", &here)],
+                                        &[("o", &at)],
+                                        "o = a * 0.5",
+                                    );
+                                });
+                                m.copy(&buf, &slab_at);
+                            });
+                            st.map(&format!("{label}_red"), &params, &ranges, |m| {
+                                m.reduce(Wcr::Sum, None, Some(Value::F64(0.0)), &slab_at, &sum);
+                                m.tasklet("w", &[("a", &sum)], &[("o", &out)], "o = a");
+                            });
+                        } else {
+                            let zeros: Vec<&str> = vec!["0"; dims.len() - 1];
+                            let column = format!("{src}[i, {}]", zeros.join(", "));
+                            let line = [range_text(dims[0], 0, 0)];
+                            let line: Vec<&str> = line.iter().map(String::as_str).collect();
+                            let (a1, a2) = (format!("{t1}[i]"), format!("{t2}[i]"));
+                            st.map(&format!("{label}_copy"), &["i"], &line, |m| {
+                                m.tasklet("c", &[("a", &column)], &[("o", &a1)], "o = a");
+                            });
+                            st.map(&format!("{label}_line"), &["i"], &line, |m| {
+                                m.tasklet("l", &[("a", &column)], &[("o", &a2)], "o = a * 0.5");
+                            });
+                            st.map(&label, &params, &ranges, |m| {
+                                m.tasklet(
+                                    "u",
+                                    &[("a", &a1), ("b", &a2), ("c", &here)],
+                                    &[("o", &out)],
+                                    "o = a + b * c",
+                                );
+                            });
+                        }
+                    }
                     Step::Gather { src, table, target } => {
                         let ranges: Vec<String> =
                             dims.iter().map(|d| range_text(d, 0, 0)).collect();
@@ -1040,19 +1177,30 @@ impl Gen {
                             );
                         });
                     }
-                    Step::Nested { src, target, .. } => {
+                    Step::Nested {
+                        src,
+                        target,
+                        window,
+                        ..
+                    } => {
                         let inner: Sdfg = match nested.next() {
                             Some(x) => x,
                             None => continue,
                         };
-                        let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                        let mut full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                        let mut sizes: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                        if *window {
+                            // Rows 1: (none where the first extent is 0 or 1).
+                            full[0] = format!("1:max(1, {})", dims[0]);
+                            sizes[0] = format!("max(1, {}) - 1", dims[0]);
+                        }
                         let inp = format!("{src}[{}]", full.join(", "));
                         let out = format!("{target}[{}]", full.join(", "));
                         let inner_dims = ["n", "m", "l"];
                         let syms: Vec<(&str, &str)> = inner_dims
                             .iter()
-                            .zip(&dims)
-                            .map(|(a, b)| (*a, *b))
+                            .zip(&sizes)
+                            .map(|(a, b)| (*a, b.as_str()))
                             .collect();
                         let mut syms: Vec<(&str, &str)> = syms;
                         if scalars {

@@ -298,3 +298,37 @@ fn hazard_programs_validate_run_and_cover_their_shapes() {
         "widened {widened}, inner-only wcr {inner_only}"
     );
 }
+
+/// With `allow_gt4py_shapes`, programs hold GT4Py's shapes — column copies and
+/// computations over the first dimension read by maps over the grid, slabs written
+/// through inner maps into a per-worker buffer and reduced, nested SDFGs bound to
+/// windows of their arguments — and still validate and run at the usual sizes.
+#[test]
+fn gt4py_shaped_programs_validate_run_and_cover_their_shapes() {
+    let cfg = GenConfig {
+        allow_hazards: true,
+        allow_gt4py_shapes: true,
+        ..GenConfig::default()
+    };
+    let mut text = String::new();
+    for seed in 0..100 {
+        let p = generate(seed, &cfg);
+        if let Err(problems) = p.validate() {
+            let listed: Vec<String> = problems.iter().map(|x| x.to_string()).collect();
+            panic!("seed {seed}: {}\n{}", listed.join("\n"), to_json(&p));
+        }
+        let mut b = random_bindings(&p, &sample_symbols(&p), seed).expect("bindings");
+        interp::run(&p, &mut b).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", to_json(&p)));
+        text.push_str(&to_json(&p));
+    }
+    for shape in [
+        "_copy\"",                // a column copy over the first dimension
+        "_line\"",                // a computation over the first dimension
+        "_nbh\"",                 // a slab through an inner map
+        "\"reduce\"",             // its reduction
+        "\"storage\": \"local\"", // the per-worker buffer
+        "[1:max(1, N)",           // a nested SDFG bound to a window
+    ] {
+        assert!(text.contains(shape), "no program has {shape:?}");
+    }
+}

@@ -130,7 +130,7 @@ def test_optimize_report_and_printing():
     assert r.fixed_point and r.rounds >= 1
     assert r.total_ms > 0 and 0 < r.validation_ms < r.total_ms
     names = [x["name"] for x in r.passes]
-    assert names[:3] == ["specialize", "dead_dataflow", "redundant_copy"]
+    assert names[:4] == ["inline_nested", "specialize", "dead_dataflow", "redundant_copy"]
     fusion = next(x for x in r.passes if x["name"] == "map_fusion")
     assert fusion["changes"]["maps_fused"] == 60
     assert "map_fusion" in str(r) and "fixed point" in str(r)

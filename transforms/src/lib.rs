@@ -6,7 +6,7 @@
 //!   between passes in debug builds, passes disabled by name, and a `stop_after` bound to
 //!   bisect a miscompile. [`Pipeline::cpu`] and [`Pipeline::gpu`] are the defaults.
 //! - [`pattern`]: the graph plumbing the passes share.
-//! - The passes: [`Specialize`], [`DeadDataflow`], [`RedundantCopy`], [`StateFusion`],
+//! - The passes: [`InlineNested`], [`Specialize`], [`DeadDataflow`], [`RedundantCopy`], [`StateFusion`], [`CopyForwarding`],
 //!   [`MapFusion`], [`SiblingFusion`], [`MoveIntoIf`], [`GpuSchedule`].
 //!
 //! Every pass is deterministic and preserves results bit for bit: the property tests run
@@ -24,9 +24,11 @@
 
 #![warn(missing_docs)]
 
+mod copy_forwarding;
 mod dead_dataflow;
 pub mod egraph;
 mod gpu_schedule;
+mod inline_nested;
 mod map_fusion;
 mod move_into_if;
 mod move_into_nested_if;
@@ -39,9 +41,11 @@ mod specialize;
 mod state_fusion;
 mod tiled_fusion;
 
+pub use copy_forwarding::CopyForwarding;
 pub use dead_dataflow::DeadDataflow;
 pub use egraph::EGraphPass;
 pub use gpu_schedule::GpuSchedule;
+pub use inline_nested::InlineNested;
 pub use map_fusion::MapFusion;
 pub use move_into_if::MoveIntoIf;
 pub use pass::{Changes, Pass, TransformError};

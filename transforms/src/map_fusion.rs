@@ -69,6 +69,23 @@ struct Candidate {
     offsets: Option<Vec<Vec<i64>>>,
     /// Fuse through a tile buffer instead of recomputing.
     tiled: bool,
+    /// Where A writes T: at its point plus these offsets ([`identity_write`]).
+    base: Vec<SymExpr>,
+    /// T holds a slab per point (dimensions of its own beyond the map's).
+    slab: Option<Slab>,
+    /// B's parameters T's dimensions follow, in order (all of B's unless A is promoted).
+    sel: Vec<String>,
+}
+
+/// How A writes T one slab per point: T's dimensions are the map's parameters (each at
+/// `p + base`) and dimensions of T's own, written whole.
+#[derive(Clone, Debug)]
+struct Slab {
+    /// Per dimension of T: the index of the parameter it follows, or `None` for one of
+    /// T's own dimensions.
+    dims: Vec<Option<usize>>,
+    /// Per parameter: the offset of T's index from it.
+    base: Vec<SymExpr>,
 }
 
 impl Pass for MapFusion {
@@ -223,6 +240,7 @@ impl MapFusion {
                         t: &c.t,
                         offsets,
                         rows: self.tile_rows,
+                        base: &c.base,
                     };
                     fuse_tiled(&mut scratch, graph, (c.a, c.t_node, c.b), &p, memo)
                 }
@@ -288,14 +306,11 @@ impl MapFusion {
                 {
                     continue;
                 }
-                let Some(write) = identity_write(ma, t) else {
-                    continue;
-                };
-                let Some(offsets) = read_offsets(mb, t) else {
-                    continue;
-                };
-                let all_zero = offsets.iter().all(|o| o.iter().all(|&x| x == 0));
-                if all_zero && same_ranges(&ma.ranges, &mb.ranges) && write.len() == mb.params.len()
+                // A slab per point (T has dimensions beyond the map's, written whole at
+                // each point: GT4Py's neighbour values), read by B at the same point.
+                if let Some(slab) = slab_write(ma, t, &arr.shape)
+                    && same_ranges(&ma.ranges, &mb.ranges)
+                    && reads_own_slab(mb, t, &slab)
                 {
                     let c = Candidate {
                         a,
@@ -305,16 +320,61 @@ impl MapFusion {
                         private: private && only_b,
                         offsets: None,
                         tiled: false,
+                        base: slab.base.clone(),
+                        slab: Some(slab),
+                        sel: mb.params.clone(),
                     };
                     return Some((c, t_node.index()));
                 }
-                if !(private && only_b && recomputable(ma, mb, &offsets)) {
+                let Some(write) = identity_write(ma, t) else {
+                    continue;
+                };
+                // B's parameters that T's dimensions follow: all of B's when A has as
+                // many, else the one each read of T names (A over fewer dimensions than B,
+                // a horizontal map feeding a (horizontal, K) one: promoted, recomputed).
+                let promoted = ma.params.len() < mb.params.len();
+                let sel = if promoted {
+                    promoted_params(mb, t, &write)
+                } else {
+                    Some(mb.params.clone())
+                };
+                let Some(sel) = sel else { continue };
+                let Some(offsets) = read_offsets(mb, t, &write, &sel) else {
+                    continue;
+                };
+                let sel_ranges: Vec<sdflow_ir::Range> = sel
+                    .iter()
+                    .filter_map(|q| mb.params.iter().position(|p| p == q))
+                    .map(|k| mb.ranges[k].clone())
+                    .collect();
+                let all_zero = offsets.iter().all(|o| o.iter().all(|&x| x == 0));
+                if all_zero
+                    && !promoted
+                    && same_ranges(&ma.ranges, &mb.ranges)
+                    && write.len() == mb.params.len()
+                {
+                    let c = Candidate {
+                        a,
+                        t_node,
+                        b,
+                        t: t.to_string(),
+                        private: private && only_b,
+                        offsets: None,
+                        tiled: false,
+                        base: write.clone(),
+                        slab: None,
+                        sel: sel.clone(),
+                    };
+                    return Some((c, t_node.index()));
+                }
+                if !(private && only_b && recomputable(ma, &sel_ranges, &offsets)) {
                     continue;
                 }
                 let r = offsets.len();
                 let span = offsets.iter().map(|o| o[0]).max().unwrap_or(0)
                     - offsets.iter().map(|o| o[0]).min().unwrap_or(0);
                 if self.tile_rows > 0
+                    && !promoted
                     && r >= 2
                     && mb.params.len() >= 2
                     && span <= self.tile_rows / 2
@@ -333,11 +393,20 @@ impl MapFusion {
                         private: true,
                         offsets: Some(offsets),
                         tiled: true,
+                        base: write.clone(),
+                        slab: None,
+                        sel: sel.clone(),
                     };
                     return Some((c, t_node.index()));
                 }
-                let extra = flops(&ma.body) * (r - 1);
-                let bytes = (r + 1) * arr.dtype.size_bytes();
+                // Promoted, A's own map no longer runs, but its value is computed at
+                // every point of B (K times as often): r computations per point, r reads
+                // of T saved.
+                let (extra, bytes) = if promoted {
+                    (flops(&ma.body) * r, r * arr.dtype.size_bytes())
+                } else {
+                    (flops(&ma.body) * (r - 1), (r + 1) * arr.dtype.size_bytes())
+                };
                 let fuse = extra as f64 <= self.balance * bytes as f64;
                 if ch.notes.len() < MAX_NOTES {
                     ch.notes.push(format!(
@@ -357,6 +426,9 @@ impl MapFusion {
                         private: true,
                         offsets: Some(offsets),
                         tiled: false,
+                        base: write.clone(),
+                        slab: None,
+                        sel: sel.clone(),
                     };
                     return Some((c, t_node.index()));
                 }
@@ -413,10 +485,12 @@ pub(crate) fn shares_locals(
     })
 }
 
-/// A's body writes T exactly once, at `T[p0, p1, …]` (its parameters in order); returns
-/// the parameters.
-fn identity_write(m: &MapScope, t: &str) -> Option<Vec<String>> {
+/// A's body writes T exactly once, at `T[p0 + c0, p1 + c1, …]` (its parameters in order,
+/// each plus an offset `c` free of parameters: GT4Py indexes a transient from the start
+/// of its domain, `T[i - horizontal_start, k - vertical_start]`); returns the offsets.
+fn identity_write(m: &MapScope, t: &str) -> Option<Vec<SymExpr>> {
     let body = &m.body;
+    let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
     let mut found = None;
     for e in body.edge_ids() {
         let (src, dst) = body.endpoints(e);
@@ -424,19 +498,27 @@ fn identity_write(m: &MapScope, t: &str) -> Option<Vec<String>> {
             continue;
         }
         let memlet = &body.edge(e).memlet;
-        let identity = matches!(body.node(src), Node::Tasklet(_))
+        let base: Option<Vec<SymExpr>> = (matches!(body.node(src), Node::Tasklet(_))
             && memlet.wcr.is_none()
-            && memlet.subset.rank() == m.params.len()
-            && memlet
+            && memlet.subset.rank() == m.params.len())
+        .then(|| {
+            memlet
                 .subset
                 .0
                 .iter()
                 .zip(&m.params)
-                .all(|(d, p)| matches!(d, Dim::Index(e) if *e == SymExpr::sym(p)));
-        if !identity || found.is_some() {
+                .map(|(d, p)| {
+                    let Dim::Index(e) = d else { return None };
+                    let (coeffs, rest) = e.affine_in(&params)?;
+                    (coeffs.len() == 1 && coeffs.get(p) == Some(&1)).then_some(rest)
+                })
+                .collect()
+        })
+        .flatten();
+        if base.is_none() || found.is_some() {
             return None;
         }
-        found = Some(m.params.clone());
+        found = base;
     }
     // T is not also read inside A.
     let reads_t = body
@@ -446,9 +528,167 @@ fn identity_write(m: &MapScope, t: &str) -> Option<Vec<String>> {
     found.filter(|_| !reads_t)
 }
 
+/// T's subset on a body edge that writes it: the memlet's own subset when it names T,
+/// else the copy's destination subset.
+fn written_subset<'m>(m: &'m sdflow_ir::Memlet, t: &str) -> &'m Subset {
+    if m.data == t {
+        &m.subset
+    } else {
+        m.other_subset.as_ref().unwrap_or(&m.subset)
+    }
+}
+
+/// A's body writes T exactly once, a whole slab per point: by a tasklet or a copy from a
+/// container of the body, at `T[…, p + c, …, 0:n, …]` with every parameter once, in order,
+/// and at least one dimension of T's own (else [`identity_write`] applies); T is not read
+/// in A.
+fn slab_write(m: &MapScope, t: &str, shape: &[SymExpr]) -> Option<Slab> {
+    let body = &m.body;
+    let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
+    let mut writes = body.edge_ids().into_iter().filter(|&e| {
+        let dst = body.endpoints(e).1;
+        body.node(dst).as_access() == Some(t)
+    });
+    let e = writes.next()?;
+    if writes.next().is_some() {
+        return None;
+    }
+    let src = body.endpoints(e).0;
+    let memlet = &body.edge(e).memlet;
+    if !matches!(body.node(src), Node::Tasklet(_) | Node::Access(_))
+        || memlet.wcr.is_some()
+        || (memlet.data != t && memlet.other_subset.is_none())
+    {
+        return None;
+    }
+    let subset = written_subset(memlet, t);
+    if subset.rank() != shape.len() {
+        return None;
+    }
+    let mut dims = Vec::new();
+    let mut base = Vec::new();
+    for (d, extent) in subset.0.iter().zip(shape) {
+        match d {
+            Dim::Index(x) => {
+                let (coeffs, rest) = x.affine_in(&params)?;
+                let p = params.get(base.len())?;
+                if coeffs.len() != 1 || coeffs.get(*p) != Some(&1) {
+                    return None;
+                }
+                dims.push(Some(base.len()));
+                base.push(rest);
+            }
+            Dim::Range { start, end, step }
+                if start.as_int() == Some(0)
+                    && step.as_int() == Some(1)
+                    && crate::pattern::same_extent(end, extent) =>
+            {
+                dims.push(None)
+            }
+            _ => return None,
+        }
+    }
+    if base.len() != params.len() || dims.iter().all(Option::is_some) {
+        return None;
+    }
+    let reads_t = body
+        .node_ids()
+        .into_iter()
+        .any(|n| body.node(n).as_access() == Some(t) && body.out_degree(n) > 0);
+    (!reads_t).then_some(Slab { dims, base })
+}
+
+/// Every memlet of T in B's body (inner maps too) is at B's own point in the dimensions
+/// that follow the parameters, and B never writes T.
+fn reads_own_slab(mb: &MapScope, t: &str, slab: &Slab) -> bool {
+    fn walk(df: &Dataflow, t: &str, slab: &Slab, params: &[String]) -> bool {
+        for n in df.node_ids() {
+            let ok = match df.node(n) {
+                Node::Access(d) if d == t => df.in_degree(n) == 0,
+                Node::Map(m) => walk(&m.body, t, slab, params),
+                Node::Nested(_) => df
+                    .in_edges(n)
+                    .into_iter()
+                    .all(|e| df.edge(e).memlet.data != t),
+                _ => true,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        // Reads of T at B's point; a copy out of T (it would need T's layout) is refused
+        // by its second subset, or by naming only its other end.
+        df.edge_ids().into_iter().all(|e| {
+            let m = &df.edge(e).memlet;
+            if m.subset.tables().contains(&t) {
+                return false;
+            }
+            if m.data != t {
+                // A copy touching T described from its other end.
+                let (a, b) = df.endpoints(e);
+                return [a, b].iter().all(|&x| df.node(x).as_access() != Some(t));
+            }
+            m.other_subset.is_none()
+                && m.subset.rank() == slab.dims.len()
+                && m.subset
+                    .0
+                    .iter()
+                    .zip(&slab.dims)
+                    .all(|(d, k)| match (d, k) {
+                        (Dim::Index(x), Some(k)) => {
+                            x.const_diff(&SymExpr::sym(&params[*k]).add(&slab.base[*k])) == Some(0)
+                        }
+                        (_, None) => true,
+                        _ => false,
+                    })
+        })
+    }
+    walk(&mb.body, t, slab, &mb.params)
+}
+
+/// Moves T's memlets and access nodes in `df` (inner maps too) to `local`, dropping the
+/// dimensions that follow the map's parameters.
+fn to_local_slab(df: &mut Dataflow, t: &str, local: &str, slab: &Slab) {
+    for n in df.node_ids() {
+        match &mut df.graph[n] {
+            Node::Access(d) if d == t => *d = local.to_string(),
+            Node::Map(m) => to_local_slab(&mut m.body, t, local, slab),
+            _ => {}
+        }
+    }
+    let drop = |s: &Subset| {
+        Subset(
+            s.0.iter()
+                .zip(&slab.dims)
+                .filter(|(_, k)| k.is_none())
+                .map(|(d, _)| d.clone())
+                .collect(),
+        )
+    };
+    for e in df.edge_ids() {
+        let (a, b) = df.endpoints(e);
+        let other_is_t = [a, b]
+            .iter()
+            .any(|&x| df.node(x).as_access() == Some(local))
+            && df.graph[e].memlet.data != t;
+        let m = &mut df.graph[e].memlet;
+        if m.data == t {
+            m.data = local.to_string();
+            m.subset = drop(&m.subset);
+        } else if other_is_t && let Some(o) = &m.other_subset {
+            m.other_subset = Some(drop(o));
+        }
+    }
+}
+
 /// The distinct offsets (in B's parameters) at which B's body reads T, each read an edge
 /// from a body source access node of T to a tasklet with index `q_d + o_d` per dimension.
-fn read_offsets(m: &MapScope, t: &str) -> Option<Vec<Vec<i64>>> {
+fn read_offsets(
+    m: &MapScope,
+    t: &str,
+    base: &[SymExpr],
+    params: &[String],
+) -> Option<Vec<Vec<i64>>> {
     let body = &m.body;
     let mut out: Vec<Vec<i64>> = Vec::new();
     for n in body.node_ids() {
@@ -463,7 +703,7 @@ fn read_offsets(m: &MapScope, t: &str) -> Option<Vec<Vec<i64>>> {
             if !matches!(body.node(dst), Node::Tasklet(_)) {
                 return None;
             }
-            out.push(offset_of(&body.edge(e).memlet.subset, &m.params)?);
+            out.push(offset_of(&body.edge(e).memlet.subset, params, base)?);
         }
     }
     if out.is_empty() {
@@ -474,14 +714,16 @@ fn read_offsets(m: &MapScope, t: &str) -> Option<Vec<Vec<i64>>> {
     Some(out)
 }
 
-fn offset_of(s: &Subset, params: &[String]) -> Option<Vec<i64>> {
-    if s.rank() != params.len() {
+/// The constant offset of `s` from the point `params + base` (one per dimension).
+fn offset_of(s: &Subset, params: &[String], base: &[SymExpr]) -> Option<Vec<i64>> {
+    if s.rank() != params.len() || base.len() != params.len() {
         return None;
     }
     s.0.iter()
         .zip(params)
-        .map(|(d, p)| match d {
-            Dim::Index(e) => e.const_diff(&SymExpr::sym(p)),
+        .zip(base)
+        .map(|((d, p), c)| match d {
+            Dim::Index(e) => e.const_diff(&SymExpr::sym(p).add(c)),
             _ => None,
         })
         .collect()
@@ -489,7 +731,37 @@ fn offset_of(s: &Subset, params: &[String]) -> Option<Vec<i64>> {
 
 /// A's body can be copied to other points: only access nodes and tasklets, no code that
 /// reads its parameters, T its only output; and every point B needs lies in A's range.
-fn recomputable(ma: &MapScope, mb: &MapScope, offsets: &[Vec<i64>]) -> bool {
+/// B's parameter each dimension of T follows at B's first read of T (`q + o + c`, `c`
+/// A's offset), for an A over fewer parameters than B; `None` unless each is one of B's,
+/// each once.
+fn promoted_params(mb: &MapScope, t: &str, base: &[SymExpr]) -> Option<Vec<String>> {
+    let body = &mb.body;
+    let qs: Vec<&str> = mb.params.iter().map(String::as_str).collect();
+    let e = body
+        .edge_ids()
+        .into_iter()
+        .find(|&e| body.edge(e).memlet.data == t)?;
+    let s = &body.edge(e).memlet.subset;
+    if s.rank() != base.len() {
+        return None;
+    }
+    let mut sel: Vec<String> = Vec::new();
+    for (d, c) in s.0.iter().zip(base) {
+        let Dim::Index(x) = d else { return None };
+        let (coeffs, _) = x.sub(c).simplify().affine_in(&qs)?;
+        let coeffs: Vec<(String, i64)> = coeffs.into_iter().collect();
+        let [(q, 1)] = coeffs.as_slice() else {
+            return None;
+        };
+        if sel.contains(q) {
+            return None;
+        }
+        sel.push(q.clone());
+    }
+    Some(sel)
+}
+
+fn recomputable(ma: &MapScope, b_ranges: &[sdflow_ir::Range], offsets: &[Vec<i64>]) -> bool {
     let simple = ma
         .body
         .node_ids()
@@ -506,18 +778,18 @@ fn recomputable(ma: &MapScope, mb: &MapScope, offsets: &[Vec<i64>]) -> bool {
     let steps_one = ma
         .ranges
         .iter()
-        .chain(&mb.ranges)
+        .chain(b_ranges)
         .all(|r| r.step.as_int() == Some(1));
     if !simple || code_mentions(&ma.body, &params) || writes.len() != 1 || !steps_one {
         return false;
     }
-    if ma.params.len() != mb.params.len() {
+    if ma.params.len() != b_ranges.len() {
         return false;
     }
     offsets.iter().all(|o| {
         ma.ranges
             .iter()
-            .zip(&mb.ranges)
+            .zip(b_ranges)
             .zip(o)
             .all(|((ra, rb), &off)| {
                 let lo = rb.start.add(&SymExpr::Int(off)).const_diff(&ra.start);
@@ -538,6 +810,25 @@ fn local_scalar(arrays: &mut Scratch<'_>, t: &str) -> String {
             transient: true,
         },
     );
+    name
+}
+
+/// Declares an array private to each worker for one slab of T inside a fused body: T's
+/// own dimensions.
+fn local_slab(arrays: &mut Scratch<'_>, t: &str, slab: &Slab) -> String {
+    let desc = arrays.desc(t).expect("T is declared");
+    let shape: Vec<SymExpr> = desc
+        .shape()
+        .iter()
+        .zip(&slab.dims)
+        .filter(|(_, k)| k.is_none())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut arr = sdflow_ir::Array::new(desc.dtype(), shape);
+    arr.transient = true;
+    arr.storage = sdflow_ir::Storage::Local;
+    let name = arrays.fresh(&format!("{t}_slab"));
+    arrays.declare(name.clone(), DataDesc::Array(arr));
     name
 }
 
@@ -578,8 +869,16 @@ fn fuse_same_point(
         }
     }
     if c.private {
-        let scalar = local_scalar(arrays, &c.t);
-        make_local(&mut body, write, &scalar);
+        match &c.slab {
+            None => {
+                let scalar = local_scalar(arrays, &c.t);
+                make_local(&mut body, write, &scalar);
+            }
+            Some(slab) => {
+                let local = local_slab(arrays, &c.t, slab);
+                to_local_slab(&mut body, &c.t, &local, slab);
+            }
+        }
     }
     let (mut sources, mut dests) = neighbours(df, c.a);
     let (sb, db) = neighbours(df, c.b);
@@ -623,7 +922,7 @@ fn fuse_recompute(
         let shift: BTreeMap<String, SymExpr> = ma
             .params
             .iter()
-            .zip(&mb.params)
+            .zip(&c.sel)
             .zip(o)
             .map(|((p, q), &off)| (p.clone(), SymExpr::sym(q).add(&SymExpr::Int(off))))
             .collect();
@@ -645,7 +944,7 @@ fn fuse_recompute(
             continue;
         }
         for e in body.out_edges(n) {
-            let o = offset_of(&body.edge(e).memlet.subset, &mb.params).expect("checked");
+            let o = offset_of(&body.edge(e).memlet.subset, &c.sel, &c.base).expect("checked");
             let (from, scalar) = &value_of[&o];
             let (_, dst) = body.endpoints(e);
             let mut edge = body.graph.remove_edge(e).expect("edge of the body");

@@ -333,6 +333,32 @@ pub fn substitute_params(df: &mut Dataflow, map: &BTreeMap<String, SymExpr>) {
     }
 }
 
+/// Substitutes `map` in every symbolic expression of the control flow (loop bounds and
+/// updates, conditions, assigned values), simplified.
+pub fn substitute_control(block: &mut Block, map: &BTreeMap<String, SymExpr>) {
+    let f = |e: &SymExpr| e.substitute(map).simplify();
+    match block {
+        Block::Seq(items) => items.iter_mut().for_each(|b| substitute_control(b, map)),
+        Block::Loop(l) => {
+            l.init = f(&l.init);
+            l.cond = f(&l.cond);
+            l.update = f(&l.update);
+            substitute_control(&mut l.body, map);
+        }
+        Block::If(i) => {
+            i.cond = f(&i.cond);
+            substitute_control(&mut i.then, map);
+            substitute_control(&mut i.otherwise, map);
+        }
+        Block::Assign(a) => {
+            for (_, e) in a {
+                *e = f(e);
+            }
+        }
+        Block::State(_) => {}
+    }
+}
+
 /// True when tasklet code in `df` (or nested map bodies) reads one of `names` as a
 /// variable that is not one of its own connectors or locals.
 pub fn code_mentions(df: &Dataflow, names: &BTreeSet<String>) -> bool {
@@ -675,8 +701,21 @@ pub fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {
                 matches!(d, Dim::Range { start, end, step }
                     if start.as_int() == Some(0)
                         && step.as_int() == Some(1)
-                        && end.simplify() == n.simplify())
+                        && same_extent(end, n))
             }))
+}
+
+/// True when a range of `size` indices covers an extent of `extent`: equal after
+/// simplification, where an extent `max(0, e)` (GT4Py's transient shapes) matches a size
+/// `e` (a range whose end is below its start covers the empty extent).
+pub fn same_extent(size: &SymExpr, extent: &SymExpr) -> bool {
+    let extent = extent.simplify();
+    let extent = match &extent {
+        SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if a.as_int() == Some(0) => (**b).clone(),
+        SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if b.as_int() == Some(0) => (**a).clone(),
+        _ => extent,
+    };
+    size.simplify() == extent.simplify()
 }
 
 /// True when a map inside `df` (at any depth) binds one of `names` as a parameter:
@@ -774,39 +813,61 @@ pub fn writes_whole(df: &Dataflow, n: NodeId, data: &str, shape: &[SymExpr]) -> 
 
 fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> bool {
     let body = &m.body;
-    if body
-        .node_ids()
-        .into_iter()
-        .any(|x| matches!(body.node(x), Node::Map(_)))
-    {
+    // Inner maps (a neighbour loop) may be there, as long as they do not write `data`.
+    fn inner_writes(df: &Dataflow, data: &str) -> bool {
+        df.node_ids().into_iter().any(|x| match df.node(x) {
+            Node::Map(m) => {
+                let b = &m.body;
+                b.node_ids()
+                    .into_iter()
+                    .any(|y| b.node(y).as_access() == Some(data) && b.in_degree(y) > 0)
+                    || inner_writes(b, data)
+            }
+            Node::Nested(_) => true,
+            _ => false,
+        })
+    }
+    if inner_writes(body, data) {
         return false;
     }
     body.edge_ids().into_iter().any(|e| {
         let (src, dst) = body.endpoints(e);
         let memlet = &body.edge(e).memlet;
-        if body.node(dst).as_access() != Some(data)
-            || !matches!(body.node(src), Node::Tasklet(_))
-            || memlet.subset.rank() != shape.len()
-        {
+        // A tasklet's write, or a copy of one element (a reduction's result) into `data`,
+        // whose memlet may name either end.
+        let subset = match body.node(src) {
+            Node::Tasklet(_) => &memlet.subset,
+            Node::Access(_) if memlet.data == data => &memlet.subset,
+            Node::Access(_) => match &memlet.other_subset {
+                Some(o) if memlet.subset.is_element() => o,
+                _ => return false,
+            },
+            _ => return false,
+        };
+        if body.node(dst).as_access() != Some(data) || subset.rank() != shape.len() {
             return false;
         }
         let mut used = BTreeSet::new();
-        memlet.subset.0.iter().zip(shape).all(|(d, extent)| {
+        let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
+        subset.0.iter().zip(shape).all(|(d, extent)| {
+            // `p + c`, `c` free of parameters.
             let Dim::Index(x) = d else { return false };
-            let Some((k, c)) = m
+            let Some((coeffs, c)) = x.affine_in(&params) else {
+                return false;
+            };
+            let Some((k, _)) = m
                 .params
                 .iter()
                 .enumerate()
-                .find_map(|(k, p)| x.const_diff(&SymExpr::sym(p)).map(|c| (k, c)))
+                .find(|(_, p)| coeffs.len() == 1 && coeffs.get(*p) == Some(&1))
             else {
                 return false;
             };
             let r = &m.ranges[k];
-            let c = SymExpr::Int(c);
             used.insert(k)
                 && r.step.as_int() == Some(1)
                 && r.start.add(&c).simplify().as_int() == Some(0)
-                && r.end.add(&c).simplify() == extent.simplify()
+                && same_extent(&r.end.add(&c), extent)
         })
     })
 }

@@ -13,8 +13,8 @@ use sdflow_ir::Sdfg;
 
 use crate::pass::{Changes, Pass, TransformError};
 use crate::{
-    DeadDataflow, EGraphPass, GpuSchedule, MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion,
-    Specialize, StateFusion,
+    CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, MapFusion, MoveIntoIf,
+    RedundantCopy, SiblingFusion, Specialize, StateFusion,
 };
 
 /// What one pass did over a whole pipeline run.
@@ -108,10 +108,12 @@ pub struct Pipeline {
 /// Every pass by name, with its default settings.
 pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
     let p: Box<dyn Pass> = match name {
+        "inline_nested" => Box::new(InlineNested),
         "specialize" => Box::new(Specialize),
         "dead_dataflow" => Box::new(DeadDataflow),
         "redundant_copy" => Box::new(RedundantCopy),
         "state_fusion" => Box::new(StateFusion),
+        "copy_forwarding" => Box::new(CopyForwarding),
         "map_fusion" => Box::new(MapFusion::default()),
         "sibling_fusion" => Box::new(SiblingFusion),
         "move_into_if" => Box::new(MoveIntoIf),
@@ -126,11 +128,13 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
 /// Names of every pass: the structural passes in the default CPU pipeline's order, the
 /// GPU-only one, then the e-graph pass (in the defaults after `sibling_fusion`) and its
 /// opt-in fast-math form.
-pub const PASS_NAMES: [&str; 10] = [
+pub const PASS_NAMES: [&str; 12] = [
+    "inline_nested",
     "specialize",
     "dead_dataflow",
     "redundant_copy",
     "state_fusion",
+    "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
     "move_into_if",
@@ -140,11 +144,13 @@ pub const PASS_NAMES: [&str; 10] = [
 ];
 
 /// The structural passes of the default CPU pipeline, in order.
-const CPU_PASSES: [&str; 7] = [
+const CPU_PASSES: [&str; 9] = [
+    "inline_nested",
     "specialize",
     "dead_dataflow",
     "redundant_copy",
     "state_fusion",
+    "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
     "move_into_if",

@@ -13,12 +13,12 @@
 //! plainly: a write-conflict resolution anywhere on its path (the body's edge included)
 //! combines with the old value, which is `tmp`'s before and `out`'s after.
 
-use sdflow_ir::{DataDesc, Dataflow, Memlet, Node, NodeId, Sdfg};
+use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Subset, SymExpr};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
     DataUses, data_uses, for_each_state_parallel, is_full, move_in_edges, node_reads_writes,
-    rename_data, writes_whole,
+    rename_data, same_extent, writes_whole,
 };
 
 /// See the module documentation.
@@ -50,15 +50,22 @@ impl Pass for RedundantCopy {
 /// disappeared.
 fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<String> {
     let mut removed = Vec::new();
-    while let Some((t1, t2, producer)) = find(sdfg, graph, uses) {
+    while let Some((t1, t2, producer, shift)) = find(sdfg, graph, uses) {
         let from = graph.node(t1).as_access().unwrap_or_default().to_string();
         let to = graph.node(t2).as_access().unwrap_or_default().to_string();
         let in_edge = graph.in_edges(t1)[0];
         if let Node::Map(m) = &mut graph.graph[producer] {
-            rename_data(&mut m.body, &from, &to);
+            match &shift {
+                None => rename_data(&mut m.body, &from, &to),
+                Some(s) => rename_data_shifted(&mut m.body, &from, &to, s),
+            }
         }
         if graph.node(producer).as_access().is_none() {
-            graph.graph[in_edge].memlet.data = to.clone();
+            let m = &mut graph.graph[in_edge].memlet;
+            m.data = to.clone();
+            if let Some(s) = &shift {
+                m.subset = shifted(&m.subset, s);
+            }
         }
         for e in graph.out_edges(t1) {
             graph.graph.remove_edge(e);
@@ -70,7 +77,45 @@ fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<Stri
     removed
 }
 
-fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, NodeId)> {
+/// A copy to remove: `tmp`'s node, `out`'s node, the producer, and where `tmp`'s indices
+/// land in `out` (`None`: the same indices).
+type Found = (NodeId, NodeId, NodeId, Option<Vec<SymExpr>>);
+
+/// Where a whole copy of a container of shape `from` lands in one of shape `to` through
+/// `other`: `Some(None)` at the same indices (the whole of `to`, same shape), `Some(Some(
+/// starts))` in a unit-step box of `to` with `from`'s extents, else `None`.
+fn destination_box(
+    other: Option<&Subset>,
+    from: &[SymExpr],
+    to: &[SymExpr],
+) -> Option<Option<Vec<SymExpr>>> {
+    let same_shape = from
+        .iter()
+        .zip(to)
+        .all(|(x, y)| x.simplify() == y.simplify());
+    match other {
+        None if same_shape => Some(None),
+        Some(o) if same_shape && is_full(o, to) => Some(None),
+        Some(o) if o.rank() == from.len() => {
+            let starts =
+                o.0.iter()
+                    .zip(from)
+                    .map(|(d, n)| match d {
+                        Dim::Range { start, end, step }
+                            if step.as_int() == Some(1) && same_extent(&end.sub(start), n) =>
+                        {
+                            Some(start.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+            Some(Some(starts))
+        }
+        _ => None,
+    }
+}
+
+fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<Found> {
     for t1 in df.node_ids() {
         let Some(a) = df.node(t1).as_access() else {
             continue;
@@ -93,25 +138,20 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, 
         if !da.transient || a == b || u.access_nodes != 1 || u.in_control || df.in_degree(t2) != 1 {
             continue;
         }
-        let same_type = da.dtype == db.dtype
-            && da.shape.len() == db.shape.len()
-            && da
-                .shape
-                .iter()
-                .zip(&db.shape)
-                .all(|(x, y)| x.simplify() == y.simplify());
         let cm: &Memlet = &df.edge(*copy).memlet;
-        let copies_all = same_type
-            && cm.data == a
-            && cm.wcr.is_none()
-            && is_full(&cm.subset, &da.shape)
-            && cm
-                .other_subset
-                .as_ref()
-                .is_none_or(|o| is_full(o, &db.shape));
-        if !copies_all {
+        if da.dtype != db.dtype
+            || da.shape.len() != db.shape.len()
+            || cm.data != a
+            || cm.wcr.is_some()
+            || !is_full(&cm.subset, &da.shape)
+        {
             continue;
         }
+        // Where the copy puts `tmp`'s first element in `out`: the whole of `out` (same
+        // shape), or a box of it with `tmp`'s extents.
+        let Some(shift) = destination_box(cm.other_subset.as_ref(), &da.shape, &db.shape) else {
+            continue;
+        };
         let producer = df.endpoints(*write).0;
         if matches!(df.node(producer), Node::Nested(_) | Node::Library(_)) {
             continue;
@@ -122,9 +162,86 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<(NodeId, NodeId, 
         }
         // What the producer really writes (its body over its ranges, not its summary
         // memlet, which may over-approximate), as a plain write.
+        // A shifted rename moves the subsets of `tmp`'s memlets, not second subsets or
+        // index tables.
+        if shift.is_some()
+            && let Node::Map(m) = df.node(producer)
+            && (crate::pattern::tables_read(&m.body).contains(a)
+                || copy_names_other_end(&m.body, a))
+        {
+            continue;
+        }
         if writes_whole(df, producer, a, &da.shape) {
-            return Some((t1, t2, producer));
+            return Some((t1, t2, producer, shift));
         }
     }
     None
+}
+
+/// `s` with each dimension moved by `shift` (its indices and ranges, not tables).
+fn shifted(s: &Subset, shift: &[SymExpr]) -> Subset {
+    if s.0.is_empty() {
+        return s.clone();
+    }
+    Subset(
+        s.0.iter()
+            .zip(shift)
+            .map(|(d, c)| match d {
+                Dim::Index(x) => Dim::Index(x.add(c).simplify()),
+                Dim::Range { start, end, step } => Dim::Range {
+                    start: start.add(c).simplify(),
+                    end: end.add(c).simplify(),
+                    step: step.clone(),
+                },
+                Dim::Indirect {
+                    table,
+                    index,
+                    offset,
+                } => Dim::Indirect {
+                    table: table.clone(),
+                    index: index.clone(),
+                    offset: offset.add(c).simplify(),
+                },
+            })
+            .collect(),
+    )
+}
+
+/// [`rename_data`] where element `x` of `from` is element `x + shift` of `to`: the
+/// producer's writes land in the box of `to` the copy wrote.
+fn rename_data_shifted(df: &mut Dataflow, from: &str, to: &str, shift: &[SymExpr]) {
+    for e in df.edge_ids() {
+        // A copy's second subset is its other end's: shifted when that end is `from`.
+        let (a, b) = df.endpoints(e);
+        let touches = [a, b].iter().any(|&x| df.node(x).as_access() == Some(from));
+        let m = &mut df.graph[e].memlet;
+        if m.data == from {
+            m.data = to.to_string();
+            m.subset = shifted(&m.subset, shift);
+        } else if touches && let Some(o) = &m.other_subset {
+            m.other_subset = Some(shifted(o, shift));
+        }
+    }
+    for n in df.node_ids() {
+        match &mut df.graph[n] {
+            Node::Access(d) if d == from => *d = to.to_string(),
+            Node::Map(m) => rename_data_shifted(&mut m.body, from, to, shift),
+            _ => {}
+        }
+    }
+}
+
+/// True when a copy touching `data` in `df` (inner maps too) names only its other end,
+/// one subset for both: a shifted rename could not move `data`'s side alone.
+fn copy_names_other_end(df: &Dataflow, data: &str) -> bool {
+    df.edge_ids().into_iter().any(|e| {
+        let (a, b) = df.endpoints(e);
+        let m = &df.edge(e).memlet;
+        m.data != data
+            && m.other_subset.is_none()
+            && [a, b].iter().any(|&x| df.node(x).as_access() == Some(data))
+    }) || df.graph.node_weights().any(|n| match n {
+        Node::Map(m) => copy_names_other_end(&m.body, data),
+        _ => false,
+    })
 }

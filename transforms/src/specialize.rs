@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sdflow_ir::{Block, DType, DataDesc, Dataflow, Expr, Node, Sdfg, SymExpr, Value};
 
 use crate::pass::{Changes, Pass};
-use crate::pattern::{compact_states, substitute_params};
+use crate::pattern::{compact_states, substitute_control, substitute_params};
 
 /// See the module documentation.
 pub struct Specialize;
@@ -126,30 +126,6 @@ fn constants_in_code(
             }
             _ => {}
         }
-    }
-}
-
-fn substitute_control(block: &mut Block, ints: &BTreeMap<String, SymExpr>) {
-    let f = |e: &SymExpr| e.substitute(ints).simplify();
-    match block {
-        Block::Seq(items) => items.iter_mut().for_each(|b| substitute_control(b, ints)),
-        Block::Loop(l) => {
-            l.init = f(&l.init);
-            l.cond = f(&l.cond);
-            l.update = f(&l.update);
-            substitute_control(&mut l.body, ints);
-        }
-        Block::If(i) => {
-            i.cond = f(&i.cond);
-            substitute_control(&mut i.then, ints);
-            substitute_control(&mut i.otherwise, ints);
-        }
-        Block::Assign(a) => {
-            for (_, e) in a {
-                *e = f(e);
-            }
-        }
-        Block::State(_) => {}
     }
 }
 

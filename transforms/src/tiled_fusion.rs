@@ -29,6 +29,8 @@ pub(crate) struct Tiled<'a> {
     pub offsets: &'a [Vec<i64>],
     /// Rows of B per tile.
     pub rows: i64,
+    /// A writes T at its point plus these offsets (B reads it likewise).
+    pub base: &'a [SymExpr],
 }
 
 /// Maps every `T` memlet of `body` to the buffer: `T[x0, x1, …]` becomes
@@ -111,8 +113,14 @@ pub(crate) fn fuse_tiled(
     arr.storage = Storage::Local;
     let whole = Memlet::new(&buf, Subset::full(arr.shape.as_slice()));
     arrays.declare(buf.clone(), DataDesc::Array(arr));
+    // T's index of the buffer's first element, per dimension.
     let mut shift = vec![base0.clone()];
     shift.extend(ma.ranges[1..].iter().map(|r| r.start.clone()));
+    let shift: Vec<SymExpr> = shift
+        .iter()
+        .zip(p.base)
+        .map(|(s, c)| s.add(c).simplify())
+        .collect();
     // A' over the rows the tile needs.
     let mut a_ranges = ma.ranges.clone();
     a_ranges[0] = Range {

@@ -521,9 +521,10 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert!(text.contains("maps_fused_tiled=1"), "{text}");
     same_results(&s0, &s, &[("N", 8)]);
 
-    // Stopping after the first two pass runs (specialize, dead_dataflow) leaves two maps.
+    // Stopping after the first three pass runs (inline_nested, specialize, dead_dataflow)
+    // leaves two maps.
     let mut s = s0.clone();
-    let r = Pipeline::cpu().stop_after(2).run(&mut s).unwrap();
+    let r = Pipeline::cpu().stop_after(3).run(&mut s).unwrap();
     assert!(!r.fixed_point);
     assert_eq!(maps(&s), 2);
     // Disabling map fusion by name, too.
@@ -541,7 +542,7 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert!(matches!(e, TransformError::UnknownPass { .. }));
     assert_eq!(
         e.to_string(),
-        "unknown pass 'fuse_everything'; the passes are: specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, move_into_if, gpu_schedule, egraph, egraph_fast_math"
+        "unknown pass 'fuse_everything'; the passes are: inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, move_into_if, gpu_schedule, egraph, egraph_fast_math"
     );
     // The same input gives the same output, byte for byte.
     let (mut a, mut b) = (s0.clone(), s0.clone());
@@ -700,10 +701,12 @@ fn a_pass_whose_input_did_not_change_is_not_run_again() {
     assert_eq!(
         runs,
         [
+            ("inline_nested", 2),
             ("specialize", 2),
             ("dead_dataflow", 2),
             ("redundant_copy", 2),
             ("state_fusion", 2),
+            ("copy_forwarding", 2),
             ("map_fusion", 2),
             ("sibling_fusion", 1),
             ("egraph", 1),
@@ -763,8 +766,8 @@ fn fast_math_never_runs_a_disabled_egraph_pass() {
     assert_eq!(
         e.to_string(),
         "fast math needs the 'egraph' pass, which this pipeline disables; the passes are: \
-         specialize, dead_dataflow, redundant_copy, state_fusion, map_fusion, sibling_fusion, \
-         egraph, move_into_if"
+         inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, \
+         map_fusion, sibling_fusion, egraph, move_into_if"
     );
     let e = Pipeline::from_names(&["map_fusion"])
         .unwrap()

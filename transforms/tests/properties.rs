@@ -4,7 +4,10 @@
 //! the pass again at its fixed point changes nothing. The programs include the shapes
 //! that stress pass legality (`GenConfig::allow_hazards`: loop-carried row writes read
 //! in branches, nested ifs in loops, widened map edges, conflict resolution on body
-//! edges only, whole copies, scalar parameters forwarded to nested SDFGs) and programs
+//! edges only, whole copies, scalar parameters forwarded to nested SDFGs, nested SDFGs
+//! bound to windows of their arguments) and GT4Py's shapes (`GenConfig::
+//! allow_gt4py_shapes`: column copies and computations over the first dimension read by
+//! maps over the grid, slabs written through inner maps and reduced), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -28,6 +31,7 @@ fn hazards() -> GenConfig {
     GenConfig {
         allow_hazards: true,
         allow_failing_dead_code: true,
+        allow_gt4py_shapes: true,
         ..GenConfig::default()
     }
 }
@@ -94,6 +98,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
+    fn inline_nested_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["inline_nested"])?;
+        check(&s, &["inline_nested", "state_fusion", "map_fusion"])?;
+    }
+
+    #[test]
     fn specialize_preserves_results(s in arb_sdfg(hazards())) {
         check(&s, &["specialize"])?;
     }
@@ -111,6 +121,12 @@ proptest! {
     #[test]
     fn state_fusion_preserves_results(s in arb_sdfg(hazards())) {
         check(&s, &["state_fusion"])?;
+    }
+
+    #[test]
+    fn copy_forwarding_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["copy_forwarding"])?;
+        check(&s, &["state_fusion", "copy_forwarding"])?;
     }
 
     #[test]
@@ -172,10 +188,12 @@ fn random_programs_exercise_the_passes() {
     assert!(failing >= 10, "{failing}");
     assert!(rescued >= 5, "{rescued} of {failing}");
     for name in [
+        "inline_nested",
         "specialize",
         "dead_dataflow",
         "redundant_copy",
         "state_fusion",
+        "copy_forwarding",
         "map_fusion",
         "sibling_fusion",
         "move_into_if",
