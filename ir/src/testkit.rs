@@ -167,6 +167,9 @@ enum Step {
         t1: String,
         t2: String,
         slab: bool,
+        /// Instead: `t1 = target * 0.5 + src` over the grid, and a state after this one
+        /// copies `t1` over `target` (a field updated in place; `target` is an output).
+        in_place: bool,
     },
     /// A nested SDFG computing `target = f(src)` elementwise. With `window`, its
     /// connectors are bound to the rows `1:` of both (the callee's indices shifted by
@@ -723,15 +726,24 @@ impl Gen {
             let cands: Vec<&String> = fully_valid.iter().filter(|n| **n != target).collect();
             if !cands.is_empty() {
                 let src = cands[self.rng.random_range(0..cands.len())].clone();
-                let slab = self.rng.random_bool(0.5);
-                let dtype = self.dtypes[&src];
+                let kind = self.rng.random_range(0..3);
+                let in_place = kind == 2 && self.outputs.contains(&target);
+                let slab = kind == 1;
+                let dtype = if in_place {
+                    self.dtypes[&target]
+                } else {
+                    self.dtypes[&src]
+                };
                 let (t1, t2) = (
                     format!("tmp{}", self.transients),
                     format!("tmp{}", self.transients + 1),
                 );
                 self.transients += 2;
                 let first = self.dims[0];
-                if slab {
+                if in_place {
+                    let dims = self.dims.clone();
+                    self.b.transient(&t1, dtype, dims);
+                } else if slab {
                     let mut shape: Vec<&str> = self.dims.clone();
                     shape.push("3");
                     self.b.transient(&t1, dtype, shape);
@@ -752,6 +764,7 @@ impl Gen {
                     t1,
                     t2,
                     slab,
+                    in_place,
                 };
             }
         }
@@ -1005,6 +1018,8 @@ impl Gen {
                 (src, name)
             });
         let name = format!("s{first}");
+        // Copies a later state makes (fields updated in place).
+        let mut copies_after: Vec<(String, String)> = Vec::new();
         let id = self.b.state(&name, |st| {
             if let Some((src, dead)) = &failing_dead {
                 let params: Vec<&str> = PARAMS[..rank].to_vec();
@@ -1098,13 +1113,29 @@ impl Gen {
                         t1,
                         t2,
                         slab,
+                        in_place,
                     } => {
                         let ranges: Vec<String> =
                             dims.iter().map(|d| range_text(d, 0, 0)).collect();
                         let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
                         let here = format!("{src}[{idx}]");
                         let out = format!("{target}[{idx}]");
-                        if *slab {
+                        if *in_place {
+                            let tmp = format!("{t1}[{idx}]");
+                            st.map(&format!("{label}_update"), &params, &ranges, |m| {
+                                m.tasklet(
+                                    "f",
+                                    &[("a", &out), ("b", &here)],
+                                    &[("o", &tmp)],
+                                    "o = a * 0.5 + b",
+                                );
+                            });
+                            let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                            copies_after.push((
+                                format!("{t1}[{}]", full.join(", ")),
+                                format!("{target}[{}]", full.join(", ")),
+                            ));
+                        } else if *slab {
                             let slab_at = format!("{t1}[{idx}, 0:3]");
                             let buf = format!("{t2}[0:3]");
                             let sum = format!("{t1}_sum");
@@ -1273,7 +1304,15 @@ impl Gen {
                 }
             }
         });
-        Block::State(id)
+        if copies_after.is_empty() {
+            return Block::State(id);
+        }
+        let after = self.b.state(&format!("{name}_copy"), |st| {
+            for (from, to) in &copies_after {
+                st.copy(from, to);
+            }
+        });
+        Block::seq([Block::State(id), Block::State(after)])
     }
 
     /// Declares the static symbol `kappa` in a callee whose code reads it.

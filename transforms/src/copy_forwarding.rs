@@ -269,13 +269,9 @@ fn forwardable(df: &Dataflow, mb: &MapScope, f: &Forward) -> bool {
             // A copy touching T described from its other end.
             return !touches;
         }
-        // A copy out of T would need T's layout.
-        let other_end = if df.node(a).as_access() == Some(&f.t) {
-            b
-        } else {
-            a
-        };
-        if df.node(other_end).as_access().is_some() || m.other_subset.is_some() {
+        // A copy out of T moves one element (more would need T's layout); the other
+        // end's subset stays.
+        if !m.subset.is_element() {
             return false;
         }
         points(&m.subset, &mb.params, &mb.ranges, f).is_some()

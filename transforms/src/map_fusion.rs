@@ -616,8 +616,8 @@ fn reads_own_slab(mb: &MapScope, t: &str, slab: &Slab) -> bool {
                 return false;
             }
         }
-        // Reads of T at B's point; a copy out of T (it would need T's layout) is refused
-        // by its second subset, or by naming only its other end.
+        // Reads of T at B's point; a copy touching T that names only its other end is
+        // refused.
         df.edge_ids().into_iter().all(|e| {
             let m = &df.edge(e).memlet;
             if m.subset.tables().contains(&t) {
@@ -628,8 +628,9 @@ fn reads_own_slab(mb: &MapScope, t: &str, slab: &Slab) -> bool {
                 let (a, b) = df.endpoints(e);
                 return [a, b].iter().all(|&x| df.node(x).as_access() != Some(t));
             }
-            m.other_subset.is_none()
-                && m.subset.rank() == slab.dims.len()
+            // (A copy of T's elements into another container keeps that container's
+            // second subset.)
+            m.subset.rank() == slab.dims.len()
                 && m.subset
                     .0
                     .iter()

@@ -709,13 +709,15 @@ pub fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {
 /// simplification, where an extent `max(0, e)` (GT4Py's transient shapes) matches a size
 /// `e` (a range whose end is below its start covers the empty extent).
 pub fn same_extent(size: &SymExpr, extent: &SymExpr) -> bool {
-    let extent = extent.simplify();
-    let extent = match &extent {
-        SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if a.as_int() == Some(0) => (**b).clone(),
-        SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if b.as_int() == Some(0) => (**a).clone(),
-        _ => extent,
+    let strip = |e: &SymExpr| {
+        let e = e.simplify();
+        match &e {
+            SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if a.as_int() == Some(0) => b.simplify(),
+            SymExpr::Bin(sdflow_ir::SymOp::Max, a, b) if b.as_int() == Some(0) => a.simplify(),
+            _ => e,
+        }
     };
-    size.simplify() == extent.simplify()
+    strip(size) == strip(extent)
 }
 
 /// True when a map inside `df` (at any depth) binds one of `names` as a parameter:

@@ -42,8 +42,303 @@ impl Pass for RedundantCopy {
                 sdfg.arrays.remove(from);
             }
         }
+        let in_place = remove_in_place(sdfg);
+        ch.add("copies_removed_in_place", in_place.len());
+        for from in &in_place {
+            sdfg.arrays.remove(from);
+        }
         ch
     }
+}
+
+/// The copies a state makes of transients the state before it computed, into containers
+/// their producers update in place (GT4Py's `theta_v = f(theta_v)`: the program computes
+/// the new values into a transient, a later state copies them over the field): the
+/// producer writes the field itself. Returns the transients that disappeared.
+///
+/// ```text
+/// state 1: theta_v ─► map A ─► tmp        state 1: theta_v ─► map A ─► theta_v
+/// state 2: tmp ──copy──► theta_v     →    state 2: (nothing)
+/// ```
+///
+/// Legality, besides the in-state rule's (the copy carries the whole transient, written
+/// whole and plainly by a map, into a box of the field): the transient lives in these
+/// two states only and nothing in the first reads it; in the first state nothing but
+/// the producer touches the field; the producer reads the field only at the point it
+/// writes (`tmp[p + c]` against `field[p + c + shift]`), before it writes it — so a
+/// point's write changes no other point's read, and its own read sees the old value.
+fn remove_in_place(sdfg: &mut Sdfg) -> Vec<String> {
+    let uses = data_uses(sdfg);
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    crate::pattern::find_in_seqs(&mut sdfg.body, &mut |items| {
+        for w in items.windows(2) {
+            if let [sdflow_ir::Block::State(a), sdflow_ir::Block::State(b)] = w
+                && a != b
+            {
+                pairs.push((a.index(), b.index()));
+            }
+        }
+        false
+    });
+    let mut removed = Vec::new();
+    for (s1, s2) in pairs {
+        while let Some(f) = find_in_place(sdfg, &uses, s1, s2) {
+            let InPlace {
+                t,
+                d,
+                dtype,
+                old,
+                body,
+                shift,
+                producer,
+                t1,
+                copy_src,
+                copy_dst,
+            } = f;
+            if body.accessed_data_refs().contains(old.as_str()) {
+                sdfg.arrays.insert(
+                    old,
+                    DataDesc::Scalar {
+                        dtype,
+                        transient: true,
+                    },
+                );
+            }
+            let g1 = &mut sdfg.states[s1].graph;
+            if let Node::Map(m) = &mut g1.graph[producer] {
+                m.body = body;
+            }
+            for e in g1.in_edges(t1) {
+                let m = &mut g1.graph[e].memlet;
+                m.data = d.clone();
+                m.subset = shifted(&m.subset, &shift);
+            }
+            g1.graph[t1] = Node::Access(d.clone());
+            let g2 = &mut sdfg.states[s2].graph;
+            g2.graph.remove_node(copy_src);
+            if g2.in_degree(copy_dst) == 0 && g2.out_degree(copy_dst) == 0 {
+                g2.graph.remove_node(copy_dst);
+            }
+            removed.push(t);
+        }
+    }
+    removed
+}
+
+/// An in-place rewrite found by [`find_in_place`].
+struct InPlace {
+    t: String,
+    d: String,
+    dtype: sdflow_ir::DType,
+    /// The body-local scalar holding the old value, and the producer's new body.
+    old: String,
+    body: Dataflow,
+    shift: Vec<SymExpr>,
+    producer: NodeId,
+    t1: NodeId,
+    copy_src: NodeId,
+    copy_dst: NodeId,
+}
+
+fn find_in_place(sdfg: &Sdfg, uses: &DataUses, s1: usize, s2: usize) -> Option<InPlace> {
+    let (g1, g2) = (&sdfg.states[s1].graph, &sdfg.states[s2].graph);
+    for copy_src in g2.node_ids() {
+        let Some(t) = g2.node(copy_src).as_access() else {
+            continue;
+        };
+        let (Some(DataDesc::Array(dt)), Some(u)) = (sdfg.arrays.get(t), uses.get(t)) else {
+            continue;
+        };
+        let outs = g2.out_edges(copy_src);
+        let [copy] = outs.as_slice() else { continue };
+        let copy_dst = g2.endpoints(*copy).1;
+        let Some(d) = g2.node(copy_dst).as_access() else {
+            continue;
+        };
+        let Some(DataDesc::Array(dd)) = sdfg.arrays.get(d) else {
+            continue;
+        };
+        if !dt.transient
+            || t == d
+            || g2.in_degree(copy_src) != 0
+            || g2.in_degree(copy_dst) != 1
+            || u.access_nodes != 2
+            || u.states != [s1.min(s2), s1.max(s2)]
+            || u.in_control
+            || dt.dtype != dd.dtype
+            || dt.shape.len() != dd.shape.len()
+        {
+            continue;
+        }
+        let cm = &g2.edge(*copy).memlet;
+        if cm.data != t || cm.wcr.is_some() || !is_full(&cm.subset, &dt.shape) {
+            continue;
+        }
+        let shift = match destination_box(cm.other_subset.as_ref(), &dt.shape, &dd.shape)? {
+            Some(s) => s,
+            None => vec![SymExpr::Int(0); dt.shape.len()],
+        };
+        // In the first state: T written once, by a map, read by nothing.
+        let [t1] = g1.access_nodes(t)[..] else {
+            continue;
+        };
+        let ins = g1.in_edges(t1);
+        let [w] = ins.as_slice() else { continue };
+        let producer = g1.endpoints(*w).0;
+        let Node::Map(m) = g1.node(producer) else {
+            continue;
+        };
+        if g1.out_degree(t1) != 0 || !writes_whole(g1, producer, t, &dt.shape) {
+            continue;
+        }
+        // Nothing else in the first state touches D, nor reads it as a table.
+        let others_touch = g1.access_nodes(d).into_iter().any(|n| {
+            g1.in_degree(n) > 0
+                || g1
+                    .out_edges(n)
+                    .into_iter()
+                    .any(|e| g1.endpoints(e).1 != producer)
+        });
+        if others_touch
+            || crate::pattern::tables_read(g1).contains(d)
+            || node_reads_writes(g1, producer).1.contains(d)
+            || copy_names_other_end(&m.body, t)
+        {
+            continue;
+        }
+        let old = crate::pattern::fresh_name(sdfg, &format!("{d}_old"));
+        if let Some(body) = in_place_body(m, t, d, &shift, (&old, dd.dtype)) {
+            return Some(InPlace {
+                t: t.to_string(),
+                d: d.to_string(),
+                dtype: dd.dtype,
+                old,
+                body,
+                shift,
+                producer,
+                t1,
+                copy_src,
+                copy_dst,
+            });
+        }
+    }
+    None
+}
+
+/// Map `m`'s body writing `d` in place of `t` (`t[x]` is `d[x + shift]`), or `None` when
+/// it does not read `d` (the in-state rule's case) or when writing in place would change
+/// what it reads: every memlet of `d` in the body must read one
+/// element at the written point, at the body's top level; those reads then come from one
+/// read of the old value into the body-local scalar `old` (of `d`'s type) made before
+/// the write (the read must reach the write through the body's dataflow: a read of the
+/// old value after the write would see the new one).
+fn in_place_body(
+    m: &sdflow_ir::MapScope,
+    t: &str,
+    d: &str,
+    shift: &[SymExpr],
+    old: (&str, sdflow_ir::DType),
+) -> Option<Dataflow> {
+    let (old, dtype) = old;
+    let mut body = m.body.clone();
+    let writes: Vec<_> = body
+        .node_ids()
+        .into_iter()
+        .filter(|&n| body.node(n).as_access() == Some(t) && body.in_degree(n) > 0)
+        .collect();
+    let [t_node] = writes.as_slice() else {
+        return None;
+    };
+    let ins = body.in_edges(*t_node);
+    let [w] = ins.as_slice() else { return None };
+    let wm = &body.edge(*w).memlet;
+    let at = if wm.data == t {
+        &wm.subset
+    } else {
+        wm.other_subset.as_ref()?
+    };
+    let expected = shifted(at, shift);
+    let same_point = |s: &Subset| {
+        s.rank() == expected.rank()
+            && s.0.iter().zip(&expected.0).all(|(x, y)| match (x, y) {
+                (Dim::Index(x), Dim::Index(y)) => x.const_diff(y) == Some(0),
+                _ => false,
+            })
+    };
+    // Reads of `d`: top-level access nodes, each edge out of them one element at the
+    // written point; nothing else names `d`.
+    let mut readers = Vec::new();
+    for n in body.node_ids() {
+        match body.node(n) {
+            Node::Access(x) if x == d => {
+                if body.in_degree(n) > 0 {
+                    return None;
+                }
+                readers.push(n);
+            }
+            Node::Map(inner) if inner.body.accessed_data_refs().contains(d) => return None,
+            Node::Nested(_)
+                if body
+                    .in_edges(n)
+                    .into_iter()
+                    .any(|e| body.edge(e).memlet.data == d) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+    }
+    for e in body.edge_ids() {
+        let m = &body.edge(e).memlet;
+        let (a, b) = body.endpoints(e);
+        let touches = [a, b].iter().any(|&x| body.node(x).as_access() == Some(d));
+        if m.subset.tables().contains(&d)
+            || (m.data != d && touches)
+            || (m.data == d && !same_point(&m.subset))
+        {
+            return None;
+        }
+    }
+    // A producer that does not read the field is left to the rule within one state
+    // (state fusion brings the copy to it, and fusion may look through the transient).
+    if readers.is_empty() {
+        return None;
+    }
+    {
+        // One read of the old value (a tasklet `o = a`, which the e-graph pass sees
+        // through), read by every former reader.
+        let src = body.add_access(d);
+        let scalar = body.add_access(old);
+        let read = body.add_node(Node::Tasklet(sdflow_ir::Tasklet {
+            name: format!("{d}_old"),
+            inputs: [("a".to_string(), dtype)].into(),
+            outputs: [("o".to_string(), dtype)].into(),
+            code: vec![sdflow_ir::Stmt::parse("o = a").ok()?],
+        }));
+        body.add_edge(src, None, read, Some("a"), Memlet::new(d, expected.clone()));
+        body.add_edge(
+            read,
+            Some("o"),
+            scalar,
+            None,
+            Memlet::new(old, Subset::default()),
+        );
+        for n in readers {
+            for e in body.out_edges(n) {
+                let dst = body.endpoints(e).1;
+                let mut edge = body.graph.remove_edge(e).expect("edge of the body");
+                edge.memlet.data = old.to_string();
+                edge.memlet.subset = Subset::default();
+                body.graph.add_edge(scalar, dst, edge);
+            }
+            body.graph.remove_node(n);
+        }
+        if !body.reaches(scalar, *t_node) {
+            return None;
+        }
+    }
+    rename_data_shifted(&mut body, t, d, shift);
+    Some(body)
 }
 
 /// Removes the redundant copies of one state's graph; returns the containers that

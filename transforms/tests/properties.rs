@@ -180,6 +180,16 @@ fn random_programs_exercise_the_passes() {
                 *fired.entry(p.name).or_insert(0) += 1;
             }
         }
+        for rule in [
+            "copies_removed_in_place",
+            "maps_fused_recompute",
+            "copies_forwarded",
+            "nested_inlined",
+        ] {
+            if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
+                *fired.entry(rule).or_insert(0) += 1;
+            }
+        }
     }
     eprintln!("programs changed by each pass, of 300: {fired:?}");
     // Programs that stop with an error are generated, and the optimizer removes the
@@ -198,6 +208,10 @@ fn random_programs_exercise_the_passes() {
         "sibling_fusion",
         "move_into_if",
         "egraph",
+        "copies_removed_in_place",
+        "maps_fused_recompute",
+        "copies_forwarded",
+        "nested_inlined",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,

@@ -1557,10 +1557,16 @@ impl Emitter<'_> {
                 size.join(" * ")
             };
             self.line(&format!("const int64_t sdf_len_{} = {size};", a.name));
-            self.line(&format!(
-                "{t}* sdf_c_{} = ({t}*)calloc((size_t)({size} > 0 ? {size} : 1), sizeof({t}));",
-                a.name
-            ));
+            // A callee container of a few elements known at build time (a scalar: the
+            // `if` a map's point calls) lives on the stack, zero-filled, not on the heap:
+            // a call per point would otherwise allocate per point.
+            match small_len(&a.shape) {
+                Some(len) => self.line(&format!("{t} sdf_c_{}[{len}] = {{0}};", a.name)),
+                None => self.line(&format!(
+                    "{t}* sdf_c_{} = ({t}*)calloc((size_t)({size} > 0 ? {size} : 1), sizeof({t}));",
+                    a.name
+                )),
+            }
             ptrs.push(format!("(void*)sdf_c_{}", a.name));
             // Filled from the caller: an input, or an output that is not an input and
             // has no wcr.
@@ -1624,13 +1630,29 @@ impl Emitter<'_> {
         }
         self.indent -= 1;
         self.line("}");
-        for a in &isig.arrays {
+        for a in isig.arrays.iter().filter(|a| small_len(&a.shape).is_none()) {
             self.line(&format!("free(sdf_c_{});", a.name));
         }
         self.indent -= 1;
         self.line("}");
         Ok(())
     }
+}
+
+/// Callee containers of at most this many elements, their shape known at build time,
+/// are stack arrays.
+const STACK_ELEMENTS: i64 = 64;
+
+/// The number of elements of a shape of constants up to [`STACK_ELEMENTS`] (1 for a
+/// scalar's empty shape).
+fn small_len(shape: &[SymExpr]) -> Option<i64> {
+    shape
+        .iter()
+        .try_fold(1i64, |acc, e| {
+            let n = e.simplify().as_int()?.max(0);
+            acc.checked_mul(n).filter(|v| *v <= STACK_ELEMENTS)
+        })
+        .map(|n| n.max(1))
 }
 
 impl Emitter<'_> {
