@@ -167,8 +167,10 @@ enum Step {
         t1: String,
         t2: String,
         slab: bool,
-        /// Instead: `t1 = target * 0.5 + src` over the grid, and a state after this one
-        /// copies `t1` over `target` (a field updated in place; `target` is an output).
+        /// Instead: `t1 = target * c + src` over the grid, `c` read from the one-element
+        /// `t2` a tasklet without inputs sets to 0.5 (GT4Py's `get_value`), and a state
+        /// after this one copies `t1` over `target` (a field updated in place; `target`
+        /// is an output).
         in_place: bool,
     },
     /// A nested SDFG computing `target = f(src)` elementwise. With `window`, its
@@ -743,6 +745,7 @@ impl Gen {
                 if in_place {
                     let dims = self.dims.clone();
                     self.b.transient(&t1, dtype, dims);
+                    self.b.transient(&t2, dtype, ["1"]);
                 } else if slab {
                     let mut shape: Vec<&str> = self.dims.clone();
                     shape.push("3");
@@ -1122,12 +1125,19 @@ impl Gen {
                         let out = format!("{target}[{idx}]");
                         if *in_place {
                             let tmp = format!("{t1}[{idx}]");
+                            let half = format!("{t2}[0]");
+                            let value = if self.dtypes[target] == DType::F32 {
+                                "o = f32(0.5)"
+                            } else {
+                                "o = 0.5"
+                            };
+                            st.tasklet(&format!("{label}_get_value"), &[], &[("o", &half)], value);
                             st.map(&format!("{label}_update"), &params, &ranges, |m| {
                                 m.tasklet(
                                     "f",
-                                    &[("a", &out), ("b", &here)],
+                                    &[("a", &out), ("b", &here), ("c", &half)],
                                     &[("o", &tmp)],
-                                    "o = a * 0.5 + b",
+                                    "o = a * c + b",
                                 );
                             });
                             let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();

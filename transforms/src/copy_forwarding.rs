@@ -60,8 +60,197 @@ impl Pass for CopyForwarding {
                 sdfg.arrays.remove(t);
             }
         }
+        let done = for_each_state_parallel(sdfg, 1, |shared, graph| {
+            let mut memo = BoundaryMemo::default();
+            let mut removed = Vec::new();
+            while let Some(c) = find_constant(shared, &uses, graph) {
+                removed.push(apply_constant(shared, graph, c, &mut memo));
+            }
+            removed
+        });
+        for (_, removed) in done {
+            ch.add("constants_forwarded", removed.len());
+            for t in &removed {
+                sdfg.arrays.remove(t);
+            }
+        }
         ch
     }
+}
+
+/// A value computed once by a tasklet without inputs (`o = 4.0`, `o = rd_o_cvd`: GT4Py's
+/// `get_value`) into a one-element transient that only map bodies' tasklets read.
+struct Constant {
+    tasklet: NodeId,
+    t_node: NodeId,
+    t: String,
+    value: Expr,
+}
+
+fn find_constant(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow) -> Option<Constant> {
+    for t_node in df.node_ids() {
+        let Some(t) = df.node(t_node).as_access() else {
+            continue;
+        };
+        let Some(desc) = sdfg.arrays.get(t) else {
+            continue;
+        };
+        let private = uses
+            .get(t)
+            .is_some_and(|u| u.access_nodes == 1 && u.states.len() == 1 && !u.in_control);
+        let one = desc
+            .shape()
+            .iter()
+            .all(|e| e.simplify().as_int() == Some(1));
+        if !desc.transient() || !private || !one {
+            continue;
+        }
+        let Some(chain) = chain_at(df, t_node) else {
+            continue;
+        };
+        let Node::Tasklet(tk) = df.node(chain.producer) else {
+            continue;
+        };
+        let [st] = tk.code.as_slice() else { continue };
+        let dtype = desc.dtype();
+        let symbol_type = |v: &str| sdfg.symbols.get(v).map(|s| s.dtype);
+        let plain = tk.inputs.is_empty()
+            && df.in_degree(chain.producer) == 0
+            && df.out_degree(chain.producer) == 1
+            && tk.outputs.get(&st.target) == Some(&dtype)
+            && st.value.vars().iter().all(|v| sdfg.symbols.contains_key(v))
+            && st.value.infer(&symbol_type) == Ok(dtype);
+        if !plain || chain.consumers.is_empty() {
+            continue;
+        }
+        let readable = chain.consumers.iter().all(|&b| match df.node(b) {
+            Node::Map(mb) => reads_as_input(&mb.body, t, dtype, &st.value, &BTreeSet::new()),
+            _ => false,
+        });
+        if readable {
+            return Some(Constant {
+                tasklet: chain.producer,
+                t_node,
+                t: t.to_string(),
+                value: st.value.clone(),
+            });
+        }
+    }
+    None
+}
+
+/// Every use of `t` in `df` (inner maps too) is an edge from an access node of `t` with
+/// no in-edges into a tasklet input of type `dtype`, where the value's names are not
+/// shadowed (by the tasklet's own names or an enclosing map's parameters).
+fn reads_as_input(
+    df: &Dataflow,
+    t: &str,
+    dtype: sdflow_ir::DType,
+    value: &Expr,
+    params: &BTreeSet<String>,
+) -> bool {
+    let names = value.vars();
+    for n in df.node_ids() {
+        match df.node(n) {
+            Node::Access(d) if d == t => {
+                if df.in_degree(n) > 0 {
+                    return false;
+                }
+                for e in df.out_edges(n) {
+                    let Node::Tasklet(tk) = df.node(df.endpoints(e).1) else {
+                        return false;
+                    };
+                    let conn = df.edge(e).dst_conn.as_deref().unwrap_or_default();
+                    let own: BTreeSet<&str> = tk
+                        .inputs
+                        .keys()
+                        .chain(tk.outputs.keys())
+                        .map(String::as_str)
+                        .chain(tk.code.iter().map(|s| s.target.as_str()))
+                        .collect();
+                    let shadowed = names
+                        .iter()
+                        .any(|v| own.contains(v.as_str()) || params.contains(v));
+                    if tk.inputs.get(conn) != Some(&dtype) || shadowed {
+                        return false;
+                    }
+                }
+            }
+            Node::Map(m) => {
+                let mut inner = params.clone();
+                inner.extend(m.params.iter().cloned());
+                if !reads_as_input(&m.body, t, dtype, value, &inner) {
+                    return false;
+                }
+            }
+            Node::Nested(_)
+                if df
+                    .in_edges(n)
+                    .into_iter()
+                    .any(|e| df.edge(e).memlet.data == t) =>
+            {
+                return false;
+            }
+            _ => {}
+        }
+    }
+    df.edge_ids().into_iter().all(|e| {
+        let m = &df.edge(e).memlet;
+        let (a, b) = df.endpoints(e);
+        let touches = [a, b].iter().any(|&x| df.node(x).as_access() == Some(t));
+        !m.subset.tables().contains(&t) && (m.data == t || !touches)
+    })
+}
+
+/// Replaces the reads of `t` in `df` by the value in the reading tasklets' code.
+fn inline_constant(df: &mut Dataflow, t: &str, value: &Expr) {
+    for n in df.node_ids() {
+        if let Node::Map(m) = &mut df.graph[n] {
+            inline_constant(&mut m.body, t, value);
+        }
+    }
+    for n in df.node_ids() {
+        if df.node(n).as_access() != Some(t) {
+            continue;
+        }
+        for e in df.out_edges(n) {
+            let dst = df.endpoints(e).1;
+            let conn = df.edge(e).dst_conn.clone().unwrap_or_default();
+            if let Node::Tasklet(tk) = &mut df.graph[dst] {
+                for st in &mut tk.code {
+                    st.value = st
+                        .value
+                        .replace_vars(&|v| (v == conn).then(|| value.clone()));
+                }
+                tk.inputs.remove(&conn);
+            }
+            df.graph.remove_edge(e);
+        }
+        df.graph.remove_node(n);
+    }
+}
+
+/// Forwards the value into every reader; returns T.
+fn apply_constant(sdfg: &Sdfg, df: &mut Dataflow, c: Constant, memo: &mut BoundaryMemo) -> String {
+    let readers: Vec<NodeId> = df
+        .out_edges(c.t_node)
+        .into_iter()
+        .map(|e| df.endpoints(e).1)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for b in readers {
+        let Node::Map(mb) = &mut df.graph[b] else {
+            continue;
+        };
+        inline_constant(&mut mb.body, &c.t, &c.value);
+        let (mut sources, dests) = neighbours(df, b);
+        sources.remove(&c.t);
+        connect_map(&sdfg.arrays, df, b, &sources, &dests, memo);
+    }
+    df.graph.remove_node(c.tasklet);
+    df.graph.remove_node(c.t_node);
+    c.t
 }
 
 /// A copy map to forward.

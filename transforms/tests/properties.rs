@@ -184,6 +184,7 @@ fn random_programs_exercise_the_passes() {
             "copies_removed_in_place",
             "maps_fused_recompute",
             "copies_forwarded",
+            "constants_forwarded",
             "nested_inlined",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
@@ -211,6 +212,7 @@ fn random_programs_exercise_the_passes() {
         "copies_removed_in_place",
         "maps_fused_recompute",
         "copies_forwarded",
+        "constants_forwarded",
         "nested_inlined",
     ] {
         assert!(
