@@ -12,8 +12,12 @@
 # (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs), the timings of benches/cuda.rs,
 # and `sdflow bench` of the fused hyperdiffusion and the Laplacian on the CPU at 1 to 16
 # threads and on the GPU, each against the ceiling it measures in the same run (the CPU
-# runs need a C compiler there; SKIP_CPU=1 leaves them out). NVRTC comes from
-# SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
+# runs need a C compiler there; SKIP_CPU=1 leaves them out); and the GT4Py corpus at
+# 2000 copies of the simple grid (inputs written here by scripts/gt4py/perf.py
+# --write-inputs, from target/pyenv: run scripts/test-python.sh first): each program's
+# lowered SDFG optimized by sdflow, GT4Py's final SDFG as it is and optimized once more,
+# on the GPU and on the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt). NVRTC comes
+# from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/gpu-bundle}
@@ -39,6 +43,14 @@ for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin" "
     cp "$path" "$out/bin/$name"
     strip "$out/bin/$name" 2>/dev/null || true
 done
+
+# The GT4Py corpus' arguments on the large grid (compressed: the copies repeat).
+if [ -x target/pyenv/bin/python ] && target/pyenv/bin/python -c "import sdflow" 2>/dev/null; then
+    rm -rf "$out/gt4py-inputs"
+    target/pyenv/bin/python scripts/gt4py/perf.py --write-inputs "$out/gt4py-inputs" >/dev/null
+else
+    echo "gpu-bundle: target/pyenv has no sdflow (scripts/test-python.sh): no GT4Py corpus inputs" >&2
+fi
 
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -82,6 +94,27 @@ if [ "${SKIP_CPU:-0}" != 1 ]; then
     for t in 1 2 4 8 16; do benches cpu "$t"; done > "$results/cpu_bench.txt" 2>&1 || status=1
 fi
 benches cuda 0 > "$results/gpu_bench.txt" 2>&1 || status=1
+# The GT4Py corpus on its own inputs: lowered + sdflow's pipeline, final as it is, final
+# optimized once more (the pipeline must never make it slower).
+corpus() {
+    local backend=$1 threads=$2
+    for inputs in "$here"/gt4py-inputs/*.lowered.npz; do
+        [ -e "$inputs" ] || continue
+        local p
+        p=$(basename "$inputs" .lowered.npz)
+        for v in "lowered:" "final:--no-opt" "final:"; do
+            local variant=${v%%:*} flag=${v#*:}
+            echo "== $p, $variant ${flag:-(optimized)}, $backend, threads $threads"
+            "$here/bin/sdflow" bench "tests/gt4py/$p.simple.dace.$variant.sdfgz" $flag \
+                --inputs "$here/gt4py-inputs/$p.$variant.npz" --backend "$backend" \
+                --threads "$threads" --reps 20 2>&1 | grep -E "time per call|error"
+        done
+    done
+}
+corpus cuda 0 > "$results/gt4py_gpu.txt" 2>&1 || status=1
+if [ "${SKIP_CPU:-0}" != 1 ]; then
+    corpus cpu 16 > "$results/gt4py_cpu16.txt" 2>&1 || status=1
+fi
 grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
 exit $status
 RUN

@@ -27,6 +27,9 @@ pub struct BenchOptions {
     pub symbols: Vec<(String, String)>,
     /// Seed of the pseudo-random inputs.
     pub seed: u64,
+    /// Input arrays (`.npz`, bound as `sdflow run --inputs` binds them) instead of
+    /// pseudo-random ones: programs whose neighbour tables must hold valid indices.
+    pub inputs: Option<std::path::PathBuf>,
     /// OpenMP threads (0: the OpenMP default).
     pub threads: usize,
     /// Skip the optimization pipeline.
@@ -96,7 +99,10 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
     }
     let mut sdfg = load_program(path)?;
     let symbols = assignments("-s/--symbol", &o.symbols, |k, v| symbol_value(&sdfg, k, v))?;
-    let bindings = random_inputs(&sdfg, &symbols, o.seed, path, "bench", o.backend)?;
+    let bindings = match &o.inputs {
+        Some(p) => crate::cli::bind_inputs(&sdfg, p, symbols)?,
+        None => random_inputs(&sdfg, &symbols, o.seed, path, "bench", o.backend)?,
+    };
     let traffic = traffic(&sdfg, &bindings);
     let config = sdflow_orchestration::config::Config::locate(o.config.as_deref())
         .map_err(|e| CliError::Usage(e.to_string()))?;

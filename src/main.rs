@@ -155,6 +155,10 @@ enum Command {
         /// Seed of the pseudo-random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Input arrays (.npz) instead of pseudo-random ones; symbol values are inferred
+        /// from their shapes and strides, as `sdflow run --inputs` does.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
         /// OpenMP threads (default: OMP_NUM_THREADS or every core).
         #[arg(long, default_value_t = 0)]
         threads: usize,
@@ -237,6 +241,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             reps,
             symbols,
             seed,
+            inputs,
             threads,
             no_opt,
             config,
@@ -247,6 +252,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 reps,
                 symbols,
                 seed,
+                inputs,
                 threads,
                 no_opt,
                 config,

@@ -312,3 +312,91 @@ fn every_gt4py_program_runs_its_maps_in_parallel() {
         "lowered {lowered_maps} maps against {final_maps} in GT4Py's optimized programs"
     );
 }
+
+/// Cost linear in the grid: no step that runs per point of a map copies or allocates a
+/// container whose size grows with the grid. A nested SDFG called inside a map body (DaCe's
+/// `if_stmt`, which GT4Py's optimized programs keep there, taking whole fields) gets each
+/// argument either by reference (`plan::passed_by_reference`: the callee reads the
+/// caller's array itself) or as a copy made at every point, which must then hold a
+/// number of elements that is a constant; for every corpus program, lowered or final,
+/// before and after the CPU pipeline. (The C backend gives a callee container of a few
+/// elements a stack array.)
+#[test]
+fn no_per_point_step_copies_a_grid_sized_container() {
+    use sdflow::codegen::plan::passed_by_reference;
+    use sdflow::ir::{Dataflow, Node, Sdfg};
+    fn walk(
+        sdfg: &Sdfg,
+        df: &Dataflow,
+        in_map: bool,
+        at: &str,
+        seen: &mut (usize, usize),
+        bad: &mut Vec<String>,
+    ) {
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Map(m) => walk(sdfg, &m.body, true, &format!("{at}/{}", m.label), seen, bad),
+                Node::Nested(ns) => {
+                    if in_map {
+                        for e in df.in_edges(n).into_iter().chain(df.out_edges(n)) {
+                            let edge = df.edge(e);
+                            let conn = edge
+                                .dst_conn
+                                .as_deref()
+                                .or(edge.src_conn.as_deref())
+                                .unwrap_or_default();
+                            if passed_by_reference(sdfg, df, n, conn) {
+                                seen.0 += 1;
+                            } else if edge.memlet.volume().simplify().as_int().is_some() {
+                                seen.1 += 1;
+                            } else {
+                                bad.push(format!(
+                                    "{at}: nested SDFG '{}' copies {} at every point",
+                                    ns.sdfg.name, edge.memlet
+                                ));
+                            }
+                        }
+                    }
+                    for st in &ns.sdfg.states {
+                        walk(
+                            &ns.sdfg,
+                            &st.graph,
+                            in_map,
+                            &format!("{at}/{}", ns.sdfg.name),
+                            seen,
+                            bad,
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    // Connectors of per-point calls passed by reference, and copied (a few elements).
+    let mut seen = (0, 0);
+    for p in programs() {
+        for variant in ["dace.lowered", "dace.final"] {
+            let path = dir().join(format!("{p}.simple.{variant}.sdfgz"));
+            let sdfg = sdflow::cli::load_program(&path).unwrap();
+            let mut opt = sdfg.clone();
+            Pipeline::cpu().run(&mut opt).unwrap();
+            for (s, stage) in [(&sdfg, "as written"), (&opt, "optimized")] {
+                for st in &s.states {
+                    walk(
+                        s,
+                        &st.graph,
+                        false,
+                        &format!("{p}.{variant} ({stage})"),
+                        &mut seen,
+                        &mut bad,
+                    );
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // apply_diffusion_to_theta_and_exner's final SDFG passes nine whole fields and tables
+    // to the `if` it calls at every point, as written and optimized.
+    assert!(seen.0 >= 18 && seen.1 > 0, "{seen:?}");
+}

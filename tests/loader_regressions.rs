@@ -155,6 +155,7 @@ fn a_zero_extent_beside_a_huge_one_is_an_error_not_a_panic() {
             reps: 1,
             symbols: symbols.clone(),
             seed: 0,
+            inputs: None,
             threads: 1,
             no_opt: false,
             config: Some(regression(file)),

@@ -617,6 +617,28 @@ def table(rows: list[tuple[str, list[Stage]]], gt4py: bool) -> tuple[str, float 
     return "\n".join(lines), geo
 
 
+def write_inputs(programs: list[str], copies: int, levels: int, out: Path) -> int:
+    """Writes the arguments of every program's lowered and final SDFG on the large grid, as
+    `sdflow bench --inputs` reads them: arrays by argument name, scalars as 0-d entries.
+    The copies of the grid repeat, so the compressed files stay small."""
+    import sdflow
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in programs:
+        case = load_case(name, copies, levels)
+        for variant in ("lowered", "final"):
+            path = CORPUS / f"{case.name}.simple.dace.{variant}.sdfgz"
+            fixed = fixed_extents(path, case.meta) if copies > 1 else []
+            if fixed:
+                log(f"{name} ({variant}): skipped, fixed extents {', '.join(fixed[:3])}")
+                continue
+            args = sdflow_arguments(sdflow.load(path), case)
+            target = out / f"{name}.{variant}.npz"
+            np.savez_compressed(target, **{k: np.asarray(v) for k, v in args.items()})
+            log(f"{name} ({variant}): {target} ({target.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -642,6 +664,13 @@ def main() -> int:
     )
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the figures and checks to OUT")
     ap.add_argument("--gt4py", action="store_true", help="also time GT4Py's gtfn and DaCe CPU backends")
+    ap.add_argument(
+        "--write-inputs",
+        type=Path,
+        metavar="DIR",
+        help="instead of timing, write each program's arguments on this grid to DIR/<program>.<lowered|final>.npz "
+        "(compressed; for `sdflow bench --inputs`, as scripts/gpu-bundle.sh uses them)",
+    )
     opts = ap.parse_args()
     if opts.copies < 1 or opts.levels < 2 or opts.reps < 1 or opts.warmup < 1:
         ap.error("--copies, --reps and --warmup must be at least 1, --levels at least 2")
@@ -690,6 +719,8 @@ def main() -> int:
         f"{threads} thread(s); median of {opts.reps} call(s) after {opts.warmup} warm-up call(s); "
         f"{platform.node()}, {os.cpu_count()} cores, {date}"
     )
+    if opts.write_inputs:
+        return write_inputs(programs, opts.copies, opts.levels, opts.write_inputs)
     rows, results, failed = [], {}, []
     for name in programs:
         log(f"\n{name}")

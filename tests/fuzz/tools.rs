@@ -682,6 +682,7 @@ fn bench(input: &Input, f: &[&str], corpus: &Corpus, scratch: &Path) -> Verdict 
         reps: 1,
         symbols,
         seed: 0,
+        inputs: None,
         threads,
         no_opt: false,
         config: Some(config.clone()),

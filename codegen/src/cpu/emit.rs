@@ -1539,7 +1539,23 @@ impl Emitter<'_> {
             sites: sc.sites,
         };
         let mut ptrs = Vec::new();
+        // Connectors the callee only reads, bound to a whole caller array laid out as the
+        // callee declares it, get the caller's pointer (`plan::passed_by_reference`).
+        let by_ref: BTreeSet<&str> = isig
+            .arrays
+            .iter()
+            .filter(|a| crate::plan::passed_by_reference(sc.sdfg, df, n, &a.name))
+            .map(|a| a.name.as_str())
+            .collect();
         for a in &isig.arrays {
+            if by_ref.contains(a.name.as_str()) {
+                let data = in_edges
+                    .iter()
+                    .find(|e| e.dst_conn.as_deref() == Some(&a.name))
+                    .map_or(a.name.as_str(), |e| e.memlet.data.as_str());
+                ptrs.push(format!("(void*)a_{data}"));
+                continue;
+            }
             let t = ctype(a.dtype);
             let size: Vec<String> = a
                 .shape
@@ -1630,7 +1646,11 @@ impl Emitter<'_> {
         }
         self.indent -= 1;
         self.line("}");
-        for a in isig.arrays.iter().filter(|a| small_len(&a.shape).is_none()) {
+        for a in isig
+            .arrays
+            .iter()
+            .filter(|a| small_len(&a.shape).is_none() && !by_ref.contains(a.name.as_str()))
+        {
             self.line(&format!("free(sdf_c_{});", a.name));
         }
         self.indent -= 1;

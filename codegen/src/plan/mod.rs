@@ -567,6 +567,77 @@ fn plan_block(sdfg: &Sdfg, b: &Block, parallel: bool) -> Result<Flow, CodegenErr
     })
 }
 
+/// Whether connector `conn` of nested-SDFG node `n` (in `df`, a graph of `sdfg`) is passed
+/// by reference: the callee reads the caller's container itself instead of a copy. So it
+/// is when the callee only reads it (no out-edge, no write inside), its memlet is the
+/// whole of a caller array of the callee container's type and rank, and the callee's
+/// shape and strides are the caller's under the symbol mapping. A call made at every
+/// point of a map (DaCe's `if_stmt`, which GT4Py's optimized programs keep inside maps,
+/// taking whole fields) then moves nothing; copying a whole field per point would make
+/// the cost grow with the square of the grid. Every backend's printer asks this.
+pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) -> bool {
+    let Node::Nested(ns) = df.node(n) else {
+        return false;
+    };
+    if df
+        .out_edges(n)
+        .into_iter()
+        .any(|e| df.edge(e).src_conn.as_deref() == Some(conn))
+    {
+        return false;
+    }
+    let ins: Vec<_> = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).dst_conn.as_deref() == Some(conn))
+        .collect();
+    let [e] = ins.as_slice() else { return false };
+    let m = &df.edge(*e).memlet;
+    let (Some(DataDesc::Array(outer)), Some(DataDesc::Array(inner))) =
+        (sdfg.arrays.get(&m.data), ns.sdfg.arrays.get(conn))
+    else {
+        return false;
+    };
+    if m.wcr.is_some()
+        || m.other_subset.is_some()
+        || inner.transient
+        || inner.dtype != outer.dtype
+        || inner.shape.is_empty()
+        || inner.shape.len() != outer.shape.len()
+    {
+        return false;
+    }
+    let whole = m.subset.0.is_empty()
+        || (m.subset.rank() == outer.shape.len()
+            && m.subset.0.iter().zip(&outer.shape).all(|(d, n)| {
+                matches!(d, sdflow_ir::Dim::Range { start, end, step }
+                    if start.as_int() == Some(0)
+                        && step.as_int() == Some(1)
+                        && end.simplify() == n.simplify())
+            }));
+    let mapped = |e: &SymExpr| e.substitute(&ns.symbol_mapping).simplify();
+    let same = |a: &[SymExpr], b: &[SymExpr]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| mapped(x) == y.simplify())
+    };
+    whole
+        && same(&inner.shape, &outer.shape)
+        && same(&inner.strides, &outer.strides)
+        && !writes_anywhere(&ns.sdfg, conn)
+}
+
+/// Whether `sdfg` writes container `name` anywhere (an access node of it with in-edges,
+/// in any state or map body).
+fn writes_anywhere(sdfg: &Sdfg, name: &str) -> bool {
+    fn graph(df: &Dataflow, name: &str) -> bool {
+        df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Access(d) => d == name && df.in_degree(n) > 0,
+            Node::Map(m) => graph(&m.body, name),
+            _ => false,
+        })
+    }
+    sdfg.states.iter().any(|st| graph(&st.graph, name))
+}
+
 /// Whether a map body (at any depth) calls a nested SDFG that combines into one of its
 /// arguments with a write-conflict resolution inside it (DaCe's frontend writes
 /// `total += x` in a map so, the outer edges without one). A nested call copies its
