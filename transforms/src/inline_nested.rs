@@ -760,27 +760,7 @@ fn remap_subset(s: &Subset, target: Option<&Target>) -> Result<Subset, String> {
                         s.rank()
                     ));
                 };
-                out.push(match x {
-                    Dim::Index(i) => Dim::Index(start.add(i).simplify()),
-                    Dim::Range {
-                        start: a,
-                        end: b,
-                        step,
-                    } => Dim::Range {
-                        start: start.add(a).simplify(),
-                        end: start.add(b).simplify(),
-                        step: step.clone(),
-                    },
-                    Dim::Indirect {
-                        table,
-                        index,
-                        offset,
-                    } => Dim::Indirect {
-                        table: table.clone(),
-                        index: index.clone(),
-                        offset: offset.add(start).simplify(),
-                    },
-                });
+                out.push(crate::pattern::shift_dim(x, start));
             }
         }
     }

@@ -692,6 +692,28 @@ pub fn replace_map(
     created
 }
 
+/// Dimension `d` moved by `by`: an index or a range's ends shifted, an indirect
+/// dimension's offset added to (the element a copy or a caller sees at `by` further on).
+pub fn shift_dim(d: &Dim, by: &SymExpr) -> Dim {
+    match d {
+        Dim::Index(x) => Dim::Index(x.add(by).simplify()),
+        Dim::Range { start, end, step } => Dim::Range {
+            start: start.add(by).simplify(),
+            end: end.add(by).simplify(),
+            step: step.clone(),
+        },
+        Dim::Indirect {
+            table,
+            index,
+            offset,
+        } => Dim::Indirect {
+            table: table.clone(),
+            index: index.clone(),
+            offset: offset.add(by).simplify(),
+        },
+    }
+}
+
 /// True when `s` covers the whole of a container of this shape (`0:n` in every
 /// dimension with step 1, or the empty subset, which means the whole container).
 pub fn is_full(s: &Subset, shape: &[SymExpr]) -> bool {

@@ -481,23 +481,7 @@ fn shifted(s: &Subset, shift: &[SymExpr]) -> Subset {
     Subset(
         s.0.iter()
             .zip(shift)
-            .map(|(d, c)| match d {
-                Dim::Index(x) => Dim::Index(x.add(c).simplify()),
-                Dim::Range { start, end, step } => Dim::Range {
-                    start: start.add(c).simplify(),
-                    end: end.add(c).simplify(),
-                    step: step.clone(),
-                },
-                Dim::Indirect {
-                    table,
-                    index,
-                    offset,
-                } => Dim::Indirect {
-                    table: table.clone(),
-                    index: index.clone(),
-                    offset: offset.add(c).simplify(),
-                },
-            })
+            .map(|(d, c)| crate::pattern::shift_dim(d, c))
             .collect(),
     )
 }
