@@ -43,6 +43,11 @@ impl Pass for CopyForwarding {
     }
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
+        // Most programs have no copy map and no input-less tasklet: their uses are not
+        // gathered.
+        if !has_candidates(sdfg) {
+            return Changes::default();
+        }
         let uses = data_uses(sdfg);
         // States in parallel: a forwarded T is private to its state.
         let done = for_each_state_parallel(sdfg, 1, |shared, graph| {
@@ -76,6 +81,28 @@ impl Pass for CopyForwarding {
         }
         ch
     }
+}
+
+/// Whether some state holds what either rule starts from: a map whose body is access
+/// nodes and one-statement `o = a` tasklets, or a tasklet without inputs.
+fn has_candidates(sdfg: &Sdfg) -> bool {
+    let copy_body = |m: &MapScope| {
+        m.body.graph.node_weights().all(|n| match n {
+            Node::Access(_) => true,
+            Node::Tasklet(t) => {
+                matches!(t.code.as_slice(), [st] if matches!(st.value, Expr::Var(_)))
+            }
+            _ => false,
+        })
+    };
+    sdfg.states.iter().any(|st| {
+        let df = &st.graph;
+        df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => copy_body(m),
+            Node::Tasklet(_) => df.in_degree(n) == 0,
+            _ => false,
+        })
+    })
 }
 
 /// A value computed once by a tasklet without inputs (`o = 4.0`, `o = rd_o_cvd`: GT4Py's
@@ -269,7 +296,8 @@ struct Forward {
 }
 
 fn find(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow) -> Option<Forward> {
-    let (_, written) = reads_writes(df);
+    // What the state writes, gathered at the first candidate only.
+    let mut written: Option<BTreeSet<String>> = None;
     for t_node in df.node_ids() {
         let Some(t) = df.node(t_node).as_access() else {
             continue;
@@ -295,6 +323,7 @@ fn find(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow) -> Option<Forward> {
         let Some((x, x_subset, base)) = copy_body(sdfg, ma, t) else {
             continue;
         };
+        let written = written.get_or_insert_with(|| reads_writes(df).1);
         if written.contains(&x) || x == t {
             continue;
         }

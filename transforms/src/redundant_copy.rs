@@ -68,7 +68,6 @@ impl Pass for RedundantCopy {
 /// writes (`tmp[p + c]` against `field[p + c + shift]`), before it writes it — so a
 /// point's write changes no other point's read, and its own read sees the old value.
 fn remove_in_place(sdfg: &mut Sdfg) -> Vec<String> {
-    let uses = data_uses(sdfg);
     let mut pairs: Vec<(usize, usize)> = Vec::new();
     crate::pattern::find_in_seqs(&mut sdfg.body, &mut |items| {
         for w in items.windows(2) {
@@ -80,6 +79,33 @@ fn remove_in_place(sdfg: &mut Sdfg) -> Vec<String> {
         }
         false
     });
+    // Candidates: the second state copies a transient T into D, and in the first a map
+    // that reads D writes T. The program's uses are gathered once, and only if one is.
+    pairs.retain(|&(s1, s2)| {
+        let (g1, g2) = (&sdfg.states[s1].graph, &sdfg.states[s2].graph);
+        g2.edge_ids().into_iter().any(|e| {
+            let (a, b) = g2.endpoints(e);
+            let (Some(t), Some(d)) = (g2.node(a).as_access(), g2.node(b).as_access()) else {
+                return false;
+            };
+            g2.in_degree(a) == 0
+                && sdfg.arrays.get(t).is_some_and(DataDesc::transient)
+                && g1.access_nodes(t).into_iter().any(|t1| {
+                    g1.in_edges(t1).into_iter().any(|w| {
+                        let producer = g1.endpoints(w).0;
+                        matches!(g1.node(producer), Node::Map(_))
+                            && g1
+                                .in_edges(producer)
+                                .into_iter()
+                                .any(|r| g1.edge(r).memlet.data == d)
+                    })
+                })
+        })
+    });
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    let uses = data_uses(sdfg);
     let mut removed = Vec::new();
     for (s1, s2) in pairs {
         while let Some(f) = find_in_place(sdfg, &uses, s1, s2) {
