@@ -208,36 +208,21 @@ fn plan(sdfg: &Sdfg, s: StateId, n: NodeId, ns: &NestedSdfg) -> Result<Plan, Str
             .collect()
     };
     let mut transient_renames = BTreeMap::new();
-    for name in inner
-        .arrays
-        .iter()
-        .filter(|(_, d)| d.transient())
-        .map(|(k, _)| k)
-    {
-        let new = fresh(name, &mut taken);
-        transient_renames.insert(name.clone(), new);
-    }
     for (name, desc) in inner.arrays.iter().filter(|(_, d)| d.transient()) {
-        let new = transient_renames[name].clone();
+        let new = fresh(name, &mut taken);
+        transient_renames.insert(name.clone(), new.clone());
         let mut desc = desc.clone();
         if let DataDesc::Array(a) = &mut desc {
-            a.shape = a
-                .shape
-                .iter()
-                .map(|e| e.substitute(&subst).simplify())
-                .collect();
-            a.strides = a
-                .strides
-                .iter()
-                .map(|e| e.substitute(&subst).simplify())
-                .collect();
+            for e in a.shape.iter_mut().chain(a.strides.iter_mut()) {
+                *e = e.substitute(&subst).simplify();
+            }
         }
         targets.insert(
             name.clone(),
             Target {
                 data: new.clone(),
                 dims: None,
-                shape: shape_of(&desc),
+                shape: desc.shape().to_vec(),
             },
         );
         new_arrays.push((new, desc));
@@ -272,7 +257,7 @@ fn plan(sdfg: &Sdfg, s: StateId, n: NodeId, ns: &NestedSdfg) -> Result<Plan, Str
     }
     // Connectors bound to an element of a caller array cannot be named by symbolic
     // expressions (the host reads scalars only).
-    let mut named = control_free_symbols(&inner.body);
+    let mut named = crate::pattern::control_names(&inner.body);
     for st in &inner.states {
         sym_names(&st.graph, &mut named);
     }
@@ -585,10 +570,6 @@ fn sym_names(df: &Dataflow, out: &mut BTreeSet<String>) {
             out.extend(o.free_symbols());
         }
     }
-}
-
-fn control_free_symbols(block: &Block) -> BTreeSet<String> {
-    crate::pattern::control_names(block)
 }
 
 /// Substitutes `map` in every symbolic expression of `df` (map parameters shadow), and
