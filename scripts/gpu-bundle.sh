@@ -75,7 +75,7 @@ status=0
 "$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
 "$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-    "$here/bin/bench_cuda" --bench > "$results/bench_cuda.txt" 2>&1 || status=1
+    "$here/bin/bench_cuda" --bench --noplot > "$results/bench_cuda.txt" 2>&1 || status=1
 fi
 # Memory-bound stencils against the machine's own ceiling: the copy (and triad) on the
 # CPU per thread count, the device-to-device copy on the GPU.

@@ -144,6 +144,36 @@ fn random_programs_compile_with_nvrtc() {
     }
 }
 
+/// No kernel of an optimized program allocates from the device heap: a nested SDFG called
+/// at every point of a map keeps its small containers on the stack. (The heap holds a
+/// few megabytes; GT4Py's `if` at every point of a 540,000-point grid exhausted it, and
+/// the kernel wrote through a null pointer.)
+#[test]
+fn no_optimized_kernel_allocates_from_the_device_heap() {
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let mut programs = files("examples", ".sdfg.json");
+    programs.extend(files("tests/dace", ".sdfg"));
+    programs.extend(files("tests/gt4py", ".sdfgz"));
+    assert!(programs.len() >= 90, "{}", programs.len());
+    for p in programs {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let mut s = cli::load_program(&p).unwrap();
+        sdflow_transforms::Pipeline::gpu().run(&mut s).unwrap();
+        let prog = backend
+            .generate(&s)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let allocs: Vec<&str> = prog
+            .source
+            .lines()
+            .filter(|l| l.contains("calloc(") && !l.contains("sdf_calloc"))
+            .collect();
+        assert!(allocs.is_empty(), "{name}: {}", allocs.join("\n"));
+    }
+}
+
 /// The CUDA text of the small examples after the GPU pipeline.
 #[test]
 fn cuda_snapshots() {
@@ -367,10 +397,18 @@ fn uses_transcendentals(s: &Sdfg) -> bool {
     })
 }
 
+/// Whether a program combines values under a sum or product write-conflict resolution:
+/// threads combine them in an order no one fixes (DaCe's atomics do the same), so a float
+/// result may differ from the interpreter's sequential order in its last bits.
+fn sums_under_wcr(s: &Sdfg) -> bool {
+    let text = sdflow_ir::format::to_json(s);
+    text.contains("\"wcr\": \"sum\"") || text.contains("\"wcr\": \"prod\"")
+}
+
 /// On a GPU: every DaCe corpus program on random inputs, optimized with the GPU pipeline,
-/// equals the interpreter bit for bit, or (with transcendental functions) within 64 ulp
-/// of the largest magnitude of each array; where the interpreter stops with an error,
-/// the GPU reports one too.
+/// equals the interpreter bit for bit, or (with transcendental functions, or float sums
+/// under a write-conflict resolution) within 64 ulp of the largest magnitude of each
+/// array; where the interpreter stops with an error, the GPU reports one too.
 #[test]
 fn gpu_dace_corpus_equals_the_interpreter() {
     if gpu_or_skip("gpu_dace_corpus_equals_the_interpreter").is_none() {
@@ -407,7 +445,7 @@ fn gpu_dace_corpus_equals_the_interpreter() {
             (Ok(_), Err(e)) => panic!("{name}: the GPU stops ({e}), the interpreter does not"),
             (Ok(_), Ok(())) => {}
         }
-        let tolerant = uses_transcendentals(&s);
+        let tolerant = uses_transcendentals(&s) || sums_under_wcr(&s);
         for (n, d) in s.non_transients() {
             if d.transient() {
                 continue;

@@ -555,18 +555,29 @@ fn emit_function(
         );
         arg_decls(&mut out);
         symbol_decls(&mut out, "    ");
+        // A transient of a few elements known at build time lives on the stack: a
+        // callee called at every point of a map would otherwise allocate at every point
+        // (on a GPU, from a device heap of a few megabytes that a large grid exhausts).
+        // A larger one is allocated, and a failed allocation raises the error flag
+        // before the body runs.
         for (n, d) in &transients {
             let t = ctype(d.dtype());
-            let _ = writeln!(
-                out,
-                "    int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t}));",
-                size_of(d)
-            );
+            let _ = match small_len(d.shape()) {
+                Some(len) => writeln!(out, "    {t} a_{n}[{len}] = {{0}};"),
+                None => writeln!(
+                    out,
+                    "    int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t})); if (!a_{n}) sdf_fail();",
+                    size_of(d)
+                ),
+            };
         }
         out.push_str("    {\n");
     }
     for v in flow {
         let _ = writeln!(out, "        int64_t s_{v} = 0;");
+    }
+    if !top && transients.iter().any(|(_, d)| small_len(d.shape()).is_none()) {
+        out.push_str("        if (sdf_e->failed) goto sdf_end;\n");
     }
     let scope = Scope {
         parallel: top,
@@ -601,8 +612,10 @@ fn emit_function(
         ));
     } else {
         out.push_str("    }\n");
-        for (n, _) in &transients {
-            let _ = writeln!(out, "    free(a_{n});");
+        for (n, d) in &transients {
+            if small_len(d.shape()).is_none() {
+                let _ = writeln!(out, "    free(a_{n});");
+            }
         }
         out.push_str("    return sdf_e->failed ? 3 : 0;\n}\n");
         fns.texts.push(out);
