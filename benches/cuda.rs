@@ -168,18 +168,35 @@ fn gpu_time(prog: &mut GpuProgram, call: &GpuCall, iters: u64) -> Duration {
     t.elapsed()
 }
 
-/// The host's time to enqueue `iters` calls (the wait after is not timed).
+/// Calls enqueued before the host waits, in [`enqueue_time`]: well within the driver's
+/// queue of pending launches, so no enqueue blocks on the GPU.
+const ENQUEUE_CHUNK: u64 = 16;
+/// Calls timed per sample in [`enqueue_time`].
+const ENQUEUE_SAMPLE: u64 = 256;
+
+/// The host's time to enqueue `iters` calls, from at most [`ENQUEUE_SAMPLE`] of them
+/// enqueued in chunks of [`ENQUEUE_CHUNK`] (each chunk's wait is not timed), scaled to
+/// `iters`. Enqueuing all `iters` at once would time the GPU instead: criterion sizes a
+/// sample from the fast first calls, a full launch queue then makes each enqueue wait
+/// for a step on the GPU, and one sample takes minutes.
 fn enqueue_time(prog: &mut GpuProgram, call: &GpuCall, iters: u64) -> Duration {
-    let t = Instant::now();
-    let mut last = None;
-    for _ in 0..iters {
-        last = Some(prog.call_bound(call).expect("call"));
+    let timed = iters.clamp(1, ENQUEUE_SAMPLE);
+    let mut host = Duration::ZERO;
+    let mut done = 0;
+    while done < timed {
+        let n = ENQUEUE_CHUNK.min(timed - done);
+        let t = Instant::now();
+        let mut last = None;
+        for _ in 0..n {
+            last = Some(prog.call_bound(call).expect("call"));
+        }
+        host += t.elapsed();
+        if let Some(last) = last {
+            prog.wait(last).expect("GPU run");
+        }
+        done += n;
     }
-    let host = t.elapsed();
-    if let Some(done) = last {
-        prog.wait(done).expect("GPU run");
-    }
-    host
+    host.mul_f64(iters as f64 / timed as f64)
 }
 
 fn bench_bandwidth(c: &mut Criterion) {

@@ -292,8 +292,9 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
     const int64_t sdf_n0 = sdf_max64(s_N, 0);
     const int64_t sdf_total = sdf_n0;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i;
+        int64_t sdf_r = (int64_t)sdf_t;
+        s_i = (0LL) + (int64_t)sdf_r * (1LL);
         { /* tasklet 'double' */
             const double v_x = a_u[(s_i)];
             double v_y = 0;
@@ -341,8 +342,9 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k1_0(double* __restrict__ 
     const int64_t sdf_n0 = sdf_max64(s_N, 0);
     const int64_t sdf_total = sdf_n0;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i;
+        int64_t sdf_r = (int64_t)sdf_t;
+        s_i = (0LL) + (int64_t)sdf_r * (1LL);
         { /* tasklet 'shift' */
             const double v_x = a_u[(s_i)];
             double v_y = 0;

@@ -294,9 +294,16 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
     const int64_t sdf_n1 = sdf_max64(sdf_ssub(s_N, 4LL, 1), 0);
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_j = (2LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-        const int64_t s_i = (2LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i, s_j;
+        if (sdf_total <= (int64_t)INT32_MAX) {
+            uint32_t sdf_r = (uint32_t)sdf_t;
+            s_j = (2LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+            s_i = (2LL) + (int64_t)sdf_r * (1LL);
+        } else {
+            int64_t sdf_r = (int64_t)sdf_t;
+            s_j = (2LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+            s_i = (2LL) + (int64_t)sdf_r * (1LL);
+        }
         { /* tasklet 'lap5+5' */
             const double v__in1 = a_u[((s_i - 2LL)) * (s_N) + (s_j)];
             const double v__in8 = a_u[((s_i + 1LL)) * (s_N) + (s_j)];

@@ -293,9 +293,16 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
     const int64_t sdf_n1 = sdf_max64(s_NY, 0);
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_j = (0LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i, s_j;
+        if (sdf_total <= (int64_t)INT32_MAX) {
+            uint32_t sdf_r = (uint32_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        } else {
+            int64_t sdf_r = (int64_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        }
         { /* tasklet 'start' */
             const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
             const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
@@ -375,9 +382,16 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k1_0(double* __restrict__ 
     const int64_t sdf_n1 = sdf_max64(s_NY, 0);
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_j = (0LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i, s_j;
+        if (sdf_total <= (int64_t)INT32_MAX) {
+            uint32_t sdf_r = (uint32_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        } else {
+            int64_t sdf_r = (int64_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        }
         { /* tasklet 'eliminate' */
             const double v_ak = a_a[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];
             const double v_bk = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];
@@ -474,9 +488,16 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k2_0(double* __restrict__ 
     const int64_t sdf_n1 = sdf_max64(s_NY, 0);
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_j = (0LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i, s_j;
+        if (sdf_total <= (int64_t)INT32_MAX) {
+            uint32_t sdf_r = (uint32_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        } else {
+            int64_t sdf_r = (int64_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        }
         { /* tasklet 'top' */
             const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
             double v_xl = 0;
@@ -536,9 +557,16 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k3_0(double* __restrict__ 
     const int64_t sdf_n1 = sdf_max64(s_NY, 0);
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t sdf_r = sdf_t; (void)sdf_r;
-        const int64_t s_j = (0LL) + (sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-        const int64_t s_i = (0LL) + (sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+        int64_t s_i, s_j;
+        if (sdf_total <= (int64_t)INT32_MAX) {
+            uint32_t sdf_r = (uint32_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        } else {
+            int64_t sdf_r = (int64_t)sdf_t;
+            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        }
         { /* tasklet 'substitute' */
             const double v_cpk = a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];
             const double v_dpk = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];

@@ -576,7 +576,11 @@ fn emit_function(
     for v in flow {
         let _ = writeln!(out, "        int64_t s_{v} = 0;");
     }
-    if !top && transients.iter().any(|(_, d)| small_len(d.shape()).is_none()) {
+    if !top
+        && transients
+            .iter()
+            .any(|(_, d)| small_len(d.shape()).is_none())
+    {
         out.push_str("        if (sdf_e->failed) goto sdf_end;\n");
     }
     let scope = Scope {

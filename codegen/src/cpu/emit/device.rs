@@ -256,6 +256,47 @@ fn open_grid_kernel(
     em.indent += 1;
 }
 
+/// The map parameters of grid point `sdf_t`, the first `g` of `m` (the last fastest).
+/// The outermost takes the quotient left by the others, with no remainder (`sdf_t` is
+/// below the product of the extents). When the grid has at most 2³¹ − 1 points — every
+/// extent then fits too — the division and remainder are 32-bit: a 64-bit division is a
+/// call of tens of instructions on a GPU, per point, and it made a stencil's kernel bound
+/// by instructions rather than memory.
+fn grid_point(em: &mut Emitter<'_>, sc: &Scope<'_>, m: &MapScope, g: usize) {
+    if g == 0 {
+        return;
+    }
+    let decompose = |em: &mut Emitter<'_>, ty: &str, cast: &str| {
+        em.line(&format!("{ty} sdf_r = ({ty})sdf_t;"));
+        for d in (0..g).rev() {
+            let (p, r) = (&m.params[d], &m.ranges[d]);
+            let (start, step) = (sc.sub_sym(&r.start), sc.sub_sym(&r.step));
+            if d == 0 {
+                em.line(&format!("s_{p} = ({start}) + (int64_t)sdf_r * ({step});"));
+            } else {
+                em.line(&format!(
+                    "s_{p} = ({start}) + (int64_t)(sdf_r % {cast}sdf_n{d}) * ({step}); sdf_r /= {cast}sdf_n{d};"
+                ));
+            }
+        }
+    };
+    let params: Vec<String> = m.params[..g].iter().map(|p| format!("s_{p}")).collect();
+    em.line(&format!("int64_t {};", params.join(", ")));
+    if g == 1 {
+        decompose(em, "int64_t", "");
+        return;
+    }
+    em.line("if (sdf_total <= (int64_t)INT32_MAX) {");
+    em.indent += 1;
+    decompose(em, "uint32_t", "(uint32_t)");
+    em.indent -= 1;
+    em.line("} else {");
+    em.indent += 1;
+    decompose(em, "int64_t", "");
+    em.indent -= 1;
+    em.line("}");
+}
+
 /// Closes what [`open_grid_kernel`] opened.
 fn close_grid_kernel(em: &mut Emitter<'_>) {
     em.indent -= 1;
@@ -435,15 +476,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     };
                     let what = format!("map '{}'", m.label);
                     open_grid_kernel(&mut em, &kernel, &what, &setup, &total);
-                    em.line("int64_t sdf_r = sdf_t; (void)sdf_r;");
-                    for d in (0..g).rev() {
-                        let (p, r) = (&m.params[d], &m.ranges[d]);
-                        em.line(&format!(
-                            "const int64_t s_{p} = ({}) + (sdf_r % sdf_n{d}) * ({}); sdf_r /= sdf_n{d};",
-                            sc.sub_sym(&r.start),
-                            sc.sub_sym(&r.step)
-                        ));
-                    }
+                    grid_point(&mut em, &sc, m, g);
                     let mut inner_sc = base(loc.clone());
                     inner_sc.params.extend(m.params[..g].iter().cloned());
                     for d in g..m.params.len() {
