@@ -172,6 +172,11 @@ enum Step {
         /// after this one copies `t1` over `target` (a field updated in place; `target`
         /// is an output).
         in_place: bool,
+        /// Instead: one map writes two fields at each point, `t1 = src * 0.5` and, from
+        /// `t1` read back and `src`, a scalar copied into `t2` (GT4Py writes a
+        /// reduction's result so); a second map reads both at the same point, `target =
+        /// t1 * t2`.
+        pair: bool,
     },
     /// A nested SDFG computing `target = f(src)` elementwise. With `window`, its
     /// connectors are bound to the rows `1:` of both (the callee's indices shifted by
@@ -728,9 +733,10 @@ impl Gen {
             let cands: Vec<&String> = fully_valid.iter().filter(|n| **n != target).collect();
             if !cands.is_empty() {
                 let src = cands[self.rng.random_range(0..cands.len())].clone();
-                let kind = self.rng.random_range(0..3);
+                let kind = self.rng.random_range(0..4);
                 let in_place = kind == 2 && self.outputs.contains(&target);
                 let slab = kind == 1;
+                let pair = kind == 3;
                 let dtype = if in_place {
                     self.dtypes[&target]
                 } else {
@@ -746,6 +752,11 @@ impl Gen {
                     let dims = self.dims.clone();
                     self.b.transient(&t1, dtype, dims);
                     self.b.transient(&t2, dtype, ["1"]);
+                } else if pair {
+                    let dims = self.dims.clone();
+                    self.b.transient(&t1, dtype, dims.clone());
+                    self.b.transient(&t2, dtype, dims);
+                    self.b.transient_scalar(&format!("{t2}_s"), dtype);
                 } else if slab {
                     let mut shape: Vec<&str> = self.dims.clone();
                     shape.push("3");
@@ -768,6 +779,7 @@ impl Gen {
                     t2,
                     slab,
                     in_place,
+                    pair,
                 };
             }
         }
@@ -1117,6 +1129,7 @@ impl Gen {
                         t2,
                         slab,
                         in_place,
+                        pair,
                     } => {
                         let ranges: Vec<String> =
                             dims.iter().map(|d| range_text(d, 0, 0)).collect();
@@ -1145,6 +1158,27 @@ impl Gen {
                                 format!("{t1}[{}]", full.join(", ")),
                                 format!("{target}[{}]", full.join(", ")),
                             ));
+                        } else if *pair {
+                            let (a1, a2) = (format!("{t1}[{idx}]"), format!("{t2}[{idx}]"));
+                            let s = format!("{t2}_s");
+                            st.map(&format!("{label}_pair"), &params, &ranges, |m| {
+                                m.tasklet("p", &[("a", &here)], &[("o", &a1)], "o = a * 0.5");
+                                m.tasklet(
+                                    "q",
+                                    &[("a", &a1), ("b", &here)],
+                                    &[("o", &s)],
+                                    "o = a + b",
+                                );
+                                m.copy(&s, &a2);
+                            });
+                            st.map(&label, &params, &ranges, |m| {
+                                m.tasklet(
+                                    "u",
+                                    &[("a", &a1), ("b", &a2)],
+                                    &[("o", &out)],
+                                    "o = a * b",
+                                );
+                            });
                         } else if *slab {
                             let slab_at = format!("{t1}[{idx}, 0:3]");
                             let buf = format!("{t2}[0:3]");
@@ -1161,9 +1195,17 @@ impl Gen {
                                 });
                                 m.copy(&buf, &slab_at);
                             });
+                            // Every other one copies the sum into the field (as GT4Py
+                            // does; a copy keeps the type), the others pass it through a
+                            // tasklet.
+                            let same_type = self.dtypes[target] == self.dtypes[src];
                             st.map(&format!("{label}_red"), &params, &ranges, |m| {
                                 m.reduce(Wcr::Sum, None, Some(Value::F64(0.0)), &slab_at, &sum);
-                                m.tasklet("w", &[("a", &sum)], &[("o", &out)], "o = a");
+                                if k % 2 == 0 && same_type {
+                                    m.copy(&sum, &out);
+                                } else {
+                                    m.tasklet("w", &[("a", &sum)], &[("o", &out)], "o = a");
+                                }
                             });
                         } else {
                             let zeros: Vec<&str> = vec!["0"; dims.len() - 1];

@@ -301,8 +301,10 @@ fn hazard_programs_validate_run_and_cover_their_shapes() {
 
 /// With `allow_gt4py_shapes`, programs hold GT4Py's shapes — column copies and
 /// computations over the first dimension read by maps over the grid, slabs written
-/// through inner maps into a per-worker buffer and reduced, nested SDFGs bound to
-/// windows of their arguments — and still validate and run at the usual sizes.
+/// through inner maps into a per-worker buffer and reduced (the sum copied into its
+/// field), nested SDFGs bound to windows of their arguments, two fields written by one
+/// map and read by the next at the same point — and still validate and run at the usual
+/// sizes.
 #[test]
 fn gt4py_shaped_programs_validate_run_and_cover_their_shapes() {
     let cfg = GenConfig {
@@ -328,7 +330,19 @@ fn gt4py_shaped_programs_validate_run_and_cover_their_shapes() {
         "\"reduce\"",             // its reduction
         "\"storage\": \"local\"", // the per-worker buffer
         "[1:max(1, N)",           // a nested SDFG bound to a window
+        "_pair\"",                // two fields written by one map, read by the next
     ] {
         assert!(text.contains(shape), "no program has {shape:?}");
     }
+    // A reduction's sum copied into its field (the copy's memlet names the scalar, its
+    // other subset the field's point).
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert!(
+        lines
+            .windows(2)
+            .any(|w| w[0].starts_with("\"memlet\": \"tmp")
+                && w[0].ends_with("_sum\",")
+                && w[1].starts_with("\"other\"")),
+        "no program copies a sum into its field"
+    );
 }

@@ -75,6 +75,16 @@ struct Candidate {
     slab: Option<Slab>,
     /// B's parameters T's dimensions follow, in order (all of B's unless A is promoted).
     sel: Vec<String>,
+    /// A's other outputs that B reads at the same point, fused through at once.
+    also: Vec<Also>,
+}
+
+/// One more transient a same-point fusion goes through: A writes it (at its point) and B
+/// reads it (at the same point), through its own access node.
+struct Also {
+    t: String,
+    node: NodeId,
+    private: bool,
 }
 
 /// How A writes T one slab per point: T's dimensions are the map's parameters (each at
@@ -225,6 +235,9 @@ impl MapFusion {
             let created = match &c.offsets {
                 None => {
                     ch.add("maps_fused", 1);
+                    if !c.also.is_empty() {
+                        ch.add("maps_fused_through_several", 1);
+                    }
                     fuse_same_point(&mut scratch, graph, &c, memo)
                 }
                 Some(offsets) if c.tiled => {
@@ -253,6 +266,10 @@ impl MapFusion {
                 topo = positions(graph);
             }
             // A private T has no access node left (it had one, in this state).
+            for x in c.also.iter().filter(|x| x.private) {
+                removed.push(x.t.clone());
+                ch.add("transients_removed", 1);
+            }
             if c.private {
                 removed.push(c.t);
                 ch.add("transients_removed", 1);
@@ -297,9 +314,12 @@ impl MapFusion {
                 let Node::Map(mb) = df.node(b) else { continue };
                 // A private T must be read by B alone.
                 let only_b = consumers.iter().all(|&c| c == b);
+                // A's other outputs B reads (GT4Py's fused producers write several fields
+                // one consumer reads): all go through at once, or none.
+                let also = also_read(df, a, b, t_node);
                 if b == a
                     || ma.schedule != mb.schedule
-                    || !legal(df, a, b, t_node, t, topo)
+                    || !legal(df, a, b, (t_node, t), &also, topo)
                     || shares_locals(arrays, ma, mb)
                     || binds_any(&mb.body, &ma.params)
                     || tables_read(&mb.body).contains(t)
@@ -309,6 +329,7 @@ impl MapFusion {
                 // A slab per point (T has dimensions beyond the map's, written whole at
                 // each point: GT4Py's neighbour values), read by B at the same point.
                 if let Some(slab) = slab_write(ma, t, &arr.shape)
+                    && also.is_empty()
                     && same_ranges(&ma.ranges, &mb.ranges)
                     && reads_own_slab(mb, t, &slab)
                 {
@@ -323,6 +344,7 @@ impl MapFusion {
                         base: slab.base.clone(),
                         slab: Some(slab),
                         sel: mb.params.clone(),
+                        also: Vec::new(),
                     };
                     return Some((c, t_node.index()));
                 }
@@ -353,6 +375,9 @@ impl MapFusion {
                     && same_ranges(&ma.ranges, &mb.ranges)
                     && write.len() == mb.params.len()
                 {
+                    let Some(also) = same_point_also(arrays, df, uses, (ma, mb), b, &also) else {
+                        continue;
+                    };
                     let c = Candidate {
                         a,
                         t_node,
@@ -364,10 +389,15 @@ impl MapFusion {
                         base: write.clone(),
                         slab: None,
                         sel: sel.clone(),
+                        also,
                     };
                     return Some((c, t_node.index()));
                 }
-                if !(private && only_b && recomputable(ma, &sel_ranges, &offsets)) {
+                if !(also.is_empty()
+                    && private
+                    && only_b
+                    && recomputable(ma, &sel_ranges, &offsets))
+                {
                     continue;
                 }
                 let r = offsets.len();
@@ -396,6 +426,7 @@ impl MapFusion {
                         base: write.clone(),
                         slab: None,
                         sel: sel.clone(),
+                        also: Vec::new(),
                     };
                     return Some((c, t_node.index()));
                 }
@@ -429,6 +460,7 @@ impl MapFusion {
                         base: write.clone(),
                         slab: None,
                         sel: sel.clone(),
+                        also: Vec::new(),
                     };
                     return Some((c, t_node.index()));
                 }
@@ -443,8 +475,8 @@ fn legal(
     df: &Dataflow,
     a: NodeId,
     b: NodeId,
-    t_node: NodeId,
-    t: &str,
+    (t_node, t): (NodeId, &str),
+    also: &[(String, NodeId)],
     topo: &[Option<usize>],
 ) -> bool {
     let (ra, wa) = node_reads_writes(df, a);
@@ -452,7 +484,10 @@ fn legal(
     if wb.iter().any(|d| ra.contains(d) || wa.contains(d)) {
         return false;
     }
-    if wa.iter().any(|d| d != t && rb.contains(d)) {
+    if wa
+        .iter()
+        .any(|d| d != t && rb.contains(d) && !also.iter().any(|(x, _)| x == d))
+    {
         return false;
     }
     // No path from A to B except through T (a node earlier than A in a topological order
@@ -461,8 +496,73 @@ fn legal(
     let before_a = |x: NodeId| matches!((pos(x), pos(a)), (Some(i), Some(j)) if i < j);
     df.in_edges(b).into_iter().all(|e| {
         let x = df.endpoints(e).0;
-        x == t_node || df.in_degree(x) == 0 || before_a(x) || !df.reaches(a, x)
+        x == t_node
+            || also.iter().any(|(_, n)| *n == x)
+            || df.in_degree(x) == 0
+            || before_a(x)
+            || !df.reaches(a, x)
     })
+}
+
+/// The access nodes other than `t_node` that B reads and A alone writes: A's other
+/// outputs B reads, with their containers.
+fn also_read(df: &Dataflow, a: NodeId, b: NodeId, t_node: NodeId) -> Vec<(String, NodeId)> {
+    let mut out: Vec<(String, NodeId)> = Vec::new();
+    for e in df.in_edges(b) {
+        let x = df.endpoints(e).0;
+        if x == t_node || out.iter().any(|(_, n)| *n == x) {
+            continue;
+        }
+        let Some(d) = df.node(x).as_access() else {
+            continue;
+        };
+        if chain_at(df, x).is_some_and(|c| c.producer == a) {
+            out.push((d.to_string(), x));
+        }
+    }
+    out
+}
+
+/// A same-point fusion through T goes through each of `also` too when A writes it at its
+/// point (a transient array, once, by a tasklet or a one-element copy) and B reads it at
+/// that same point, not as an index table; `None` when one of them does not qualify.
+fn same_point_also(
+    arrays: &Scratch<'_>,
+    df: &Dataflow,
+    uses: &DataUses,
+    (ma, mb): (&MapScope, &MapScope),
+    b: NodeId,
+    also: &[(String, NodeId)],
+) -> Option<Vec<Also>> {
+    let tables = tables_read(&mb.body);
+    also.iter()
+        .map(|(t, node)| {
+            let Some(DataDesc::Array(arr)) = arrays.desc(t) else {
+                return None;
+            };
+            if !arr.transient || tables.contains(t) {
+                return None;
+            }
+            let write = identity_write(ma, t)?;
+            if write.len() != mb.params.len() {
+                return None;
+            }
+            let offsets = read_offsets(mb, t, &write, &mb.params)?;
+            if !offsets.iter().all(|o| o.iter().all(|&x| x == 0)) {
+                return None;
+            }
+            let chain = chain_at(df, *node)?;
+            let private = uses
+                .get(t)
+                .is_some_and(|u| u.access_nodes == 1 && u.states.len() == 1 && !u.in_control)
+                && chain.consumers.iter().all(|&c| c == b);
+            Some(Also {
+                t: t.clone(),
+                node: *node,
+                private,
+            })
+        })
+        .collect()
 }
 
 /// True when both bodies use one of the program's transient scalars (body locals): one
@@ -485,7 +585,8 @@ pub(crate) fn shares_locals(
     })
 }
 
-/// A's body writes T exactly once, at `T[p0 + c0, p1 + c1, …]` (its parameters in order,
+/// A's body writes T exactly once, by a tasklet, a nested SDFG or a copy of one element, at
+/// `T[p0 + c0, p1 + c1, …]` (its parameters in order,
 /// each plus an offset `c` free of parameters: GT4Py indexes a transient from the start
 /// of its domain, `T[i - horizontal_start, k - vertical_start]`); returns the offsets.
 fn identity_write(m: &MapScope, t: &str) -> Option<Vec<SymExpr>> {
@@ -498,34 +599,46 @@ fn identity_write(m: &MapScope, t: &str) -> Option<Vec<SymExpr>> {
             continue;
         }
         let memlet = &body.edge(e).memlet;
-        let base: Option<Vec<SymExpr>> = (matches!(body.node(src), Node::Tasklet(_))
-            && memlet.wcr.is_none()
-            && memlet.subset.rank() == m.params.len())
-        .then(|| {
-            memlet
-                .subset
-                .0
-                .iter()
-                .zip(&m.params)
-                .map(|(d, p)| {
-                    let Dim::Index(e) = d else { return None };
-                    let (coeffs, rest) = e.affine_in(&params)?;
-                    (coeffs.len() == 1 && coeffs.get(p) == Some(&1)).then_some(rest)
+        // A tasklet's or a nested SDFG's output (GT4Py's `if` at a point), or a copy of
+        // one element (GT4Py copies a reduction's scalar result into the field:
+        // `gtir_tmp_2 -> gtir_tmp_3[i, k]`).
+        let writer = match body.node(src) {
+            Node::Tasklet(_) | Node::Nested(_) => true,
+            Node::Access(_) => memlet.data == t || memlet.other_subset.is_some(),
+            _ => false,
+        };
+        let subset = written_subset(memlet, t);
+        let base: Option<Vec<SymExpr>> =
+            (writer && memlet.wcr.is_none() && subset.rank() == m.params.len())
+                .then(|| {
+                    subset
+                        .0
+                        .iter()
+                        .zip(&m.params)
+                        .map(|(d, p)| {
+                            let Dim::Index(e) = d else { return None };
+                            let (coeffs, rest) = e.affine_in(&params)?;
+                            (coeffs.len() == 1 && coeffs.get(p) == Some(&1)).then_some(rest)
+                        })
+                        .collect()
                 })
-                .collect()
-        })
-        .flatten();
+                .flatten();
         if base.is_none() || found.is_some() {
             return None;
         }
-        found = base;
+        found = base.map(|b| (b, dst, subset.clone()));
     }
-    // T is not also read inside A.
-    let reads_t = body
-        .node_ids()
-        .into_iter()
-        .any(|n| body.node(n).as_access() == Some(t) && body.out_degree(n) > 0);
-    found.filter(|_| !reads_t)
+    // T is not also read inside A, except the value just written, from the node written
+    // (a producer fused before reads it on: GT4Py's fields used twice in one map).
+    let (base, write, subset) = found?;
+    let reads_t = body.node_ids().into_iter().any(|n| {
+        body.node(n).as_access() == Some(t)
+            && body.out_edges(n).into_iter().any(|e| {
+                let m = &body.edge(e).memlet;
+                n != write || m.data != t || m.subset != subset
+            })
+    });
+    (!reads_t).then_some(base)
 }
 
 /// T's subset on a body edge that writes it: the memlet's own subset when it names T,
@@ -683,7 +796,8 @@ fn to_local_slab(df: &mut Dataflow, t: &str, local: &str, slab: &Slab) {
 }
 
 /// The distinct offsets (in B's parameters) at which B's body reads T, each read an edge
-/// from a body source access node of T to a tasklet with index `q_d + o_d` per dimension.
+/// from a body source access node of T to a tasklet or a nested SDFG with index
+/// `q_d + o_d` per dimension.
 fn read_offsets(
     m: &MapScope,
     t: &str,
@@ -701,7 +815,7 @@ fn read_offsets(
         }
         for e in body.out_edges(n) {
             let (_, dst) = body.endpoints(e);
-            if !matches!(body.node(dst), Node::Tasklet(_)) {
+            if !matches!(body.node(dst), Node::Tasklet(_) | Node::Nested(_)) {
                 return None;
             }
             out.push(offset_of(&body.edge(e).memlet.subset, params, base)?);
@@ -833,10 +947,21 @@ fn local_slab(arrays: &mut Scratch<'_>, t: &str, slab: &Slab) -> String {
     name
 }
 
-/// Makes body node `n` (written once by a tasklet) a local scalar, with its edges.
+/// Makes body node `n` (written once by a tasklet, a nested SDFG or a copy of one element) a local
+/// scalar, with its edges. A copy keeps naming its source (a copy's memlet names the
+/// source container) and writes the whole scalar.
 fn make_local(body: &mut Dataflow, n: NodeId, scalar: &str) {
     body.graph[n] = Node::Access(scalar.to_string());
-    for e in body.in_edges(n).into_iter().chain(body.out_edges(n)) {
+    for e in body.in_edges(n) {
+        let from_access = body.node(body.endpoints(e).0).as_access().is_some();
+        let memlet = &mut body.graph[e].memlet;
+        if from_access {
+            memlet.other_subset = Some(Subset::default());
+        } else {
+            *memlet = scalar_memlet(scalar);
+        }
+    }
+    for e in body.out_edges(n) {
         body.graph[e].memlet = scalar_memlet(scalar);
     }
 }
@@ -857,34 +982,47 @@ fn fuse_same_point(
         return false;
     };
     let mut body = ma.body;
-    let write = body
-        .node_ids()
-        .into_iter()
-        .find(|&n| body.node(n).as_access() == Some(c.t.as_str()) && body.in_degree(n) > 0)
-        .expect("A writes T");
+    // T and the others fused through with it: (container, access node, private).
+    let through: Vec<(&str, NodeId, bool)> = std::iter::once((c.t.as_str(), c.t_node, c.private))
+        .chain(c.also.iter().map(|x| (x.t.as_str(), x.node, x.private)))
+        .collect();
+    let writes: Vec<NodeId> = through
+        .iter()
+        .map(|(t, _, _)| {
+            body.node_ids()
+                .into_iter()
+                .find(|&n| body.node(n).as_access() == Some(*t) && body.in_degree(n) > 0)
+                .expect("A writes T")
+        })
+        .collect();
     let ids = move_into(&mut body, b_body);
-    for &n in ids.values() {
-        if body.node(n).as_access() == Some(c.t.as_str()) {
-            crate::pattern::move_out_edges(&mut body, n, write);
-            body.graph.remove_node(n);
+    for (&(t, _, _), &write) in through.iter().zip(&writes) {
+        for &n in ids.values() {
+            if body.graph.node_weight(n).and_then(Node::as_access) == Some(t) {
+                crate::pattern::move_out_edges(&mut body, n, write);
+                body.graph.remove_node(n);
+            }
         }
     }
-    if c.private {
-        match &c.slab {
-            None => {
-                let scalar = local_scalar(arrays, &c.t);
-                make_local(&mut body, write, &scalar);
+    for (k, (&(t, _, private), &write)) in through.iter().zip(&writes).enumerate() {
+        if !private {
+            continue;
+        }
+        match (&c.slab, k) {
+            (Some(slab), 0) => {
+                let local = local_slab(arrays, t, slab);
+                to_local_slab(&mut body, t, &local, slab);
             }
-            Some(slab) => {
-                let local = local_slab(arrays, &c.t, slab);
-                to_local_slab(&mut body, &c.t, &local, slab);
+            _ => {
+                let scalar = local_scalar(arrays, t);
+                make_local(&mut body, write, &scalar);
             }
         }
     }
     let (mut sources, mut dests) = neighbours(df, c.a);
     let (sb, db) = neighbours(df, c.b);
     for (k, v) in sb {
-        if v != c.t_node {
+        if through.iter().all(|(_, n, _)| *n != v) {
             sources.entry(k).or_insert(v);
         }
     }
@@ -892,9 +1030,11 @@ fn fuse_same_point(
         dests.entry(k).or_insert(v);
     }
     let mut gone = vec![c.b];
-    if c.private {
-        dests.remove(&c.t);
-        gone.push(c.t_node);
+    for &(t, node, private) in &through {
+        if private {
+            dests.remove(t);
+            gone.push(node);
+        }
     }
     let scope = MapScope {
         label,

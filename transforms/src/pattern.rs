@@ -847,7 +847,11 @@ fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> b
                     .any(|y| b.node(y).as_access() == Some(data) && b.in_degree(y) > 0)
                     || inner_writes(b, data)
             }
-            Node::Nested(_) => true,
+            // A nested SDFG writes through its out-edges only.
+            Node::Nested(_) => df
+                .out_edges(x)
+                .into_iter()
+                .any(|e| df.node(df.endpoints(e).1).as_access() == Some(data)),
             _ => false,
         })
     }

@@ -7,7 +7,8 @@
 //! edges only, whole copies, scalar parameters forwarded to nested SDFGs, nested SDFGs
 //! bound to windows of their arguments) and GT4Py's shapes (`GenConfig::
 //! allow_gt4py_shapes`: column copies and computations over the first dimension read by
-//! maps over the grid, slabs written through inner maps and reduced), and programs
+//! maps over the grid, slabs written through inner maps and reduced, the sum copied into
+//! its field, two fields written by one map and read by the next), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -183,6 +184,7 @@ fn random_programs_exercise_the_passes() {
         for rule in [
             "copies_removed_in_place",
             "maps_fused_recompute",
+            "maps_fused_through_several",
             "copies_forwarded",
             "constants_forwarded",
             "nested_inlined",
@@ -211,6 +213,7 @@ fn random_programs_exercise_the_passes() {
         "egraph",
         "copies_removed_in_place",
         "maps_fused_recompute",
+        "maps_fused_through_several",
         "copies_forwarded",
         "constants_forwarded",
         "nested_inlined",
