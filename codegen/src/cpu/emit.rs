@@ -105,6 +105,7 @@ pub fn emit_program_checked(
         sites: &sites,
         loc,
         depth: 0,
+        per_point: false,
     };
     let plan = Plan::of(sdfg)?;
     let run = emit_function(sdfg, Some(&plan), opts, &ctx, &mut fns, &mut counter)?;
@@ -166,6 +167,8 @@ struct FnCtx<'s> {
     sites: &'s RefCell<Sites>,
     loc: Vec<LocPart>,
     depth: usize,
+    /// Called at every point of a map: inlined into the caller.
+    per_point: bool,
 }
 
 /// Where a name used in symbolic expressions and code is defined.
@@ -549,9 +552,16 @@ fn emit_function(
         own_name = name.clone();
         let _ = writeln!(
             out,
-            "/* nested SDFG '{}' */\nstatic {}int {name}(void* const* args, const int64_t* ints, const double* floats) {{\n    (void)ints; (void)floats; (void)args;\n    sdf_err_t* sdf_e = SDF_ERR_PTR();",
+            "/* nested SDFG '{}' */\nstatic {}{}int {name}(void* const* args, const int64_t* ints, const double* floats, sdf_err_t* sdf_e) {{\n    (void)ints; (void)floats; (void)args;",
             sdfg.name,
-            if fns.device { "__device__ " } else { "" }
+            if fns.device { "__device__ " } else { "" },
+            // Called at every point of a map: inlined, so its few-element containers
+            // become registers and the call's argument arrays disappear.
+            match (ctx.per_point, fns.device) {
+                (true, true) => "__forceinline__ ",
+                (true, false) => "inline __attribute__((always_inline)) ",
+                (false, _) => "",
+            }
         );
         arg_decls(&mut out);
         symbol_decls(&mut out, "    ");
@@ -1483,6 +1493,7 @@ impl Emitter<'_> {
             sites: sc.sites,
             loc,
             depth: sc.depth,
+            per_point: !sc.params.is_empty(),
         };
         let fname = emit_function(inner, None, self.opts, &ctx, self.fns, self.counter)?;
         let isig = Signature::of(inner);
@@ -1644,7 +1655,9 @@ impl Emitter<'_> {
                 ptrs.join(", ")
             }
         ));
-        self.line(&format!("{fname}(sdf_args, sdf_ints, sdf_floats);"));
+        // The caller's error record goes along: a callee at every point of a map would
+        // otherwise look up its thread's record (a thread-local access) at every call.
+        self.line(&format!("{fname}(sdf_args, sdf_ints, sdf_floats, sdf_e);"));
         // A callee that failed writes nothing back, as in the interpreter.
         self.line("if (!sdf_e->failed) {");
         self.indent += 1;
