@@ -107,7 +107,7 @@ corpus() {
             echo "== $p, $variant ${flag:-(optimized)}, $backend, threads $threads"
             "$here/bin/sdflow" bench "tests/gt4py/$p.simple.dace.$variant.sdfgz" $flag \
                 --inputs "$here/gt4py-inputs/$p.$variant.npz" --backend "$backend" \
-                --threads "$threads" --reps 20 2>&1 | grep -E "time per call|error"
+                --threads "$threads" --reps 20 2>&1 | grep -E "time per call|back to back|error"
         done
     done
 }

@@ -1,7 +1,8 @@
 //! Float arithmetic the backends once disagreed on — `cbrt`, `min`/`max` of signed zeros
 //! and NaNs, the sign of NaN results — and the fused multiply-add `fma`, compared bitwise between the interpreter and
 //! compiled code over special values (±0, ±inf, NaNs of both signs, subnormals, the
-//! extremes) and many random bit patterns, in `f64` and `f32`.
+//! extremes) and many random bit patterns, in `f64` and `f32`, in a loop that vectorizes
+//! and in one that stays scalar (the two forms of NaN canonicalization).
 
 use std::collections::BTreeMap;
 
@@ -9,29 +10,39 @@ use sdflow_codegen::CpuBackend;
 use sdflow_ir::interp::{self, Bindings, HostArray};
 use sdflow_ir::{DType, Sdfg, SdfgBuilder, Value};
 
-fn program(t: DType) -> Sdfg {
+/// The operations at every point of a map; with `scalar_loop`, inside an inner map of one
+/// iteration, which keeps the outer loop scalar (as a neighbour loop does): NaNs are then
+/// canonicalized by the compare-and-blend form.
+fn program(t: DType, scalar_loop: bool) -> Sdfg {
     let mut b = SdfgBuilder::new(&format!("arith_{t}"));
     b.symbol("N", DType::I64);
     for a in ["x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm"] {
         b.array(a, t, ["N"]);
     }
+    let point = |m: &mut sdflow_ir::DataflowBuilder<'_>| {
+        m.tasklet(
+            "t",
+            &[("a", "x[i]"), ("b", "y[i]")],
+            &[
+                ("c", "cb[i]"),
+                ("lo", "mn[i]"),
+                ("hi", "mx[i]"),
+                ("r", "sq[i]"),
+                ("p", "pr[i]"),
+                ("d", "df[i]"),
+                ("f", "fm[i]"),
+            ],
+            "c = cbrt(a); lo = min(a, b); hi = max(a, b); r = sqrt(a); p = a * b; d = b - a; \
+             f = fma(a, b, -(a * b))",
+        );
+    };
     b.state("main", |s| {
         s.map("m", &["i"], &["0:N"], |m| {
-            m.tasklet(
-                "t",
-                &[("a", "x[i]"), ("b", "y[i]")],
-                &[
-                    ("c", "cb[i]"),
-                    ("lo", "mn[i]"),
-                    ("hi", "mx[i]"),
-                    ("r", "sq[i]"),
-                    ("p", "pr[i]"),
-                    ("d", "df[i]"),
-                    ("f", "fm[i]"),
-                ],
-                "c = cbrt(a); lo = min(a, b); hi = max(a, b); r = sqrt(a); p = a * b; d = b - a; \
-                 f = fma(a, b, -(a * b))",
-            );
+            if scalar_loop {
+                m.map("one", &["j"], &["0:1"], point);
+            } else {
+                point(m);
+            }
         });
     });
     b.build()
@@ -78,25 +89,32 @@ fn inputs_f64() -> (Vec<f64>, Vec<f64>) {
 }
 
 fn run_both(t: DType, x: Vec<Value>, y: Vec<Value>) {
-    let s = program(t);
+    run_program(t, &x, &y, false);
+    run_program(t, &x, &y, true);
+}
+
+fn run_program(t: DType, x: &[Value], y: &[Value], scalar_loop: bool) {
+    let s = program(t, scalar_loop);
     let n = x.len();
     let mut b = Bindings::default();
     b.symbols.insert("N".into(), Value::I64(n as i64));
     b.arrays
-        .insert("x".into(), HostArray::from_values(t, &[n], &x).unwrap());
+        .insert("x".into(), HostArray::from_values(t, &[n], x).unwrap());
     b.arrays
-        .insert("y".into(), HostArray::from_values(t, &[n], &y).unwrap());
+        .insert("y".into(), HostArray::from_values(t, &[n], y).unwrap());
     for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm"] {
         b.arrays.insert(a.into(), HostArray::zeros(t, &[n]));
     }
     let mut expected = b.clone();
     interp::run(&s, &mut expected).unwrap();
-    let prog = CpuBackend {
+    let backend = CpuBackend {
         cache: None,
         ..CpuBackend::default()
-    }
-    .build(&s)
-    .unwrap();
+    };
+    let source = backend.generate(&s).unwrap();
+    let blend = source.contains("= sdf_canon_blend(") || source.contains("= sdf_canonf_blend(");
+    assert_eq!(blend, scalar_loop, "{t}: the canonicalization form");
+    let prog = backend.build(&s).unwrap();
     let mut got = b.clone();
     prog.run_bindings(&mut got).unwrap();
     let mut bad: BTreeMap<&str, usize> = BTreeMap::new();
@@ -111,11 +129,14 @@ fn run_both(t: DType, x: Vec<Value>, y: Vec<Value>) {
             bad.insert(a, e.iter().zip(&g).filter(|(p, q)| p != q).count());
         }
     }
-    assert!(bad.is_empty(), "{t}: elements that differ: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "{t} (scalar loop {scalar_loop}): elements that differ: {bad:?}"
+    );
     // The defined cases, spelled out: min/max of signed zeros and NaNs, NaN results.
     let at = |a: &str, k: usize| expected.arrays[a].values()[k];
     let pos = |v: f64, w: f64| {
-        x.iter().zip(&y).position(|(p, q)| {
+        x.iter().zip(y).position(|(p, q)| {
             p.as_f64().to_bits() == v.to_bits() && q.as_f64().to_bits() == w.to_bits()
         })
     };

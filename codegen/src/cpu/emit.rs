@@ -151,6 +151,31 @@ struct Functions {
     by_call: BTreeMap<(usize, String, usize), String>,
 }
 
+/// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
+/// nested SDFG call, or reads through an index table (a checked gather).
+fn stays_scalar(df: &Dataflow) -> bool {
+    df.node_ids().into_iter().any(|n| {
+        matches!(
+            df.node(n),
+            Node::Map(_) | Node::Library(_) | Node::Nested(_)
+        )
+    }) || df
+        .edge_ids()
+        .into_iter()
+        .any(|e| !df.edge(e).memlet.subset.tables().is_empty())
+}
+
+/// Whether a map runs at most 16 iterations, known at build time.
+fn few_iterations(m: &MapScope) -> bool {
+    m.ranges
+        .iter()
+        .try_fold(1i64, |acc, r| {
+            let n = r.size().simplify().as_int()?.max(0);
+            acc.checked_mul(n).filter(|v| *v <= 16)
+        })
+        .is_some()
+}
+
 /// Whether `df` calls a nested SDFG, directly or inside its maps.
 fn calls_nested(df: &Dataflow) -> bool {
     df.node_ids().into_iter().any(|n| match df.node(n) {
@@ -608,6 +633,7 @@ fn emit_function(
             labels: 0,
             top,
             deferred: None,
+            blend_canon: false,
         };
         em.block(&scope, &plan.body)?;
         em.out
@@ -651,6 +677,11 @@ struct Emitter<'o> {
     top: bool,
     /// While a checked read is written as one expression: its index steps.
     deferred: Option<Vec<(String, String)>>,
+    /// Inside a loop that stays scalar (its body loops over neighbours, reduces, calls or
+    /// reads through an index table): NaNs are canonicalized by a compare and blend
+    /// (`sdf_canon_blend`), not the conditional a vectorized loop wants (`sdf_canon`),
+    /// which a scalar loop compiles to a branch per value.
+    blend_canon: bool,
 }
 
 /// When a state-level node runs unchecked.
@@ -1092,6 +1123,16 @@ impl Emitter<'_> {
 
     /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
     /// caller's to schedule); `parallel`: the body runs in a parallel map's iterations.
+    /// [`combine`], canonicalizing as the loop being printed wants.
+    fn combine(&self, w: Wcr, old: &str, new: &str, t: DType) -> String {
+        let canon = if self.blend_canon {
+            cexpr::canon_blend
+        } else {
+            cexpr::canon
+        };
+        combine_with(w, old, new, t, canon)
+    }
+
     fn map_loops(
         &mut self,
         sc: &Scope<'_>,
@@ -1104,7 +1145,14 @@ impl Emitter<'_> {
             self.indent += 1;
         }
         let inner = self.body_scope(sc, m, parallel);
-        self.body(&inner, &m.body)?;
+        // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
+        // into it and stays scalar too; any other inner loop (a tile's rows) decides
+        // for itself.
+        let scalar = stays_scalar(&m.body) || (self.blend_canon && few_iterations(m));
+        let blend = std::mem::replace(&mut self.blend_canon, scalar);
+        let done = self.body(&inner, &m.body);
+        self.blend_canon = blend;
+        done?;
         for _ in 0..m.params.len() {
             self.indent -= 1;
             self.line("}");
@@ -1196,7 +1244,11 @@ impl Emitter<'_> {
                 (Binding::Output, out_t) => self.line(&format!(
                     "v_{} = {};",
                     st.target,
-                    cexpr::canon(&convert(&x, ty, out_t), out_t)
+                    if self.blend_canon {
+                        cexpr::canon_blend(&convert(&x, ty, out_t), out_t)
+                    } else {
+                        cexpr::canon(&convert(&x, ty, out_t), out_t)
+                    }
                 )),
                 _ => self.line(&format!("{} v_{} = {x};", ctype(ty), st.target)),
             }
@@ -1237,7 +1289,7 @@ impl Emitter<'_> {
             self.line(&format!("{lv} = {value};"));
             return;
         };
-        let combined = combine(w, lv, value, dt);
+        let combined = self.combine(w, lv, value, dt);
         if sc.in_parallel_map && self.fns.device {
             // One compare-and-swap loop per resolution and type (`sdf_atomic_*`).
             self.line(&format!(
@@ -1463,11 +1515,14 @@ impl Emitter<'_> {
             .unwrap_or_default();
         let x = format!("a_{idata}[{}]", sc.flat(&idx, &strides));
         if r.identity.is_some() {
-            self.line(&format!("sdf_acc = {};", combine(r.op, "sdf_acc", &x, it)));
+            self.line(&format!(
+                "sdf_acc = {};",
+                self.combine(r.op, "sdf_acc", &x, it)
+            ));
         } else {
             self.line(&format!(
                 "sdf_acc = (sdf_i == 0) ? {x} : {};",
-                combine(r.op, "sdf_acc", &x, it)
+                self.combine(r.op, "sdf_acc", &x, it)
             ));
         }
         self.indent -= 1;
@@ -1919,6 +1974,17 @@ fn subset_volume(sc: &Scope<'_>, s: &Subset) -> String {
 /// C text combining `old` and `new` (both of type `t`) under a write-conflict resolution,
 /// as the interpreter's `combine`.
 fn combine(w: Wcr, old: &str, new: &str, t: DType) -> String {
+    combine_with(w, old, new, t, cexpr::canon)
+}
+
+/// [`combine`] with `canon` canonicalizing a float result.
+fn combine_with(
+    w: Wcr,
+    old: &str,
+    new: &str,
+    t: DType,
+    canon: fn(&str, DType) -> String,
+) -> String {
     if t == DType::Bool {
         return match w {
             Wcr::Sum | Wcr::Max => format!("(({old}) || ({new}))"),
@@ -1945,7 +2011,7 @@ fn combine(w: Wcr, old: &str, new: &str, t: DType) -> String {
                     t,
                 )
             });
-            return cexpr::canon(&convert(&x, xt, t), t);
+            return canon(&convert(&x, xt, t), t);
         }
     };
     let e = Expr::bin(op, Expr::var("o"), Expr::var("n"));
@@ -1959,5 +2025,5 @@ fn combine(w: Wcr, old: &str, new: &str, t: DType) -> String {
             t,
         )
     });
-    cexpr::canon(&convert(&x, xt, t), t)
+    canon(&convert(&x, xt, t), t)
 }

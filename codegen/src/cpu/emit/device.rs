@@ -440,6 +440,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 labels: 0,
                 top: false,
                 deferred: None,
+                blend_canon: false,
             };
             let sc = base(loc.clone());
             // What every grid kernel's header names.
@@ -567,6 +568,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     labels: 0,
                     top: false,
                     deferred: None,
+                    blend_canon: false,
                 };
                 let _ = writeln!(
                     em.out,
