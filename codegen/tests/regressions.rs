@@ -232,6 +232,72 @@ fn indirect_accesses_with_an_offset_agree_and_bad_entries_are_errors() {
     bad_table(&s, &bad, "index 7 out of bounds for dimension 0 of 'c'");
 }
 
+/// `out[e, k] = c[e2c[e, n] - r, k]` summed over the neighbours `n`: a gather at every
+/// level `k` of an edge `e`, through entries of the edge's row (GT4Py's neighbour
+/// reductions over a horizontal and a vertical dimension).
+fn gather_per_level() -> Sdfg {
+    let mut b = SdfgBuilder::new("gather_levels");
+    b.symbol("NC", DType::I64)
+        .symbol("NE", DType::I64)
+        .symbol("K", DType::I64)
+        .symbol("r", DType::I64)
+        .array("c", DType::F64, ["NC", "K"])
+        .array("e2c", DType::I32, ["NE", "2"])
+        .array("out", DType::F64, ["NE", "K"]);
+    b.transient("nb", DType::F64, ["2"]);
+    b.state("edges", |s| {
+        s.map("edge", &["e", "k"], &["0:NE", "0:K"], |m| {
+            m.map("nbh", &["n"], &["0:2"], |inner| {
+                inner.tasklet(
+                    "g",
+                    &[("a", "c[e2c[e, n] - r, k]")],
+                    &[("o", "nb[n]")],
+                    "o = a * 0.5",
+                );
+            });
+            m.tasklet(
+                "sum",
+                &[("a", "nb[0]"), ("b", "nb[1]")],
+                &[("o", "out[e, k]")],
+                "o = a + b",
+            );
+        });
+    });
+    b.build()
+}
+
+/// The entries a map's body reads at one edge are checked once for the edge, before its
+/// levels, which then gather without a check: the results are the interpreter's, a bad
+/// entry is the interpreter's error with its map point, and with no levels nothing is
+/// read (the interpreter reads nothing either).
+#[test]
+fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
+    let s = gather_per_level();
+    assert_eq!(s.validate(), Ok(()));
+    let code = CpuBackend::default().generate(&s).unwrap();
+    assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");
+    let sy = syms(&[("NC", 7), ("NE", 40), ("K", 6), ("r", 3)]);
+    let inputs = random_bindings(&s, &sy, 11).unwrap();
+    check(&s, &inputs);
+    let mut bad = inputs.clone();
+    let mut values = bad.arrays["e2c"].values();
+    values[33] = Value::I64(2);
+    bad.arrays.insert(
+        "e2c".into(),
+        HostArray::from_values(DType::I32, &[40, 2], &values).unwrap(),
+    );
+    bad_table(&s, &bad, "index -1 out of bounds for dimension 0 of 'c'");
+    // No levels: the bad entry is never read.
+    let mut none = bad.clone();
+    none.symbols.insert("K".into(), Value::I64(0));
+    for a in ["c", "out"] {
+        let rows = if a == "c" { 7 } else { 40 };
+        none.arrays
+            .insert(a.into(), HostArray::zeros(DType::F64, &[rows, 0]));
+    }
+    check(&s, &none);
+}
+
 /// `b` holds a table entry outside the field: the interpreter's error names it
 /// (`interp_says`), and compiled code reports the same error, location and map point
 /// included, instead of reading outside memory.

@@ -165,6 +165,96 @@ fn stays_scalar(df: &Dataflow) -> bool {
         .any(|e| !df.edge(e).memlet.subset.tables().is_empty())
 }
 
+/// One index-table read of a map body checked per point of the map's outer loops: the
+/// dimension, the extent its value must lie in, and the inner-map parameters (constant
+/// ranges) its table index uses.
+struct RowCheck {
+    dim: Dim,
+    extent: SymExpr,
+    inner: Vec<(String, sdflow_ir::Range)>,
+}
+
+/// The row checks of `m`'s body when every index-table read there can be checked per
+/// point of the first `outer` parameters: its table index uses those, program symbols
+/// and parameters of inner maps of constant ranges only; it indexes an array (not a
+/// scalar table); and the body writes no table. `None` otherwise.
+fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> {
+    fn walk(
+        sdfg: &Sdfg,
+        df: &Dataflow,
+        allowed: &BTreeSet<String>,
+        inner: &BTreeMap<String, sdflow_ir::Range>,
+        out: &mut Vec<RowCheck>,
+    ) -> Option<()> {
+        for e in df.edge_ids() {
+            let memlet = &df.edge(e).memlet;
+            if memlet
+                .other_subset
+                .as_ref()
+                .is_some_and(|o| !o.tables().is_empty())
+            {
+                return None;
+            }
+            for (k, d) in memlet.subset.0.iter().enumerate() {
+                let Dim::Indirect { table, index, .. } = d else {
+                    continue;
+                };
+                let shape = sdfg.arrays.get(&memlet.data)?.as_array()?.shape.clone();
+                sdfg.arrays.get(table)?.as_array()?;
+                let mut used = Vec::new();
+                for x in index.iter().flat_map(SymExpr::free_symbols) {
+                    if let Some(r) = inner.get(&x) {
+                        if !used
+                            .iter()
+                            .any(|(p, _): &(String, sdflow_ir::Range)| *p == x)
+                        {
+                            used.push((x.clone(), r.clone()));
+                        }
+                    } else if !allowed.contains(&x) && !sdfg.symbols.contains_key(&x) {
+                        return None;
+                    }
+                }
+                out.push(RowCheck {
+                    dim: d.clone(),
+                    extent: shape.get(k)?.clone(),
+                    inner: used,
+                });
+            }
+        }
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Access(a)
+                    if df.in_degree(n) > 0
+                        && out.iter().any(
+                            |c| matches!(&c.dim, Dim::Indirect { table, .. } if table == a),
+                        ) =>
+                {
+                    return None;
+                }
+                Node::Map(im) => {
+                    let mut inner = inner.clone();
+                    for (p, r) in im.params.iter().zip(&im.ranges) {
+                        let constant = r.start.as_int().is_some()
+                            && r.end.as_int().is_some()
+                            && r.step.as_int() == Some(1);
+                        if constant {
+                            inner.insert(p.clone(), r.clone());
+                        }
+                    }
+                    walk(sdfg, &im.body, allowed, &inner, out)?;
+                }
+                Node::Nested(_) => return None,
+                _ => {}
+            }
+        }
+        Some(())
+    }
+    let allowed: BTreeSet<String> = m.params[..outer].iter().cloned().collect();
+    let mut out = Vec::new();
+    walk(sdfg, &m.body, &allowed, &BTreeMap::new(), &mut out)?;
+    Some(out)
+}
+
 /// Whether a map runs at most 16 iterations, known at build time.
 fn few_iterations(m: &MapScope) -> bool {
     m.ranges
@@ -197,6 +287,7 @@ struct FnCtx<'s> {
 }
 
 /// Where a name used in symbolic expressions and code is defined.
+#[derive(Clone)]
 struct Scope<'a> {
     sdfg: &'a Sdfg,
     /// Map parameters in scope.
@@ -218,6 +309,9 @@ struct Scope<'a> {
     depth: usize,
     /// The program's error sites.
     sites: &'a RefCell<Sites>,
+    /// Every index-table entry the body reads was checked for its row before the inner
+    /// loops ([`Emitter::row_checks`]): gathers index without a check.
+    rows_checked: bool,
 }
 
 impl<'a> Scope<'a> {
@@ -387,9 +481,14 @@ impl<'a> Scope<'a> {
                 };
                 let value = match offset.as_int() {
                     Some(0) => value,
+                    // Checked with its row: in range, so the sum cannot overflow.
+                    _ if self.rows_checked && extent.is_some() => {
+                        format!("({value} + ({}))", self.sub_sym(offset))
+                    }
                     _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
                 };
                 match (extent, of) {
+                    (Some(_), Some(_)) if self.rows_checked => format!("({value})"),
                     (Some(n), Some((data, dim))) => {
                         let (site, at) = self.site_at_point(SiteKind::Index {
                             data: data.to_string(),
@@ -476,6 +575,7 @@ fn emit_function(
         loc: ctx.loc.clone(),
         depth: ctx.depth,
         sites: ctx.sites,
+        rows_checked: false,
     };
     let symbol_decls = |out: &mut String, ind: &str| {
         for (k, n) in sig.ints.iter().enumerate() {
@@ -1021,6 +1121,7 @@ impl Emitter<'_> {
             loc: sc.loc.clone(),
             depth: sc.depth,
             sites: sc.sites,
+            rows_checked: sc.rows_checked,
         };
         inner.params.extend(m.params.iter().cloned());
         // Checked loops record their parameters for messages (between the loops, in
@@ -1105,7 +1206,7 @@ impl Emitter<'_> {
         } else {
             self.line(&format!("#pragma omp for schedule({schedule}) nowait"));
         }
-        self.map_loops(sc, m, true)?;
+        self.map_loops_from(sc, m, true, collapse.max(1))?;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
@@ -1121,8 +1222,6 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
-    /// caller's to schedule); `parallel`: the body runs in a parallel map's iterations.
     /// [`combine`], canonicalizing as the loop being printed wants.
     fn combine(&self, w: Wcr, old: &str, new: &str, t: DType) -> String {
         let canon = if self.blend_canon {
@@ -1133,13 +1232,101 @@ impl Emitter<'_> {
         combine_with(w, old, new, t, canon)
     }
 
+    /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
+    /// caller's to schedule); `parallel`: the body runs in a parallel map's iterations.
     fn map_loops(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
     ) -> Result<(), CodegenError> {
-        for k in 0..m.params.len() {
+        self.map_loops_from(sc, m, parallel, 0)
+    }
+
+    /// [`Self::map_loops`]; with `outer` > 0, the index-table entries the body reads for
+    /// one point of the first `outer` loops — GT4Py's neighbour tables, read at a
+    /// horizontal point for every level — are checked once there, before the inner
+    /// loops, which then gather without a check (a bad entry runs them checked, as
+    /// before). The check per level kept the level loop from vectorizing.
+    fn map_loops_from(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        outer: usize,
+    ) -> Result<(), CodegenError> {
+        let checks = if outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked {
+            row_checks(sc.sdfg, m, outer)
+        } else {
+            None
+        };
+        let Some(checks) = checks.filter(|c| !c.is_empty()) else {
+            return self.map_loops_inner(sc, m, parallel, 0);
+        };
+        for k in 0..outer {
+            let h = self.loop_header(sc, m, k);
+            self.line(&h);
+            self.indent += 1;
+        }
+        let mut at = sc.clone();
+        at.params.extend(m.params[..outer].iter().cloned());
+        // Only where the inner loops run: the body reads the tables only then.
+        let nonempty: Vec<String> = m.ranges[outer..]
+            .iter()
+            .map(|r| format!("({}) < ({})", at.sub_sym(&r.start), at.sub_sym(&r.end)))
+            .collect();
+        self.line("int sdf_rok = 1;");
+        self.line(&format!("if ({}) {{", nonempty.join(" && ")));
+        self.indent += 1;
+        for c in &checks {
+            for (p, r) in &c.inner {
+                self.line(&format!(
+                    "for (int64_t s_{p} = {}; s_{p} < {}; s_{p}++) {{",
+                    r.start, r.end
+                ));
+                self.indent += 1;
+            }
+            let mut here = at.clone();
+            here.params.extend(c.inner.iter().map(|(p, _)| p.clone()));
+            let value = here.index_of(&c.dim, None, None);
+            let ext = here.sym_with(&c.extent, SymCheck::Plain);
+            self.line(&format!(
+                "{{ const int64_t sdf_rv = {value}; if (sdf_rv < 0 || sdf_rv >= ({ext})) sdf_rok = 0; }}"
+            ));
+            for _ in &c.inner {
+                self.indent -= 1;
+                self.line("}");
+            }
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line("if (sdf_rok) {");
+        self.indent += 1;
+        let mut proven = sc.clone();
+        proven.rows_checked = true;
+        self.map_loops_inner(&proven, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.map_loops_inner(sc, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("}");
+        for _ in 0..outer {
+            self.indent -= 1;
+            self.line("}");
+        }
+        Ok(())
+    }
+
+    /// The loops of `m` from parameter `from` on, and the body.
+    fn map_loops_inner(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        from: usize,
+    ) -> Result<(), CodegenError> {
+        for k in from..m.params.len() {
             let h = self.loop_header(sc, m, k);
             self.line(&h);
             self.indent += 1;
@@ -1153,7 +1340,7 @@ impl Emitter<'_> {
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;
         done?;
-        for _ in 0..m.params.len() {
+        for _ in from..m.params.len() {
             self.indent -= 1;
             self.line("}");
         }
@@ -1620,6 +1807,7 @@ impl Emitter<'_> {
             loc: sc.loc.clone(),
             depth: sc.depth,
             sites: sc.sites,
+            rows_checked: sc.rows_checked,
         };
         let mut ptrs = Vec::new();
         // Connectors the callee only reads, bound to a whole caller array laid out as the

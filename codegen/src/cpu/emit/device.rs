@@ -421,6 +421,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
         loc,
         depth: 0,
         sites: &sites,
+        rows_checked: false,
     };
     let top_loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
     for (si, sp) in plan.body.states().into_iter().enumerate() {
