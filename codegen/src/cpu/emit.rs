@@ -223,14 +223,6 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
         }
         for n in df.node_ids() {
             match df.node(n) {
-                Node::Access(a)
-                    if df.in_degree(n) > 0
-                        && out.iter().any(
-                            |c| matches!(&c.dim, Dim::Indirect { table, .. } if table == a),
-                        ) =>
-                {
-                    return None;
-                }
                 Node::Map(im) => {
                     let mut inner = inner.clone();
                     for (p, r) in im.params.iter().zip(&im.ranges) {
@@ -249,10 +241,27 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
         }
         Some(())
     }
+    /// Containers written anywhere in `df`.
+    fn written(df: &Dataflow, out: &mut BTreeSet<String>) {
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Access(a) if df.in_degree(n) > 0 => {
+                    out.insert(a.clone());
+                }
+                Node::Map(im) => written(&im.body, out),
+                _ => {}
+            }
+        }
+    }
     let allowed: BTreeSet<String> = m.params[..outer].iter().cloned().collect();
     let mut out = Vec::new();
     walk(sdfg, &m.body, &allowed, &BTreeMap::new(), &mut out)?;
-    Some(out)
+    let mut writes = BTreeSet::new();
+    written(&m.body, &mut writes);
+    let writes_a_table = out
+        .iter()
+        .any(|c| matches!(&c.dim, Dim::Indirect { table, .. } if writes.contains(table)));
+    (!writes_a_table).then_some(out)
 }
 
 /// Whether a map runs at most 16 iterations, known at build time.
