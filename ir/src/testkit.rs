@@ -173,8 +173,9 @@ enum Step {
         /// is an output).
         in_place: bool,
         /// Instead: one map writes two fields at each point, `t1 = src * 0.5` and, from
-        /// `t1` read back and `src`, a scalar copied into `t2` (GT4Py writes a
-        /// reduction's result so); a second map reads both at the same point, `target =
+        /// `t1` read back and `src`, `t2 = t1 + src` — through a scalar copied into it
+        /// (GT4Py writes a reduction's result so) or, every other time, a nested SDFG
+        /// called at the point; a second map reads both at the same point, `target =
         /// t1 * t2`.
         pair: bool,
     },
@@ -1161,15 +1162,32 @@ impl Gen {
                         } else if *pair {
                             let (a1, a2) = (format!("{t1}[{idx}]"), format!("{t2}[{idx}]"));
                             let s = format!("{t2}_s");
+                            // Every other one writes the second field through a nested
+                            // SDFG at each point (GT4Py's `if` at a point), the others
+                            // through a scalar copied into it.
+                            let callee = (k % 2 == 1)
+                                .then(|| point_callee(&format!("{label}_point"), self.dtypes[t2]));
                             st.map(&format!("{label}_pair"), &params, &ranges, |m| {
                                 m.tasklet("p", &[("a", &here)], &[("o", &a1)], "o = a * 0.5");
-                                m.tasklet(
-                                    "q",
-                                    &[("a", &a1), ("b", &here)],
-                                    &[("o", &s)],
-                                    "o = a + b",
-                                );
-                                m.copy(&s, &a2);
+                                match callee {
+                                    Some(callee) => {
+                                        m.nested(
+                                            callee,
+                                            &[],
+                                            &[("a", &a1), ("b", &here)],
+                                            &[("o", &a2)],
+                                        );
+                                    }
+                                    None => {
+                                        m.tasklet(
+                                            "q",
+                                            &[("a", &a1), ("b", &here)],
+                                            &[("o", &s)],
+                                            "o = a + b",
+                                        );
+                                        m.copy(&s, &a2);
+                                    }
+                                }
                             });
                             st.map(&label, &params, &ranges, |m| {
                                 m.tasklet(
@@ -1487,6 +1505,23 @@ impl Gen {
         ));
         b.build()
     }
+}
+
+/// The callee a [`Step::Chain`] pair calls at every point: `o[0] = a[0] + b[0]`.
+fn point_callee(name: &str, dtype: DType) -> Sdfg {
+    let mut b = SdfgBuilder::new(name);
+    for c in ["a", "b", "o"] {
+        b.array(c, dtype, ["1"]);
+    }
+    b.state("body", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("o", "o[0]")],
+            "o = a + b",
+        );
+    });
+    b.build()
 }
 
 /// A map that squares `u` into a transient `tmp`, then an `if` on `flag`: the then branch

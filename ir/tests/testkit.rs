@@ -331,6 +331,7 @@ fn gt4py_shaped_programs_validate_run_and_cover_their_shapes() {
         "\"storage\": \"local\"", // the per-worker buffer
         "[1:max(1, N)",           // a nested SDFG bound to a window
         "_pair\"",                // two fields written by one map, read by the next
+        "_point\"",               // one of them through a nested SDFG at each point
     ] {
         assert!(text.contains(shape), "no program has {shape:?}");
     }
