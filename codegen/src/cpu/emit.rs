@@ -266,13 +266,17 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
 
 /// Whether a map runs at most 16 iterations, known at build time.
 fn few_iterations(m: &MapScope) -> bool {
-    m.ranges
-        .iter()
-        .try_fold(1i64, |acc, r| {
-            let n = r.size().simplify().as_int()?.max(0);
-            acc.checked_mul(n).filter(|v| *v <= 16)
-        })
-        .is_some()
+    let sizes: Vec<SymExpr> = m.ranges.iter().map(|r| r.size()).collect();
+    constant_product(&sizes, 16).is_some()
+}
+
+/// The product of `sizes` (negative ones count as 0) when every one is a constant and the
+/// product is at most `limit`.
+fn constant_product(sizes: &[SymExpr], limit: i64) -> Option<i64> {
+    sizes.iter().try_fold(1i64, |acc, e| {
+        let n = e.simplify().as_int()?.max(0);
+        acc.checked_mul(n).filter(|v| *v <= limit)
+    })
 }
 
 /// Whether `df` calls a nested SDFG, directly or inside its maps.
@@ -1231,14 +1235,18 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// [`combine`], canonicalizing as the loop being printed wants.
-    fn combine(&self, w: Wcr, old: &str, new: &str, t: DType) -> String {
-        let canon = if self.blend_canon {
+    /// The NaN canonicalization the loop being printed wants ([`Emitter::blend_canon`]).
+    fn canon(&self) -> fn(&str, DType) -> String {
+        if self.blend_canon {
             cexpr::canon_blend
         } else {
             cexpr::canon
-        };
-        combine_with(w, old, new, t, canon)
+        }
+    }
+
+    /// [`combine`], canonicalizing as the loop being printed wants.
+    fn combine(&self, w: Wcr, old: &str, new: &str, t: DType) -> String {
+        combine_with(w, old, new, t, self.canon())
     }
 
     /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
@@ -1272,11 +1280,7 @@ impl Emitter<'_> {
         let Some(checks) = checks.filter(|c| !c.is_empty()) else {
             return self.map_loops_inner(sc, m, parallel, 0);
         };
-        for k in 0..outer {
-            let h = self.loop_header(sc, m, k);
-            self.line(&h);
-            self.indent += 1;
-        }
+        self.open_loops(sc, m, 0..outer);
         let mut at = sc.clone();
         at.params.extend(m.params[..outer].iter().cloned());
         // Only where the inner loops run: the body reads the tables only then.
@@ -1320,11 +1324,25 @@ impl Emitter<'_> {
         self.map_loops_inner(sc, m, parallel, outer)?;
         self.indent -= 1;
         self.line("}");
-        for _ in 0..outer {
+        self.close_loops(outer);
+        Ok(())
+    }
+
+    /// Opens the loops of `m`'s parameters `ks`.
+    fn open_loops(&mut self, sc: &Scope<'_>, m: &MapScope, ks: std::ops::Range<usize>) {
+        for k in ks {
+            let h = self.loop_header(sc, m, k);
+            self.line(&h);
+            self.indent += 1;
+        }
+    }
+
+    /// Closes `n` loops.
+    fn close_loops(&mut self, n: usize) {
+        for _ in 0..n {
             self.indent -= 1;
             self.line("}");
         }
-        Ok(())
     }
 
     /// The loops of `m` from parameter `from` on, and the body.
@@ -1335,11 +1353,7 @@ impl Emitter<'_> {
         parallel: bool,
         from: usize,
     ) -> Result<(), CodegenError> {
-        for k in from..m.params.len() {
-            let h = self.loop_header(sc, m, k);
-            self.line(&h);
-            self.indent += 1;
-        }
+        self.open_loops(sc, m, from..m.params.len());
         let inner = self.body_scope(sc, m, parallel);
         // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
         // into it and stays scalar too; any other inner loop (a tile's rows) decides
@@ -1349,10 +1363,7 @@ impl Emitter<'_> {
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;
         done?;
-        for _ in from..m.params.len() {
-            self.indent -= 1;
-            self.line("}");
-        }
+        self.close_loops(m.params.len() - from);
         Ok(())
     }
 
@@ -1440,11 +1451,7 @@ impl Emitter<'_> {
                 (Binding::Output, out_t) => self.line(&format!(
                     "v_{} = {};",
                     st.target,
-                    if self.blend_canon {
-                        cexpr::canon_blend(&convert(&x, ty, out_t), out_t)
-                    } else {
-                        cexpr::canon(&convert(&x, ty, out_t), out_t)
-                    }
+                    self.canon()(&convert(&x, ty, out_t), out_t)
                 )),
                 _ => self.line(&format!("{} v_{} = {x};", ctype(ty), st.target)),
             }
@@ -1948,13 +1955,7 @@ const STACK_ELEMENTS: i64 = 64;
 /// The number of elements of a shape of constants up to [`STACK_ELEMENTS`] (1 for a
 /// scalar's empty shape).
 fn small_len(shape: &[SymExpr]) -> Option<i64> {
-    shape
-        .iter()
-        .try_fold(1i64, |acc, e| {
-            let n = e.simplify().as_int()?.max(0);
-            acc.checked_mul(n).filter(|v| *v <= STACK_ELEMENTS)
-        })
-        .map(|n| n.max(1))
+    constant_product(shape, STACK_ELEMENTS).map(|n| n.max(1))
 }
 
 impl Emitter<'_> {
