@@ -118,6 +118,31 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 2, ..ProptestConfig::default() })]
+
+    /// Random programs with the shapes that stress the optimizer and the shapes GT4Py's
+    /// lowering produces (`GenConfig::allow_hazards`, `allow_gt4py_shapes`: copies of
+    /// interiors, of shifted row ranges and two into one node, loop-carried row writes,
+    /// neighbour slabs, nested SDFGs at each point) compiled match the interpreter
+    /// bitwise, before and after the optimization pipeline.
+    #[test]
+    fn random_gt4py_shaped_programs_match_the_interpreter(s in arb_sdfg(GenConfig {
+        allow_hazards: true,
+        allow_gt4py_shapes: true,
+        ..GenConfig::default()
+    })) {
+        let inputs: Vec<Bindings> = [sample_symbols(&s), sample_small_symbols(&s)]
+            .iter()
+            .map(|symbols| random_bindings(&s, symbols, 13).unwrap())
+            .collect();
+        compare_all(&s, &inputs);
+        let mut opt = s.clone();
+        sdflow_transforms::Pipeline::cpu().run(&mut opt).unwrap();
+        compare_all(&opt, &inputs);
+    }
+}
+
 /// Programs whose unread maps divide by zero at some points: where the interpreter stops,
 /// compiled code stops with the same message (the statement, the operands and the map
 /// point); where it runs, compiled code computes the same bits. The optimized program,

@@ -127,6 +127,46 @@ type Halo = Vec<(i64, i64)>;
 /// Containers readable at a program point, with their valid regions.
 type Env = BTreeMap<String, Halo>;
 
+/// Which rows (first dimension) a [`Step::Copy`] moves, all of the other dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyShape {
+    /// The whole container, one copy.
+    Whole,
+    /// Rows `1:N-1` to the same rows (GT4Py's write-back of an interior into a field).
+    Interior,
+    /// Rows `0:1` and `1:N` (`min(N, 1)` for empty grids), two copies into one access
+    /// node.
+    Split,
+    /// Rows `0:N-1` to rows `1:N` (offsets that differ on the two sides).
+    Shifted,
+}
+
+impl CopyShape {
+    /// What is valid of the target after the copy, from what is valid of the source.
+    fn halo(self, src: &Halo) -> Halo {
+        let mut h = src.clone();
+        match self {
+            CopyShape::Whole | CopyShape::Split => {}
+            CopyShape::Interior => h[0] = (h[0].0.max(1), h[0].1.max(1)),
+            CopyShape::Shifted => h[0] = (h[0].0 + 1, (h[0].1 - 1).max(0)),
+        }
+        h
+    }
+
+    /// `(source rows, target rows)` of each copy, over a first dimension of size `n`.
+    fn rows(self, n: &str) -> Vec<(String, String)> {
+        match self {
+            CopyShape::Whole => vec![(format!("0:{n}"), format!("0:{n}"))],
+            CopyShape::Interior => vec![(range_text(n, 1, 1), range_text(n, 1, 1))],
+            CopyShape::Split => vec![
+                (format!("0:min({n}, 1)"), format!("0:min({n}, 1)")),
+                (format!("min({n}, 1):{n}"), format!("min({n}, 1):{n}")),
+            ],
+            CopyShape::Shifted => vec![(range_text(n, 0, 1), format!("1:{n}"))],
+        }
+    }
+}
+
 /// A map writing a fresh transient right before it is copied (see [`Step::Copy`]):
 /// `src = f(input)` pointwise, over the whole grid (`margin` 0) or its interior
 /// (`margin` 1, the map's edge then claiming the whole grid); `wcr`: the write is
@@ -188,13 +228,14 @@ enum Step {
         code: String,
         window: bool,
     },
-    /// `target = src`, whole (a copy between access nodes); `halo` is what is valid of
-    /// `src`, and so of `target` afterwards.
+    /// `target = src` (copies between access nodes) in the rows `shape` says; `halo` is
+    /// what is valid of `src`.
     Copy {
         src: String,
         target: String,
         halo: Halo,
         produce: Option<Produce>,
+        shape: CopyShape,
     },
     /// `target[i, ..] = f(src[i, ..])` for the rows `start:end` of the first dimension
     /// (whole in the others).
@@ -616,8 +657,12 @@ impl Gen {
                 (vec![src.clone()], target.clone(), Some(valid))
             }
             Step::Copy {
-                src, target, halo, ..
-            } => (vec![src.clone()], target.clone(), Some(halo.clone())),
+                src,
+                target,
+                halo,
+                shape,
+                ..
+            } => (vec![src.clone()], target.clone(), Some(shape.halo(halo))),
             Step::Rows { src, target, .. } | Step::NestedIf { src, target, .. } => {
                 (vec![src.clone()], target.clone(), None)
             }
@@ -721,11 +766,18 @@ impl Gen {
                     self.dtypes.insert(name.clone(), dtype);
                     name
                 };
+                let shape = [
+                    CopyShape::Whole,
+                    CopyShape::Interior,
+                    CopyShape::Split,
+                    CopyShape::Shifted,
+                ][self.rng.random_range(0..4)];
                 return Step::Copy {
                     src,
                     target,
                     halo,
                     produce,
+                    shape,
                 };
             }
         }
@@ -1313,6 +1365,7 @@ impl Gen {
                         src,
                         target,
                         produce,
+                        shape,
                         ..
                     } => {
                         if let Some(p) = produce {
@@ -1331,11 +1384,15 @@ impl Gen {
                                 m.tasklet(&label, &[("c0", &inp)], &[("o", &out)], &p.code);
                             });
                         }
-                        let full: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
-                        st.copy(
-                            &format!("{src}[{}]", full.join(", ")),
-                            &format!("{target}[{}]", full.join(", ")),
-                        );
+                        let rest: Vec<String> =
+                            dims[1..].iter().map(|d| format!(", 0:{d}")).collect();
+                        let rest = rest.concat();
+                        for (from, to) in shape.rows(dims[0]) {
+                            st.copy(
+                                &format!("{src}[{from}{rest}]"),
+                                &format!("{target}[{to}{rest}]"),
+                            );
+                        }
                     }
                     Step::Rows {
                         src,

@@ -270,6 +270,38 @@ fn hazard_programs_validate_run_and_cover_their_shapes() {
         })
     });
     assert!(copies, "some copy between access nodes");
+    // Copies of part of a container: an interior, a row range shifted by one, and two
+    // copies into one access node.
+    let (mut shifted, mut two_into_one) = (false, false);
+    for p in &progs {
+        for st in &p.states {
+            for n in st.graph.node_ids() {
+                let copies: Vec<_> = st
+                    .graph
+                    .in_edges(n)
+                    .into_iter()
+                    .filter(|&e| {
+                        let (a, _) = st.graph.endpoints(e);
+                        st.graph.node(a).as_access().is_some()
+                    })
+                    .collect();
+                two_into_one |= copies.len() == 2;
+                shifted |= copies.iter().any(|&e| {
+                    let m = &st.graph.edge(e).memlet;
+                    let src = m.subset.0[0].first().cloned();
+                    let dst = m
+                        .other_subset
+                        .as_ref()
+                        .and_then(|o| o.0[0].first().cloned());
+                    src.is_some() && dst.is_some() && src != dst
+                });
+            }
+        }
+    }
+    assert!(
+        shifted && two_into_one,
+        "shifted copy {shifted}, two copies into one node {two_into_one}"
+    );
     // Some map's edge claims more than its body writes, and some body edge carries a
     // conflict resolution its map's edge does not.
     let (mut widened, mut inner_only) = (false, false);

@@ -1000,6 +1000,7 @@ impl Emitter<'_> {
             (&StepKind::ParallelMap { collapse, coarse }, Node::Map(m)) if sc.parallel => {
                 self.parallel_map(sc, m, collapse, coarse)?;
             }
+            (_, Node::Access(dst)) if sc.parallel && self.shared_copies(sc, df, n, dst) => {}
             (_, node) => {
                 if sc.parallel {
                     self.line("#pragma omp single nowait");
@@ -1027,6 +1028,54 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The copies into access node `n` (container `dst`) of a state in a parallel region,
+    /// shared among the threads when each is a loop nest ([`Emitter::copy_loops`]) between
+    /// two containers without a write-conflict resolution. Copies into one node run in
+    /// edge order: a barrier separates two of them. Returns false, printing nothing, when
+    /// one of them is not such a copy.
+    fn shared_copies(&mut self, sc: &Scope<'_>, df: &Dataflow, n: NodeId, dst: &str) -> bool {
+        let edges = df.in_edges(n);
+        let copies: Vec<(&str, &Edge)> = edges
+            .iter()
+            .filter_map(|&e| Some((df.node(df.endpoints(e).0).as_access()?, df.edge(e))))
+            .collect();
+        let shareable = !copies.is_empty()
+            && copies.iter().all(|&(src, edge)| {
+                let (s_sub, d_sub) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
+                src != dst
+                    && edge.memlet.wcr.is_none()
+                    && copy_loop_dims(sc.sdfg, src, &s_sub, dst, &d_sub).is_some()
+            });
+        if !shareable {
+            return false;
+        }
+        let inner = Scope {
+            parallel: false,
+            params: sc.params.clone(),
+            locals: sc.locals.clone(),
+            in_parallel_map: true,
+            stop: None,
+            loc: sc.loc.clone(),
+            ..*sc
+        };
+        let inner = inner.at(LocPart::Text(df.node(n).describe()));
+        for (k, &(src, edge)) in copies.iter().enumerate() {
+            if k > 0 {
+                self.line("#pragma omp barrier");
+            }
+            self.line(&format!(
+                "{{ /* copy {} */",
+                edge.memlet.to_string().replace("*/", "* /")
+            ));
+            self.indent += 1;
+            let looped = self.copy_loops(&inner, src, dst, edge, true);
+            debug_assert!(looped, "a shareable copy is a loop nest");
+            self.indent -= 1;
+            self.line("}");
+        }
+        true
     }
 
     /// When node `n` of a state runs unchecked: its in-bounds condition, decided now
@@ -1536,6 +1585,11 @@ impl Emitter<'_> {
             m.to_string().replace("*/", "* /")
         ));
         self.indent += 1;
+        if src != dst && self.copy_loops(sc, src, dst, edge, false) {
+            self.indent -= 1;
+            self.line("}");
+            return Ok(());
+        }
         let vol = subset_volume(sc, &s_sub);
         self.line(&format!("const int64_t sdf_n = {vol};"));
         if src != dst {
@@ -1575,6 +1629,99 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// A copy between two different containers whose subsets have the same sizes once
+    /// the dimensions of size 1 are left out, as one loop per remaining dimension in
+    /// row-major order: the elements the flat order of [`Emitter::copy`] reaches, without a
+    /// division per element. `shared`: the loops are shared among the team's threads
+    /// (`omp for ... nowait`; the caller is in a parallel region, outside any map).
+    /// Returns false, printing nothing, when the shapes differ.
+    fn copy_loops(
+        &mut self,
+        sc: &Scope<'_>,
+        src: &str,
+        dst: &str,
+        edge: &Edge,
+        shared: bool,
+    ) -> bool {
+        let m = &edge.memlet;
+        let (s_sub, d_sub) = copy_subsets(sc.sdfg, src, dst, m);
+        let Some((sk, dk)) = copy_loop_dims(sc.sdfg, src, &s_sub, dst, &d_sub) else {
+            return false;
+        };
+        let u = self.fresh();
+        for (j, &k) in sk.iter().enumerate() {
+            let size = sc.sym(&s_sub.0[k].size());
+            self.line(&format!("const int64_t sdf_n{u}_{j} = {size};"));
+        }
+        let s_el = self.copy_loop_elem(sc, src, &s_sub, &sk, u, "s");
+        let d_el = self.copy_loop_elem(sc, dst, &d_sub, &dk, u, "d");
+        let st = sc.sdfg.arrays.get(src).map_or(DType::F64, DataDesc::dtype);
+        let dt = sc.sdfg.arrays.get(dst).map_or(DType::F64, DataDesc::dtype);
+        if shared {
+            if sk.is_empty() {
+                self.line("#pragma omp single nowait");
+            } else if sk.len() > 1 {
+                self.line(&format!(
+                    "#pragma omp for collapse({}) schedule(static) nowait",
+                    sk.len()
+                ));
+            } else {
+                self.line("#pragma omp for schedule(static) nowait");
+            }
+        }
+        for j in 0..sk.len() {
+            self.line(&format!(
+                "for (int64_t sdf_i{u}_{j} = 0; sdf_i{u}_{j} < sdf_n{u}_{j}; sdf_i{u}_{j}++)"
+            ));
+        }
+        self.line("{");
+        self.indent += 1;
+        self.store(sc, &d_el, &convert(&s_el, st, dt), dt, m.wcr);
+        self.indent -= 1;
+        self.line("}");
+        true
+    }
+
+    /// The element of `data` that [`Emitter::copy_loops`] reaches: a dimension looped
+    /// over (`looped`, in order) at `start + i * step`, the others at their one index,
+    /// each computed once before the loops.
+    fn copy_loop_elem(
+        &mut self,
+        sc: &Scope<'_>,
+        data: &str,
+        subset: &Subset,
+        looped: &[usize],
+        u: usize,
+        side: &str,
+    ) -> String {
+        let desc = sc.sdfg.arrays.get(data);
+        if subset.rank() == 0 || desc.is_none_or(|d| d.rank() == 0) {
+            return sc.elem(data, subset);
+        }
+        let mut idx = Vec::with_capacity(subset.rank());
+        for (k, d) in subset.0.iter().enumerate() {
+            let first = match d {
+                Dim::Range { start, .. } => sc.sym(start),
+                other => sc.index(other, desc.and_then(|d| d.shape().get(k))),
+            };
+            self.line(&format!("const int64_t sdf_{side}{u}_{k} = {first};"));
+            idx.push(match (looped.iter().position(|&x| x == k), d) {
+                (Some(j), Dim::Range { step, .. }) if step.as_int() != Some(1) => {
+                    let step = sc.sym(step);
+                    self.line(&format!("const int64_t sdf_{side}t{u}_{k} = {step};"));
+                    format!("sdf_{side}{u}_{k} + sdf_i{u}_{j} * sdf_{side}t{u}_{k}")
+                }
+                (Some(j), _) => format!("sdf_{side}{u}_{k} + sdf_i{u}_{j}"),
+                (None, _) => format!("sdf_{side}{u}_{k}"),
+            });
+        }
+        let strides = desc
+            .and_then(|d| d.as_array())
+            .map(|a| a.strides.clone())
+            .unwrap_or_default();
+        format!("a_{data}[{}]", sc.flat(&idx, &strides))
     }
 
     /// Element number `q` (row-major in the source subset) of a copy between two
@@ -2139,6 +2286,41 @@ impl<'a> ReduceParts<'a> {
             .collect::<Vec<_>>()
             .join(" * ")
     }
+}
+
+/// The dimensions a copy from `s_sub` of `src` to `d_sub` of `dst` loops over, on each
+/// side: those whose size is not the constant 1, when both sides have as many and their
+/// sizes are equal in order. `None` otherwise (a copy that reshapes, or a container
+/// without dimensions whose subset has some), which the flat order handles.
+fn copy_loop_dims(
+    sdfg: &Sdfg,
+    src: &str,
+    s_sub: &Subset,
+    dst: &str,
+    d_sub: &Subset,
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    let dims = |data: &str, subset: &Subset| {
+        let rank = sdfg.arrays.get(data).map_or(0, DataDesc::rank);
+        if (rank == 0) != (subset.rank() == 0) {
+            return None;
+        }
+        Some(
+            (0..subset.rank())
+                .filter(|&k| subset.0[k].size().simplify().as_int() != Some(1))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (sk, dk) = (dims(src, s_sub)?, dims(dst, d_sub)?);
+    let same = sk.len() == dk.len()
+        && sk.iter().zip(&dk).all(|(&a, &b)| {
+            s_sub.0[a]
+                .size()
+                .sub(&d_sub.0[b].size())
+                .simplify()
+                .as_int()
+                == Some(0)
+        });
+    same.then_some((sk, dk))
 }
 
 /// The source and destination subsets of a copy from `src` to `dst` (an empty subset is
