@@ -132,14 +132,43 @@ proptest! {
         allow_gt4py_shapes: true,
         ..GenConfig::default()
     })) {
+        // At sizes 0..4 some of these programs read outside an input (a column at index
+        // 0 of an empty dimension): compiled code stops with the interpreter's message.
         let inputs: Vec<Bindings> = [sample_symbols(&s), sample_small_symbols(&s)]
             .iter()
             .map(|symbols| random_bindings(&s, symbols, 13).unwrap())
             .collect();
-        compare_all(&s, &inputs);
+        compare_or_fail_alike(&s, &inputs);
         let mut opt = s.clone();
         sdflow_transforms::Pipeline::cpu().run(&mut opt).unwrap();
-        compare_all(&opt, &inputs);
+        compare_or_fail_alike(&opt, &inputs);
+    }
+}
+
+/// [`compare_all`], where the interpreter may stop with an error: compiled code then stops
+/// with the same message.
+fn compare_or_fail_alike(sdfg: &Sdfg, inputs: &[Bindings]) {
+    let prog = backend()
+        .build(sdfg)
+        .unwrap_or_else(|e| panic!("{}: {e}", sdfg.name));
+    for inputs in inputs {
+        let (mut expected, mut got) = (inputs.clone(), inputs.clone());
+        match interp::run(sdfg, &mut expected) {
+            Ok(()) => {
+                prog.run_bindings(&mut got).unwrap();
+                for (name, _) in sdfg.non_transients() {
+                    assert!(
+                        expected.arrays[name].bits() == got.arrays[name].bits(),
+                        "{}: '{name}' differs",
+                        sdfg.name
+                    );
+                }
+            }
+            Err(e) => {
+                let c = prog.run_bindings(&mut got).unwrap_err().to_string();
+                assert_eq!(c, format!("program '{}': {e}", sdfg.name));
+            }
+        }
     }
 }
 

@@ -199,8 +199,9 @@ enum Step {
     /// GT4Py's shapes ([`GenConfig::allow_gt4py_shapes`]), writing `target` whole from
     /// `src`. Without `slab`: `t1[i] = src[i, 0, ..]` and `t2[i] = src[i, 0, ..] * 0.5`
     /// over the first dimension, then `target = t1[i] + t2[i] * src` over the grid. With
-    /// `slab`: `t1[i, .., l] = src[i, ..] * 0.5` for `l` in `0:3` (an inner map into the
-    /// per-worker buffer `t2`, copied whole), then `target = sum(t1[i, .., 0:3])`.
+    /// `slab`: `t1[i, .., l] = src[i, ..] * 0.5` for `l` in `0:3` (an inner map into
+    /// the per-worker buffer `t2`, directly or through a scalar `t2_v`, copied whole), then
+    /// `target = sum, max or min(t1[i, .., 0:3])`.
     Chain {
         src: String,
         target: String,
@@ -819,6 +820,7 @@ impl Gen {
                     buf.storage = crate::data::Storage::Local;
                     self.b.data(&t2, DataDesc::Array(buf));
                     self.b.transient_scalar(&format!("{t1}_sum"), dtype);
+                    self.b.transient_scalar(&format!("{t2}_v"), dtype);
                 } else {
                     self.b.transient(&t1, dtype, [first]);
                     self.b.transient(&t2, dtype, [first]);
@@ -1253,24 +1255,39 @@ impl Gen {
                             let slab_at = format!("{t1}[{idx}, 0:3]");
                             let buf = format!("{t2}[0:3]");
                             let sum = format!("{t1}_sum");
+                            // Every other one writes each neighbour's value through a
+                            // scalar of the inner map's own (GT4Py's double-write
+                            // remover), the others directly.
+                            let via = (k % 2 == 1).then(|| format!("{t2}_v"));
                             st.map(&format!("{label}_nbh"), &params, &ranges, |m| {
                                 let at = format!("{t2}[l]");
                                 m.map("local", &["l"], &["0:3"], |inner| {
+                                    let to = via.clone().unwrap_or_else(|| at.clone());
                                     inner.tasklet(
                                         "v",
                                         &[("a", &here)],
-                                        &[("o", &at)],
+                                        &[("o", &to)],
                                         "o = a * 0.5",
                                     );
+                                    if let Some(v) = &via {
+                                        inner.copy(v, &at);
+                                    }
                                 });
                                 m.copy(&buf, &slab_at);
                             });
+                            // Sums from zero, maxima from the first element, minima
+                            // from a start value.
+                            let (op, start) = match k % 3 {
+                                0 => (Wcr::Sum, Some(Value::F64(0.0))),
+                                1 => (Wcr::Max, None),
+                                _ => (Wcr::Min, Some(Value::F64(1.5))),
+                            };
                             // Every other one copies the sum into the field (as GT4Py
                             // does; a copy keeps the type), the others pass it through a
                             // tasklet.
                             let same_type = self.dtypes[target] == self.dtypes[src];
                             st.map(&format!("{label}_red"), &params, &ranges, |m| {
-                                m.reduce(Wcr::Sum, None, Some(Value::F64(0.0)), &slab_at, &sum);
+                                m.reduce(op, None, start, &slab_at, &sum);
                                 if k % 2 == 0 && same_type {
                                     m.copy(&sum, &out);
                                 } else {

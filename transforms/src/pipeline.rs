@@ -13,8 +13,8 @@ use sdflow_ir::Sdfg;
 
 use crate::pass::{Changes, Pass, TransformError};
 use crate::{
-    CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, MapFusion, MoveIntoIf,
-    RedundantCopy, SiblingFusion, Specialize, StateFusion,
+    CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, LocalUnroll, MapFusion,
+    MoveIntoIf, RedundantCopy, SiblingFusion, Specialize, StateFusion,
 };
 
 /// What one pass did over a whole pipeline run.
@@ -116,6 +116,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "copy_forwarding" => Box::new(CopyForwarding),
         "map_fusion" => Box::new(MapFusion::default()),
         "sibling_fusion" => Box::new(SiblingFusion),
+        "local_unroll" => Box::new(LocalUnroll),
         "move_into_if" => Box::new(MoveIntoIf),
         "gpu_schedule" => Box::new(GpuSchedule),
         "egraph" => Box::new(EGraphPass::default()),
@@ -128,7 +129,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
 /// Names of every pass: the structural passes in the default CPU pipeline's order, the
 /// GPU-only one, then the e-graph pass (in the defaults after `sibling_fusion`) and its
 /// opt-in fast-math form.
-pub const PASS_NAMES: [&str; 12] = [
+pub const PASS_NAMES: [&str; 13] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -137,6 +138,7 @@ pub const PASS_NAMES: [&str; 12] = [
     "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
+    "local_unroll",
     "move_into_if",
     "gpu_schedule",
     "egraph",
@@ -144,7 +146,7 @@ pub const PASS_NAMES: [&str; 12] = [
 ];
 
 /// The structural passes of the default CPU pipeline, in order.
-const CPU_PASSES: [&str; 9] = [
+const CPU_PASSES: [&str; 10] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -153,6 +155,7 @@ const CPU_PASSES: [&str; 9] = [
     "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
+    "local_unroll",
     "move_into_if",
 ];
 
@@ -214,7 +217,7 @@ impl Pipeline {
     /// move-into-if.
     pub fn cpu() -> Pipeline {
         Pipeline::from_names(&CPU_PASSES)
-            .and_then(|p| p.insert_after("sibling_fusion", Box::new(EGraphPass::default())))
+            .and_then(|p| p.insert_after("local_unroll", Box::new(EGraphPass::default())))
             .expect("the default passes exist")
     }
 

@@ -143,6 +143,12 @@ proptest! {
     }
 
     #[test]
+    fn local_unroll_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["local_unroll"])?;
+        check(&s, &["state_fusion", "map_fusion", "local_unroll"])?;
+    }
+
+    #[test]
     fn move_into_if_preserves_results_and_terminates(s in arb_sdfg(hazards())) {
         check(&s, &["move_into_if"])?;
     }
@@ -188,6 +194,9 @@ fn random_programs_exercise_the_passes() {
             "copies_forwarded",
             "constants_forwarded",
             "nested_inlined",
+            "local_maps_unrolled",
+            "reductions_unrolled",
+            "buffers_scalarized",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -217,6 +226,10 @@ fn random_programs_exercise_the_passes() {
         "copies_forwarded",
         "constants_forwarded",
         "nested_inlined",
+        "local_unroll",
+        "local_maps_unrolled",
+        "reductions_unrolled",
+        "buffers_scalarized",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,

@@ -152,17 +152,20 @@ struct Functions {
 }
 
 /// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
-/// nested SDFG call, or reads through an index table (a checked gather).
-fn stays_scalar(df: &Dataflow) -> bool {
+/// nested SDFG call, or reads through an index table whose entries are checked at each
+/// read (`rows_checked`: the entries were checked per row before the loop, and the reads
+/// are plain loads).
+fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
     df.node_ids().into_iter().any(|n| {
         matches!(
             df.node(n),
             Node::Map(_) | Node::Library(_) | Node::Nested(_)
         )
-    }) || df
-        .edge_ids()
-        .into_iter()
-        .any(|e| !df.edge(e).memlet.subset.tables().is_empty())
+    }) || (!rows_checked
+        && df
+            .edge_ids()
+            .into_iter()
+            .any(|e| !df.edge(e).memlet.subset.tables().is_empty()))
 }
 
 /// One index-table read of a map body checked per point of the map's outer loops: the
@@ -1407,7 +1410,8 @@ impl Emitter<'_> {
         // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
         // into it and stays scalar too; any other inner loop (a tile's rows) decides
         // for itself.
-        let scalar = stays_scalar(&m.body) || (self.blend_canon && few_iterations(m));
+        let scalar =
+            stays_scalar(&m.body, sc.rows_checked) || (self.blend_canon && few_iterations(m));
         let blend = std::mem::replace(&mut self.blend_canon, scalar);
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;

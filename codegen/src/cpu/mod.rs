@@ -77,7 +77,6 @@ impl CpuBackend {
     /// with everything loading it needs.
     pub fn translate(&self, sdfg: &Sdfg) -> Result<CpuUnit, CodegenError> {
         let (source, sites) = self.generate_checked(sdfg)?;
-        let source = match std::env::var("SDFLOW_C_OVERRIDE_HACK") { Ok(p) => std::fs::read_to_string(p).unwrap(), Err(_) => source };
         Ok(CpuUnit {
             name: sdfg.name.clone(),
             source,
