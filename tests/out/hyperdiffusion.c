@@ -141,15 +141,19 @@ static inline int64_t sdf_f2i64(double x) {
     return (int64_t)x; }
 static inline double sdf_fmod_double(double a, double b) { return a - floor(a / b) * b; }
 /* Float min and max: a NaN operand yields the other, -0.0 is below +0.0 (IEEE 754-2019
-   minimumNumber / maximumNumber, as the interpreter). */
-static inline double sdf_fmin(double a, double b) {
-    if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
-static inline double sdf_fmax(double a, double b) {
-    if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
-static inline float sdf_fminf(float a, float b) {
-    if (a != a) return b; if (b != b || a < b) return a; if (b < a || !signbit(a)) return b; return a; }
-static inline float sdf_fmaxf(float a, float b) {
-    if (a != a) return b; if (b != b || a > b) return a; if (b > a || signbit(a)) return b; return a; }
+   minimumNumber / maximumNumber, as the interpreter). Selects without branches, so that
+   loops over them vectorize: where the operands compare equal (only +0.0 and -0.0 differ
+   in bits) the result is their bitwise OR (min: -0.0 if either is) or AND (max: +0.0 if
+   either is); a NaN `a` fails both comparisons and yields `b`. */
+#define SDF_FMINMAX(NAME, T, U, CMP, BITOP)                                               \
+static inline T NAME(T a, T b) {                                                          \
+    U x, y; memcpy(&x, &a, sizeof x); memcpy(&y, &b, sizeof y); x = x BITOP y;            \
+    T z; memcpy(&z, &x, sizeof z);                                                        \
+    T r = a CMP b ? a : b; r = a == b ? z : r; return b != b ? a : r; }
+SDF_FMINMAX(sdf_fmin, double, uint64_t, <, |)
+SDF_FMINMAX(sdf_fmax, double, uint64_t, >, &)
+SDF_FMINMAX(sdf_fminf, float, uint32_t, <, |)
+SDF_FMINMAX(sdf_fmaxf, float, uint32_t, >, &)
 /* fma whose result the compiler cannot see into: GCC turns -(fma(a, b, c)) into one
    fused negate-multiply-subtract, -(a*b) - c, which is +0.0 where the negated +0.0 sum
    is -0.0. An empty asm that may change the value stops that; the fma itself stays

@@ -152,20 +152,50 @@ struct Functions {
 }
 
 /// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
-/// nested SDFG call, or reads through an index table whose entries are checked at each
-/// read (`rows_checked`: the entries were checked per row before the loop, and the reads
-/// are plain loads).
+/// nested SDFG call, or reads through an index table. A body whose table entries were
+/// checked per row (`rows_checked`: its gathers are plain loads) and that calls float
+/// min or max at least once per table read vectorizes instead: a min or max with its
+/// NaN and signed-zero rules is six instructions per value in scalar code and the same
+/// six per vector, while gathers over the few levels of a column gain little from
+/// vectors (measured on GT4Py's programs, `docs/perf.md`).
 fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
-    df.node_ids().into_iter().any(|n| {
+    if df.node_ids().into_iter().any(|n| {
         matches!(
             df.node(n),
             Node::Map(_) | Node::Library(_) | Node::Nested(_)
         )
-    }) || (!rows_checked
-        && df
-            .edge_ids()
-            .into_iter()
-            .any(|e| !df.edge(e).memlet.subset.tables().is_empty()))
+    }) {
+        return true;
+    }
+    let gathers = df
+        .edge_ids()
+        .into_iter()
+        .filter(|&e| !df.edge(e).memlet.subset.tables().is_empty())
+        .count();
+    gathers > 0 && !(rows_checked && min_max_calls(df) >= gathers)
+}
+
+/// Float min and max calls in the tasklets of `df`.
+fn min_max_calls(df: &Dataflow) -> usize {
+    fn count(e: &Expr) -> usize {
+        match e {
+            Expr::Call(f, args) => {
+                usize::from(matches!(f, sdflow_ir::MathFn::Min | sdflow_ir::MathFn::Max))
+                    + args.iter().map(count).sum::<usize>()
+            }
+            Expr::Unary(_, a) | Expr::Cast(_, a) => count(a),
+            Expr::Binary(_, a, b) => count(a) + count(b),
+            Expr::Select(c, a, b) => count(c) + count(a) + count(b),
+            _ => 0,
+        }
+    }
+    df.node_ids()
+        .into_iter()
+        .map(|n| match df.node(n) {
+            Node::Tasklet(t) => t.code.iter().map(|st| count(&st.value)).sum(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// One index-table read of a map body checked per point of the map's outer loops: the
