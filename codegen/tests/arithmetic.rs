@@ -16,9 +16,13 @@ use sdflow_ir::{DType, Sdfg, SdfgBuilder, Value};
 fn program(t: DType, scalar_loop: bool) -> Sdfg {
     let mut b = SdfgBuilder::new(&format!("arith_{t}"));
     b.symbol("N", DType::I64);
-    for a in ["x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm"] {
+    for a in [
+        "x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch",
+    ] {
         b.array(a, t, ["N"]);
     }
+    b.transient_scalar("s", t);
+    b.transient_scalar("u", t);
     let point = |m: &mut sdflow_ir::DataflowBuilder<'_>| {
         m.tasklet(
             "t",
@@ -35,6 +39,17 @@ fn program(t: DType, scalar_loop: bool) -> Sdfg {
             "c = cbrt(a); lo = min(a, b); hi = max(a, b); r = sqrt(a); p = a * b; d = b - a; \
              f = fma(a, b, -(a * b))",
         );
+        // Values passed through scalars: a NaN a tasklet writes to a scalar only another
+        // tasklet reads may keep its payload there (`u`); one a copy moves into an array
+        // must be canonical (`s`).
+        m.tasklet(
+            "v",
+            &[("a", "x[i]"), ("b", "y[i]")],
+            &[("p", "s"), ("q", "u")],
+            "p = a * b; q = b - a",
+        );
+        m.copy("s", "cs[i]");
+        m.tasklet("w", &[("a", "u")], &[("o", "ch[i]")], "o = a * 1.5");
     };
     b.state("main", |s| {
         s.map("m", &["i"], &["0:N"], |m| {
@@ -102,7 +117,7 @@ fn run_program(t: DType, x: &[Value], y: &[Value], scalar_loop: bool) {
         .insert("x".into(), HostArray::from_values(t, &[n], x).unwrap());
     b.arrays
         .insert("y".into(), HostArray::from_values(t, &[n], y).unwrap());
-    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm"] {
+    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch"] {
         b.arrays.insert(a.into(), HostArray::zeros(t, &[n]));
     }
     let mut expected = b.clone();
@@ -118,7 +133,7 @@ fn run_program(t: DType, x: &[Value], y: &[Value], scalar_loop: bool) {
     let mut got = b.clone();
     prog.run_bindings(&mut got).unwrap();
     let mut bad: BTreeMap<&str, usize> = BTreeMap::new();
-    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm"] {
+    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch"] {
         let (e, g) = (expected.arrays[a].bits(), got.arrays[a].bits());
         let first = e.iter().zip(&g).position(|(p, q)| p != q);
         if let Some(k) = first {

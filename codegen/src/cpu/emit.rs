@@ -175,6 +175,48 @@ fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
     gathers > 0 && !(rows_checked && min_max_calls(df) >= gathers)
 }
 
+/// Whether output connector `c` of tasklet `n` goes only to transient scalars that only
+/// tasklets read, without a write-conflict resolution. Its NaN need not be canonical
+/// then: every reader's arithmetic gives a NaN whatever the payload of a NaN operand,
+/// and no operation (comparison, conversion to an integer, min, max, select) looks at
+/// the payload, so what reaches an array (a tasklet output stored there, canonicalized)
+/// has the same bits either way. The interpreter canonicalizes every tasklet output.
+fn only_tasklets_read(sdfg: &Sdfg, df: &Dataflow, n: NodeId, c: &str) -> bool {
+    let outs: Vec<_> = df
+        .out_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).src_conn.as_deref() == Some(c))
+        .collect();
+    !outs.is_empty()
+        && outs.iter().all(|&e| {
+            let edge = df.edge(e);
+            let dst = df.endpoints(e).1;
+            let Some(d) = df.node(dst).as_access() else {
+                return false;
+            };
+            let scalar = matches!(
+                sdfg.arrays.get(d),
+                Some(DataDesc::Scalar {
+                    transient: true,
+                    ..
+                })
+            );
+            scalar
+                && edge.memlet.wcr.is_none()
+                && df.node_ids().into_iter().all(|x| {
+                    df.node(x).as_access() != Some(d)
+                        || df.out_edges(x).into_iter().all(|r| {
+                            matches!(df.node(df.endpoints(r).1), Node::Tasklet(_))
+                                && df.edge(r).memlet.wcr.is_none()
+                        })
+                })
+                && df
+                    .edge_ids()
+                    .into_iter()
+                    .all(|r| !df.edge(r).memlet.subset.tables().contains(&d))
+        })
+}
+
 /// Float min and max calls in the tasklets of `df`.
 fn min_max_calls(df: &Dataflow) -> usize {
     fn count(e: &Expr) -> usize {
@@ -1531,6 +1573,9 @@ impl Emitter<'_> {
             };
             let (x, ty) = cexpr::expr_sited(&st.value, &var, &mut site);
             match names.assign(&st.target, ty) {
+                (Binding::Output, out_t) if only_tasklets_read(sc.sdfg, df, n, &st.target) => {
+                    self.line(&format!("v_{} = {};", st.target, convert(&x, ty, out_t)));
+                }
                 (Binding::Output, out_t) => self.line(&format!(
                     "v_{} = {};",
                     st.target,
