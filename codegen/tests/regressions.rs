@@ -266,6 +266,55 @@ fn gather_per_level() -> Sdfg {
     b.build()
 }
 
+/// [`gather_per_level`] whose sum goes through a nested SDFG called at each point (GT4Py's
+/// `if` at a point) before it is stored: the callee gathers through no table, so the
+/// entries are still checked once per edge.
+fn gather_per_level_with_call() -> Sdfg {
+    let mut callee = SdfgBuilder::new("point");
+    for c in ["a", "o"] {
+        callee.array(c, DType::F64, ["1"]);
+    }
+    callee.state("body", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]")],
+            &[("o", "o[0]")],
+            "o = select(a > 0.0, a, -a)",
+        );
+    });
+    let callee = callee.build();
+    let mut b = SdfgBuilder::new("gather_levels_call");
+    b.symbol("NC", DType::I64)
+        .symbol("NE", DType::I64)
+        .symbol("K", DType::I64)
+        .symbol("r", DType::I64)
+        .array("c", DType::F64, ["NC", "K"])
+        .array("e2c", DType::I32, ["NE", "2"])
+        .array("out", DType::F64, ["NE", "K"]);
+    b.transient("nb", DType::F64, ["2"]);
+    b.transient("sum", DType::F64, ["NE", "K"]);
+    b.state("edges", |s| {
+        s.map("edge", &["e", "k"], &["0:NE", "0:K"], |m| {
+            m.map("nbh", &["n"], &["0:2"], |inner| {
+                inner.tasklet(
+                    "g",
+                    &[("a", "c[e2c[e, n] - r, k]")],
+                    &[("o", "nb[n]")],
+                    "o = a * 0.5",
+                );
+            });
+            m.tasklet(
+                "sum",
+                &[("a", "nb[0]"), ("b", "nb[1]")],
+                &[("o", "sum[e, k]")],
+                "o = a - b",
+            );
+            m.nested(callee, &[], &[("a", "sum[e, k]")], &[("o", "out[e, k]")]);
+        });
+    });
+    b.build()
+}
+
 /// The entries a map's body reads at one edge are checked once for the edge, before its
 /// levels, which then gather without a check: the results are the interpreter's, a bad
 /// entry is the interpreter's error with its map point, and with no levels nothing is
@@ -287,6 +336,13 @@ fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
         HostArray::from_values(DType::I32, &[40, 2], &values).unwrap(),
     );
     bad_table(&s, &bad, "index -1 out of bounds for dimension 0 of 'c'");
+    // The same with a nested SDFG called at each point.
+    let call = gather_per_level_with_call();
+    assert_eq!(call.validate(), Ok(()));
+    let code = CpuBackend::default().generate(&call).unwrap();
+    assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");
+    check(&call, &inputs);
+    bad_table(&call, &bad, "index -1 out of bounds for dimension 0 of 'c'");
     // No levels: the bad entry is never read.
     let mut none = bad.clone();
     none.symbols.insert("K".into(), Value::I64(0));

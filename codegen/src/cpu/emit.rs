@@ -310,6 +310,9 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
                     }
                     walk(sdfg, &im.body, allowed, &inner, out)?;
                 }
+                // A callee that gathers through no table (GT4Py's `if` at a point) reads
+                // nothing a row check would cover.
+                Node::Nested(ns) if !gathers_anywhere(&ns.sdfg) => {}
                 Node::Nested(_) => return None,
                 _ => {}
             }
@@ -337,6 +340,25 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
         .iter()
         .any(|c| matches!(&c.dim, Dim::Indirect { table, .. } if writes.contains(table)));
     (!writes_a_table).then_some(out)
+}
+
+/// Whether any memlet of `sdfg` (its states, map bodies and callees) reads through an
+/// index table.
+fn gathers_anywhere(sdfg: &Sdfg) -> bool {
+    fn df_gathers(df: &Dataflow) -> bool {
+        df.edge_ids().into_iter().any(|e| {
+            let m = &df.edge(e).memlet;
+            !m.subset.tables().is_empty()
+                || m.other_subset
+                    .as_ref()
+                    .is_some_and(|o| !o.tables().is_empty())
+        }) || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => df_gathers(&m.body),
+            Node::Nested(ns) => gathers_anywhere(&ns.sdfg),
+            _ => false,
+        })
+    }
+    sdfg.states.iter().any(|st| df_gathers(&st.graph))
 }
 
 /// Whether a map runs at most 16 iterations, known at build time.
