@@ -17,12 +17,13 @@ fn program(t: DType, scalar_loop: bool) -> Sdfg {
     let mut b = SdfgBuilder::new(&format!("arith_{t}"));
     b.symbol("N", DType::I64);
     for a in [
-        "x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch",
+        "x", "y", "cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch", "cs2", "ch2",
     ] {
         b.array(a, t, ["N"]);
     }
-    b.transient_scalar("s", t);
-    b.transient_scalar("u", t);
+    for v in ["s", "u", "s2", "s3", "u2"] {
+        b.transient_scalar(v, t);
+    }
     let point = |m: &mut sdflow_ir::DataflowBuilder<'_>| {
         m.tasklet(
             "t",
@@ -50,6 +51,18 @@ fn program(t: DType, scalar_loop: bool) -> Sdfg {
         );
         m.copy("s", "cs[i]");
         m.tasklet("w", &[("a", "u")], &[("o", "ch[i]")], "o = a * 1.5");
+        // The same one copy further: a product through `s2` and `s3` into an array, `u`
+        // through `u2` into a tasklet.
+        m.tasklet(
+            "v2",
+            &[("a", "x[i]"), ("b", "y[i]")],
+            &[("p", "s2")],
+            "p = a * b",
+        );
+        m.copy("s2", "s3");
+        m.copy("s3", "cs2[i]");
+        m.copy("u", "u2");
+        m.tasklet("w2", &[("a", "u2")], &[("o", "ch2[i]")], "o = a - 0.5");
     };
     b.state("main", |s| {
         s.map("m", &["i"], &["0:N"], |m| {
@@ -117,7 +130,9 @@ fn run_program(t: DType, x: &[Value], y: &[Value], scalar_loop: bool) {
         .insert("x".into(), HostArray::from_values(t, &[n], x).unwrap());
     b.arrays
         .insert("y".into(), HostArray::from_values(t, &[n], y).unwrap());
-    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch"] {
+    for a in [
+        "cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch", "cs2", "ch2",
+    ] {
         b.arrays.insert(a.into(), HostArray::zeros(t, &[n]));
     }
     let mut expected = b.clone();
@@ -133,7 +148,9 @@ fn run_program(t: DType, x: &[Value], y: &[Value], scalar_loop: bool) {
     let mut got = b.clone();
     prog.run_bindings(&mut got).unwrap();
     let mut bad: BTreeMap<&str, usize> = BTreeMap::new();
-    for a in ["cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch"] {
+    for a in [
+        "cb", "mn", "mx", "sq", "pr", "df", "fm", "cs", "ch", "cs2", "ch2",
+    ] {
         let (e, g) = (expected.arrays[a].bits(), got.arrays[a].bits());
         let first = e.iter().zip(&g).position(|(p, q)| p != q);
         if let Some(k) = first {

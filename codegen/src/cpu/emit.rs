@@ -175,12 +175,13 @@ fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
     gathers > 0 && !(rows_checked && min_max_calls(df) >= gathers)
 }
 
-/// Whether output connector `c` of tasklet `n` goes only to transient scalars that only
-/// tasklets read, without a write-conflict resolution. Its NaN need not be canonical
-/// then: every reader's arithmetic gives a NaN whatever the payload of a NaN operand,
-/// and no operation (comparison, conversion to an integer, min, max, select) looks at
-/// the payload, so what reaches an array (a tasklet output stored there, canonicalized)
-/// has the same bits either way. The interpreter canonicalizes every tasklet output.
+/// Whether output connector `c` of tasklet `n` goes only to transient scalars whose value
+/// only tasklets read (directly, or through copies into other such scalars), without a
+/// write-conflict resolution. Its NaN need not be canonical then: every reader's
+/// arithmetic gives a NaN whatever the payload of a NaN operand, and no operation
+/// (comparison, conversion to an integer, min, max, select) looks at the payload, so what
+/// reaches an array (a tasklet output stored there, canonicalized) has the same bits
+/// either way. The interpreter canonicalizes every tasklet output.
 fn only_tasklets_read(sdfg: &Sdfg, df: &Dataflow, n: NodeId, c: &str) -> bool {
     let outs: Vec<_> = df
         .out_edges(n)
@@ -189,31 +190,46 @@ fn only_tasklets_read(sdfg: &Sdfg, df: &Dataflow, n: NodeId, c: &str) -> bool {
         .collect();
     !outs.is_empty()
         && outs.iter().all(|&e| {
-            let edge = df.edge(e);
             let dst = df.endpoints(e).1;
-            let Some(d) = df.node(dst).as_access() else {
-                return false;
-            };
-            let scalar = matches!(
-                sdfg.arrays.get(d),
-                Some(DataDesc::Scalar {
-                    transient: true,
-                    ..
-                })
-            );
-            scalar
-                && edge.memlet.wcr.is_none()
-                && df.node_ids().into_iter().all(|x| {
-                    df.node(x).as_access() != Some(d)
-                        || df.out_edges(x).into_iter().all(|r| {
-                            matches!(df.node(df.endpoints(r).1), Node::Tasklet(_))
-                                && df.edge(r).memlet.wcr.is_none()
-                        })
-                })
+            df.edge(e).memlet.wcr.is_none()
                 && df
-                    .edge_ids()
-                    .into_iter()
-                    .all(|r| !df.edge(r).memlet.subset.tables().contains(&d))
+                    .node(dst)
+                    .as_access()
+                    .is_some_and(|d| scalar_only_computed_with(sdfg, df, d, 0))
+        })
+}
+
+/// Whether transient scalar `d` of map body `df` is read only by tasklets, or copied only
+/// into transient scalars for which this holds (at most a few copies deep), and is no
+/// index table.
+fn scalar_only_computed_with(sdfg: &Sdfg, df: &Dataflow, d: &str, depth: usize) -> bool {
+    let scalar = matches!(
+        sdfg.arrays.get(d),
+        Some(DataDesc::Scalar {
+            transient: true,
+            ..
+        })
+    );
+    scalar
+        && depth < 4
+        && df
+            .edge_ids()
+            .into_iter()
+            .all(|r| !df.edge(r).memlet.subset.tables().contains(&d))
+        && df.node_ids().into_iter().all(|x| {
+            df.node(x).as_access() != Some(d)
+                || df.out_edges(x).into_iter().all(|r| {
+                    let edge = df.edge(r);
+                    let to = df.endpoints(r).1;
+                    edge.memlet.wcr.is_none()
+                        && match df.node(to) {
+                            Node::Tasklet(_) => true,
+                            Node::Access(t) => {
+                                t != d && scalar_only_computed_with(sdfg, df, t, depth + 1)
+                            }
+                            _ => false,
+                        }
+                })
         })
 }
 
