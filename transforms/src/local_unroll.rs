@@ -74,6 +74,15 @@ fn run_on(sdfg: &mut Sdfg, ch: &mut Changes) {
         let graph = &mut sdfg.states[s.index()].graph;
         for_each_nested(graph, &mut |inner| run_on(inner, ch));
     }
+    // Most programs have no map or reduction inside a map body: nothing to count then.
+    let work = sdfg.body.states().into_iter().any(|s| {
+        sdfg.state(s)
+            .is_some_and(|st| bodies_hold_loops(&st.graph, false))
+    });
+    if !work {
+        scalarize(sdfg, ch);
+        return;
+    }
     let mut mentions = Mentions::of(sdfg);
     for s in sdfg.body.states() {
         let mut graph = std::mem::take(&mut sdfg.states[s.index()].graph);
@@ -82,6 +91,15 @@ fn run_on(sdfg: &mut Sdfg, ch: &mut Changes) {
         sdfg.states[s.index()].graph = graph;
     }
     scalarize(sdfg, ch);
+}
+
+/// Whether a map body of `df` (`in_body`: `df` is one) holds a map or a library node.
+fn bodies_hold_loops(df: &Dataflow, in_body: bool) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Map(m) => in_body || bodies_hold_loops(&m.body, true),
+        Node::Library(_) => in_body,
+        _ => false,
+    })
 }
 
 /// Calls `f` on the program of every nested SDFG node of `df`, at any depth of maps.
