@@ -234,9 +234,15 @@ fn indirect_accesses_with_an_offset_agree_and_bad_entries_are_errors() {
 
 /// `out[e, k] = c[e2c[e, n] - r, k]` summed over the neighbours `n`: a gather at every
 /// level `k` of an edge `e`, through entries of the edge's row (GT4Py's neighbour
-/// reductions over a horizontal and a vertical dimension).
-fn gather_per_level() -> Sdfg {
-    let mut b = SdfgBuilder::new("gather_levels");
+/// reductions over a horizontal and a vertical dimension). With `call`, the difference of
+/// the two goes through a nested SDFG called at each point (GT4Py's `if` at a point)
+/// before it is stored: the callee gathers through no table.
+fn gather_per_level(call: bool) -> Sdfg {
+    let mut b = SdfgBuilder::new(if call {
+        "gather_levels_call"
+    } else {
+        "gather_levels"
+    });
     b.symbol("NC", DType::I64)
         .symbol("NE", DType::I64)
         .symbol("K", DType::I64)
@@ -245,54 +251,24 @@ fn gather_per_level() -> Sdfg {
         .array("e2c", DType::I32, ["NE", "2"])
         .array("out", DType::F64, ["NE", "K"]);
     b.transient("nb", DType::F64, ["2"]);
-    b.state("edges", |s| {
-        s.map("edge", &["e", "k"], &["0:NE", "0:K"], |m| {
-            m.map("nbh", &["n"], &["0:2"], |inner| {
-                inner.tasklet(
-                    "g",
-                    &[("a", "c[e2c[e, n] - r, k]")],
-                    &[("o", "nb[n]")],
-                    "o = a * 0.5",
-                );
-            });
-            m.tasklet(
-                "sum",
-                &[("a", "nb[0]"), ("b", "nb[1]")],
-                &[("o", "out[e, k]")],
-                "o = a + b",
+    if call {
+        b.transient("sum", DType::F64, ["NE", "K"]);
+    }
+    let callee = call.then(|| {
+        let mut callee = SdfgBuilder::new("point");
+        for c in ["a", "o"] {
+            callee.array(c, DType::F64, ["1"]);
+        }
+        callee.state("body", |s| {
+            s.tasklet(
+                "f",
+                &[("a", "a[0]")],
+                &[("o", "o[0]")],
+                "o = select(a > 0.0, a, -a)",
             );
         });
+        callee.build()
     });
-    b.build()
-}
-
-/// [`gather_per_level`] whose sum goes through a nested SDFG called at each point (GT4Py's
-/// `if` at a point) before it is stored: the callee gathers through no table, so the
-/// entries are still checked once per edge.
-fn gather_per_level_with_call() -> Sdfg {
-    let mut callee = SdfgBuilder::new("point");
-    for c in ["a", "o"] {
-        callee.array(c, DType::F64, ["1"]);
-    }
-    callee.state("body", |s| {
-        s.tasklet(
-            "f",
-            &[("a", "a[0]")],
-            &[("o", "o[0]")],
-            "o = select(a > 0.0, a, -a)",
-        );
-    });
-    let callee = callee.build();
-    let mut b = SdfgBuilder::new("gather_levels_call");
-    b.symbol("NC", DType::I64)
-        .symbol("NE", DType::I64)
-        .symbol("K", DType::I64)
-        .symbol("r", DType::I64)
-        .array("c", DType::F64, ["NC", "K"])
-        .array("e2c", DType::I32, ["NE", "2"])
-        .array("out", DType::F64, ["NE", "K"]);
-    b.transient("nb", DType::F64, ["2"]);
-    b.transient("sum", DType::F64, ["NE", "K"]);
     b.state("edges", |s| {
         s.map("edge", &["e", "k"], &["0:NE", "0:K"], |m| {
             m.map("nbh", &["n"], &["0:2"], |inner| {
@@ -303,13 +279,25 @@ fn gather_per_level_with_call() -> Sdfg {
                     "o = a * 0.5",
                 );
             });
-            m.tasklet(
-                "sum",
-                &[("a", "nb[0]"), ("b", "nb[1]")],
-                &[("o", "sum[e, k]")],
-                "o = a - b",
-            );
-            m.nested(callee, &[], &[("a", "sum[e, k]")], &[("o", "out[e, k]")]);
+            match callee {
+                Some(callee) => {
+                    m.tasklet(
+                        "sum",
+                        &[("a", "nb[0]"), ("b", "nb[1]")],
+                        &[("o", "sum[e, k]")],
+                        "o = a - b",
+                    );
+                    m.nested(callee, &[], &[("a", "sum[e, k]")], &[("o", "out[e, k]")]);
+                }
+                None => {
+                    m.tasklet(
+                        "sum",
+                        &[("a", "nb[0]"), ("b", "nb[1]")],
+                        &[("o", "out[e, k]")],
+                        "o = a + b",
+                    );
+                }
+            }
         });
     });
     b.build()
@@ -321,7 +309,7 @@ fn gather_per_level_with_call() -> Sdfg {
 /// read (the interpreter reads nothing either).
 #[test]
 fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
-    let s = gather_per_level();
+    let s = gather_per_level(false);
     assert_eq!(s.validate(), Ok(()));
     let code = CpuBackend::default().generate(&s).unwrap();
     assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");
@@ -337,7 +325,7 @@ fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
     );
     bad_table(&s, &bad, "index -1 out of bounds for dimension 0 of 'c'");
     // The same with a nested SDFG called at each point.
-    let call = gather_per_level_with_call();
+    let call = gather_per_level(true);
     assert_eq!(call.validate(), Ok(()));
     let code = CpuBackend::default().generate(&call).unwrap();
     assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");

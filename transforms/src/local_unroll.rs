@@ -195,20 +195,25 @@ fn constant_points(m: &MapScope) -> Option<Vec<Vec<i64>>> {
         }
         axes.push(vals);
     }
-    let mut points: Vec<Vec<i64>> = vec![Vec::new()];
-    for vals in &axes {
-        points = points
+    Some(row_major(&axes))
+}
+
+/// Every combination of one value per axis, row-major (the last axis fastest).
+fn row_major<T: Clone>(axes: &[Vec<T>]) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = vec![Vec::new()];
+    for values in axes {
+        out = out
             .into_iter()
             .flat_map(|p| {
-                vals.iter().map(move |v| {
+                values.iter().map(move |v| {
                     let mut q = p.clone();
-                    q.push(*v);
+                    q.push(v.clone());
                     q
                 })
             })
             .collect();
     }
-    Some(points)
+    out
 }
 
 /// Unrolls every unrollable map inside the map bodies of `df` (a state's graph), deepest
@@ -461,20 +466,7 @@ fn elements(subset: &Subset, limit: i64) -> Option<Vec<Subset>> {
         }
         per_dim.push(options);
     }
-    let mut out: Vec<Vec<Dim>> = vec![Vec::new()];
-    for options in &per_dim {
-        out = out
-            .into_iter()
-            .flat_map(|p| {
-                options.iter().map(move |o| {
-                    let mut q = p.clone();
-                    q.push(o.clone());
-                    q
-                })
-            })
-            .collect();
-    }
-    Some(out.into_iter().map(Subset).collect())
+    Some(row_major(&per_dim).into_iter().map(Subset).collect())
 }
 
 /// Replaces the small full reductions of `df` and its map bodies by tasklets.
