@@ -791,26 +791,56 @@ fn replace_with_scalars(df: &mut Dataflow, name: &str, names: &BTreeMap<Vec<i64>
     }
 }
 
+/// Whether an access node or a memlet of `df` (or of its map bodies) names `name`.
+fn mentions(df: &Dataflow, name: &str) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Access(d) => d == name,
+        Node::Map(m) => mentions(&m.body, name),
+        _ => false,
+    }) || df
+        .edge_ids()
+        .into_iter()
+        .any(|e| df.edge(e).memlet.data == name)
+}
+
 /// Scalarizes the small transient arrays that are only used element by element.
 fn scalarize(sdfg: &mut Sdfg, ch: &mut Changes) {
     let cands = candidates(sdfg);
     if cands.is_empty() {
         return;
     }
-    for s in sdfg.body.states() {
-        split_copies(&mut sdfg.states[s.index()].graph, &sdfg.arrays, &cands);
-    }
     for (name, shape) in cands {
+        // The copies of this array split on copies of the graphs that use it, kept only
+        // if it is scalarized: an array that stays keeps its whole copies (map fusion
+        // recognizes a neighbour slab by its one copy).
+        let one = BTreeMap::from([(name.clone(), shape.clone())]);
+        let mut split: Vec<(usize, Dataflow)> = Vec::new();
         let mut seen = BTreeSet::new();
-        let ok = sdfg.body.states().iter().all(|s| {
-            sdfg.state(*s)
-                .is_none_or(|st| scalar_uses(&st.graph, &name, false, &mut seen))
-        });
+        let mut ok = true;
+        for s in sdfg.body.states() {
+            let Some(st) = sdfg.state(s) else { continue };
+            if !mentions(&st.graph, &name) {
+                continue;
+            }
+            // Most graphs need no split: checked as they are first.
+            let mut here = BTreeSet::new();
+            if scalar_uses(&st.graph, &name, false, &mut here) {
+                seen.extend(here);
+                continue;
+            }
+            let mut graph = st.graph.clone();
+            split_copies(&mut graph, &sdfg.arrays, &one);
+            ok = ok && scalar_uses(&graph, &name, false, &mut seen);
+            split.push((s.index(), graph));
+        }
         let in_bounds = seen.iter().all(|ix| {
             ix.len() == shape.len() && ix.iter().zip(&shape).all(|(i, n)| *i >= 0 && i < n)
         });
         if !ok || seen.is_empty() || !in_bounds {
             continue;
+        }
+        for (i, graph) in split {
+            sdfg.states[i].graph = graph;
         }
         let dtype = sdfg.arrays[&name].dtype();
         let mut names = BTreeMap::new();
