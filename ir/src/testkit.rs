@@ -93,8 +93,9 @@ pub struct GenConfig {
     /// it on): maps over the first dimension alone that copy one column of an input (a
     /// gather with a fixed local index) or compute from it, read by a map over the whole
     /// grid; and a map whose points each write a slab `t[i, j, 0:3]` through an inner map
-    /// over a local dimension into a per-worker buffer, reduced by a library node in the
-    /// map that reads it (a neighbour reduction).
+    /// over a local dimension into a per-worker buffer (or element by element), and
+    /// sometimes a field beside it from the slab read back, reduced by a library node in
+    /// the map that reads it (a neighbour reduction) and added to that field.
     pub allow_gt4py_shapes: bool,
 }
 
@@ -208,6 +209,15 @@ enum Step {
         t1: String,
         t2: String,
         slab: bool,
+        /// With `slab`: the first map also writes this field, `= t1[i, .., 1] * 0.25 +
+        /// src` (the slab read back where it was written), which the second map adds to
+        /// the reduction (GT4Py's producers write neighbour slabs and fields at once).
+        /// Named `t1_f` or `f_t1`, so that a fusion meets the slab first or the field.
+        field: Option<String>,
+        /// With `slab`: the first map writes the slab element by element, `t1[i, .., l] =
+        /// src[i, ..] * c_l` by three tasklets into one access node (GT4Py's neighbour
+        /// map once unrolled), instead of through the inner map.
+        unrolled: bool,
         /// Instead: `t1 = target * c + src` over the grid, `c` read from the one-element
         /// `t2` a tasklet without inputs sets to 0.5 (GT4Py's `get_value`), and a state
         /// after this one copies `t1` over `target` (a field updated in place; `target`
@@ -802,6 +812,15 @@ impl Gen {
                 );
                 self.transients += 2;
                 let first = self.dims[0];
+                // Decided without a draw, so the other programs stay as they were.
+                let field = (slab && (self.transients / 2) % 2 == 1).then(|| {
+                    if (self.transients / 8) % 2 == 1 {
+                        format!("f_{t1}")
+                    } else {
+                        format!("{t1}_f")
+                    }
+                });
+                let unrolled = slab && (self.transients / 4) % 2 == 1;
                 if in_place {
                     let dims = self.dims.clone();
                     self.b.transient(&t1, dtype, dims);
@@ -821,6 +840,11 @@ impl Gen {
                     self.b.data(&t2, DataDesc::Array(buf));
                     self.b.transient_scalar(&format!("{t1}_sum"), dtype);
                     self.b.transient_scalar(&format!("{t2}_v"), dtype);
+                    if let Some(f) = &field {
+                        let dims = self.dims.clone();
+                        self.b.transient(f, dtype, dims);
+                        self.dtypes.insert(f.clone(), dtype);
+                    }
                 } else {
                     self.b.transient(&t1, dtype, [first]);
                     self.b.transient(&t2, dtype, [first]);
@@ -833,6 +857,8 @@ impl Gen {
                     t1,
                     t2,
                     slab,
+                    field,
+                    unrolled,
                     in_place,
                     pair,
                 };
@@ -1183,6 +1209,8 @@ impl Gen {
                         t1,
                         t2,
                         slab,
+                        field,
+                        unrolled,
                         in_place,
                         pair,
                     } => {
@@ -1194,10 +1222,13 @@ impl Gen {
                         if *in_place {
                             let tmp = format!("{t1}[{idx}]");
                             let half = format!("{t2}[0]");
-                            let value = if self.dtypes[target] == DType::F32 {
-                                "o = f32(0.5)"
-                            } else {
-                                "o = 0.5"
+                            // Every other `f32` one stores an `f64` literal that `f32`
+                            // does not hold exactly, which the tasklet converts (GT4Py's
+                            // `__tlet_out = 1` into an `i32`).
+                            let value = match (self.dtypes[target], k % 2) {
+                                (DType::F32, 1) => "o = f32(0.5)",
+                                (DType::F32, _) => "o = 0.1",
+                                _ => "o = 0.5",
                             };
                             st.tasklet(&format!("{label}_get_value"), &[], &[("o", &half)], value);
                             st.map(&format!("{label}_update"), &params, &ranges, |m| {
@@ -1259,21 +1290,41 @@ impl Gen {
                             // scalar of the inner map's own (GT4Py's double-write
                             // remover), the others directly.
                             let via = (k % 2 == 1).then(|| format!("{t2}_v"));
+                            let f_at = field.as_ref().map(|f| format!("{f}[{idx}]"));
                             st.map(&format!("{label}_nbh"), &params, &ranges, |m| {
-                                let at = format!("{t2}[l]");
-                                m.map("local", &["l"], &["0:3"], |inner| {
-                                    let to = via.clone().unwrap_or_else(|| at.clone());
-                                    inner.tasklet(
-                                        "v",
-                                        &[("a", &here)],
-                                        &[("o", &to)],
-                                        "o = a * 0.5",
-                                    );
-                                    if let Some(v) = &via {
-                                        inner.copy(v, &at);
+                                if *unrolled {
+                                    for (l, c) in ["0.5", "0.25", "0.75"].iter().enumerate() {
+                                        m.tasklet(
+                                            &format!("v{l}"),
+                                            &[("a", &here)],
+                                            &[("o", &format!("{t1}[{idx}, {l}]"))],
+                                            &format!("o = a * {c}"),
+                                        );
                                     }
-                                });
-                                m.copy(&buf, &slab_at);
+                                } else {
+                                    let at = format!("{t2}[l]");
+                                    m.map("local", &["l"], &["0:3"], |inner| {
+                                        let to = via.clone().unwrap_or_else(|| at.clone());
+                                        inner.tasklet(
+                                            "v",
+                                            &[("a", &here)],
+                                            &[("o", &to)],
+                                            "o = a * 0.5",
+                                        );
+                                        if let Some(v) = &via {
+                                            inner.copy(v, &at);
+                                        }
+                                    });
+                                    m.copy(&buf, &slab_at);
+                                }
+                                if let Some(f_at) = &f_at {
+                                    m.tasklet(
+                                        "f",
+                                        &[("a", &format!("{t1}[{idx}, 1]")), ("b", &here)],
+                                        &[("o", f_at)],
+                                        "o = a * 0.25 + b",
+                                    );
+                                }
                             });
                             // Sums from zero, maxima from the first element, minima
                             // from a start value.
@@ -1288,7 +1339,14 @@ impl Gen {
                             let same_type = self.dtypes[target] == self.dtypes[src];
                             st.map(&format!("{label}_red"), &params, &ranges, |m| {
                                 m.reduce(op, None, start, &slab_at, &sum);
-                                if k % 2 == 0 && same_type {
+                                if let Some(f_at) = &f_at {
+                                    m.tasklet(
+                                        "w",
+                                        &[("a", &sum), ("b", f_at)],
+                                        &[("o", &out)],
+                                        "o = a + b",
+                                    );
+                                } else if k % 2 == 0 && same_type {
                                     m.copy(&sum, &out);
                                 } else {
                                     m.tasklet("w", &[("a", &sum)], &[("o", &out)], "o = a");

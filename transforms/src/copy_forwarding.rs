@@ -145,13 +145,22 @@ fn find_constant(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow) -> Option<Constant
             && df.in_degree(chain.producer) == 0
             && df.out_degree(chain.producer) == 1
             && tk.outputs.get(&st.target) == Some(&dtype)
-            && st.value.vars().iter().all(|v| sdfg.symbols.contains_key(v))
-            && st.value.infer(&symbol_type) == Ok(dtype);
+            && st.value.vars().iter().all(|v| sdfg.symbols.contains_key(v));
+        let Ok(ty) = st.value.infer(&symbol_type) else {
+            continue;
+        };
         if !plain || chain.consumers.is_empty() {
             continue;
         }
+        // The tasklet converts its value to the output's type as it stores it (GT4Py's
+        // `__tlet_out = 1` into an `i32`): the forwarded value is that conversion.
+        let value = if ty == dtype {
+            st.value.clone()
+        } else {
+            Expr::Cast(dtype, Box::new(st.value.clone()))
+        };
         let readable = chain.consumers.iter().all(|&b| match df.node(b) {
-            Node::Map(mb) => reads_as_input(&mb.body, t, dtype, &st.value, &BTreeSet::new()),
+            Node::Map(mb) => reads_as_input(&mb.body, t, dtype, &value, &BTreeSet::new()),
             _ => false,
         });
         if readable {
@@ -159,7 +168,7 @@ fn find_constant(sdfg: &Sdfg, uses: &DataUses, df: &Dataflow) -> Option<Constant
                 tasklet: chain.producer,
                 t_node,
                 t: t.to_string(),
-                value: st.value.clone(),
+                value,
             });
         }
     }

@@ -79,12 +79,14 @@ struct Candidate {
     also: Vec<Also>,
 }
 
-/// One more transient a same-point fusion goes through: A writes it (at its point) and B
-/// reads it (at the same point), through its own access node.
+/// One more transient a same-point fusion goes through: A writes it (at its point, an
+/// element or a slab) and B reads it (at the same point), through its own access node.
 struct Also {
     t: String,
     node: NodeId,
     private: bool,
+    /// A writes a slab of it per point.
+    slab: Option<Slab>,
 }
 
 /// How A writes T one slab per point: T's dimensions are the map's parameters (each at
@@ -237,6 +239,9 @@ impl MapFusion {
                     ch.add("maps_fused", 1);
                     if !c.also.is_empty() {
                         ch.add("maps_fused_through_several", 1);
+                        if c.slab.is_some() || c.also.iter().any(|x| x.slab.is_some()) {
+                            ch.add("maps_fused_through_slabs_and_more", 1);
+                        }
                     }
                     fuse_same_point(&mut scratch, graph, &c, memo)
                 }
@@ -329,10 +334,12 @@ impl MapFusion {
                 // A slab per point (T has dimensions beyond the map's, written whole at
                 // each point: GT4Py's neighbour values), read by B at the same point.
                 if let Some(slab) = slab_write(ma, t, &arr.shape)
-                    && also.is_empty()
                     && same_ranges(&ma.ranges, &mb.ranges)
                     && reads_own_slab(mb, t, &slab)
                 {
+                    let Some(also) = same_point_also(arrays, df, uses, (ma, mb), b, &also) else {
+                        continue;
+                    };
                     let c = Candidate {
                         a,
                         t_node,
@@ -344,7 +351,7 @@ impl MapFusion {
                         base: slab.base.clone(),
                         slab: Some(slab),
                         sel: mb.params.clone(),
-                        also: Vec::new(),
+                        also,
                     };
                     return Some((c, t_node.index()));
                 }
@@ -524,8 +531,9 @@ fn also_read(df: &Dataflow, a: NodeId, b: NodeId, t_node: NodeId) -> Vec<(String
 }
 
 /// A same-point fusion through T goes through each of `also` too when A writes it at its
-/// point (a transient array, once, by a tasklet or a one-element copy) and B reads it at
-/// that same point, not as an index table; `None` when one of them does not qualify.
+/// point (a transient array: once, by a tasklet or a one-element copy; or a slab per
+/// point, [`slab_write`]) and B reads it at that same point, not as an index table;
+/// `None` when one of them does not qualify.
 fn same_point_also(
     arrays: &Scratch<'_>,
     df: &Dataflow,
@@ -543,14 +551,22 @@ fn same_point_also(
             if !arr.transient || tables.contains(t) {
                 return None;
             }
-            let write = identity_write(ma, t)?;
-            if write.len() != mb.params.len() {
-                return None;
-            }
-            let offsets = read_offsets(mb, t, &write, &mb.params)?;
-            if !offsets.iter().all(|o| o.iter().all(|&x| x == 0)) {
-                return None;
-            }
+            let slab = match identity_write(ma, t) {
+                Some(write) => {
+                    if write.len() != mb.params.len() {
+                        return None;
+                    }
+                    let offsets = read_offsets(mb, t, &write, &mb.params)?;
+                    if !offsets.iter().all(|o| o.iter().all(|&x| x == 0)) {
+                        return None;
+                    }
+                    None
+                }
+                None => {
+                    let slab = slab_write(ma, t, &arr.shape)?;
+                    reads_own_slab(mb, t, &slab).then_some(Some(slab))?
+                }
+            };
             let chain = chain_at(df, *node)?;
             let private = uses
                 .get(t)
@@ -560,6 +576,7 @@ fn same_point_also(
                 t: t.clone(),
                 node: *node,
                 private,
+                slab,
             })
         })
         .collect()
@@ -651,64 +668,128 @@ fn written_subset<'m>(m: &'m sdflow_ir::Memlet, t: &str) -> &'m Subset {
     }
 }
 
-/// A's body writes T exactly once, a whole slab per point: by a tasklet or a copy from a
-/// container of the body, at `T[…, p + c, …, 0:n, …]` with every parameter once, in order,
-/// and at least one dimension of T's own (else [`identity_write`] applies); T is not read
-/// in A.
+/// A's body writes T a whole slab per point, into one access node: in one write, by a
+/// tasklet or a copy from a container of the body, at `T[…, p + c, …, 0:n, …]` (every
+/// parameter once, in order, and at least one dimension of T's own, else
+/// [`identity_write`] applies); or element by element (GT4Py's neighbour values once
+/// [`local_unroll`](crate::local_unroll) has split the slab's buffer), each element of
+/// T's own dimensions written once at a constant index. T is read in A only from that
+/// node, at A's own point (a consumer fused before reads the slab on).
 fn slab_write(m: &MapScope, t: &str, shape: &[SymExpr]) -> Option<Slab> {
     let body = &m.body;
     let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
-    let mut writes = body.edge_ids().into_iter().filter(|&e| {
-        let dst = body.endpoints(e).1;
-        body.node(dst).as_access() == Some(t)
-    });
-    let e = writes.next()?;
-    if writes.next().is_some() {
-        return None;
-    }
-    let src = body.endpoints(e).0;
-    let memlet = &body.edge(e).memlet;
-    if !matches!(body.node(src), Node::Tasklet(_) | Node::Access(_))
-        || memlet.wcr.is_some()
-        || (memlet.data != t && memlet.other_subset.is_none())
-    {
-        return None;
-    }
-    let subset = written_subset(memlet, t);
-    if subset.rank() != shape.len() {
-        return None;
-    }
-    let mut dims = Vec::new();
-    let mut base = Vec::new();
-    for (d, extent) in subset.0.iter().zip(shape) {
-        match d {
-            Dim::Index(x) => {
-                let (coeffs, rest) = x.affine_in(&params)?;
-                let p = params.get(base.len())?;
-                if coeffs.len() != 1 || coeffs.get(*p) != Some(&1) {
-                    return None;
+    let m_params = &m.params;
+    let writes: Vec<_> = body
+        .edge_ids()
+        .into_iter()
+        .filter(|&e| body.node(body.endpoints(e).1).as_access() == Some(t))
+        .collect();
+    let node = body.endpoints(*writes.first()?).1;
+    let mut slab: Option<Slab> = None;
+    // Per write, T's own dimensions: `None` for the whole extent, else the constant index.
+    let mut elements: Vec<Vec<Option<i64>>> = Vec::new();
+    for &e in &writes {
+        let (src, dst) = body.endpoints(e);
+        let memlet = &body.edge(e).memlet;
+        if dst != node
+            || !matches!(body.node(src), Node::Tasklet(_) | Node::Access(_))
+            || memlet.wcr.is_some()
+            || (memlet.data != t && memlet.other_subset.is_none())
+        {
+            return None;
+        }
+        let subset = written_subset(memlet, t);
+        if subset.rank() != shape.len() {
+            return None;
+        }
+        let mut dims = Vec::new();
+        let mut base = Vec::new();
+        let mut own = Vec::new();
+        for (d, extent) in subset.0.iter().zip(shape) {
+            match d {
+                Dim::Index(x) if x.as_int().is_some() => {
+                    let c = x.as_int().expect("checked");
+                    if !(0..extent.as_int()?).contains(&c) {
+                        return None;
+                    }
+                    dims.push(None);
+                    own.push(Some(c));
                 }
-                dims.push(Some(base.len()));
-                base.push(rest);
+                Dim::Index(x) => {
+                    let (coeffs, rest) = x.affine_in(&params)?;
+                    let p = params.get(base.len())?;
+                    if coeffs.len() != 1 || coeffs.get(*p) != Some(&1) {
+                        return None;
+                    }
+                    dims.push(Some(base.len()));
+                    base.push(rest);
+                }
+                Dim::Range { start, end, step }
+                    if start.as_int() == Some(0)
+                        && step.as_int() == Some(1)
+                        && crate::pattern::same_extent(end, extent) =>
+                {
+                    dims.push(None);
+                    own.push(None);
+                }
+                _ => return None,
             }
-            Dim::Range { start, end, step }
-                if start.as_int() == Some(0)
-                    && step.as_int() == Some(1)
-                    && crate::pattern::same_extent(end, extent) =>
-            {
-                dims.push(None)
-            }
-            _ => return None,
+        }
+        if base.len() != params.len() || own.is_empty() {
+            return None;
+        }
+        match &slab {
+            None => slab = Some(Slab { dims, base }),
+            Some(s) if s.dims == dims && s.base == base => {}
+            Some(_) => return None,
+        }
+        elements.push(own);
+    }
+    let slab = slab?;
+    // The whole slab in one write, or every element once.
+    let whole = elements.len() == 1 && elements[0].iter().all(Option::is_none);
+    if !whole {
+        let count: Option<i64> = shape
+            .iter()
+            .zip(&slab.dims)
+            .filter(|(_, k)| k.is_none())
+            .try_fold(1i64, |n, (x, _)| x.as_int().map(|x| n * x));
+        let mut distinct: Vec<Vec<i64>> = elements
+            .iter()
+            .map(|o| o.iter().copied().collect::<Option<Vec<i64>>>())
+            .collect::<Option<_>>()?;
+        distinct.sort_unstable();
+        distinct.dedup();
+        if count != Some(distinct.len() as i64) || distinct.len() != elements.len() {
+            return None;
         }
     }
-    if base.len() != params.len() || dims.iter().all(Option::is_some) {
-        return None;
-    }
-    let reads_t = body
-        .node_ids()
-        .into_iter()
-        .any(|n| body.node(n).as_access() == Some(t) && body.out_degree(n) > 0);
-    (!reads_t).then_some(Slab { dims, base })
+    // Reads of T in A: from the written node only, at A's point, by tasklets and copies.
+    let reads_ok = body.node_ids().into_iter().all(|n| {
+        body.node(n).as_access() != Some(t)
+            || body.out_edges(n).into_iter().all(|e| {
+                let m = &body.edge(e).memlet;
+                let dst = body.endpoints(e).1;
+                n == node
+                    && m.data == t
+                    && matches!(body.node(dst), Node::Tasklet(_) | Node::Access(_))
+                    && !m.subset.tables().contains(&t)
+                    && at_own_point(&m.subset, &slab, m_params)
+            })
+    });
+    reads_ok.then_some(slab)
+}
+
+/// `s` names T at the point `params + base` in the dimensions that follow the parameters.
+fn at_own_point(s: &Subset, slab: &Slab, params: &[String]) -> bool {
+    s.rank() == slab.dims.len()
+        && s.0.iter().zip(&slab.dims).all(|(d, k)| match (d, k) {
+            (Dim::Index(x), Some(k)) => {
+                x.const_diff(&SymExpr::sym(&params[*k]).add(&slab.base[*k])) == Some(0)
+            }
+            (_, None) => true,
+            _ => false,
+        })
 }
 
 /// Every memlet of T in B's body (inner maps too) is at B's own point in the dimensions
@@ -743,18 +824,7 @@ fn reads_own_slab(mb: &MapScope, t: &str, slab: &Slab) -> bool {
             }
             // (A copy of T's elements into another container keeps that container's
             // second subset.)
-            m.subset.rank() == slab.dims.len()
-                && m.subset
-                    .0
-                    .iter()
-                    .zip(&slab.dims)
-                    .all(|(d, k)| match (d, k) {
-                        (Dim::Index(x), Some(k)) => {
-                            x.const_diff(&SymExpr::sym(&params[*k]).add(&slab.base[*k])) == Some(0)
-                        }
-                        (_, None) => true,
-                        _ => false,
-                    })
+            at_own_point(&m.subset, slab, params)
         })
     }
     walk(&mb.body, t, slab, &mb.params)
@@ -982,13 +1052,18 @@ fn fuse_same_point(
         return false;
     };
     let mut body = ma.body;
-    // T and the others fused through with it: (container, access node, private).
-    let through: Vec<(&str, NodeId, bool)> = std::iter::once((c.t.as_str(), c.t_node, c.private))
-        .chain(c.also.iter().map(|x| (x.t.as_str(), x.node, x.private)))
-        .collect();
+    // T and the others fused through with it: (container, access node, private, slab).
+    let through: Vec<(&str, NodeId, bool, Option<&Slab>)> =
+        std::iter::once((c.t.as_str(), c.t_node, c.private, c.slab.as_ref()))
+            .chain(
+                c.also
+                    .iter()
+                    .map(|x| (x.t.as_str(), x.node, x.private, x.slab.as_ref())),
+            )
+            .collect();
     let writes: Vec<NodeId> = through
         .iter()
-        .map(|(t, _, _)| {
+        .map(|(t, _, _, _)| {
             body.node_ids()
                 .into_iter()
                 .find(|&n| body.node(n).as_access() == Some(*t) && body.in_degree(n) > 0)
@@ -996,7 +1071,7 @@ fn fuse_same_point(
         })
         .collect();
     let ids = move_into(&mut body, b_body);
-    for (&(t, _, _), &write) in through.iter().zip(&writes) {
+    for (&(t, _, _, _), &write) in through.iter().zip(&writes) {
         for &n in ids.values() {
             if body.graph.node_weight(n).and_then(Node::as_access) == Some(t) {
                 crate::pattern::move_out_edges(&mut body, n, write);
@@ -1004,16 +1079,16 @@ fn fuse_same_point(
             }
         }
     }
-    for (k, (&(t, _, private), &write)) in through.iter().zip(&writes).enumerate() {
+    for (&(t, _, private, slab), &write) in through.iter().zip(&writes) {
         if !private {
             continue;
         }
-        match (&c.slab, k) {
-            (Some(slab), 0) => {
+        match slab {
+            Some(slab) => {
                 let local = local_slab(arrays, t, slab);
                 to_local_slab(&mut body, t, &local, slab);
             }
-            _ => {
+            None => {
                 let scalar = local_scalar(arrays, t);
                 make_local(&mut body, write, &scalar);
             }
@@ -1022,7 +1097,7 @@ fn fuse_same_point(
     let (mut sources, mut dests) = neighbours(df, c.a);
     let (sb, db) = neighbours(df, c.b);
     for (k, v) in sb {
-        if through.iter().all(|(_, n, _)| *n != v) {
+        if through.iter().all(|(_, n, _, _)| *n != v) {
             sources.entry(k).or_insert(v);
         }
     }
@@ -1030,7 +1105,7 @@ fn fuse_same_point(
         dests.entry(k).or_insert(v);
     }
     let mut gone = vec![c.b];
-    for &(t, node, private) in &through {
+    for &(t, node, private, _) in &through {
         if private {
             dests.remove(t);
             gone.push(node);

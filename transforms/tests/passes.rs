@@ -99,6 +99,74 @@ fn map_fusion_same_point_removes_the_transient() {
     assert!(MapFusion::default().run(&mut s).is_empty());
 }
 
+/// GT4Py's neighbour producer once unrolled: one map writes a slab `t[i, 0:3, j]` element
+/// by element (`written` of the three elements) and a field `f[i, j]` from the slab read
+/// back; the next map reads both at its point.
+fn slab_and_field(written: &[usize]) -> Sdfg {
+    let mut b = SdfgBuilder::new("slab_and_field");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"])
+        .transient("t", DType::F64, ["N", "3", "N"])
+        .transient("f", DType::F64, ["N", "N"]);
+    b.state("s", |s| {
+        s.map("a", &["i", "j"], &["0:N", "0:N"], |m| {
+            for &l in written {
+                m.tasklet(
+                    &format!("v{l}"),
+                    &[("x", "u[i, j]")],
+                    &[("y", &format!("t[i, {l}, j]"))],
+                    &format!("y = x * {}.5", l + 1),
+                );
+            }
+            m.tasklet(
+                "f",
+                &[("x", &format!("t[i, {}, j]", written[0])), ("w", "u[i, j]")],
+                &[("y", "f[i, j]")],
+                "y = x - w",
+            );
+        });
+        s.map("b", &["p", "q"], &["0:N", "0:N"], |m| {
+            m.tasklet(
+                "b",
+                &[
+                    ("x0", "t[p, 0, q]"),
+                    ("x1", "t[p, 1, q]"),
+                    ("x2", "t[p, 2, q]"),
+                    ("g", "f[p, q]"),
+                ],
+                &[("y", "out[p, q]")],
+                "y = x0 * x1 - x2 + g",
+            );
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn map_fusion_goes_through_a_slab_written_by_elements_and_a_field_at_once() {
+    let s0 = slab_and_field(&[0, 1, 2]);
+    let mut s = s0.clone();
+    let c = MapFusion::default().run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(
+        (
+            c.get("maps_fused"),
+            c.get("maps_fused_through_slabs_and_more"),
+            c.get("transients_removed")
+        ),
+        (1, 1, 2)
+    );
+    assert_eq!(maps(&s), 1);
+    assert!(transient_arrays(&s).iter().all(|t| t.starts_with("t_slab")));
+    same_results(&s0, &s, &[("N", 5)]);
+    assert!(MapFusion::default().run(&mut s).is_empty());
+    // A slab not written whole at each point is not a slab per point.
+    let mut partial = slab_and_field(&[0, 2]);
+    assert!(MapFusion::default().run(&mut partial).is_empty());
+    assert_eq!(maps(&partial), 2);
+}
+
 /// `lap = Laplacian(u)` on `1:N-1`, then `out = Laplacian(lap)` on `2:N-2`.
 fn lap_of_lap() -> Sdfg {
     let mut b = SdfgBuilder::new("lap2");

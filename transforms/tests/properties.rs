@@ -7,8 +7,8 @@
 //! edges only, whole copies, scalar parameters forwarded to nested SDFGs, nested SDFGs
 //! bound to windows of their arguments) and GT4Py's shapes (`GenConfig::
 //! allow_gt4py_shapes`: column copies and computations over the first dimension read by
-//! maps over the grid, slabs written through inner maps and reduced, the sum copied into
-//! its field, two fields written by one map and read by the next), and programs
+//! maps over the grid, slabs written through inner maps or element by element and reduced,
+//! a field written beside the slab and read with it, the sum copied into its field, two fields written by one map and read by the next), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -191,6 +191,7 @@ fn random_programs_exercise_the_passes() {
             "copies_removed_in_place",
             "maps_fused_recompute",
             "maps_fused_through_several",
+            "maps_fused_through_slabs_and_more",
             "copies_forwarded",
             "constants_forwarded",
             "nested_inlined",
@@ -223,6 +224,7 @@ fn random_programs_exercise_the_passes() {
         "copies_removed_in_place",
         "maps_fused_recompute",
         "maps_fused_through_several",
+        "maps_fused_through_slabs_and_more",
         "copies_forwarded",
         "constants_forwarded",
         "nested_inlined",
