@@ -313,7 +313,8 @@ fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
     assert_eq!(s.validate(), Ok(()));
     let code = CpuBackend::default().generate(&s).unwrap();
     assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");
-    let sy = syms(&[("NC", 7), ("NE", 40), ("K", 6), ("r", 3)]);
+    // Enough points for the parallel loops, where the rows are checked.
+    let sy = syms(&[("NC", 7), ("NE", 800), ("K", 6), ("r", 3)]);
     let inputs = random_bindings(&s, &sy, 11).unwrap();
     check(&s, &inputs);
     let mut bad = inputs.clone();
@@ -321,7 +322,7 @@ fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
     values[33] = Value::I64(2);
     bad.arrays.insert(
         "e2c".into(),
-        HostArray::from_values(DType::I32, &[40, 2], &values).unwrap(),
+        HostArray::from_values(DType::I32, &[800, 2], &values).unwrap(),
     );
     bad_table(&s, &bad, "index -1 out of bounds for dimension 0 of 'c'");
     // The same with a nested SDFG called at each point.
@@ -335,11 +336,95 @@ fn entries_checked_per_row_agree_and_bad_entries_are_errors() {
     let mut none = bad.clone();
     none.symbols.insert("K".into(), Value::I64(0));
     for a in ["c", "out"] {
-        let rows = if a == "c" { 7 } else { 40 };
+        let rows = if a == "c" { 7 } else { 800 };
         none.arrays
             .insert(a.into(), HostArray::zeros(DType::F64, &[rows, 0]));
     }
     check(&s, &none);
+}
+
+/// `out[e, k] = c[e2c[e, 0], kk] + c[e2c[e, 1], kk]` with `kk = k + off[e, k]` computed at
+/// each point (GT4Py's dynamic vertical offsets: the level a neighbour is read at comes
+/// from a field): a gather through a table entry of the edge's row in one dimension and
+/// an index computed in the body in the other.
+fn gather_at_computed_level() -> Sdfg {
+    let mut b = SdfgBuilder::new("computed_level");
+    b.symbol("NC", DType::I64)
+        .symbol("NE", DType::I64)
+        .symbol("K", DType::I64)
+        .array("c", DType::F64, ["NC", "K"])
+        .array("off", DType::I32, ["NE", "K"])
+        .array("e2c", DType::I32, ["NE", "2"])
+        .array("out", DType::F64, ["NE", "K"])
+        .transient_scalar("kk", DType::I32);
+    b.state("edges", |s| {
+        s.map("edge", &["e", "k"], &["0:NE", "0:K"], |m| {
+            m.tasklet(
+                "level",
+                &[("o", "off[e, k]")],
+                &[("l", "kk")],
+                "l = i32(k) + o",
+            );
+            m.tasklet(
+                "g",
+                &[
+                    ("a", "c[e2c[e, 0], kk[]]"),
+                    ("b", "c[e2c[e, 1], kk[]]"),
+                    ("l", "kk"),
+                ],
+                &[("o", "out[e, k]")],
+                "o = a * 0.5 + b",
+            );
+        });
+    });
+    b.build()
+}
+
+/// The table entries of an edge's row are checked once for the row while the level each
+/// gather computes stays checked at each point: results are the interpreter's, and a bad
+/// entry or a level outside the field is the interpreter's error with its map point.
+#[test]
+fn entries_checked_per_row_beside_levels_computed_at_each_point() {
+    let s = gather_at_computed_level();
+    assert_eq!(s.validate(), Ok(()));
+    let code = CpuBackend::default().generate(&s).unwrap();
+    assert!(code.contains("if (sdf_rok) {"), "no check per row:\n{code}");
+    // Enough points for the parallel loops, where the rows are checked.
+    let sy = syms(&[("NC", 7), ("NE", 800), ("K", 6)]);
+    let mut inputs = random_bindings(&s, &sy, 5).unwrap();
+    // Offsets that keep every level inside the field: -k ..= K - 1 - k.
+    let offs: Vec<Value> = (0..800 * 6)
+        .map(|p| Value::I64(((p / 6) % 6) as i64 - (p % 6) as i64))
+        .collect();
+    inputs.arrays.insert(
+        "off".into(),
+        HostArray::from_values(DType::I32, &[800, 6], &offs).unwrap(),
+    );
+    check(&s, &inputs);
+    let mut bad_entry = inputs.clone();
+    let mut values = bad_entry.arrays["e2c"].values();
+    values[57] = Value::I64(7);
+    bad_entry.arrays.insert(
+        "e2c".into(),
+        HostArray::from_values(DType::I32, &[800, 2], &values).unwrap(),
+    );
+    bad_table(
+        &s,
+        &bad_entry,
+        "index 7 out of bounds for dimension 0 of 'c' (extent 7)",
+    );
+    let mut bad_level = inputs.clone();
+    let mut values = offs.clone();
+    values[6 * 521 + 4] = Value::I64(2);
+    bad_level.arrays.insert(
+        "off".into(),
+        HostArray::from_values(DType::I32, &[800, 6], &values).unwrap(),
+    );
+    bad_table(
+        &s,
+        &bad_level,
+        "index 6 out of bounds for dimension 1 of 'c' (extent 6)",
+    );
 }
 
 /// `b` holds a table entry outside the field: the interpreter's error names it

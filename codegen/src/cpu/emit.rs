@@ -153,12 +153,13 @@ struct Functions {
 
 /// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
 /// nested SDFG call, or reads through an index table. A body whose table entries were
-/// checked per row (`rows_checked`: its gathers are plain loads) and that calls float
+/// checked per row (`rows_checked`: its gathers are plain loads; no gather of it goes
+/// through an index computed in the body, which stays checked per point) and that calls float
 /// min or max at least once per table read vectorizes instead: a min or max with its
 /// NaN and signed-zero rules is six instructions per value in scalar code and the same
 /// six per vector, while gathers over the few levels of a column gain little from
 /// vectors (measured on GT4Py's programs, `docs/perf.md`).
-fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
+fn stays_scalar(sdfg: &Sdfg, df: &Dataflow, rows_checked: bool) -> bool {
     if df.node_ids().into_iter().any(|n| {
         matches!(
             df.node(n),
@@ -167,12 +168,18 @@ fn stays_scalar(df: &Dataflow, rows_checked: bool) -> bool {
     }) {
         return true;
     }
-    let gathers = df
+    let tables: Vec<Vec<&str>> = df
         .edge_ids()
         .into_iter()
-        .filter(|&e| !df.edge(e).memlet.subset.tables().is_empty())
-        .count();
-    gathers > 0 && !(rows_checked && min_max_calls(df) >= gathers)
+        .map(|e| df.edge(e).memlet.subset.tables())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let computed = tables
+        .iter()
+        .flatten()
+        .any(|t| matches!(sdfg.arrays.get(*t), Some(DataDesc::Scalar { .. })));
+    let gathers = tables.len();
+    gathers > 0 && !(rows_checked && !computed && min_max_calls(df) >= gathers)
 }
 
 /// Whether output connector `c` of tasklet `n` goes only to transient scalars whose value
@@ -267,8 +274,10 @@ struct RowCheck {
 
 /// The row checks of `m`'s body when every index-table read there can be checked per
 /// point of the first `outer` parameters: its table index uses those, program symbols
-/// and parameters of inner maps of constant ranges only; it indexes an array (not a
-/// scalar table); and the body writes no table. `None` otherwise.
+/// and parameters of inner maps of constant ranges only; and the body writes no table.
+/// `None` otherwise. A scalar table (an index the body computes at each point, GT4Py's
+/// dynamic vertical offsets) has no row check: its reads stay checked at each point, in
+/// the same gather whose other dimensions come from a table checked with its row.
 fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> {
     fn walk(
         sdfg: &Sdfg,
@@ -291,7 +300,10 @@ fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> 
                     continue;
                 };
                 let shape = sdfg.arrays.get(&memlet.data)?.as_array()?.shape.clone();
-                sdfg.arrays.get(table)?.as_array()?;
+                match sdfg.arrays.get(table)? {
+                    DataDesc::Scalar { .. } => continue,
+                    DataDesc::Array(_) => {}
+                }
                 let mut used = Vec::new();
                 for x in index.iter().flat_map(SymExpr::free_symbols) {
                     if let Some(r) = inner.get(&x) {
@@ -605,16 +617,20 @@ impl<'a> Scope<'a> {
                     }
                     _ => format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides)),
                 };
+                // An array table's entries were checked with their row; a scalar table
+                // (an index computed at the point) is checked here.
+                let row_checked = self.rows_checked
+                    && matches!(self.sdfg.arrays.get(table), Some(DataDesc::Array(_)));
                 let value = match offset.as_int() {
                     Some(0) => value,
                     // Checked with its row: in range, so the sum cannot overflow.
-                    _ if self.rows_checked && extent.is_some() => {
+                    _ if row_checked && extent.is_some() => {
                         format!("({value} + ({}))", self.sub_sym(offset))
                     }
                     _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
                 };
                 match (extent, of) {
-                    (Some(_), Some(_)) if self.rows_checked => format!("({value})"),
+                    (Some(_), Some(_)) if row_checked => format!("({value})"),
                     (Some(n), Some((data, dim))) => {
                         let (site, at) = self.site_at_point(SiteKind::Index {
                             data: data.to_string(),
@@ -1520,8 +1536,8 @@ impl Emitter<'_> {
         // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
         // into it and stays scalar too; any other inner loop (a tile's rows) decides
         // for itself.
-        let scalar =
-            stays_scalar(&m.body, sc.rows_checked) || (self.blend_canon && few_iterations(m));
+        let scalar = stays_scalar(sc.sdfg, &m.body, sc.rows_checked)
+            || (self.blend_canon && few_iterations(m));
         let blend = std::mem::replace(&mut self.blend_canon, scalar);
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;
