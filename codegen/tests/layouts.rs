@@ -82,6 +82,47 @@ fn a_column_major_program_runs_alike_on_both_backends() {
     );
 }
 
+/// The optimizer walks a column-major program down its columns: the map's `i`, which
+/// indexes the dimension of stride 1, becomes its innermost loop (`loop_order`), and the
+/// compiled program computes the interpreter's bits.
+#[test]
+fn a_column_major_program_runs_its_contiguous_dimension_innermost() {
+    let s = column_major();
+    let mut opt = s.clone();
+    let report = sdflow_transforms::Pipeline::cpu().run(&mut opt).unwrap();
+    let reordered: usize = report
+        .passes
+        .iter()
+        .map(|p| p.changes.get("loops_reordered"))
+        .sum();
+    assert_eq!(reordered, 1, "{report}");
+    let g = &opt.states[0].graph;
+    let params: Vec<Vec<String>> = g
+        .node_ids()
+        .into_iter()
+        .filter_map(|n| match g.node(n) {
+            sdflow_ir::Node::Map(m) => Some(m.params.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(params, [["j", "i"]]);
+    let syms = [("N", 6), ("M", 4)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let inputs = random_bindings(&s, &syms, 2).unwrap();
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    let prog = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    }
+    .build(&opt)
+    .unwrap();
+    let mut got = inputs.clone();
+    prog.run_bindings(&mut got).unwrap();
+    assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+}
+
 #[test]
 fn zero_negative_and_overlapping_strides_are_refused() {
     let with = |shape: [i64; 2], strides: [i64; 2]| {

@@ -77,7 +77,8 @@ pub struct GenConfig {
     /// transients whose boundary was never written (they read the interpreter's zeros);
     /// static float and bool symbols forwarded into nested SDFGs; gathers whose row is
     /// a body-local scalar read through a memlet's subset (`src[k[], …]`, GT4Py's
-    /// dynamic offsets).
+    /// dynamic offsets); stencil maps that list their parameters last first (the
+    /// innermost loop over the outermost dimension).
     pub allow_hazards: bool,
     /// Arithmetic where backends and compilers have disagreed (on by default): integer
     /// divisions guarded by a lazy `select` (the division runs only where its divisor
@@ -1173,7 +1174,15 @@ impl Gen {
                             outs.push(("o2", format!("{d}[{idx}]")));
                             code.push_str("; o2 = acc");
                         }
-                        st.map_scheduled(&label, &params, &ranges, *schedule, |m| {
+                        // Every third stencil of the hazard programs lists its parameters
+                        // last first (the iteration order; the memlets name them): its
+                        // innermost loop then walks the outermost dimension.
+                        let (mut order, mut spans) = (params.clone(), ranges.clone());
+                        if hazards && rank >= 2 && (first + k) % 3 == 2 {
+                            order.reverse();
+                            spans.reverse();
+                        }
+                        st.map_scheduled(&label, &order, &spans, *schedule, |m| {
                             let ins: Vec<(&str, &str)> =
                                 ins.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
                             let outs: Vec<(&str, &str)> =

@@ -7,7 +7,8 @@
 //!   bisect a miscompile. [`Pipeline::cpu`] and [`Pipeline::gpu`] are the defaults.
 //! - [`pattern`]: the graph plumbing the passes share.
 //! - The passes: [`InlineNested`], [`Specialize`], [`DeadDataflow`], [`RedundantCopy`], [`StateFusion`], [`CopyForwarding`],
-//!   [`MapFusion`], [`SiblingFusion`], [`MoveIntoIf`], [`GpuSchedule`].
+//!   [`MapFusion`], [`SiblingFusion`], [`LocalUnroll`], [`MoveIntoIf`], [`LoopOrder`],
+//!   [`GpuSchedule`], and the e-graph pass [`EGraphPass`].
 //!
 //! Every pass is deterministic and preserves results bit for bit: the property tests run
 //! random programs through each pass and compare the reference interpreter's outputs.
@@ -30,6 +31,7 @@ pub mod egraph;
 mod gpu_schedule;
 mod inline_nested;
 mod local_unroll;
+mod loop_order;
 mod map_fusion;
 mod move_into_if;
 mod move_into_nested_if;
@@ -48,6 +50,7 @@ pub use egraph::EGraphPass;
 pub use gpu_schedule::GpuSchedule;
 pub use inline_nested::InlineNested;
 pub use local_unroll::LocalUnroll;
+pub use loop_order::LoopOrder;
 pub use map_fusion::MapFusion;
 pub use move_into_if::MoveIntoIf;
 pub use pass::{Changes, Pass, TransformError};

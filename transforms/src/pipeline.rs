@@ -13,8 +13,8 @@ use sdflow_ir::Sdfg;
 
 use crate::pass::{Changes, Pass, TransformError};
 use crate::{
-    CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, LocalUnroll, MapFusion,
-    MoveIntoIf, RedundantCopy, SiblingFusion, Specialize, StateFusion,
+    CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, LocalUnroll, LoopOrder,
+    MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion, Specialize, StateFusion,
 };
 
 /// What one pass did over a whole pipeline run.
@@ -118,6 +118,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "sibling_fusion" => Box::new(SiblingFusion),
         "local_unroll" => Box::new(LocalUnroll),
         "move_into_if" => Box::new(MoveIntoIf),
+        "loop_order" => Box::new(LoopOrder),
         "gpu_schedule" => Box::new(GpuSchedule),
         "egraph" => Box::new(EGraphPass::default()),
         "egraph_fast_math" => Box::new(EGraphPass::fast_math()),
@@ -129,7 +130,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
 /// Names of every pass: the structural passes in the default CPU pipeline's order, the
 /// GPU-only one, then the e-graph pass (in the defaults after `sibling_fusion`) and its
 /// opt-in fast-math form.
-pub const PASS_NAMES: [&str; 13] = [
+pub const PASS_NAMES: [&str; 14] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -140,13 +141,14 @@ pub const PASS_NAMES: [&str; 13] = [
     "sibling_fusion",
     "local_unroll",
     "move_into_if",
+    "loop_order",
     "gpu_schedule",
     "egraph",
     "egraph_fast_math",
 ];
 
 /// The structural passes of the default CPU pipeline, in order.
-const CPU_PASSES: [&str; 10] = [
+const CPU_PASSES: [&str; 11] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -157,6 +159,7 @@ const CPU_PASSES: [&str; 10] = [
     "sibling_fusion",
     "local_unroll",
     "move_into_if",
+    "loop_order",
 ];
 
 /// Programs with at least this many states keep the thread pool awake while they are

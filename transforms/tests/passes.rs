@@ -167,6 +167,117 @@ fn map_fusion_goes_through_a_slab_written_by_elements_and_a_field_at_once() {
     assert_eq!(maps(&partial), 2);
 }
 
+/// `out[i, j] = u[i, j] * 2` over `N x M` row-major arrays, the map listed `(j, i)`; with
+/// `sum`, the values are also added into `total[0]`.
+fn column_walk(sum: bool) -> Sdfg {
+    let mut b = SdfgBuilder::new("column_walk");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N", "M"])
+        .array("out", DType::F64, ["N", "M"])
+        .array("total", DType::F64, ["1"]);
+    b.state("s", |s| {
+        s.map("walk", &["j", "i"], &["0:M", "0:N"], |m| {
+            let mut outs = vec![("o", "out[i, j]")];
+            if sum {
+                outs.push(("t", "total[0] (wcr: sum)"));
+            }
+            let code = if sum {
+                "o = x * 2.0; t = x"
+            } else {
+                "o = x * 2.0"
+            };
+            m.tasklet("t", &[("x", "u[i, j]")], &outs, code);
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn loop_order_puts_the_contiguous_dimension_innermost() {
+    let s0 = column_walk(false);
+    let mut s = s0.clone();
+    let c = sdflow_transforms::LoopOrder.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("loops_reordered"), 1);
+    let Some(Node::Map(m)) = s.states[0]
+        .graph
+        .node_ids()
+        .into_iter()
+        .map(|n| s.states[0].graph.node(n).clone())
+        .find(|n| matches!(n, Node::Map(_)))
+    else {
+        panic!("no map")
+    };
+    assert_eq!(m.params, ["i", "j"]);
+    assert_eq!(m.ranges[1].end, sdflow_ir::SymExpr::sym("M"));
+    same_results(&s0, &s, &[("N", 5), ("M", 7)]);
+    assert!(sdflow_transforms::LoopOrder.run(&mut s).is_empty());
+    // A sum's rounding depends on the order: left alone.
+    let mut summed = column_walk(true);
+    assert!(sdflow_transforms::LoopOrder.run(&mut summed).is_empty());
+    // So is a map that reads an array it writes (here at the next row: the order decides
+    // which values it sees).
+    let mut b = SdfgBuilder::new("in_place");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N", "M"]);
+    b.state("s", |s| {
+        s.map("walk", &["j", "i"], &["0:M", "0:N - 1"], |m| {
+            m.tasklet(
+                "t",
+                &[("x", "u[i + 1, j]")],
+                &[("o", "u[i, j]")],
+                "o = x * 2.0",
+            );
+        });
+    });
+    let mut in_place = b.build();
+    assert!(sdflow_transforms::LoopOrder.run(&mut in_place).is_empty());
+    // GT4Py's fields: strides passed at call time. A one-dimensional array over the first
+    // dimension, contiguous, says nothing about the field's layout: left alone.
+    let mut b = SdfgBuilder::new("symbolic_strides");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("f", DType::F64, ["N", "M"])
+        .array("c", DType::F64, ["N"])
+        .array("out", DType::F64, ["N", "M"]);
+    b.state("s", |s| {
+        s.map("walk", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet(
+                "t",
+                &[("x", "f[i, j]"), ("y", "c[i]")],
+                &[("o", "out[i, j]")],
+                "o = x * y",
+            );
+        });
+    });
+    let mut symbolic = b.build();
+    for a in ["f", "out"] {
+        if let Some(sdflow_ir::DataDesc::Array(a)) = symbolic.arrays.get_mut(a) {
+            a.strides = vec![
+                sdflow_ir::SymExpr::sym("f_stride_0"),
+                sdflow_ir::SymExpr::sym("f_stride_1"),
+            ];
+        }
+    }
+    symbolic.symbols.insert(
+        "f_stride_0".into(),
+        sdflow_ir::Symbol {
+            dtype: DType::I64,
+            value: None,
+        },
+    );
+    symbolic.symbols.insert(
+        "f_stride_1".into(),
+        sdflow_ir::Symbol {
+            dtype: DType::I64,
+            value: None,
+        },
+    );
+    assert!(sdflow_transforms::LoopOrder.run(&mut symbolic).is_empty());
+}
+
 /// `lap = Laplacian(u)` on `1:N-1`, then `out = Laplacian(lap)` on `2:N-2`.
 fn lap_of_lap() -> Sdfg {
     let mut b = SdfgBuilder::new("lap2");
@@ -610,7 +721,7 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert!(matches!(e, TransformError::UnknownPass { .. }));
     assert_eq!(
         e.to_string(),
-        "unknown pass 'fuse_everything'; the passes are: inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, local_unroll, move_into_if, gpu_schedule, egraph, egraph_fast_math"
+        "unknown pass 'fuse_everything'; the passes are: inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, local_unroll, move_into_if, loop_order, gpu_schedule, egraph, egraph_fast_math"
     );
     // The same input gives the same output, byte for byte.
     let (mut a, mut b) = (s0.clone(), s0.clone());
@@ -779,7 +890,8 @@ fn a_pass_whose_input_did_not_change_is_not_run_again() {
             ("sibling_fusion", 1),
             ("local_unroll", 1),
             ("egraph", 1),
-            ("move_into_if", 1)
+            ("move_into_if", 1),
+            ("loop_order", 1)
         ]
     );
     same_results(&s0, &s, &[("N", 8)]);
@@ -836,7 +948,7 @@ fn fast_math_never_runs_a_disabled_egraph_pass() {
         e.to_string(),
         "fast math needs the 'egraph' pass, which this pipeline disables; the passes are: \
          inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, \
-         map_fusion, sibling_fusion, local_unroll, egraph, move_into_if"
+         map_fusion, sibling_fusion, local_unroll, egraph, move_into_if, loop_order"
     );
     let e = Pipeline::from_names(&["map_fusion"])
         .unwrap()

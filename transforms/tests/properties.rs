@@ -149,6 +149,12 @@ proptest! {
     }
 
     #[test]
+    fn loop_order_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["loop_order"])?;
+        check(&s, &["state_fusion", "map_fusion", "loop_order"])?;
+    }
+
+    #[test]
     fn move_into_if_preserves_results_and_terminates(s in arb_sdfg(hazards())) {
         check(&s, &["move_into_if"])?;
     }
@@ -198,6 +204,7 @@ fn random_programs_exercise_the_passes() {
             "local_maps_unrolled",
             "reductions_unrolled",
             "buffers_scalarized",
+            "loops_reordered",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -232,6 +239,8 @@ fn random_programs_exercise_the_passes() {
         "local_maps_unrolled",
         "reductions_unrolled",
         "buffers_scalarized",
+        "loop_order",
+        "loops_reordered",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,
