@@ -261,20 +261,13 @@ fn loop_order_puts_the_contiguous_dimension_innermost() {
             ];
         }
     }
-    symbolic.symbols.insert(
-        "f_stride_0".into(),
-        sdflow_ir::Symbol {
+    for s in ["f_stride_0", "f_stride_1"] {
+        let symbol = sdflow_ir::Symbol {
             dtype: DType::I64,
             value: None,
-        },
-    );
-    symbolic.symbols.insert(
-        "f_stride_1".into(),
-        sdflow_ir::Symbol {
-            dtype: DType::I64,
-            value: None,
-        },
-    );
+        };
+        symbolic.symbols.insert(s.into(), symbol);
+    }
     assert!(sdflow_transforms::LoopOrder.run(&mut symbolic).is_empty());
 }
 
