@@ -791,18 +791,6 @@ fn replace_with_scalars(df: &mut Dataflow, name: &str, names: &BTreeMap<Vec<i64>
     }
 }
 
-/// Whether an access node or a memlet of `df` (or of its map bodies) names `name`.
-fn mentions(df: &Dataflow, name: &str) -> bool {
-    df.node_ids().into_iter().any(|n| match df.node(n) {
-        Node::Access(d) => d == name,
-        Node::Map(m) => mentions(&m.body, name),
-        _ => false,
-    }) || df
-        .edge_ids()
-        .into_iter()
-        .any(|e| df.edge(e).memlet.data == name)
-}
-
 /// Scalarizes the small transient arrays that are only used element by element.
 fn scalarize(sdfg: &mut Sdfg, ch: &mut Changes) {
     let cands = candidates(sdfg);
@@ -819,7 +807,7 @@ fn scalarize(sdfg: &mut Sdfg, ch: &mut Changes) {
         let mut ok = true;
         for s in sdfg.body.states() {
             let Some(st) = sdfg.state(s) else { continue };
-            if !mentions(&st.graph, &name) {
+            if !st.graph.accessed_data_refs().contains(name.as_str()) {
                 continue;
             }
             // Most graphs need no split: checked as they are first.

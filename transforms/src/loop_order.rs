@@ -21,16 +21,16 @@
 //!
 //! Legality: the map is parallel (`CpuParallel` or `GpuDevice`: its iterations are
 //! independent, in any order), nothing in its body resolves write conflicts (a sum's
-//! rounding depends on the order), calls a nested SDFG or a library node, or reads an
-//! array the body also writes (scalars and per-worker buffers are private to a point). Only the order of the points changes, not which points
+//! rounding depends on the order), calls a nested SDFG or a library node, and the map
+//! reads nothing it writes ([`node_reads_writes`]: its edges; the body's own scalars and
+//! per-worker buffers are private to a point). Only the order of the points changes, not which points
 //! run or what each computes. Where a point fails, the error the interpreter reports
 //! first may be another failing point's (`docs/transforms.md`, *Errors*).
 
-use std::collections::BTreeSet;
-
-use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, Schedule, Sdfg, Storage};
+use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Schedule, Sdfg};
 
 use crate::pass::{Changes, Pass};
+use crate::pattern::node_reads_writes;
 
 /// The most decisions a run spells out in its report.
 const MAX_NOTES: usize = 16;
@@ -54,7 +54,7 @@ impl Pass for LoopOrder {
                 .node_ids()
                 .into_iter()
                 .filter_map(|n| match state.graph.node(n) {
-                    Node::Map(m) => innermost(sdfg, m).map(|k| (n, k)),
+                    Node::Map(m) => innermost(sdfg, &state.graph, n, m).map(|k| (n, k)),
                     _ => None,
                 })
                 .collect();
@@ -79,21 +79,17 @@ impl Pass for LoopOrder {
     }
 }
 
-/// The parameter of `m` to move last, when one scores higher than the last one and
-/// reordering `m` is legal.
-fn innermost(sdfg: &Sdfg, m: &MapScope) -> Option<usize> {
+/// The parameter of map `m` (node `n` of `df`) to move last, when one scores higher than
+/// the last one and reordering `m` is legal.
+fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<usize> {
     let last = m.params.len().checked_sub(1)?;
     if last == 0 || !matches!(m.schedule, Schedule::CpuParallel | Schedule::GpuDevice) {
         return None;
     }
-    let mut reads = BTreeSet::new();
-    let mut writes = BTreeSet::new();
-    if !reorderable(&m.body, &mut reads, &mut writes) {
-        return None;
-    }
-    // Scalars and per-worker buffers of the body are private to each point.
-    let shared = |d: &String| matches!(sdfg.arrays.get(d), Some(DataDesc::Array(a)) if a.storage != Storage::Local);
-    if reads.iter().any(|d| shared(d) && writes.contains(d)) {
+    // What the map reads and writes, as every pass sees it (its edges: the body's own
+    // scalars and per-worker buffers are private to a point).
+    let (reads, writes) = node_reads_writes(df, n);
+    if !reorderable(&m.body) || !reads.is_disjoint(&writes) {
         return None;
     }
     let mut score = vec![0usize; m.params.len()];
@@ -108,33 +104,16 @@ fn innermost(sdfg: &Sdfg, m: &MapScope) -> Option<usize> {
 }
 
 /// Whether `df` (inner maps too) has no write-conflict resolution, nested SDFG or library
-/// node; collects the containers it reads and writes.
-fn reorderable(df: &Dataflow, reads: &mut BTreeSet<String>, writes: &mut BTreeSet<String>) -> bool {
-    for e in df.edge_ids() {
-        let memlet = &df.edge(e).memlet;
-        if memlet.wcr.is_some() {
-            return false;
-        }
-        for t in memlet.subset.tables() {
-            reads.insert(t.to_string());
-        }
-    }
-    for n in df.node_ids() {
-        match df.node(n) {
-            Node::Nested(_) | Node::Library(_) => return false,
-            Node::Map(im) if !reorderable(&im.body, reads, writes) => return false,
-            Node::Access(d) => {
-                if df.in_degree(n) > 0 {
-                    writes.insert(d.clone());
-                }
-                if df.out_degree(n) > 0 {
-                    reads.insert(d.clone());
-                }
-            }
-            _ => {}
-        }
-    }
-    true
+/// node.
+fn reorderable(df: &Dataflow) -> bool {
+    df.edge_ids()
+        .into_iter()
+        .all(|e| df.edge(e).memlet.wcr.is_none())
+        && df.node_ids().into_iter().all(|n| match df.node(n) {
+            Node::Nested(_) | Node::Library(_) => false,
+            Node::Map(im) => reorderable(&im.body),
+            _ => true,
+        })
 }
 
 /// Adds to each parameter's score the memlets of `df` (inner maps too) that index a
