@@ -16,7 +16,9 @@
 # 2000 copies of the simple grid (inputs written here by scripts/gt4py/perf.py
 # --write-inputs, from target/pyenv: run scripts/test-python.sh first): each program's
 # lowered SDFG optimized by sdflow, GT4Py's final SDFG as it is and optimized once more,
-# on the GPU and on the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt). NVRTC comes
+# on the GPU and on the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt); and, where
+# python3 there has CuPy, scripts/python/cupy_check.py with the Python package built here
+# for Python 3.12 (PYTHON_GPU; cupy_check.txt). NVRTC comes
 # from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,17 @@ if [ -x target/pyenv/bin/python ] && target/pyenv/bin/python -c "import sdflow" 
     target/pyenv/bin/python scripts/gt4py/perf.py --write-inputs "$out/gt4py-inputs" >/dev/null
 else
     echo "gpu-bundle: target/pyenv has no sdflow (scripts/test-python.sh): no GT4Py corpus inputs" >&2
+fi
+
+# The Python package for the GPU machine's Python (PYTHON_GPU, default python3.12), built
+# with target/pyenv's maturin, for scripts/python/cupy_check.py there.
+rm -rf "$out/whl"
+if [ -x target/pyenv/bin/maturin ] && command -v "${PYTHON_GPU:-python3.12}" >/dev/null; then
+    target/pyenv/bin/maturin build -q --release -m python/Cargo.toml \
+        -i "${PYTHON_GPU:-python3.12}" -o "$out/whl" >/dev/null 2>&1 ||
+        echo "gpu-bundle: the Python package did not build: no CuPy check" >&2
+else
+    echo "gpu-bundle: no maturin in target/pyenv or no ${PYTHON_GPU:-python3.12}: no CuPy check" >&2
 fi
 
 cat > "$out/run.sh" <<'RUN'
@@ -114,6 +127,14 @@ corpus() {
 corpus cuda 0 > "$results/gt4py_gpu.txt" 2>&1 || status=1
 if [ "${SKIP_CPU:-0}" != 1 ]; then
     corpus cpu 16 > "$results/gt4py_cpu16.txt" 2>&1 || status=1
+fi
+# Device arrays from Python: CuPy arrays (and the same memory through DLPack alone)
+# against the CPU backend, and the host time to enqueue a call.
+if ls "$here"/whl/*.whl >/dev/null 2>&1 && python3 -c "import cupy" 2>/dev/null; then
+    site=$(mktemp -d)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$here"/whl/*.whl &&
+        PYTHONPATH=$site python3 scripts/python/cupy_check.py 4096 > "$results/cupy_check.txt" 2>&1 ||
+        status=1
 fi
 grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
 exit $status

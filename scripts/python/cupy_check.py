@@ -1,7 +1,8 @@
 """Programs compiled for "cuda" called with CuPy arrays, on a machine with a GPU.
 
 Checks, per example, that a call on CuPy arrays (by address, no copies) gives the
-CPU backend's results on the same NumPy inputs, bit for bit; then times, per call, how
+CPU backend's results on the same NumPy inputs, bit for bit, and the same through
+DLPack alone (an object with only `__dlpack__`, over the same CuPy memory); then times, per call, how
 long the host takes to enqueue it (the call returns without waiting), the call and its
 wait, and a CuPy copy of the same arrays for scale. Prints one JSON line per example.
 
@@ -24,6 +25,19 @@ CASES = {
     "laplace": dict(inputs=["u"], outputs=["out"], symbols={}),
     "hyperdiffusion": dict(inputs=["u"], outputs=["out"], symbols={"alpha": 0.05}),
 }
+
+
+class DLPackOnly:
+    """A device array seen through DLPack alone (as JAX's arrays are)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
 
 
 def median_time(f, reps):
@@ -53,6 +67,12 @@ def main():
             k: float(np.max(np.abs(cp.asnumpy(dev[k]) - host[k]))) for k in case["outputs"]
         }
         equal = all(np.array_equal(cp.asnumpy(dev[k]), host[k]) for k in case["outputs"])
+        for k in case["outputs"]:
+            dev[k].fill(0)
+        gpu(**{k: DLPackOnly(v) for k, v in dev.items()}, **case["symbols"]).wait()
+        equal_dlpack = all(
+            np.array_equal(cp.asnumpy(dev[k]), host[k]) for k in case["outputs"]
+        )
 
         def enqueue():
             gpu(**dev, **case["symbols"])
@@ -80,6 +100,7 @@ def main():
                     n=N,
                     device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                     equal_to_cpu=equal,
+                    dlpack_equal_to_cpu=equal_dlpack,
                     max_abs_diff=diffs,
                     enqueue_us=enq * 1e6,
                     call_and_wait_ms=full * 1e3,
