@@ -36,6 +36,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -393,23 +394,34 @@ class Stage:
         return self.error is None and self.skipped is None
 
 
-def run_sdflow(case: Case, variant: str, optimize: bool, threads: int, warmup: int, reps: int) -> Stage:
+def run_sdflow(
+    case: Case,
+    variant: str,
+    optimize: bool,
+    threads: int,
+    warmup: int,
+    reps: int,
+    relowered: dict[str, Path] | None = None,
+) -> Stage:
+    """One sdflow stage. `relowered`: the program's SDFGs translated by GT4Py for this grid
+    (`GT4Py.translate`), used instead of the corpus' simple-grid ones."""
     import sdflow
 
     # The final SDFG optimized once more by sdflow's pipeline is its own stage: the
     # pipeline must never make an optimized program slower.
     label = f"{variant}+sdflow" if optimize == (variant == "lowered") else f"{variant}+opt+sdflow"
     stage = Stage(label)
-    path = CORPUS / f"{case.name}.simple.dace.{variant}.sdfgz"
+    path = (relowered or {}).get(variant) or CORPUS / f"{case.name}.simple.dace.{variant}.sdfgz"
     step = "load"
     try:
-        if case.grid.copies > 1:
+        if case.grid.copies > 1 and not relowered:
             fixed = fixed_extents(path, case.meta)
             if fixed:
                 more = f" and {len(fixed) - 3} more" if len(fixed) > 3 else ""
                 stage.skipped = (
                     f"{path.name} has the simple grid's sizes as fixed extents "
-                    f"({', '.join(fixed[:3])}{more}): it runs on the simple grid only"
+                    f"({', '.join(fixed[:3])}{more}): it runs on the simple grid only "
+                    "(--gt4py translates it for this grid)"
                 )
                 return stage
         t0 = time.perf_counter()
@@ -460,6 +472,32 @@ class GT4Py:
             )
             for name, conn in self.simple.connectivities.items()
         }
+
+    def translate(self, case: Case, work: Path) -> dict[str, Path]:
+        """The program's lowered and final SDFGs as GT4Py's DaCe backend translates them for
+        this grid (`work`/<program>.dace.<stage>.sdfgz, reused when present), for programs
+        whose corpus SDFGs hold the simple grid's sizes (`fixed_extents`). GT4Py sizes a
+        temporary reached through a neighbour table from the table it is given, so the
+        large grid's tables give the large grid's sizes. A child process translates (see
+        `translate_here`), with a build cache of its own: GT4Py skips the translation of a
+        program whose build it finds in its persistent cache."""
+        files = {v: work / f"{case.name}.dace.{v}.sdfgz" for v in ("lowered", "final")}
+        if all(f.exists() for f in files.values()):
+            return files
+        work.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, GT4PY_BUILD_CACHE_LIFETIME="session")
+        env.pop("GT4PY_BUILD_CACHE_DIR", None)
+        command = [sys.executable, str(Path(__file__).resolve()), "--translate-to", str(work)]
+        command += ["--only", case.name, "--copies", str(case.grid.copies), "--levels", str(case.grid.levels)]
+        child = subprocess.run(command, env=env, capture_output=True, text=True)
+        missing = [str(f) for f in files.values() if not f.exists()]
+        if child.returncode != 0 or missing:
+            raise RuntimeError(
+                f"translating for this grid (exit status {child.returncode}"
+                + (f"; no {', '.join(missing)}" if missing else "")
+                + f"): {child.stderr.strip()[-2000:]}"
+            )
+        return files
 
     def check_grid(self, case: Case) -> None:
         """The npz's tables must be the simple grid's, so that both stages see one grid."""
@@ -639,6 +677,34 @@ def write_inputs(programs: list[str], copies: int, levels: int, out: Path) -> in
     return 0
 
 
+def translate_here(name: str, copies: int, levels: int, out: Path) -> int:
+    """`--translate-to OUT`: translates program `name` with GT4Py's DaCe backend for this
+    grid and saves its lowered and final SDFGs to OUT/<name>.dace.<stage>.sdfgz, captured
+    as generate.py captures them; stops before DaCe compiles."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from generate import Capture
+
+    class Translated(Exception):
+        pass
+
+    capture = Capture()
+    capture.install()
+    capture.prefix = out / name
+    save = capture.save
+
+    def save_then_stop(sdfg, stage: str) -> None:
+        save(sdfg, stage)
+        if stage == "final":
+            raise Translated()
+
+    capture.save = save_then_stop
+    stage = GT4Py(copies, levels).run(load_case(name, copies, levels), "dace", 1, 1)
+    if stage.error and "Translated" not in stage.error:
+        print(stage.error, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -671,6 +737,7 @@ def main() -> int:
         help="instead of timing, write each program's arguments on this grid to DIR/<program>.<lowered|final>.npz "
         "(compressed; for `sdflow bench --inputs`, as scripts/gpu-bundle.sh uses them)",
     )
+    ap.add_argument("--translate-to", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.copies < 1 or opts.levels < 2 or opts.reps < 1 or opts.warmup < 1:
         ap.error("--copies, --reps and --warmup must be at least 1, --levels at least 2")
@@ -721,6 +788,8 @@ def main() -> int:
     )
     if opts.write_inputs:
         return write_inputs(programs, opts.copies, opts.levels, opts.write_inputs)
+    if opts.translate_to:
+        return max(translate_here(p, opts.copies, opts.levels, opts.translate_to) for p in programs)
     rows, results, failed = [], {}, []
     for name in programs:
         log(f"\n{name}")
@@ -743,10 +812,21 @@ def main() -> int:
             )
             results[name] = {"error": error}
             continue
+        relowered = None
+        if gt4py is not None and opts.copies > 1 and any(
+            fixed_extents(CORPUS / f"{name}.simple.dace.{v}.sdfgz", case.meta) for v in ("lowered", "final")
+        ):
+            work = Path(os.environ["GT4PY_BUILD_CACHE_DIR"]) / "sdfg"
+            try:
+                relowered = gt4py.translate(case, work)
+                log(f"  translated by GT4Py for this grid: {work}/{name}.dace.{{lowered,final}}.sdfgz")
+            except Exception as e:
+                log(f"  [FAIL] {type(e).__name__}: {e}")
+                failed.append(name)
         stages = [
-            run_sdflow(case, "lowered", True, threads, opts.warmup, opts.reps),
-            run_sdflow(case, "final", False, threads, opts.warmup, opts.reps),
-            run_sdflow(case, "final", True, threads, opts.warmup, opts.reps),
+            run_sdflow(case, "lowered", True, threads, opts.warmup, opts.reps, relowered),
+            run_sdflow(case, "final", False, threads, opts.warmup, opts.reps, relowered),
+            run_sdflow(case, "final", True, threads, opts.warmup, opts.reps, relowered),
         ]
         if gt4py is not None:
             stages += [gt4py.run(case, b, opts.warmup, opts.reps) for b in GT4Py.BACKENDS]
