@@ -383,10 +383,9 @@ fn bench_gpu(
     written: u64,
     o: &BenchOptions,
 ) -> Result<String, CliError> {
-    use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle};
     use sdflow_codegen::cuda::exec::{CudaBackend, DeviceArgs};
-    let device = CudaDevice::new(0).map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
-    let dev = DeviceHandle::new(device);
+    let dev = sdflow_codegen::cuda::device::from_env()
+        .map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
     let cg = |source| CliError::Codegen {
         path: path.display().to_string(),
         source,

@@ -811,13 +811,10 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
                 .map_err(|e| CliError::Usage(e.to_string()))?;
         }
         sdflow_codegen::Backend::Gpu => {
-            let device = sdflow_codegen::cuda::device::CudaDevice::new(0)
+            let device = sdflow_codegen::cuda::device::from_env()
                 .map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
             let mut prog = sdflow_codegen::cuda::exec::CudaBackend::default()
-                .build(
-                    &sdfg,
-                    &sdflow_codegen::cuda::device::DeviceHandle::new(device),
-                )
+                .build(&sdfg, &device)
                 .map_err(|source| CliError::Codegen {
                     path: path.display().to_string(),
                     source,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use expect_test::expect_file;
 use sdflow::cli;
-use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle};
+use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle, EmulatedDevice};
 use sdflow_codegen::cuda::exec::CudaBackend;
 use sdflow_codegen::cuda::nvrtc::{self, Arch, Output};
 use sdflow_ir::Sdfg;
@@ -144,6 +144,214 @@ fn random_programs_compile_with_nvrtc() {
     }
 }
 
+/// On the emulated device and a GPU: random programs from the generator (hazard shapes
+/// included: loops, ifs, nested SDFGs, gathers, conflict-resolved writes), optimized with
+/// the GPU pipeline, equal the interpreter on the unoptimized program — bit for bit, or
+/// within 64 ulp of each array's largest magnitude where floats are summed under a
+/// write-conflict resolution; where the interpreter stops with an error, so does the
+/// device.
+#[test]
+fn gpu_random_programs_equal_the_interpreter() {
+    let cfg = sdflow_ir::testkit::GenConfig {
+        allow_hazards: true,
+        ..Default::default()
+    };
+    let programs: Vec<Sdfg> = (0..32)
+        .map(|seed| sdflow_ir::testkit::generate(seed, &cfg))
+        .collect();
+    let backend = CudaBackend::default();
+    for (dev, handle) in devices("gpu_random_programs_equal_the_interpreter") {
+        let mut compared = 0;
+        for (seed, s) in programs.iter().enumerate() {
+            let symbols = sdflow_ir::testkit::sample_small_symbols(s);
+            let Ok(inputs) = sdflow_ir::interp::random_bindings(s, &symbols, seed as u64) else {
+                continue;
+            };
+            let mut expected = inputs.clone();
+            let interp = sdflow_ir::interp::run(s, &mut expected);
+            let mut opt = s.clone();
+            sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+            let mut prog = backend
+                .build(&opt, &handle)
+                .unwrap_or_else(|e| panic!("{dev}: random-{seed}: {e}"));
+            let mut got = inputs.clone();
+            match (interp, prog.run_bindings(&mut got)) {
+                (Err(_), Err(_)) => continue,
+                (Err(e), Ok(())) => {
+                    panic!("{dev}: random-{seed}: the interpreter stops ({e}), the device does not")
+                }
+                (Ok(_), Err(e)) => {
+                    panic!("{dev}: random-{seed}: the device stops ({e}), the interpreter does not")
+                }
+                (Ok(_), Ok(())) => {}
+            }
+            let tolerant = sums_under_wcr(s) || (dev != "emulated" && uses_transcendentals(s));
+            for (n, d) in s.non_transients() {
+                if d.transient() {
+                    continue;
+                }
+                let (want, have) = (&expected.arrays[n], &got.arrays[n]);
+                if !tolerant {
+                    assert_eq!(
+                        want.bits(),
+                        have.bits(),
+                        "{dev}: random-{seed}: '{n}' differs"
+                    );
+                    continue;
+                }
+                let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
+                let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                let bound = 64.0 * f64::EPSILON * scale;
+                for (k, (a, b)) in w.iter().zip(&h).enumerate() {
+                    let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
+                    assert!(same, "{dev}: random-{seed}: '{n}'[{k}] {b} vs {a}");
+                }
+            }
+            compared += 1;
+        }
+        eprintln!(
+            "random programs on the {dev} device: {compared} of {} compared",
+            programs.len()
+        );
+        assert!(compared >= 24, "{dev}: {compared} compared");
+    }
+}
+
+/// Programs the GPU pipeline leaves with no one-thread kernel for work that has a parallel
+/// dimension: after `Pipeline::gpu`, every example (the dycore among them) and every DaCe
+/// and GT4Py corpus program runs each map as a grid, except a map whose nested call
+/// accumulates into its output with a write-conflict resolution (the callee's combined
+/// writes would race; the plan keeps it on one thread on purpose, and the test names
+/// each). GT4Py's state-level nested SDFGs (one-thread kernels before they were
+/// inlined) are checked by `tests/gt4py_corpus.rs` as well.
+#[test]
+fn no_one_thread_kernel_for_parallel_work() {
+    use sdflow_codegen::plan::{Plan, StepKind, nested_accumulates};
+    use sdflow_ir::Node;
+    let mut programs = files("examples", ".sdfg.json");
+    programs.extend(files("tests/dace", ".sdfg"));
+    programs.extend(files("tests/gt4py", "dace.lowered.sdfgz"));
+    programs.extend(files("tests/gt4py", "dace.final.sdfgz"));
+    let (mut grids, mut kept) = (0, 0);
+    for p in &programs {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let s = cli::load_program(p).unwrap();
+        let mut opt = s.clone();
+        sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+        let plan = Plan::of(&opt).unwrap();
+        for sp in plan.body.states() {
+            let st = &opt.states[sp.id.index()];
+            for step in &sp.steps {
+                match (&step.kind, st.graph.node(step.node)) {
+                    (StepKind::ParallelMap { .. }, _) => grids += 1,
+                    (StepKind::SequentialMap, Node::Map(m)) => {
+                        assert!(
+                            nested_accumulates(&m.body),
+                            "{name}: map '{}' of state '{}' runs on one thread",
+                            m.label,
+                            st.name
+                        );
+                        kept += 1;
+                    }
+                    (StepKind::Nested(_), _) => panic!(
+                        "{name}: nested call '{}' of state '{}' runs on one thread",
+                        step.label, st.name
+                    ),
+                    _ => {}
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{} programs: {grids} maps as grids, {kept} kept on one thread (accumulating callees)",
+        programs.len()
+    );
+    assert!(programs.len() >= 70, "{} programs", programs.len());
+}
+
+/// A grid kernel splits its linear index into the map's parameters with 32-bit division
+/// when the grid has at most 2^31 - 1 points (a 64-bit division costs a GPU tens of
+/// instructions per thread): in the CUDA text of every example and corpus program after
+/// the GPU pipeline, each kernel that divides its index has the 32-bit path.
+#[test]
+fn grid_kernels_split_their_index_in_32_bits() {
+    let backend = CudaBackend::default();
+    let mut programs = files("examples", ".sdfg.json");
+    programs.extend(files("tests/dace", ".sdfg"));
+    programs.extend(files("tests/gt4py", "dace.lowered.sdfgz"));
+    let (mut dividing, mut kernels) = (0, 0);
+    for p in &programs {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let mut s = cli::load_program(p).unwrap();
+        sdflow_transforms::Pipeline::gpu().run(&mut s).unwrap();
+        let cuda = backend.generate(&s).unwrap().source;
+        for k in cuda.split("extern \"C\" __global__").skip(1) {
+            kernels += 1;
+            if !k.contains("sdf_r /=") {
+                continue;
+            }
+            dividing += 1;
+            let head = k.lines().next().unwrap_or_default();
+            assert!(
+                k.contains("if (sdf_total <= (int64_t)INT32_MAX) {")
+                    && k.contains("uint32_t sdf_r = (uint32_t)sdf_t;"),
+                "{name}: kernel {head} divides its index in 64 bits only"
+            );
+        }
+    }
+    eprintln!("{kernels} kernels, {dividing} divide their index, each with the 32-bit path");
+    assert!(dividing >= 20, "{dividing}");
+}
+
+/// The fastest-varying thread index walks the stride-1 dimension: `column_walk` lists its
+/// map's parameters `(j, i)` over row-major arrays, so as written consecutive threads
+/// stride by a row; after the GPU pipeline (`loop_order`) consecutive threads take
+/// consecutive `j`, the contiguous dimension. Both versions give the interpreter's
+/// results on the emulated device.
+#[test]
+fn the_thread_index_walks_the_stride_1_dimension() {
+    let p = root().join("tests/in/column_walk.sdfg.json");
+    let s = cli::load_program(&p).unwrap();
+    let mut opt = s.clone();
+    sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+    let backend = CudaBackend::default();
+    let fastest = |s: &Sdfg| -> String {
+        let cuda = backend.generate(s).unwrap().source;
+        let line = cuda
+            .lines()
+            .find(|l| l.contains("% (uint32_t)sdf_n1)"))
+            .expect("a 2-D grid kernel")
+            .trim()
+            .to_string();
+        line.split(" = ").next().unwrap().to_string()
+    };
+    assert_eq!(
+        fastest(&s),
+        "s_i",
+        "as written: the row index varies fastest"
+    );
+    assert_eq!(
+        fastest(&opt),
+        "s_j",
+        "optimized: the column index varies fastest"
+    );
+    let mut symbols = std::collections::BTreeMap::new();
+    symbols.insert("N".to_string(), sdflow_ir::Value::I64(33));
+    let inputs = sdflow_ir::interp::random_bindings(&s, &symbols, 2).unwrap();
+    let mut expected = inputs.clone();
+    sdflow_ir::interp::run(&s, &mut expected).unwrap();
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    for prog in [&s, &opt] {
+        let mut got = inputs.clone();
+        backend
+            .build(prog, &handle)
+            .unwrap()
+            .run_bindings(&mut got)
+            .unwrap();
+        assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+    }
+}
+
 /// No kernel of an optimized program allocates from the device heap: a nested SDFG called
 /// at every point of a map keeps its small containers on the stack. (The heap holds a
 /// few megabytes; GT4Py's `if` at every point of a 540,000-point grid exhausted it, and
@@ -184,42 +392,36 @@ fn cuda_snapshots() {
     }
 }
 
-/// On a GPU (skipped without one): every example and the dycore, optimized with the GPU
-/// pipeline and run through CUDA, equal the interpreter bit for bit on the unoptimized
-/// program.
-/// The GPU, or `None` after saying why the test is skipped (no NVRTC, no driver, no
-/// device).
-fn gpu_or_skip(test: &str) -> Option<CudaDevice> {
+/// The devices the `gpu_*` tests run on: the emulated device (the generated CUDA compiled
+/// for the host, on every machine), then the GPU where there is one (else the reason it
+/// is left out is said). Each name says which.
+fn devices(test: &str) -> Vec<(&'static str, DeviceHandle)> {
+    let mut out = vec![("emulated", DeviceHandle::new(EmulatedDevice::new()))];
     if !nvrtc_or_skip(test) {
-        return None;
+        return out;
     }
     match CudaDevice::count() {
-        Ok(0) => {
-            eprintln!("skipped {test}: no GPU");
-            None
-        }
-        Err(e) => {
-            eprintln!("skipped {test}: {e}");
-            None
-        }
+        Ok(0) => eprintln!("{test}: no GPU, emulated device only"),
+        Err(e) => eprintln!("{test}: {e}; emulated device only"),
         Ok(_) => match CudaDevice::new(0) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                eprintln!("skipped {test}: {e}");
-                None
-            }
+            Ok(d) => out.push(("GPU", DeviceHandle::new(d))),
+            Err(e) => eprintln!("{test}: {e}; emulated device only"),
         },
     }
+    out
 }
 
-/// On a GPU (skipped without one): every example and the dycore, optimized with the GPU
+/// On the emulated device and a GPU: every example and the dycore, optimized with the GPU
 /// pipeline and run through CUDA, equal the interpreter bit for bit on the unoptimized
 /// program.
 #[test]
 fn gpu_runs_equal_the_interpreter() {
-    if gpu_or_skip("gpu_runs_equal_the_interpreter").is_none() {
-        return;
+    for (dev, handle) in devices("gpu_runs_equal_the_interpreter") {
+        runs_equal_the_interpreter(dev, &handle);
     }
+}
+
+fn runs_equal_the_interpreter(dev: &str, handle: &DeviceHandle) {
     let backend = CudaBackend {
         cache: None,
         ..CudaBackend::default()
@@ -233,15 +435,14 @@ fn gpu_runs_equal_the_interpreter() {
         sdflow_ir::interp::run(&s, &mut expected).unwrap();
         let mut opt = s.clone();
         sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
-        let device = CudaDevice::new(0).unwrap();
         let mut prog = backend
-            .build(&opt, &DeviceHandle::new(device))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            .build(&opt, handle)
+            .unwrap_or_else(|e| panic!("{dev}: {name}: {e}"));
         for graphs in [true, false] {
             prog.set_graphs(graphs);
             let mut got = inputs.clone();
             prog.run_bindings(&mut got)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+                .unwrap_or_else(|e| panic!("{dev}: {name}: {e}"));
             for (n, d) in s.non_transients() {
                 if d.transient() {
                     continue;
@@ -249,7 +450,7 @@ fn gpu_runs_equal_the_interpreter() {
                 assert_eq!(
                     expected.arrays[n].bits(),
                     got.arrays[n].bits(),
-                    "{name}: '{n}' differs (graphs {graphs})"
+                    "{dev}: {name}: '{n}' differs (graphs {graphs})"
                 );
             }
         }
@@ -261,14 +462,16 @@ fn gpu_runs_equal_the_interpreter() {
 /// interpreter's for that value.
 #[test]
 fn gpu_float_symbols_change_without_a_new_graph() {
+    for (dev, handle) in devices("gpu_float_symbols_change_without_a_new_graph") {
+        float_symbols_change_without_a_new_graph(dev, handle);
+    }
+}
+
+fn float_symbols_change_without_a_new_graph(dev: &str, handle: DeviceHandle) {
     use sdflow_codegen::cuda::exec::DeviceArgs;
-    let Some(device) = gpu_or_skip("gpu_float_symbols_change_without_a_new_graph") else {
-        return;
-    };
     let s = cli::load_program(&root().join("examples/hyperdiffusion.sdfg.json")).unwrap();
     let mut opt = s.clone();
     sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
-    let handle = DeviceHandle::new(device);
     let backend = CudaBackend {
         cache: None,
         ..CudaBackend::default()
@@ -296,7 +499,11 @@ fn gpu_float_symbols_change_without_a_new_graph() {
         let l = handle.lock().counters().launches;
         // The first call captures; later ones replay (only the status reads launch).
         if let Some(before) = launches {
-            assert_eq!(l - before, 1, "alpha {alpha}: replayed, not captured again");
+            assert_eq!(
+                l - before,
+                1,
+                "{dev}: alpha {alpha}: replayed, not captured again"
+            );
         }
         launches = Some(l);
         let mut expected = inputs.clone();
@@ -307,7 +514,7 @@ fn gpu_float_symbols_change_without_a_new_graph() {
         assert_eq!(
             out.to_host().unwrap().bits(),
             expected.arrays["out"].bits(),
-            "alpha {alpha}"
+            "{dev}: alpha {alpha}"
         );
     }
 }
@@ -316,13 +523,16 @@ fn gpu_float_symbols_change_without_a_new_graph() {
 /// were enqueued before the wait; reading it clears it.
 #[test]
 fn gpu_errors_are_kept_until_read() {
+    for (dev, handle) in devices("gpu_errors_are_kept_until_read") {
+        errors_are_kept_until_read(dev, handle);
+    }
+}
+
+fn errors_are_kept_until_read(dev: &str, handle: DeviceHandle) {
     use sdflow_codegen::cuda::array::DeviceArray;
     use sdflow_codegen::cuda::exec::DeviceArgs;
     use sdflow_ir::interp::HostArray;
     use sdflow_ir::{DType, SdfgBuilder};
-    let Some(device) = gpu_or_skip("gpu_errors_are_kept_until_read") else {
-        return;
-    };
     let mut b = SdfgBuilder::new("divide");
     b.array("a", DType::I64, [8]).array("out", DType::I64, [8]);
     b.state("s", |s| {
@@ -331,7 +541,6 @@ fn gpu_errors_are_kept_until_read() {
         });
     });
     let s = b.build();
-    let handle = DeviceHandle::new(device);
     let backend = CudaBackend {
         cache: None,
         ..CudaBackend::default()
@@ -368,7 +577,7 @@ fn gpu_errors_are_kept_until_read() {
     let e = prog.wait(second).unwrap_err().to_string();
     assert!(
         e.contains("division by zero"),
-        "{e} (interpreter: {message})"
+        "{dev}: {e} (interpreter: {message})"
     );
     // Read and cleared: the next call reports success.
     let done = prog.call_bound(&call).unwrap();
@@ -376,7 +585,7 @@ fn gpu_errors_are_kept_until_read() {
     assert_eq!(
         out.to_host().unwrap().bits(),
         vec![100u64; 8],
-        "100 / 1 everywhere"
+        "{dev}: 100 / 1 everywhere"
     );
 }
 
@@ -405,20 +614,25 @@ fn sums_under_wcr(s: &Sdfg) -> bool {
     text.contains("\"wcr\": \"sum\"") || text.contains("\"wcr\": \"prod\"")
 }
 
-/// On a GPU: every DaCe corpus program on random inputs, optimized with the GPU pipeline,
-/// equals the interpreter bit for bit, or (with transcendental functions, or float sums
-/// under a write-conflict resolution) within 64 ulp of the largest magnitude of each
-/// array; where the interpreter stops with an error, the GPU reports one too.
+/// On the emulated device and a GPU: every DaCe corpus program on random inputs,
+/// optimized with the GPU pipeline, equals the interpreter bit for bit, or within 64 ulp
+/// of the largest magnitude of each array for float sums under a write-conflict
+/// resolution (threads combine them in arrival order) and, on a GPU, for transcendental
+/// functions (CUDA's math library; the emulated device calls the host's, as the
+/// interpreter does); where the interpreter stops with an error, the device reports one
+/// too.
 #[test]
 fn gpu_dace_corpus_equals_the_interpreter() {
-    if gpu_or_skip("gpu_dace_corpus_equals_the_interpreter").is_none() {
-        return;
+    for (dev, handle) in devices("gpu_dace_corpus_equals_the_interpreter") {
+        dace_corpus_equals_the_interpreter(dev, &handle);
     }
+}
+
+fn dace_corpus_equals_the_interpreter(dev: &str, handle: &DeviceHandle) {
     let backend = CudaBackend {
         cache: None,
         ..CudaBackend::default()
     };
-    let handle = DeviceHandle::new(CudaDevice::new(0).unwrap());
     let (mut exact, mut bounded, mut failing) = (0, 0, 0);
     for p in files("tests/dace", ".sdfg") {
         let name = p.file_name().unwrap().to_string_lossy().to_string();
@@ -432,8 +646,8 @@ fn gpu_dace_corpus_equals_the_interpreter() {
         let mut opt = s.clone();
         sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
         let mut prog = backend
-            .build(&opt, &handle)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            .build(&opt, handle)
+            .unwrap_or_else(|e| panic!("{dev}: {name}: {e}"));
         let mut got = inputs.clone();
         let gpu = prog.run_bindings(&mut got);
         match (interp, gpu) {
@@ -441,18 +655,22 @@ fn gpu_dace_corpus_equals_the_interpreter() {
                 failing += 1;
                 continue;
             }
-            (Err(e), Ok(())) => panic!("{name}: the interpreter stops ({e}), the GPU does not"),
-            (Ok(_), Err(e)) => panic!("{name}: the GPU stops ({e}), the interpreter does not"),
+            (Err(e), Ok(())) => {
+                panic!("{dev}: {name}: the interpreter stops ({e}), the device does not")
+            }
+            (Ok(_), Err(e)) => {
+                panic!("{dev}: {name}: the device stops ({e}), the interpreter does not")
+            }
             (Ok(_), Ok(())) => {}
         }
-        let tolerant = uses_transcendentals(&s) || sums_under_wcr(&s);
+        let tolerant = (dev != "emulated" && uses_transcendentals(&s)) || sums_under_wcr(&s);
         for (n, d) in s.non_transients() {
             if d.transient() {
                 continue;
             }
             let (want, have) = (&expected.arrays[n], &got.arrays[n]);
             if !tolerant {
-                assert_eq!(want.bits(), have.bits(), "{name}: '{n}' differs");
+                assert_eq!(want.bits(), have.bits(), "{dev}: {name}: '{n}' differs");
                 continue;
             }
             let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
@@ -460,7 +678,10 @@ fn gpu_dace_corpus_equals_the_interpreter() {
             let bound = 64.0 * f64::EPSILON * scale;
             for (k, (a, b)) in w.iter().zip(&h).enumerate() {
                 let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
-                assert!(same, "{name}: '{n}'[{k}] {b} vs {a} (bound {bound:e})");
+                assert!(
+                    same,
+                    "{dev}: {name}: '{n}'[{k}] {b} vs {a} (bound {bound:e})"
+                );
             }
         }
         if tolerant {
@@ -470,7 +691,7 @@ fn gpu_dace_corpus_equals_the_interpreter() {
         }
     }
     eprintln!(
-        "DaCe corpus on the GPU: {exact} bit for bit, {bounded} within the bound, {failing} stopped with an error on both"
+        "DaCe corpus on the {dev} device: {exact} bit for bit, {bounded} within the bound, {failing} stopped with an error on both"
     );
     assert!(exact + bounded >= 15, "{exact} + {bounded}");
 }
@@ -491,7 +712,12 @@ fn ulps(a: f64, b: f64) -> u64 {
 fn gpu_transcendentals_are_within_their_bounds() {
     use sdflow_ir::interp::{Bindings, HostArray};
     use sdflow_ir::{DType, SdfgBuilder, Value};
-    let Some(device) = gpu_or_skip("gpu_transcendentals_are_within_their_bounds") else {
+    // Real GPUs only: the emulated device calls the host's libm, as the interpreter does.
+    let Some((_, handle)) = devices("gpu_transcendentals_are_within_their_bounds")
+        .into_iter()
+        .find(|(d, _)| *d == "GPU")
+    else {
+        eprintln!("skipped gpu_transcendentals_are_within_their_bounds: no GPU");
         return;
     };
     let fns: &[(&str, &str)] = &[
@@ -543,7 +769,7 @@ fn gpu_transcendentals_are_within_their_bounds() {
         cache: None,
         ..CudaBackend::default()
     };
-    let mut prog = backend.build(&s, &DeviceHandle::new(device)).unwrap();
+    let mut prog = backend.build(&s, &handle).unwrap();
     let mut got = inputs.clone();
     prog.run_bindings(&mut got).unwrap();
     for (f, _) in fns {

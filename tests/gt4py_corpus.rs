@@ -400,3 +400,50 @@ fn no_per_point_step_copies_a_grid_sized_container() {
     // to the `if` it calls at every point, as written and optimized.
     assert!(seen.0 >= 18 && seen.1 > 0, "{seen:?}");
 }
+
+/// Every corpus program, lowered and as DaCe optimized it, through the GPU pipeline and the
+/// CUDA backend, run on the emulated device (the CUDA text compiled for the host, every
+/// block and thread of every launch): GT4Py's outputs, as on the CPU. Transcendental
+/// functions are the host's there, as in the interpreter, so the references' bounds
+/// hold as they do for the CPU backend.
+#[test]
+fn every_gt4py_program_reproduces_gt4py_on_the_emulated_device() {
+    use sdflow::codegen::cuda::device::{DeviceHandle, EmulatedDevice};
+    use sdflow::codegen::cuda::exec::CudaBackend;
+    let device = DeviceHandle::new(EmulatedDevice::new());
+    let backend = CudaBackend::default();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for p in programs() {
+        let npz_path = dir().join(format!("{p}.simple.npz"));
+        for v in ["dace.lowered", "dace.final"] {
+            let file = format!("{p}.simple.{v}.sdfgz");
+            let sdfg = sdflow::cli::load_program(&dir().join(&file)).unwrap();
+            let mut opt = sdfg.clone();
+            if let Err(e) = Pipeline::gpu().run(&mut opt) {
+                failures.push(format!("{file}: Pipeline::gpu: {e}"));
+                continue;
+            }
+            let mut npz = open_npz(&npz_path);
+            let refs = references(&mut npz);
+            let mut b = gt4py_inputs(&sdfg, &mut npz);
+            let result = backend
+                .build(&opt, &device)
+                .map_err(|e| e.to_string())
+                .and_then(|mut prog| prog.run_bindings(&mut b).map_err(|e| e.to_string()))
+                .and_then(|()| check(&b, &mut npz, &refs));
+            match result {
+                Ok(_) => ran += 1,
+                Err(e) => failures.push(format!("{file}: emulated device: {e}")),
+            }
+        }
+    }
+    eprintln!("{ran} corpus files reproduce GT4Py on the emulated device");
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(ran >= 46, "{ran} files ran");
+}

@@ -1,7 +1,10 @@
-//! `CudaDevice` on a real GPU: NVRTC output loaded, launched, captured and replayed.
-//! Without a CUDA driver and device, or without NVRTC, the test says it is skipped.
+//! The devices' host layer: a kernel loaded, launched, captured and replayed — on a real
+//! GPU from NVRTC's output (without a CUDA driver and device, or without NVRTC, that test
+//! says it is skipped), and on the emulated device from the CUDA text itself (every
+//! machine with a C++ compiler).
 
-use sdflow_codegen::cuda::device::{CudaDevice, Device, KernelArg};
+use sdflow_codegen::cache::Cache;
+use sdflow_codegen::cuda::device::{CudaDevice, Device, EmulatedDevice, KernelArg};
 use sdflow_codegen::cuda::nvrtc::{self, Arch, NvrtcOptions, Output};
 
 const KERNEL: &str = r#"extern "C" __global__ void axpy(double* y, const double* x, double a, long long n) {
@@ -43,10 +46,28 @@ fn launch_capture_and_replay() {
     };
     let cubin = nvrtc::compile(KERNEL, "axpy.cu", &opts, Output::Cubin).unwrap();
     let ptx = nvrtc::compile(KERNEL, "axpy.cu", &opts, Output::Ptx).unwrap();
+    exercise(&mut dev, &cubin.image, &ptx.image);
+}
+
+/// The same on the emulated device, which loads the CUDA text (twice: two modules).
+#[test]
+fn emulated_launch_capture_and_replay() {
+    let dir = std::env::temp_dir().join(format!("sdflow-emu-device-{}", std::process::id()));
+    let mut dev = EmulatedDevice::with(2, Cache::at(&dir));
+    exercise(&mut dev, KERNEL.as_bytes(), KERNEL.as_bytes());
+    // A module that is not CUDA text is refused with a message.
+    let err = dev.load_module(&[0xff, 0xfe, 0x00], &["axpy".to_string()]);
+    assert!(err.unwrap_err().0.contains("not text"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Loads `image` and `image2` (each holding `axpy`) on `dev` and checks launches, capture
+/// and replay, copies and counters.
+fn exercise(dev: &mut dyn Device, image: &[u8], image2: &[u8]) {
     let names = vec!["axpy".to_string()];
-    let k = dev.load_module(&cubin.image, &names).unwrap()[0];
-    let k_ptx = dev.load_module(&ptx.image, &names).unwrap()[0];
-    let missing = dev.load_module(&cubin.image, &["nope".to_string()]);
+    let k = dev.load_module(image, &names).unwrap()[0];
+    let k_ptx = dev.load_module(image2, &names).unwrap()[0];
+    let missing = dev.load_module(image, &["nope".to_string()]);
     assert!(missing.unwrap_err().0.contains("nope"));
 
     let n = 1000usize;

@@ -28,7 +28,7 @@ use program::Dycore;
 use reference::{
     Config, HALO, State, interior_max_abs, random_smooth, total_mass, total_tracer_mass,
 };
-use sdflow::codegen::cuda::device::{CudaDevice, Device, DeviceHandle};
+use sdflow::codegen::cuda::device::from_env;
 use sdflow::codegen::cuda::exec::CudaBackend;
 use sdflow::codegen::{CpuBackend, Origin};
 
@@ -235,9 +235,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             sdflow::transforms::Pipeline::gpu()
                 .run(&mut sdfg)
                 .map_err(|e| format!("optimizer: {e}"))?;
-            let device = CudaDevice::new(0).map_err(|e| format!("--backend cuda: {e}"))?;
-            let name = device.name();
-            let mut prog = CudaBackend::default().build(&sdfg, &DeviceHandle::new(device))?;
+            let device = from_env().map_err(|e| format!("--backend cuda: {e}"))?;
+            let name = device.lock().name();
+            let mut prog = CudaBackend::default().build(&sdfg, &device)?;
             println!(
                 "optimized and compiled for {name} in {:.0} ms ({})",
                 t.elapsed().as_secs_f64() * 1e3,

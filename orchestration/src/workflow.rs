@@ -606,14 +606,11 @@ impl Workflow {
                         message: "the gpu backend needs a device (none was given)".into(),
                     });
                 };
-                let (major, minor) = device.lock().arch();
                 let cb = sdflow_codegen::cuda::exec::CudaBackend {
                     cache: self.cache.clone(),
                     ..cuda_backend(o)
                 };
-                let (image, origin) = cb
-                    .compile(prog, sdflow_codegen::cuda::nvrtc::Arch { major, minor })
-                    .map_err(cerr)?;
+                let (image, origin) = cb.image_for(prog, device).map_err(cerr)?;
                 let mut p = sdflow_codegen::cuda::exec::GpuProgram::load(
                     s,
                     (**prog).clone(),

@@ -8,42 +8,29 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle, RecordingDevice};
+use sdflow_codegen::cuda::device::{DeviceHandle, RecordingDevice};
 use sdflow_codegen::cuda::exec::Completion as GpuCompletion;
 use sdflow_ir::DType;
 use sdflow_orchestration::component::GpuHandle;
 
 use crate::{SdflowError, call_err};
 
-/// The environment variable that picks the device: a CUDA device ordinal (default 0), or
-/// `recording` for a device that checks arguments and records launches without running
-/// them (to test a program's CUDA call path on a machine without a GPU).
-pub(crate) const DEVICE_ENV: &str = "SDFLOW_CUDA_DEVICE";
-
 /// The device every program compiled for `"cuda"` in this process runs on (one stream:
-/// programs and calls are ordered on it), opened on first use.
+/// programs and calls are ordered on it), opened on first use: the one
+/// `SDFLOW_CUDA_DEVICE` names (`sdflow_codegen::cuda::device::from_env`: a CUDA device
+/// number, default 0; `emulated`, the generated CUDA run on the host; `recording`, a
+/// device that checks arguments and records launches without running them).
 pub(crate) fn device() -> PyResult<DeviceHandle> {
     static DEVICE: OnceLock<Result<DeviceHandle, String>> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            let choice = std::env::var(DEVICE_ENV).unwrap_or_default();
-            match choice.trim() {
-                "recording" => Ok(DeviceHandle::new(RecordingDevice::new((9, 0)))),
-                s => {
-                    let ordinal = if s.is_empty() {
-                        0
-                    } else {
-                        s.parse::<usize>().map_err(|_| {
-                            format!(
-                                "{DEVICE_ENV}='{s}': expected a CUDA device number or 'recording'"
-                            )
-                        })?
-                    };
-                    CudaDevice::new(ordinal)
-                        .map(DeviceHandle::new)
-                        .map_err(|e| format!("the cuda backend needs a CUDA device: {e}"))
+            sdflow_codegen::cuda::device::from_env().map_err(|e| {
+                if std::env::var(sdflow_codegen::cuda::device::DEVICE_ENV).is_ok() {
+                    e.to_string()
+                } else {
+                    format!("the cuda backend needs a CUDA device: {e}")
                 }
-            }
+            })
         })
         .clone()
         .map_err(SdflowError::new_err)

@@ -2,10 +2,12 @@
 
 A child process runs with ``SDFLOW_CUDA_DEVICE=recording``: programs compiled for
 ``"cuda"`` (by NVRTC, which needs no GPU) load on a device that checks arguments and
-records what is enqueued instead of running it. Device arrays are objects with a
-``__cuda_array_interface__`` or a DLPack capsule over memory of that device. On a
-machine with a GPU,
-CuPy arrays take their place (docs/python.md).
+records what is enqueued instead of running it. Another runs with
+``SDFLOW_CUDA_DEVICE=emulated``: the generated CUDA runs on the host, and device memory
+is host memory, so the results are read back and compared with the CPU backend. Device
+arrays are objects with a ``__cuda_array_interface__`` or a DLPack capsule over memory
+of that device. On a machine with a GPU, CuPy arrays take their place (docs/python.md,
+scripts/python/cupy_check.py).
 """
 
 import os
@@ -152,6 +154,88 @@ CHILD = textwrap.dedent(
 )
 
 
+EMULATED = textwrap.dedent(
+    r'''
+    import ctypes
+    import sys
+    import numpy as np
+    import sdflow
+    from sdflow import _sdflow
+
+    prog = sdflow.load(sys.argv[1])
+    run = prog.compile(backend="cuda")
+    cpu = prog.compile(backend="cpu")
+
+    class Dev:
+        def __init__(self, ptr, shape, stream=None):
+            self.iface = dict(shape=shape, typestr="<f8", data=(ptr, False), strides=None,
+                              version=3, stream=stream)
+
+        @property
+        def __cuda_array_interface__(self):
+            return self.iface
+
+    class DL:
+        """The same memory through DLPack alone (device type 2: CUDA)."""
+
+        def __init__(self, ptr, shape):
+            import ctypes as c
+
+            class T(c.Structure):
+                _fields_ = [("data", c.c_void_p), ("device_type", c.c_int32),
+                            ("device_id", c.c_int32), ("ndim", c.c_int32),
+                            ("code", c.c_uint8), ("bits", c.c_uint8), ("lanes", c.c_uint16),
+                            ("shape", c.POINTER(c.c_int64)), ("strides", c.POINTER(c.c_int64)),
+                            ("byte_offset", c.c_uint64)]
+
+            class M(c.Structure):
+                _fields_ = [("t", T), ("ctx", c.c_void_p), ("deleter", c.c_void_p)]
+
+            self.extents = (c.c_int64 * len(shape))(*shape)
+            self.m = M()
+            self.m.t.data, self.m.t.device_type, self.m.t.ndim = ptr, 2, len(shape)
+            self.m.t.code, self.m.t.bits, self.m.t.lanes = 2, 64, 1
+            self.m.t.shape = self.extents
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            new = ctypes.pythonapi.PyCapsule_New
+            new.restype = ctypes.py_object
+            new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+            return new(ctypes.addressof(self.m), b"dltensor", None)
+
+    n = 37
+    # Device memory of the emulated device is host memory: NumPy views of it.
+    view = lambda p: np.ctypeslib.as_array((ctypes.c_double * (n * n)).from_address(p)).reshape(n, n)
+    u_ptr, out_ptr = _sdflow._device_alloc(n * n * 8), _sdflow._device_alloc(n * n * 8)
+    view(u_ptr)[:] = np.random.default_rng(3).random((n, n))
+    want = np.zeros((n, n))
+    cpu(u=view(u_ptr).copy(), out=want)
+
+    done = run(u=Dev(u_ptr, (n, n), stream=7), out=Dev(out_ptr, (n, n), stream=7))
+    assert isinstance(done, sdflow.Completion), done
+    done.wait()
+    assert np.array_equal(view(out_ptr), want), np.abs(view(out_ptr) - want).max()
+
+    view(out_ptr)[:] = 0.0
+    run(u=DL(u_ptr, (n, n)), out=DL(out_ptr, (n, n))).wait()
+    assert np.array_equal(view(out_ptr), want)
+
+    # Host memory the device did not allocate is not its memory.
+    host = np.zeros((n, n))
+    try:
+        run(u=Dev(host.ctypes.data, (n, n)), out=Dev(out_ptr, (n, n)))
+    except sdflow.CallError as e:
+        assert "is not memory of the emulated device" in str(e), str(e)
+    else:
+        raise AssertionError("host memory accepted")
+    print("OK")
+    '''
+)
+
+
 def run_child(tmp_path, source, device):
     """Runs `source` in a fresh interpreter with SDFLOW_CUDA_DEVICE=`device`, on laplace."""
     script = tmp_path / "child.py"
@@ -175,6 +259,12 @@ def test_device_arrays_are_checked_enqueued_and_ordered_after_their_stream(tmp_p
     assert last == "OK", r.stdout + r.stderr
 
 
+def test_device_arrays_run_on_the_emulated_device_as_on_the_cpu(tmp_path):
+    r = run_child(tmp_path, EMULATED, "emulated")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "OK", r.stdout + r.stderr
+
+
 def test_an_unknown_device_choice_is_a_clear_error(tmp_path):
     source = (
         "import sys, sdflow\n"
@@ -187,5 +277,6 @@ def test_an_unknown_device_choice_is_a_clear_error(tmp_path):
     r = run_child(tmp_path, source, "gpu0")
     assert r.returncode == 0, r.stderr
     assert (
-        "SDFLOW_CUDA_DEVICE='gpu0': expected a CUDA device number or 'recording'" in r.stdout
+        "SDFLOW_CUDA_DEVICE='gpu0': expected a device number, 'emulated' or 'recording'"
+        in r.stdout
     ), r.stdout

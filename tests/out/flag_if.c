@@ -305,28 +305,32 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 } else {
                     #pragma omp single nowait
                     {
-                        { /* map 'double' (checked) */
-                            const int64_t sdf_rs4_0 = 0LL, sdf_re4_0 = s_N, sdf_rt4_0 = 1LL;
-                            if (sdf_e->failed) goto sdf_map4;
-                            if (sdf_rt4_0 <= 0) { sdf_raise(0, sdf_rt4_0, 0); goto sdf_map4; }
-                            if (sdf_rs4_0 >= sdf_re4_0) goto sdf_map4;
-                            for (int64_t s_i = sdf_rs4_0; s_i < sdf_re4_0; s_i = sdf_next(s_i, sdf_rt4_0, sdf_re4_0)) {
-                                sdf_pv[0] = s_i;
-                                { /* tasklet 'double' */
-                                    const int64_t sdf_x5 = sdf_ck(s_i, s_N, 1);
-                                    const double v_x = a_u[(sdf_x5)];
+                        {
+                            { /* map 'double' (checked) */
+                                {
+                                    const int64_t sdf_rs4_0 = 0LL, sdf_re4_0 = s_N, sdf_rt4_0 = 1LL;
                                     if (sdf_e->failed) goto sdf_map4;
-                                    double v_y = 0;
-                                    v_y = sdf_canon((((2.0)) * (v_x)));
-                                    const int64_t sdf_x6 = sdf_ck(s_i, s_N, 2);
-                                    if (sdf_e->failed) goto sdf_map4;
-                                    a_out[(sdf_x6)] = v_y;
+                                    if (sdf_rt4_0 <= 0) { sdf_raise(0, sdf_rt4_0, 0); goto sdf_map4; }
+                                    if (sdf_rs4_0 >= sdf_re4_0) goto sdf_map4;
+                                    for (int64_t s_i = sdf_rs4_0; s_i < sdf_re4_0; s_i = sdf_next(s_i, sdf_rt4_0, sdf_re4_0)) {
+                                        sdf_pv[0] = s_i;
+                                        { /* tasklet 'double' */
+                                            const int64_t sdf_x5 = sdf_ck(s_i, s_N, 1);
+                                            const double v_x = a_u[(sdf_x5)];
+                                            if (sdf_e->failed) goto sdf_map4;
+                                            double v_y = 0;
+                                            v_y = sdf_canon((((2.0)) * (v_x)));
+                                            const int64_t sdf_x6 = sdf_ck(s_i, s_N, 2);
+                                            if (sdf_e->failed) goto sdf_map4;
+                                            a_out[(sdf_x6)] = v_y;
+                                        }
+                                        if (sdf_e->failed) goto sdf_map4;
+                                    }
                                 }
-                                if (sdf_e->failed) goto sdf_map4;
+                                sdf_map4:;
                             }
-                            sdf_map4:;
+                            if (sdf_e->failed) goto sdf_stop3;
                         }
-                        if (sdf_e->failed) goto sdf_stop3;
                         sdf_stop3:;
                     }
                 }
@@ -373,28 +377,32 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 } else {
                     #pragma omp single nowait
                     {
-                        { /* map 'shift' (checked) */
-                            const int64_t sdf_rs9_0 = 0LL, sdf_re9_0 = s_N, sdf_rt9_0 = 1LL;
-                            if (sdf_e->failed) goto sdf_map9;
-                            if (sdf_rt9_0 <= 0) { sdf_raise(3, sdf_rt9_0, 0); goto sdf_map9; }
-                            if (sdf_rs9_0 >= sdf_re9_0) goto sdf_map9;
-                            for (int64_t s_i = sdf_rs9_0; s_i < sdf_re9_0; s_i = sdf_next(s_i, sdf_rt9_0, sdf_re9_0)) {
-                                sdf_pv[0] = s_i;
-                                { /* tasklet 'shift' */
-                                    const int64_t sdf_x10 = sdf_ck(s_i, s_N, 4);
-                                    const double v_x = a_u[(sdf_x10)];
+                        {
+                            { /* map 'shift' (checked) */
+                                {
+                                    const int64_t sdf_rs9_0 = 0LL, sdf_re9_0 = s_N, sdf_rt9_0 = 1LL;
                                     if (sdf_e->failed) goto sdf_map9;
-                                    double v_y = 0;
-                                    v_y = sdf_canon(((v_x) + ((1.0))));
-                                    const int64_t sdf_x11 = sdf_ck(s_i, s_N, 5);
-                                    if (sdf_e->failed) goto sdf_map9;
-                                    a_out[(sdf_x11)] = v_y;
+                                    if (sdf_rt9_0 <= 0) { sdf_raise(3, sdf_rt9_0, 0); goto sdf_map9; }
+                                    if (sdf_rs9_0 >= sdf_re9_0) goto sdf_map9;
+                                    for (int64_t s_i = sdf_rs9_0; s_i < sdf_re9_0; s_i = sdf_next(s_i, sdf_rt9_0, sdf_re9_0)) {
+                                        sdf_pv[0] = s_i;
+                                        { /* tasklet 'shift' */
+                                            const int64_t sdf_x10 = sdf_ck(s_i, s_N, 4);
+                                            const double v_x = a_u[(sdf_x10)];
+                                            if (sdf_e->failed) goto sdf_map9;
+                                            double v_y = 0;
+                                            v_y = sdf_canon(((v_x) + ((1.0))));
+                                            const int64_t sdf_x11 = sdf_ck(s_i, s_N, 5);
+                                            if (sdf_e->failed) goto sdf_map9;
+                                            a_out[(sdf_x11)] = v_y;
+                                        }
+                                        if (sdf_e->failed) goto sdf_map9;
+                                    }
                                 }
-                                if (sdf_e->failed) goto sdf_map9;
+                                sdf_map9:;
                             }
-                            sdf_map9:;
+                            if (sdf_e->failed) goto sdf_stop8;
                         }
-                        if (sdf_e->failed) goto sdf_stop8;
                         sdf_stop8:;
                     }
                 }

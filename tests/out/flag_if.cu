@@ -141,7 +141,11 @@ SDF_INT_OPS(32, int32_t, uint32_t, INT32_MIN)
 SDF_INT_OPS(64, int64_t, uint64_t, INT64_MIN)
 /* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 static __device__ inline int64_t sdf_wall_ns(void) {
+#ifdef SDFLOW_EMULATED
+    return sdf_emu_wall_ns(); }
+#else
     uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return (int64_t)t; }
+#endif
 /* A value read from an index table, checked against the extent it indexes. */
 static __device__ inline int64_t sdf_ind(int64_t v, int64_t n) {
     if (v < 0 || v >= n) { sdf_fail(); return 0; }
@@ -328,28 +332,32 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'double' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_N, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(0, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                { /* tasklet 'double' */
-                    const int64_t sdf_x3 = sdf_ck(s_i, s_N, 1);
-                    const double v_x = a_u[(sdf_x3)];
+        {
+            { /* map 'double' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_N, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    double v_y = 0;
-                    v_y = sdf_canon((((2.0)) * (v_x)));
-                    const int64_t sdf_x4 = sdf_ck(s_i, s_N, 2);
-                    if (sdf_e->failed) goto sdf_map2;
-                    a_out[(sdf_x4)] = v_y;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(0, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        { /* tasklet 'double' */
+                            const int64_t sdf_x3 = sdf_ck(s_i, s_N, 1);
+                            const double v_x = a_u[(sdf_x3)];
+                            if (sdf_e->failed) goto sdf_map2;
+                            double v_y = 0;
+                            v_y = sdf_canon((((2.0)) * (v_x)));
+                            const int64_t sdf_x4 = sdf_ck(s_i, s_N, 2);
+                            if (sdf_e->failed) goto sdf_map2;
+                            a_out[(sdf_x4)] = v_y;
+                        }
+                        if (sdf_e->failed) goto sdf_map2;
+                    }
                 }
-                if (sdf_e->failed) goto sdf_map2;
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }
@@ -378,28 +386,32 @@ extern "C" __global__ void sdf_k1_0_checked(double* __restrict__ a_u, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'shift' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_N, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                { /* tasklet 'shift' */
-                    const int64_t sdf_x3 = sdf_ck(s_i, s_N, 4);
-                    const double v_x = a_u[(sdf_x3)];
+        {
+            { /* map 'shift' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_N, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    double v_y = 0;
-                    v_y = sdf_canon(((v_x) + ((1.0))));
-                    const int64_t sdf_x4 = sdf_ck(s_i, s_N, 5);
-                    if (sdf_e->failed) goto sdf_map2;
-                    a_out[(sdf_x4)] = v_y;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        { /* tasklet 'shift' */
+                            const int64_t sdf_x3 = sdf_ck(s_i, s_N, 4);
+                            const double v_x = a_u[(sdf_x3)];
+                            if (sdf_e->failed) goto sdf_map2;
+                            double v_y = 0;
+                            v_y = sdf_canon(((v_x) + ((1.0))));
+                            const int64_t sdf_x4 = sdf_ck(s_i, s_N, 5);
+                            if (sdf_e->failed) goto sdf_map2;
+                            a_out[(sdf_x4)] = v_y;
+                        }
+                        if (sdf_e->failed) goto sdf_map2;
+                    }
                 }
-                if (sdf_e->failed) goto sdf_map2;
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }

@@ -571,107 +571,115 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
             } else {
                 #pragma omp single nowait
                 {
-                    { /* map 'lap1+lap2' (checked) */
-                        const int64_t sdf_rs7_0 = 0LL, sdf_re7_0 = sdf_sfloordiv(sdf_sadd(s_N, 11LL, 3), 16LL, 5, 4), sdf_rt7_0 = 1LL;
-                        if (sdf_e->failed) goto sdf_map7;
-                        if (sdf_rt7_0 <= 0) { sdf_raise(6, sdf_rt7_0, 0); goto sdf_map7; }
-                        if (sdf_rs7_0 >= sdf_re7_0) goto sdf_map7;
-                        for (int64_t s_tile = sdf_rs7_0; s_tile < sdf_re7_0; s_tile = sdf_next(s_tile, sdf_rt7_0, sdf_re7_0)) {
-                            sdf_pv[0] = s_tile;
-                            { /* map 'lap1' (checked) */
-                                const int64_t sdf_rs8_0 = sdf_max64(1LL, sdf_sadd(sdf_smul(16LL, s_tile, 7), 1LL, 8)), sdf_re8_0 = sdf_min64(sdf_sadd(sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 9), 18LL, 10), sdf_ssub(s_N, 2LL, 11)), 1LL, 12), sdf_ssub(s_N, 1LL, 13)), sdf_rt8_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map8;
-                                if (sdf_rt8_0 <= 0) { sdf_raise(14, sdf_rt8_0, 0); goto sdf_map8; }
-                                if (sdf_rs8_0 >= sdf_re8_0) goto sdf_map8;
-                                const int64_t sdf_rs8_1 = 1LL, sdf_re8_1 = sdf_ssub(s_N, 1LL, 15), sdf_rt8_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map8;
-                                if (sdf_rt8_1 <= 0) { sdf_raise(16, sdf_rt8_1, 0); goto sdf_map8; }
-                                if (sdf_rs8_1 >= sdf_re8_1) goto sdf_map8;
-                                for (int64_t s_i = sdf_rs8_0; s_i < sdf_re8_0; s_i = sdf_next(s_i, sdf_rt8_0, sdf_re8_0)) {
-                                    sdf_pv[1] = s_i;
-                                    for (int64_t s_j = sdf_rs8_1; s_j < sdf_re8_1; s_j = sdf_next(s_j, sdf_rt8_1, sdf_re8_1)) {
-                                        sdf_pv[2] = s_j;
-                                        { /* tasklet 'lap5' */
-                                            const int64_t sdf_x9 = sdf_ck(s_i, s_N, 17);
-                                            const int64_t sdf_x10 = sdf_ck(s_j, s_N, 18);
-                                            const double v_c = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
-                                            const int64_t sdf_x11 = sdf_ck(sdf_ssub(s_i, 1LL, 19), s_N, 20);
-                                            const int64_t sdf_x12 = sdf_ck(s_j, s_N, 21);
-                                            const double v_n = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
-                                            const int64_t sdf_x13 = sdf_ck(sdf_sadd(s_i, 1LL, 22), s_N, 23);
-                                            const int64_t sdf_x14 = sdf_ck(s_j, s_N, 24);
-                                            const double v_s = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
-                                            const int64_t sdf_x15 = sdf_ck(s_i, s_N, 25);
-                                            const int64_t sdf_x16 = sdf_ck(sdf_ssub(s_j, 1LL, 26), s_N, 27);
-                                            const double v_w = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
-                                            const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
-                                            const int64_t sdf_x18 = sdf_ck(sdf_sadd(s_j, 1LL, 29), s_N, 30);
-                                            const double v_e = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
+                    {
+                        { /* map 'lap1+lap2' (checked) */
+                            {
+                                const int64_t sdf_rs7_0 = 0LL, sdf_re7_0 = sdf_sfloordiv(sdf_sadd(s_N, 11LL, 3), 16LL, 5, 4), sdf_rt7_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map7;
+                                if (sdf_rt7_0 <= 0) { sdf_raise(6, sdf_rt7_0, 0); goto sdf_map7; }
+                                if (sdf_rs7_0 >= sdf_re7_0) goto sdf_map7;
+                                for (int64_t s_tile = sdf_rs7_0; s_tile < sdf_re7_0; s_tile = sdf_next(s_tile, sdf_rt7_0, sdf_re7_0)) {
+                                    sdf_pv[0] = s_tile;
+                                    { /* map 'lap1' (checked) */
+                                        {
+                                            const int64_t sdf_rs8_0 = sdf_max64(1LL, sdf_sadd(sdf_smul(16LL, s_tile, 7), 1LL, 8)), sdf_re8_0 = sdf_min64(sdf_sadd(sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 9), 18LL, 10), sdf_ssub(s_N, 2LL, 11)), 1LL, 12), sdf_ssub(s_N, 1LL, 13)), sdf_rt8_0 = 1LL;
                                             if (sdf_e->failed) goto sdf_map8;
-                                            double v_o = 0;
-                                            v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                            const int64_t sdf_x19 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 31), 32), 1LL, 33), 18LL, 34);
-                                            const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 35), sdf_max64(0LL, (s_N - 2LL)), 36);
+                                            if (sdf_rt8_0 <= 0) { sdf_raise(14, sdf_rt8_0, 0); goto sdf_map8; }
+                                            if (sdf_rs8_0 >= sdf_re8_0) goto sdf_map8;
+                                            const int64_t sdf_rs8_1 = 1LL, sdf_re8_1 = sdf_ssub(s_N, 1LL, 15), sdf_rt8_1 = 1LL;
                                             if (sdf_e->failed) goto sdf_map8;
-                                            a_lap_tile[(sdf_x19) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x20)] = v_o;
+                                            if (sdf_rt8_1 <= 0) { sdf_raise(16, sdf_rt8_1, 0); goto sdf_map8; }
+                                            if (sdf_rs8_1 >= sdf_re8_1) goto sdf_map8;
+                                            for (int64_t s_i = sdf_rs8_0; s_i < sdf_re8_0; s_i = sdf_next(s_i, sdf_rt8_0, sdf_re8_0)) {
+                                                sdf_pv[1] = s_i;
+                                                for (int64_t s_j = sdf_rs8_1; s_j < sdf_re8_1; s_j = sdf_next(s_j, sdf_rt8_1, sdf_re8_1)) {
+                                                    sdf_pv[2] = s_j;
+                                                    { /* tasklet 'lap5' */
+                                                        const int64_t sdf_x9 = sdf_ck(s_i, s_N, 17);
+                                                        const int64_t sdf_x10 = sdf_ck(s_j, s_N, 18);
+                                                        const double v_c = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
+                                                        const int64_t sdf_x11 = sdf_ck(sdf_ssub(s_i, 1LL, 19), s_N, 20);
+                                                        const int64_t sdf_x12 = sdf_ck(s_j, s_N, 21);
+                                                        const double v_n = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
+                                                        const int64_t sdf_x13 = sdf_ck(sdf_sadd(s_i, 1LL, 22), s_N, 23);
+                                                        const int64_t sdf_x14 = sdf_ck(s_j, s_N, 24);
+                                                        const double v_s = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
+                                                        const int64_t sdf_x15 = sdf_ck(s_i, s_N, 25);
+                                                        const int64_t sdf_x16 = sdf_ck(sdf_ssub(s_j, 1LL, 26), s_N, 27);
+                                                        const double v_w = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
+                                                        const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
+                                                        const int64_t sdf_x18 = sdf_ck(sdf_sadd(s_j, 1LL, 29), s_N, 30);
+                                                        const double v_e = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
+                                                        if (sdf_e->failed) goto sdf_map8;
+                                                        double v_o = 0;
+                                                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                                        const int64_t sdf_x19 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 31), 32), 1LL, 33), 18LL, 34);
+                                                        const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 35), sdf_max64(0LL, (s_N - 2LL)), 36);
+                                                        if (sdf_e->failed) goto sdf_map8;
+                                                        a_lap_tile[(sdf_x19) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x20)] = v_o;
+                                                    }
+                                                    if (sdf_e->failed) goto sdf_map8;
+                                                }
+                                            }
                                         }
-                                        if (sdf_e->failed) goto sdf_map8;
+                                        sdf_map8:;
                                     }
-                                }
-                                sdf_map8:;
-                            }
-                            if (sdf_e->failed) goto sdf_map7;
-                            { /* map 'lap2' (checked) */
-                                const int64_t sdf_rs21_0 = sdf_sadd(sdf_smul(16LL, s_tile, 37), 2LL, 38), sdf_re21_0 = sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 39), 18LL, 40), sdf_ssub(s_N, 2LL, 41)), sdf_rt21_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map21;
-                                if (sdf_rt21_0 <= 0) { sdf_raise(42, sdf_rt21_0, 0); goto sdf_map21; }
-                                if (sdf_rs21_0 >= sdf_re21_0) goto sdf_map21;
-                                const int64_t sdf_rs21_1 = 2LL, sdf_re21_1 = sdf_ssub(s_N, 2LL, 43), sdf_rt21_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map21;
-                                if (sdf_rt21_1 <= 0) { sdf_raise(44, sdf_rt21_1, 0); goto sdf_map21; }
-                                if (sdf_rs21_1 >= sdf_re21_1) goto sdf_map21;
-                                for (int64_t s_i = sdf_rs21_0; s_i < sdf_re21_0; s_i = sdf_next(s_i, sdf_rt21_0, sdf_re21_0)) {
-                                    sdf_pv[1] = s_i;
-                                    for (int64_t s_j = sdf_rs21_1; s_j < sdf_re21_1; s_j = sdf_next(s_j, sdf_rt21_1, sdf_re21_1)) {
-                                        sdf_pv[2] = s_j;
-                                        { /* tasklet 'diffuse' */
-                                            const int64_t sdf_x22 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 45), 46), 1LL, 47), 18LL, 48);
-                                            const int64_t sdf_x23 = sdf_ck(sdf_ssub(s_j, 1LL, 49), sdf_max64(0LL, (s_N - 2LL)), 50);
-                                            const double v_c = a_lap_tile[(sdf_x22) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x23)];
-                                            const int64_t sdf_x24 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 51), 52), 2LL, 53), 18LL, 54);
-                                            const int64_t sdf_x25 = sdf_ck(sdf_ssub(s_j, 1LL, 55), sdf_max64(0LL, (s_N - 2LL)), 56);
-                                            const double v_n = a_lap_tile[(sdf_x24) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x25)];
-                                            const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 57), 58), 18LL, 59);
-                                            const int64_t sdf_x27 = sdf_ck(sdf_ssub(s_j, 1LL, 60), sdf_max64(0LL, (s_N - 2LL)), 61);
-                                            const double v_s = a_lap_tile[(sdf_x26) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x27)];
-                                            const int64_t sdf_x28 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 62), 63), 1LL, 64), 18LL, 65);
-                                            const int64_t sdf_x29 = sdf_ck(sdf_ssub(s_j, 2LL, 66), sdf_max64(0LL, (s_N - 2LL)), 67);
-                                            const double v_w = a_lap_tile[(sdf_x28) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x29)];
-                                            const int64_t sdf_x30 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 68), 69), 1LL, 70), 18LL, 71);
-                                            const int64_t sdf_x31 = sdf_ck(s_j, sdf_max64(0LL, (s_N - 2LL)), 72);
-                                            const double v_e = a_lap_tile[(sdf_x30) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x31)];
-                                            const int64_t sdf_x32 = sdf_ck(s_i, s_N, 73);
-                                            const int64_t sdf_x33 = sdf_ck(s_j, s_N, 74);
-                                            const double v_u0 = a_u[(sdf_x32) * (s_N) + (sdf_x33)];
+                                    if (sdf_e->failed) goto sdf_map7;
+                                    { /* map 'lap2' (checked) */
+                                        {
+                                            const int64_t sdf_rs21_0 = sdf_sadd(sdf_smul(16LL, s_tile, 37), 2LL, 38), sdf_re21_0 = sdf_min64(sdf_sadd(sdf_smul(16LL, s_tile, 39), 18LL, 40), sdf_ssub(s_N, 2LL, 41)), sdf_rt21_0 = 1LL;
                                             if (sdf_e->failed) goto sdf_map21;
-                                            double v_o = 0;
-                                            double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
-                                            v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
-                                            const int64_t sdf_x34 = sdf_ck(s_i, s_N, 75);
-                                            const int64_t sdf_x35 = sdf_ck(s_j, s_N, 76);
+                                            if (sdf_rt21_0 <= 0) { sdf_raise(42, sdf_rt21_0, 0); goto sdf_map21; }
+                                            if (sdf_rs21_0 >= sdf_re21_0) goto sdf_map21;
+                                            const int64_t sdf_rs21_1 = 2LL, sdf_re21_1 = sdf_ssub(s_N, 2LL, 43), sdf_rt21_1 = 1LL;
                                             if (sdf_e->failed) goto sdf_map21;
-                                            a_out[(sdf_x34) * (s_N) + (sdf_x35)] = v_o;
+                                            if (sdf_rt21_1 <= 0) { sdf_raise(44, sdf_rt21_1, 0); goto sdf_map21; }
+                                            if (sdf_rs21_1 >= sdf_re21_1) goto sdf_map21;
+                                            for (int64_t s_i = sdf_rs21_0; s_i < sdf_re21_0; s_i = sdf_next(s_i, sdf_rt21_0, sdf_re21_0)) {
+                                                sdf_pv[1] = s_i;
+                                                for (int64_t s_j = sdf_rs21_1; s_j < sdf_re21_1; s_j = sdf_next(s_j, sdf_rt21_1, sdf_re21_1)) {
+                                                    sdf_pv[2] = s_j;
+                                                    { /* tasklet 'diffuse' */
+                                                        const int64_t sdf_x22 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 45), 46), 1LL, 47), 18LL, 48);
+                                                        const int64_t sdf_x23 = sdf_ck(sdf_ssub(s_j, 1LL, 49), sdf_max64(0LL, (s_N - 2LL)), 50);
+                                                        const double v_c = a_lap_tile[(sdf_x22) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x23)];
+                                                        const int64_t sdf_x24 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 51), 52), 2LL, 53), 18LL, 54);
+                                                        const int64_t sdf_x25 = sdf_ck(sdf_ssub(s_j, 1LL, 55), sdf_max64(0LL, (s_N - 2LL)), 56);
+                                                        const double v_n = a_lap_tile[(sdf_x24) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x25)];
+                                                        const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 57), 58), 18LL, 59);
+                                                        const int64_t sdf_x27 = sdf_ck(sdf_ssub(s_j, 1LL, 60), sdf_max64(0LL, (s_N - 2LL)), 61);
+                                                        const double v_s = a_lap_tile[(sdf_x26) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x27)];
+                                                        const int64_t sdf_x28 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 62), 63), 1LL, 64), 18LL, 65);
+                                                        const int64_t sdf_x29 = sdf_ck(sdf_ssub(s_j, 2LL, 66), sdf_max64(0LL, (s_N - 2LL)), 67);
+                                                        const double v_w = a_lap_tile[(sdf_x28) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x29)];
+                                                        const int64_t sdf_x30 = sdf_ck(sdf_ssub(sdf_ssub(s_i, sdf_smul(16LL, s_tile, 68), 69), 1LL, 70), 18LL, 71);
+                                                        const int64_t sdf_x31 = sdf_ck(s_j, sdf_max64(0LL, (s_N - 2LL)), 72);
+                                                        const double v_e = a_lap_tile[(sdf_x30) * (sdf_max64(0LL, (s_N - 2LL))) + (sdf_x31)];
+                                                        const int64_t sdf_x32 = sdf_ck(s_i, s_N, 73);
+                                                        const int64_t sdf_x33 = sdf_ck(s_j, s_N, 74);
+                                                        const double v_u0 = a_u[(sdf_x32) * (s_N) + (sdf_x33)];
+                                                        if (sdf_e->failed) goto sdf_map21;
+                                                        double v_o = 0;
+                                                        double v_l2 = ((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c))));
+                                                        v_o = sdf_canon(((v_u0) - (((s_alpha) * (v_l2)))));
+                                                        const int64_t sdf_x34 = sdf_ck(s_i, s_N, 75);
+                                                        const int64_t sdf_x35 = sdf_ck(s_j, s_N, 76);
+                                                        if (sdf_e->failed) goto sdf_map21;
+                                                        a_out[(sdf_x34) * (s_N) + (sdf_x35)] = v_o;
+                                                    }
+                                                    if (sdf_e->failed) goto sdf_map21;
+                                                }
+                                            }
                                         }
-                                        if (sdf_e->failed) goto sdf_map21;
+                                        sdf_map21:;
                                     }
+                                    if (sdf_e->failed) goto sdf_map7;
                                 }
-                                sdf_map21:;
                             }
-                            if (sdf_e->failed) goto sdf_map7;
+                            sdf_map7:;
                         }
-                        sdf_map7:;
+                        if (sdf_e->failed) goto sdf_stop6;
                     }
-                    if (sdf_e->failed) goto sdf_stop6;
                     sdf_stop6:;
                 }
             }

@@ -141,7 +141,11 @@ SDF_INT_OPS(32, int32_t, uint32_t, INT32_MIN)
 SDF_INT_OPS(64, int64_t, uint64_t, INT64_MIN)
 /* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 static __device__ inline int64_t sdf_wall_ns(void) {
+#ifdef SDFLOW_EMULATED
+    return sdf_emu_wall_ns(); }
+#else
     uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return (int64_t)t; }
+#endif
 /* A value read from an index table, checked against the extent it indexes. */
 static __device__ inline int64_t sdf_ind(int64_t v, int64_t n) {
     if (v < 0 || v >= n) { sdf_fail(); return 0; }
@@ -350,73 +354,77 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
     const double s_alpha = (double)sdf_f[0];
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'lap1+lap2' (checked) */
-            const int64_t sdf_rs2_0 = 2LL, sdf_re2_0 = sdf_ssub(s_N, 2LL, 2), sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 2LL, sdf_re2_1 = sdf_ssub(s_N, 2LL, 4), sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(5, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'lap5+5' */
-                        const int64_t sdf_x3 = sdf_ck(sdf_ssub(s_i, 2LL, 6), s_N, 7);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_N, 8);
-                        const double v__in1 = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
-                        const int64_t sdf_x5 = sdf_ck(sdf_sadd(s_i, 1LL, 9), s_N, 10);
-                        const int64_t sdf_x6 = sdf_ck(s_j, s_N, 11);
-                        const double v__in8 = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
-                        const int64_t sdf_x7 = sdf_ck(sdf_ssub(s_i, 1LL, 12), s_N, 13);
-                        const int64_t sdf_x8 = sdf_ck(s_j, s_N, 14);
-                        const double v__in0 = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(s_i, s_N, 15);
-                        const int64_t sdf_x10 = sdf_ck(sdf_sadd(s_j, 1LL, 16), s_N, 17);
-                        const double v__in9 = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
-                        const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_i, 1LL, 18), s_N, 19);
-                        const int64_t sdf_x12 = sdf_ck(sdf_sadd(s_j, 1LL, 20), s_N, 21);
-                        const double v__in10 = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
-                        const int64_t sdf_x13 = sdf_ck(s_i, s_N, 22);
-                        const int64_t sdf_x14 = sdf_ck(sdf_sadd(s_j, 2LL, 23), s_N, 24);
-                        const double v__in11 = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
-                        const int64_t sdf_x15 = sdf_ck(sdf_sadd(s_i, 2LL, 25), s_N, 26);
-                        const int64_t sdf_x16 = sdf_ck(s_j, s_N, 27);
-                        const double v__in12 = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
-                        const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
-                        const int64_t sdf_x18 = sdf_ck(s_j, s_N, 29);
-                        const double v__in2 = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
-                        const int64_t sdf_x19 = sdf_ck(sdf_ssub(s_i, 1LL, 30), s_N, 31);
-                        const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 32), s_N, 33);
-                        const double v__in3 = a_u[(sdf_x19) * (s_N) + (sdf_x20)];
-                        const int64_t sdf_x21 = sdf_ck(sdf_ssub(s_i, 1LL, 34), s_N, 35);
-                        const int64_t sdf_x22 = sdf_ck(sdf_sadd(s_j, 1LL, 36), s_N, 37);
-                        const double v__in4 = a_u[(sdf_x21) * (s_N) + (sdf_x22)];
-                        const int64_t sdf_x23 = sdf_ck(s_i, s_N, 38);
-                        const int64_t sdf_x24 = sdf_ck(sdf_ssub(s_j, 1LL, 39), s_N, 40);
-                        const double v__in5 = a_u[(sdf_x23) * (s_N) + (sdf_x24)];
-                        const int64_t sdf_x25 = sdf_ck(sdf_sadd(s_i, 1LL, 41), s_N, 42);
-                        const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_j, 1LL, 43), s_N, 44);
-                        const double v__in6 = a_u[(sdf_x25) * (s_N) + (sdf_x26)];
-                        const int64_t sdf_x27 = sdf_ck(s_i, s_N, 45);
-                        const int64_t sdf_x28 = sdf_ck(sdf_ssub(s_j, 2LL, 46), s_N, 47);
-                        const double v__in7 = a_u[(sdf_x27) * (s_N) + (sdf_x28)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v__out0 = 0;
-                        v__out0 = sdf_canon(((v__in2) - (((((((((((v__in11) + (((v__in2) + (((v__in4) + (v__in10))))))) - ((((4.0)) * (v__in9))))) + (((((((v__in2) + (((v__in7) + (((v__in3) + (v__in6))))))) - ((((4.0)) * (v__in5))))) + (((((((v__in4) + (((v__in3) + (((v__in1) + (v__in2))))))) - (((v__in0) * ((4.0)))))) + (((((v__in10) + (((v__in6) + (((v__in2) + (v__in12))))))) - ((((4.0)) * (v__in8))))))))))) - ((((4.0)) * (((((v__in9) + (((v__in5) + (((v__in0) + (v__in8))))))) - (((v__in2) * ((4.0)))))))))) * (s_alpha)))));
-                        const int64_t sdf_x29 = sdf_ck(s_i, s_N, 48);
-                        const int64_t sdf_x30 = sdf_ck(s_j, s_N, 49);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_out[(sdf_x29) * (s_N) + (sdf_x30)] = v__out0;
-                    }
+        {
+            { /* map 'lap1+lap2' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 2LL, sdf_re2_0 = sdf_ssub(s_N, 2LL, 2), sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 2LL, sdf_re2_1 = sdf_ssub(s_N, 2LL, 4), sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(5, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'lap5+5' */
+                                const int64_t sdf_x3 = sdf_ck(sdf_ssub(s_i, 2LL, 6), s_N, 7);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_N, 8);
+                                const double v__in1 = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
+                                const int64_t sdf_x5 = sdf_ck(sdf_sadd(s_i, 1LL, 9), s_N, 10);
+                                const int64_t sdf_x6 = sdf_ck(s_j, s_N, 11);
+                                const double v__in8 = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
+                                const int64_t sdf_x7 = sdf_ck(sdf_ssub(s_i, 1LL, 12), s_N, 13);
+                                const int64_t sdf_x8 = sdf_ck(s_j, s_N, 14);
+                                const double v__in0 = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_N, 15);
+                                const int64_t sdf_x10 = sdf_ck(sdf_sadd(s_j, 1LL, 16), s_N, 17);
+                                const double v__in9 = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
+                                const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_i, 1LL, 18), s_N, 19);
+                                const int64_t sdf_x12 = sdf_ck(sdf_sadd(s_j, 1LL, 20), s_N, 21);
+                                const double v__in10 = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
+                                const int64_t sdf_x13 = sdf_ck(s_i, s_N, 22);
+                                const int64_t sdf_x14 = sdf_ck(sdf_sadd(s_j, 2LL, 23), s_N, 24);
+                                const double v__in11 = a_u[(sdf_x13) * (s_N) + (sdf_x14)];
+                                const int64_t sdf_x15 = sdf_ck(sdf_sadd(s_i, 2LL, 25), s_N, 26);
+                                const int64_t sdf_x16 = sdf_ck(s_j, s_N, 27);
+                                const double v__in12 = a_u[(sdf_x15) * (s_N) + (sdf_x16)];
+                                const int64_t sdf_x17 = sdf_ck(s_i, s_N, 28);
+                                const int64_t sdf_x18 = sdf_ck(s_j, s_N, 29);
+                                const double v__in2 = a_u[(sdf_x17) * (s_N) + (sdf_x18)];
+                                const int64_t sdf_x19 = sdf_ck(sdf_ssub(s_i, 1LL, 30), s_N, 31);
+                                const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_j, 1LL, 32), s_N, 33);
+                                const double v__in3 = a_u[(sdf_x19) * (s_N) + (sdf_x20)];
+                                const int64_t sdf_x21 = sdf_ck(sdf_ssub(s_i, 1LL, 34), s_N, 35);
+                                const int64_t sdf_x22 = sdf_ck(sdf_sadd(s_j, 1LL, 36), s_N, 37);
+                                const double v__in4 = a_u[(sdf_x21) * (s_N) + (sdf_x22)];
+                                const int64_t sdf_x23 = sdf_ck(s_i, s_N, 38);
+                                const int64_t sdf_x24 = sdf_ck(sdf_ssub(s_j, 1LL, 39), s_N, 40);
+                                const double v__in5 = a_u[(sdf_x23) * (s_N) + (sdf_x24)];
+                                const int64_t sdf_x25 = sdf_ck(sdf_sadd(s_i, 1LL, 41), s_N, 42);
+                                const int64_t sdf_x26 = sdf_ck(sdf_ssub(s_j, 1LL, 43), s_N, 44);
+                                const double v__in6 = a_u[(sdf_x25) * (s_N) + (sdf_x26)];
+                                const int64_t sdf_x27 = sdf_ck(s_i, s_N, 45);
+                                const int64_t sdf_x28 = sdf_ck(sdf_ssub(s_j, 2LL, 46), s_N, 47);
+                                const double v__in7 = a_u[(sdf_x27) * (s_N) + (sdf_x28)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v__out0 = 0;
+                                v__out0 = sdf_canon(((v__in2) - (((((((((((v__in11) + (((v__in2) + (((v__in4) + (v__in10))))))) - ((((4.0)) * (v__in9))))) + (((((((v__in2) + (((v__in7) + (((v__in3) + (v__in6))))))) - ((((4.0)) * (v__in5))))) + (((((((v__in4) + (((v__in3) + (((v__in1) + (v__in2))))))) - (((v__in0) * ((4.0)))))) + (((((v__in10) + (((v__in6) + (((v__in2) + (v__in12))))))) - ((((4.0)) * (v__in8))))))))))) - ((((4.0)) * (((((v__in9) + (((v__in5) + (((v__in0) + (v__in8))))))) - (((v__in2) * ((4.0)))))))))) * (s_alpha)))));
+                                const int64_t sdf_x29 = sdf_ck(s_i, s_N, 48);
+                                const int64_t sdf_x30 = sdf_ck(s_j, s_N, 49);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_out[(sdf_x29) * (s_N) + (sdf_x30)] = v__out0;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }

@@ -141,7 +141,11 @@ SDF_INT_OPS(32, int32_t, uint32_t, INT32_MIN)
 SDF_INT_OPS(64, int64_t, uint64_t, INT64_MIN)
 /* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 static __device__ inline int64_t sdf_wall_ns(void) {
+#ifdef SDFLOW_EMULATED
+    return sdf_emu_wall_ns(); }
+#else
     uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return (int64_t)t; }
+#endif
 /* A value read from an index table, checked against the extent it indexes. */
 static __device__ inline int64_t sdf_ind(int64_t v, int64_t n) {
     if (v < 0 || v >= n) { sdf_fail(); return 0; }
@@ -340,49 +344,53 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_u, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'laplace' (checked) */
-            const int64_t sdf_rs2_0 = 1LL, sdf_re2_0 = sdf_ssub(s_N, 1LL, 2), sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 1LL, sdf_re2_1 = sdf_ssub(s_N, 1LL, 4), sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(5, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'lap5' */
-                        const int64_t sdf_x3 = sdf_ck(s_i, s_N, 6);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_N, 7);
-                        const double v_c = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
-                        const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_i, 1LL, 8), s_N, 9);
-                        const int64_t sdf_x6 = sdf_ck(s_j, s_N, 10);
-                        const double v_n = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
-                        const int64_t sdf_x7 = sdf_ck(sdf_sadd(s_i, 1LL, 11), s_N, 12);
-                        const int64_t sdf_x8 = sdf_ck(s_j, s_N, 13);
-                        const double v_s = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(s_i, s_N, 14);
-                        const int64_t sdf_x10 = sdf_ck(sdf_ssub(s_j, 1LL, 15), s_N, 16);
-                        const double v_w = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
-                        const int64_t sdf_x11 = sdf_ck(s_i, s_N, 17);
-                        const int64_t sdf_x12 = sdf_ck(sdf_sadd(s_j, 1LL, 18), s_N, 19);
-                        const double v_e = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_o = 0;
-                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                        const int64_t sdf_x13 = sdf_ck(s_i, s_N, 20);
-                        const int64_t sdf_x14 = sdf_ck(s_j, s_N, 21);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_out[(sdf_x13) * (s_N) + (sdf_x14)] = v_o;
-                    }
+        {
+            { /* map 'laplace' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 1LL, sdf_re2_0 = sdf_ssub(s_N, 1LL, 2), sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(3, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 1LL, sdf_re2_1 = sdf_ssub(s_N, 1LL, 4), sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(5, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'lap5' */
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_N, 6);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_N, 7);
+                                const double v_c = a_u[(sdf_x3) * (s_N) + (sdf_x4)];
+                                const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_i, 1LL, 8), s_N, 9);
+                                const int64_t sdf_x6 = sdf_ck(s_j, s_N, 10);
+                                const double v_n = a_u[(sdf_x5) * (s_N) + (sdf_x6)];
+                                const int64_t sdf_x7 = sdf_ck(sdf_sadd(s_i, 1LL, 11), s_N, 12);
+                                const int64_t sdf_x8 = sdf_ck(s_j, s_N, 13);
+                                const double v_s = a_u[(sdf_x7) * (s_N) + (sdf_x8)];
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_N, 14);
+                                const int64_t sdf_x10 = sdf_ck(sdf_ssub(s_j, 1LL, 15), s_N, 16);
+                                const double v_w = a_u[(sdf_x9) * (s_N) + (sdf_x10)];
+                                const int64_t sdf_x11 = sdf_ck(s_i, s_N, 17);
+                                const int64_t sdf_x12 = sdf_ck(sdf_sadd(s_j, 1LL, 18), s_N, 19);
+                                const double v_e = a_u[(sdf_x11) * (s_N) + (sdf_x12)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v_o = 0;
+                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                const int64_t sdf_x13 = sdf_ck(s_i, s_N, 20);
+                                const int64_t sdf_x14 = sdf_ck(s_j, s_N, 21);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_out[(sdf_x13) * (s_N) + (sdf_x14)] = v_o;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }

@@ -330,54 +330,58 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
             } else {
                 #pragma omp single nowait
                 {
-                    { /* map 'init' (checked) */
-                        const int64_t sdf_rs3_0 = 0LL, sdf_re3_0 = s_NX, sdf_rt3_0 = 1LL;
-                        if (sdf_e->failed) goto sdf_map3;
-                        if (sdf_rt3_0 <= 0) { sdf_raise(0, sdf_rt3_0, 0); goto sdf_map3; }
-                        if (sdf_rs3_0 >= sdf_re3_0) goto sdf_map3;
-                        const int64_t sdf_rs3_1 = 0LL, sdf_re3_1 = s_NY, sdf_rt3_1 = 1LL;
-                        if (sdf_e->failed) goto sdf_map3;
-                        if (sdf_rt3_1 <= 0) { sdf_raise(1, sdf_rt3_1, 0); goto sdf_map3; }
-                        if (sdf_rs3_1 >= sdf_re3_1) goto sdf_map3;
-                        for (int64_t s_i = sdf_rs3_0; s_i < sdf_re3_0; s_i = sdf_next(s_i, sdf_rt3_0, sdf_re3_0)) {
-                            sdf_pv[0] = s_i;
-                            for (int64_t s_j = sdf_rs3_1; s_j < sdf_re3_1; s_j = sdf_next(s_j, sdf_rt3_1, sdf_re3_1)) {
-                                sdf_pv[1] = s_j;
-                                { /* tasklet 'start' */
-                                    const int64_t sdf_x4 = sdf_ck(s_i, s_NX, 2);
-                                    const int64_t sdf_x5 = sdf_ck(s_j, s_NY, 3);
-                                    const int64_t sdf_x6 = sdf_ck(0LL, s_NZ, 4);
-                                    const double v_b0 = a_b[(sdf_x4) * ((s_NY * s_NZ)) + (sdf_x5) * (s_NZ) + (sdf_x6)];
-                                    const int64_t sdf_x7 = sdf_ck(s_i, s_NX, 5);
-                                    const int64_t sdf_x8 = sdf_ck(s_j, s_NY, 6);
-                                    const int64_t sdf_x9 = sdf_ck(0LL, s_NZ, 7);
-                                    const double v_c0 = a_c[(sdf_x7) * ((s_NY * s_NZ)) + (sdf_x8) * (s_NZ) + (sdf_x9)];
-                                    const int64_t sdf_x10 = sdf_ck(s_i, s_NX, 8);
-                                    const int64_t sdf_x11 = sdf_ck(s_j, s_NY, 9);
-                                    const int64_t sdf_x12 = sdf_ck(0LL, s_NZ, 10);
-                                    const double v_d0 = a_d[(sdf_x10) * ((s_NY * s_NZ)) + (sdf_x11) * (s_NZ) + (sdf_x12)];
-                                    if (sdf_e->failed) goto sdf_map3;
-                                    double v_cp0 = 0;
-                                    double v_dp0 = 0;
-                                    v_cp0 = sdf_canon(((v_c0) / (v_b0)));
-                                    v_dp0 = sdf_canon(((v_d0) / (v_b0)));
-                                    const int64_t sdf_x13 = sdf_ck(s_i, s_NX, 11);
-                                    const int64_t sdf_x14 = sdf_ck(s_j, s_NY, 12);
-                                    const int64_t sdf_x15 = sdf_ck(0LL, s_NZ, 13);
-                                    if (sdf_e->failed) goto sdf_map3;
-                                    a_cp[(sdf_x13) * ((s_NY * s_NZ)) + (sdf_x14) * (s_NZ) + (sdf_x15)] = v_cp0;
-                                    const int64_t sdf_x16 = sdf_ck(s_i, s_NX, 14);
-                                    const int64_t sdf_x17 = sdf_ck(s_j, s_NY, 15);
-                                    const int64_t sdf_x18 = sdf_ck(0LL, s_NZ, 16);
-                                    if (sdf_e->failed) goto sdf_map3;
-                                    a_dp[(sdf_x16) * ((s_NY * s_NZ)) + (sdf_x17) * (s_NZ) + (sdf_x18)] = v_dp0;
-                                }
+                    {
+                        { /* map 'init' (checked) */
+                            {
+                                const int64_t sdf_rs3_0 = 0LL, sdf_re3_0 = s_NX, sdf_rt3_0 = 1LL;
                                 if (sdf_e->failed) goto sdf_map3;
+                                if (sdf_rt3_0 <= 0) { sdf_raise(0, sdf_rt3_0, 0); goto sdf_map3; }
+                                if (sdf_rs3_0 >= sdf_re3_0) goto sdf_map3;
+                                const int64_t sdf_rs3_1 = 0LL, sdf_re3_1 = s_NY, sdf_rt3_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map3;
+                                if (sdf_rt3_1 <= 0) { sdf_raise(1, sdf_rt3_1, 0); goto sdf_map3; }
+                                if (sdf_rs3_1 >= sdf_re3_1) goto sdf_map3;
+                                for (int64_t s_i = sdf_rs3_0; s_i < sdf_re3_0; s_i = sdf_next(s_i, sdf_rt3_0, sdf_re3_0)) {
+                                    sdf_pv[0] = s_i;
+                                    for (int64_t s_j = sdf_rs3_1; s_j < sdf_re3_1; s_j = sdf_next(s_j, sdf_rt3_1, sdf_re3_1)) {
+                                        sdf_pv[1] = s_j;
+                                        { /* tasklet 'start' */
+                                            const int64_t sdf_x4 = sdf_ck(s_i, s_NX, 2);
+                                            const int64_t sdf_x5 = sdf_ck(s_j, s_NY, 3);
+                                            const int64_t sdf_x6 = sdf_ck(0LL, s_NZ, 4);
+                                            const double v_b0 = a_b[(sdf_x4) * ((s_NY * s_NZ)) + (sdf_x5) * (s_NZ) + (sdf_x6)];
+                                            const int64_t sdf_x7 = sdf_ck(s_i, s_NX, 5);
+                                            const int64_t sdf_x8 = sdf_ck(s_j, s_NY, 6);
+                                            const int64_t sdf_x9 = sdf_ck(0LL, s_NZ, 7);
+                                            const double v_c0 = a_c[(sdf_x7) * ((s_NY * s_NZ)) + (sdf_x8) * (s_NZ) + (sdf_x9)];
+                                            const int64_t sdf_x10 = sdf_ck(s_i, s_NX, 8);
+                                            const int64_t sdf_x11 = sdf_ck(s_j, s_NY, 9);
+                                            const int64_t sdf_x12 = sdf_ck(0LL, s_NZ, 10);
+                                            const double v_d0 = a_d[(sdf_x10) * ((s_NY * s_NZ)) + (sdf_x11) * (s_NZ) + (sdf_x12)];
+                                            if (sdf_e->failed) goto sdf_map3;
+                                            double v_cp0 = 0;
+                                            double v_dp0 = 0;
+                                            v_cp0 = sdf_canon(((v_c0) / (v_b0)));
+                                            v_dp0 = sdf_canon(((v_d0) / (v_b0)));
+                                            const int64_t sdf_x13 = sdf_ck(s_i, s_NX, 11);
+                                            const int64_t sdf_x14 = sdf_ck(s_j, s_NY, 12);
+                                            const int64_t sdf_x15 = sdf_ck(0LL, s_NZ, 13);
+                                            if (sdf_e->failed) goto sdf_map3;
+                                            a_cp[(sdf_x13) * ((s_NY * s_NZ)) + (sdf_x14) * (s_NZ) + (sdf_x15)] = v_cp0;
+                                            const int64_t sdf_x16 = sdf_ck(s_i, s_NX, 14);
+                                            const int64_t sdf_x17 = sdf_ck(s_j, s_NY, 15);
+                                            const int64_t sdf_x18 = sdf_ck(0LL, s_NZ, 16);
+                                            if (sdf_e->failed) goto sdf_map3;
+                                            a_dp[(sdf_x16) * ((s_NY * s_NZ)) + (sdf_x17) * (s_NZ) + (sdf_x18)] = v_dp0;
+                                        }
+                                        if (sdf_e->failed) goto sdf_map3;
+                                    }
+                                }
                             }
+                            sdf_map3:;
                         }
-                        sdf_map3:;
+                        if (sdf_e->failed) goto sdf_stop2;
                     }
-                    if (sdf_e->failed) goto sdf_stop2;
                     sdf_stop2:;
                 }
             }
@@ -451,67 +455,71 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 } else {
                     #pragma omp single nowait
                     {
-                        { /* map 'forward' (checked) */
-                            const int64_t sdf_rs22_0 = 0LL, sdf_re22_0 = s_NX, sdf_rt22_0 = 1LL;
-                            if (sdf_e->failed) goto sdf_map22;
-                            if (sdf_rt22_0 <= 0) { sdf_raise(17, sdf_rt22_0, 0); goto sdf_map22; }
-                            if (sdf_rs22_0 >= sdf_re22_0) goto sdf_map22;
-                            const int64_t sdf_rs22_1 = 0LL, sdf_re22_1 = s_NY, sdf_rt22_1 = 1LL;
-                            if (sdf_e->failed) goto sdf_map22;
-                            if (sdf_rt22_1 <= 0) { sdf_raise(18, sdf_rt22_1, 0); goto sdf_map22; }
-                            if (sdf_rs22_1 >= sdf_re22_1) goto sdf_map22;
-                            for (int64_t s_i = sdf_rs22_0; s_i < sdf_re22_0; s_i = sdf_next(s_i, sdf_rt22_0, sdf_re22_0)) {
-                                sdf_pv[0] = s_i;
-                                for (int64_t s_j = sdf_rs22_1; s_j < sdf_re22_1; s_j = sdf_next(s_j, sdf_rt22_1, sdf_re22_1)) {
-                                    sdf_pv[1] = s_j;
-                                    { /* tasklet 'eliminate' */
-                                        const int64_t sdf_x23 = sdf_ck(s_i, s_NX, 19);
-                                        const int64_t sdf_x24 = sdf_ck(s_j, s_NY, 20);
-                                        const int64_t sdf_x25 = sdf_ck(s_k, s_NZ, 21);
-                                        const double v_ak = a_a[(sdf_x23) * ((s_NY * s_NZ)) + (sdf_x24) * (s_NZ) + (sdf_x25)];
-                                        const int64_t sdf_x26 = sdf_ck(s_i, s_NX, 22);
-                                        const int64_t sdf_x27 = sdf_ck(s_j, s_NY, 23);
-                                        const int64_t sdf_x28 = sdf_ck(s_k, s_NZ, 24);
-                                        const double v_bk = a_b[(sdf_x26) * ((s_NY * s_NZ)) + (sdf_x27) * (s_NZ) + (sdf_x28)];
-                                        const int64_t sdf_x29 = sdf_ck(s_i, s_NX, 25);
-                                        const int64_t sdf_x30 = sdf_ck(s_j, s_NY, 26);
-                                        const int64_t sdf_x31 = sdf_ck(s_k, s_NZ, 27);
-                                        const double v_ck = a_c[(sdf_x29) * ((s_NY * s_NZ)) + (sdf_x30) * (s_NZ) + (sdf_x31)];
-                                        const int64_t sdf_x32 = sdf_ck(s_i, s_NX, 28);
-                                        const int64_t sdf_x33 = sdf_ck(s_j, s_NY, 29);
-                                        const int64_t sdf_x34 = sdf_ck(s_k, s_NZ, 30);
-                                        const double v_dk = a_d[(sdf_x32) * ((s_NY * s_NZ)) + (sdf_x33) * (s_NZ) + (sdf_x34)];
-                                        const int64_t sdf_x35 = sdf_ck(s_i, s_NX, 31);
-                                        const int64_t sdf_x36 = sdf_ck(s_j, s_NY, 32);
-                                        const int64_t sdf_x37 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
-                                        const double v_cprev = a_cp[(sdf_x35) * ((s_NY * s_NZ)) + (sdf_x36) * (s_NZ) + (sdf_x37)];
-                                        const int64_t sdf_x38 = sdf_ck(s_i, s_NX, 35);
-                                        const int64_t sdf_x39 = sdf_ck(s_j, s_NY, 36);
-                                        const int64_t sdf_x40 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
-                                        const double v_dprev = a_dp[(sdf_x38) * ((s_NY * s_NZ)) + (sdf_x39) * (s_NZ) + (sdf_x40)];
-                                        if (sdf_e->failed) goto sdf_map22;
-                                        double v_cpk = 0;
-                                        double v_dpk = 0;
-                                        double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
-                                        v_cpk = sdf_canon(((v_ck) / (v_den)));
-                                        v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
-                                        const int64_t sdf_x41 = sdf_ck(s_i, s_NX, 39);
-                                        const int64_t sdf_x42 = sdf_ck(s_j, s_NY, 40);
-                                        const int64_t sdf_x43 = sdf_ck(s_k, s_NZ, 41);
-                                        if (sdf_e->failed) goto sdf_map22;
-                                        a_cp[(sdf_x41) * ((s_NY * s_NZ)) + (sdf_x42) * (s_NZ) + (sdf_x43)] = v_cpk;
-                                        const int64_t sdf_x44 = sdf_ck(s_i, s_NX, 42);
-                                        const int64_t sdf_x45 = sdf_ck(s_j, s_NY, 43);
-                                        const int64_t sdf_x46 = sdf_ck(s_k, s_NZ, 44);
-                                        if (sdf_e->failed) goto sdf_map22;
-                                        a_dp[(sdf_x44) * ((s_NY * s_NZ)) + (sdf_x45) * (s_NZ) + (sdf_x46)] = v_dpk;
-                                    }
+                        {
+                            { /* map 'forward' (checked) */
+                                {
+                                    const int64_t sdf_rs22_0 = 0LL, sdf_re22_0 = s_NX, sdf_rt22_0 = 1LL;
                                     if (sdf_e->failed) goto sdf_map22;
+                                    if (sdf_rt22_0 <= 0) { sdf_raise(17, sdf_rt22_0, 0); goto sdf_map22; }
+                                    if (sdf_rs22_0 >= sdf_re22_0) goto sdf_map22;
+                                    const int64_t sdf_rs22_1 = 0LL, sdf_re22_1 = s_NY, sdf_rt22_1 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map22;
+                                    if (sdf_rt22_1 <= 0) { sdf_raise(18, sdf_rt22_1, 0); goto sdf_map22; }
+                                    if (sdf_rs22_1 >= sdf_re22_1) goto sdf_map22;
+                                    for (int64_t s_i = sdf_rs22_0; s_i < sdf_re22_0; s_i = sdf_next(s_i, sdf_rt22_0, sdf_re22_0)) {
+                                        sdf_pv[0] = s_i;
+                                        for (int64_t s_j = sdf_rs22_1; s_j < sdf_re22_1; s_j = sdf_next(s_j, sdf_rt22_1, sdf_re22_1)) {
+                                            sdf_pv[1] = s_j;
+                                            { /* tasklet 'eliminate' */
+                                                const int64_t sdf_x23 = sdf_ck(s_i, s_NX, 19);
+                                                const int64_t sdf_x24 = sdf_ck(s_j, s_NY, 20);
+                                                const int64_t sdf_x25 = sdf_ck(s_k, s_NZ, 21);
+                                                const double v_ak = a_a[(sdf_x23) * ((s_NY * s_NZ)) + (sdf_x24) * (s_NZ) + (sdf_x25)];
+                                                const int64_t sdf_x26 = sdf_ck(s_i, s_NX, 22);
+                                                const int64_t sdf_x27 = sdf_ck(s_j, s_NY, 23);
+                                                const int64_t sdf_x28 = sdf_ck(s_k, s_NZ, 24);
+                                                const double v_bk = a_b[(sdf_x26) * ((s_NY * s_NZ)) + (sdf_x27) * (s_NZ) + (sdf_x28)];
+                                                const int64_t sdf_x29 = sdf_ck(s_i, s_NX, 25);
+                                                const int64_t sdf_x30 = sdf_ck(s_j, s_NY, 26);
+                                                const int64_t sdf_x31 = sdf_ck(s_k, s_NZ, 27);
+                                                const double v_ck = a_c[(sdf_x29) * ((s_NY * s_NZ)) + (sdf_x30) * (s_NZ) + (sdf_x31)];
+                                                const int64_t sdf_x32 = sdf_ck(s_i, s_NX, 28);
+                                                const int64_t sdf_x33 = sdf_ck(s_j, s_NY, 29);
+                                                const int64_t sdf_x34 = sdf_ck(s_k, s_NZ, 30);
+                                                const double v_dk = a_d[(sdf_x32) * ((s_NY * s_NZ)) + (sdf_x33) * (s_NZ) + (sdf_x34)];
+                                                const int64_t sdf_x35 = sdf_ck(s_i, s_NX, 31);
+                                                const int64_t sdf_x36 = sdf_ck(s_j, s_NY, 32);
+                                                const int64_t sdf_x37 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
+                                                const double v_cprev = a_cp[(sdf_x35) * ((s_NY * s_NZ)) + (sdf_x36) * (s_NZ) + (sdf_x37)];
+                                                const int64_t sdf_x38 = sdf_ck(s_i, s_NX, 35);
+                                                const int64_t sdf_x39 = sdf_ck(s_j, s_NY, 36);
+                                                const int64_t sdf_x40 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
+                                                const double v_dprev = a_dp[(sdf_x38) * ((s_NY * s_NZ)) + (sdf_x39) * (s_NZ) + (sdf_x40)];
+                                                if (sdf_e->failed) goto sdf_map22;
+                                                double v_cpk = 0;
+                                                double v_dpk = 0;
+                                                double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
+                                                v_cpk = sdf_canon(((v_ck) / (v_den)));
+                                                v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
+                                                const int64_t sdf_x41 = sdf_ck(s_i, s_NX, 39);
+                                                const int64_t sdf_x42 = sdf_ck(s_j, s_NY, 40);
+                                                const int64_t sdf_x43 = sdf_ck(s_k, s_NZ, 41);
+                                                if (sdf_e->failed) goto sdf_map22;
+                                                a_cp[(sdf_x41) * ((s_NY * s_NZ)) + (sdf_x42) * (s_NZ) + (sdf_x43)] = v_cpk;
+                                                const int64_t sdf_x44 = sdf_ck(s_i, s_NX, 42);
+                                                const int64_t sdf_x45 = sdf_ck(s_j, s_NY, 43);
+                                                const int64_t sdf_x46 = sdf_ck(s_k, s_NZ, 44);
+                                                if (sdf_e->failed) goto sdf_map22;
+                                                a_dp[(sdf_x44) * ((s_NY * s_NZ)) + (sdf_x45) * (s_NZ) + (sdf_x46)] = v_dpk;
+                                            }
+                                            if (sdf_e->failed) goto sdf_map22;
+                                        }
+                                    }
                                 }
+                                sdf_map22:;
                             }
-                            sdf_map22:;
+                            if (sdf_e->failed) goto sdf_stop21;
                         }
-                        if (sdf_e->failed) goto sdf_stop21;
                         sdf_stop21:;
                     }
                 }
@@ -564,39 +572,43 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
             } else {
                 #pragma omp single nowait
                 {
-                    { /* map 'last' (checked) */
-                        const int64_t sdf_rs49_0 = 0LL, sdf_re49_0 = s_NX, sdf_rt49_0 = 1LL;
-                        if (sdf_e->failed) goto sdf_map49;
-                        if (sdf_rt49_0 <= 0) { sdf_raise(46, sdf_rt49_0, 0); goto sdf_map49; }
-                        if (sdf_rs49_0 >= sdf_re49_0) goto sdf_map49;
-                        const int64_t sdf_rs49_1 = 0LL, sdf_re49_1 = s_NY, sdf_rt49_1 = 1LL;
-                        if (sdf_e->failed) goto sdf_map49;
-                        if (sdf_rt49_1 <= 0) { sdf_raise(47, sdf_rt49_1, 0); goto sdf_map49; }
-                        if (sdf_rs49_1 >= sdf_re49_1) goto sdf_map49;
-                        for (int64_t s_i = sdf_rs49_0; s_i < sdf_re49_0; s_i = sdf_next(s_i, sdf_rt49_0, sdf_re49_0)) {
-                            sdf_pv[0] = s_i;
-                            for (int64_t s_j = sdf_rs49_1; s_j < sdf_re49_1; s_j = sdf_next(s_j, sdf_rt49_1, sdf_re49_1)) {
-                                sdf_pv[1] = s_j;
-                                { /* tasklet 'top' */
-                                    const int64_t sdf_x50 = sdf_ck(s_i, s_NX, 48);
-                                    const int64_t sdf_x51 = sdf_ck(s_j, s_NY, 49);
-                                    const int64_t sdf_x52 = sdf_ck(sdf_ssub(s_NZ, 1LL, 50), s_NZ, 51);
-                                    const double v_dl = a_dp[(sdf_x50) * ((s_NY * s_NZ)) + (sdf_x51) * (s_NZ) + (sdf_x52)];
-                                    if (sdf_e->failed) goto sdf_map49;
-                                    double v_xl = 0;
-                                    v_xl = sdf_canon(v_dl);
-                                    const int64_t sdf_x53 = sdf_ck(s_i, s_NX, 52);
-                                    const int64_t sdf_x54 = sdf_ck(s_j, s_NY, 53);
-                                    const int64_t sdf_x55 = sdf_ck(sdf_ssub(s_NZ, 1LL, 54), s_NZ, 55);
-                                    if (sdf_e->failed) goto sdf_map49;
-                                    a_x[(sdf_x53) * ((s_NY * s_NZ)) + (sdf_x54) * (s_NZ) + (sdf_x55)] = v_xl;
-                                }
+                    {
+                        { /* map 'last' (checked) */
+                            {
+                                const int64_t sdf_rs49_0 = 0LL, sdf_re49_0 = s_NX, sdf_rt49_0 = 1LL;
                                 if (sdf_e->failed) goto sdf_map49;
+                                if (sdf_rt49_0 <= 0) { sdf_raise(46, sdf_rt49_0, 0); goto sdf_map49; }
+                                if (sdf_rs49_0 >= sdf_re49_0) goto sdf_map49;
+                                const int64_t sdf_rs49_1 = 0LL, sdf_re49_1 = s_NY, sdf_rt49_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map49;
+                                if (sdf_rt49_1 <= 0) { sdf_raise(47, sdf_rt49_1, 0); goto sdf_map49; }
+                                if (sdf_rs49_1 >= sdf_re49_1) goto sdf_map49;
+                                for (int64_t s_i = sdf_rs49_0; s_i < sdf_re49_0; s_i = sdf_next(s_i, sdf_rt49_0, sdf_re49_0)) {
+                                    sdf_pv[0] = s_i;
+                                    for (int64_t s_j = sdf_rs49_1; s_j < sdf_re49_1; s_j = sdf_next(s_j, sdf_rt49_1, sdf_re49_1)) {
+                                        sdf_pv[1] = s_j;
+                                        { /* tasklet 'top' */
+                                            const int64_t sdf_x50 = sdf_ck(s_i, s_NX, 48);
+                                            const int64_t sdf_x51 = sdf_ck(s_j, s_NY, 49);
+                                            const int64_t sdf_x52 = sdf_ck(sdf_ssub(s_NZ, 1LL, 50), s_NZ, 51);
+                                            const double v_dl = a_dp[(sdf_x50) * ((s_NY * s_NZ)) + (sdf_x51) * (s_NZ) + (sdf_x52)];
+                                            if (sdf_e->failed) goto sdf_map49;
+                                            double v_xl = 0;
+                                            v_xl = sdf_canon(v_dl);
+                                            const int64_t sdf_x53 = sdf_ck(s_i, s_NX, 52);
+                                            const int64_t sdf_x54 = sdf_ck(s_j, s_NY, 53);
+                                            const int64_t sdf_x55 = sdf_ck(sdf_ssub(s_NZ, 1LL, 54), s_NZ, 55);
+                                            if (sdf_e->failed) goto sdf_map49;
+                                            a_x[(sdf_x53) * ((s_NY * s_NZ)) + (sdf_x54) * (s_NZ) + (sdf_x55)] = v_xl;
+                                        }
+                                        if (sdf_e->failed) goto sdf_map49;
+                                    }
+                                }
                             }
+                            sdf_map49:;
                         }
-                        sdf_map49:;
+                        if (sdf_e->failed) goto sdf_stop48;
                     }
-                    if (sdf_e->failed) goto sdf_stop48;
                     sdf_stop48:;
                 }
             }
@@ -656,47 +668,51 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 } else {
                     #pragma omp single nowait
                     {
-                        { /* map 'backward' (checked) */
-                            const int64_t sdf_rs59_0 = 0LL, sdf_re59_0 = s_NX, sdf_rt59_0 = 1LL;
-                            if (sdf_e->failed) goto sdf_map59;
-                            if (sdf_rt59_0 <= 0) { sdf_raise(57, sdf_rt59_0, 0); goto sdf_map59; }
-                            if (sdf_rs59_0 >= sdf_re59_0) goto sdf_map59;
-                            const int64_t sdf_rs59_1 = 0LL, sdf_re59_1 = s_NY, sdf_rt59_1 = 1LL;
-                            if (sdf_e->failed) goto sdf_map59;
-                            if (sdf_rt59_1 <= 0) { sdf_raise(58, sdf_rt59_1, 0); goto sdf_map59; }
-                            if (sdf_rs59_1 >= sdf_re59_1) goto sdf_map59;
-                            for (int64_t s_i = sdf_rs59_0; s_i < sdf_re59_0; s_i = sdf_next(s_i, sdf_rt59_0, sdf_re59_0)) {
-                                sdf_pv[0] = s_i;
-                                for (int64_t s_j = sdf_rs59_1; s_j < sdf_re59_1; s_j = sdf_next(s_j, sdf_rt59_1, sdf_re59_1)) {
-                                    sdf_pv[1] = s_j;
-                                    { /* tasklet 'substitute' */
-                                        const int64_t sdf_x60 = sdf_ck(s_i, s_NX, 59);
-                                        const int64_t sdf_x61 = sdf_ck(s_j, s_NY, 60);
-                                        const int64_t sdf_x62 = sdf_ck(s_k, s_NZ, 61);
-                                        const double v_cpk = a_cp[(sdf_x60) * ((s_NY * s_NZ)) + (sdf_x61) * (s_NZ) + (sdf_x62)];
-                                        const int64_t sdf_x63 = sdf_ck(s_i, s_NX, 62);
-                                        const int64_t sdf_x64 = sdf_ck(s_j, s_NY, 63);
-                                        const int64_t sdf_x65 = sdf_ck(s_k, s_NZ, 64);
-                                        const double v_dpk = a_dp[(sdf_x63) * ((s_NY * s_NZ)) + (sdf_x64) * (s_NZ) + (sdf_x65)];
-                                        const int64_t sdf_x66 = sdf_ck(s_i, s_NX, 65);
-                                        const int64_t sdf_x67 = sdf_ck(s_j, s_NY, 66);
-                                        const int64_t sdf_x68 = sdf_ck(sdf_sadd(s_k, 1LL, 67), s_NZ, 68);
-                                        const double v_xnext = a_x[(sdf_x66) * ((s_NY * s_NZ)) + (sdf_x67) * (s_NZ) + (sdf_x68)];
-                                        if (sdf_e->failed) goto sdf_map59;
-                                        double v_xk = 0;
-                                        v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
-                                        const int64_t sdf_x69 = sdf_ck(s_i, s_NX, 69);
-                                        const int64_t sdf_x70 = sdf_ck(s_j, s_NY, 70);
-                                        const int64_t sdf_x71 = sdf_ck(s_k, s_NZ, 71);
-                                        if (sdf_e->failed) goto sdf_map59;
-                                        a_x[(sdf_x69) * ((s_NY * s_NZ)) + (sdf_x70) * (s_NZ) + (sdf_x71)] = v_xk;
-                                    }
+                        {
+                            { /* map 'backward' (checked) */
+                                {
+                                    const int64_t sdf_rs59_0 = 0LL, sdf_re59_0 = s_NX, sdf_rt59_0 = 1LL;
                                     if (sdf_e->failed) goto sdf_map59;
+                                    if (sdf_rt59_0 <= 0) { sdf_raise(57, sdf_rt59_0, 0); goto sdf_map59; }
+                                    if (sdf_rs59_0 >= sdf_re59_0) goto sdf_map59;
+                                    const int64_t sdf_rs59_1 = 0LL, sdf_re59_1 = s_NY, sdf_rt59_1 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map59;
+                                    if (sdf_rt59_1 <= 0) { sdf_raise(58, sdf_rt59_1, 0); goto sdf_map59; }
+                                    if (sdf_rs59_1 >= sdf_re59_1) goto sdf_map59;
+                                    for (int64_t s_i = sdf_rs59_0; s_i < sdf_re59_0; s_i = sdf_next(s_i, sdf_rt59_0, sdf_re59_0)) {
+                                        sdf_pv[0] = s_i;
+                                        for (int64_t s_j = sdf_rs59_1; s_j < sdf_re59_1; s_j = sdf_next(s_j, sdf_rt59_1, sdf_re59_1)) {
+                                            sdf_pv[1] = s_j;
+                                            { /* tasklet 'substitute' */
+                                                const int64_t sdf_x60 = sdf_ck(s_i, s_NX, 59);
+                                                const int64_t sdf_x61 = sdf_ck(s_j, s_NY, 60);
+                                                const int64_t sdf_x62 = sdf_ck(s_k, s_NZ, 61);
+                                                const double v_cpk = a_cp[(sdf_x60) * ((s_NY * s_NZ)) + (sdf_x61) * (s_NZ) + (sdf_x62)];
+                                                const int64_t sdf_x63 = sdf_ck(s_i, s_NX, 62);
+                                                const int64_t sdf_x64 = sdf_ck(s_j, s_NY, 63);
+                                                const int64_t sdf_x65 = sdf_ck(s_k, s_NZ, 64);
+                                                const double v_dpk = a_dp[(sdf_x63) * ((s_NY * s_NZ)) + (sdf_x64) * (s_NZ) + (sdf_x65)];
+                                                const int64_t sdf_x66 = sdf_ck(s_i, s_NX, 65);
+                                                const int64_t sdf_x67 = sdf_ck(s_j, s_NY, 66);
+                                                const int64_t sdf_x68 = sdf_ck(sdf_sadd(s_k, 1LL, 67), s_NZ, 68);
+                                                const double v_xnext = a_x[(sdf_x66) * ((s_NY * s_NZ)) + (sdf_x67) * (s_NZ) + (sdf_x68)];
+                                                if (sdf_e->failed) goto sdf_map59;
+                                                double v_xk = 0;
+                                                v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
+                                                const int64_t sdf_x69 = sdf_ck(s_i, s_NX, 69);
+                                                const int64_t sdf_x70 = sdf_ck(s_j, s_NY, 70);
+                                                const int64_t sdf_x71 = sdf_ck(s_k, s_NZ, 71);
+                                                if (sdf_e->failed) goto sdf_map59;
+                                                a_x[(sdf_x69) * ((s_NY * s_NZ)) + (sdf_x70) * (s_NZ) + (sdf_x71)] = v_xk;
+                                            }
+                                            if (sdf_e->failed) goto sdf_map59;
+                                        }
+                                    }
                                 }
+                                sdf_map59:;
                             }
-                            sdf_map59:;
+                            if (sdf_e->failed) goto sdf_stop58;
                         }
-                        if (sdf_e->failed) goto sdf_stop58;
                         sdf_stop58:;
                     }
                 }

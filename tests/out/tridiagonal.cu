@@ -141,7 +141,11 @@ SDF_INT_OPS(32, int32_t, uint32_t, INT32_MIN)
 SDF_INT_OPS(64, int64_t, uint64_t, INT64_MIN)
 /* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 static __device__ inline int64_t sdf_wall_ns(void) {
+#ifdef SDFLOW_EMULATED
+    return sdf_emu_wall_ns(); }
+#else
     uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return (int64_t)t; }
+#endif
 /* A value read from an index table, checked against the extent it indexes. */
 static __device__ inline int64_t sdf_ind(int64_t v, int64_t n) {
     if (v < 0 || v >= n) { sdf_fail(); return 0; }
@@ -341,54 +345,58 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_a, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'init' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(0, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(1, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'start' */
-                        const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 2);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 3);
-                        const int64_t sdf_x5 = sdf_ck(0LL, s_NZ, 4);
-                        const double v_b0 = a_b[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                        const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 5);
-                        const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 6);
-                        const int64_t sdf_x8 = sdf_ck(0LL, s_NZ, 7);
-                        const double v_c0 = a_c[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 8);
-                        const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 9);
-                        const int64_t sdf_x11 = sdf_ck(0LL, s_NZ, 10);
-                        const double v_d0 = a_d[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_cp0 = 0;
-                        double v_dp0 = 0;
-                        v_cp0 = sdf_canon(((v_c0) / (v_b0)));
-                        v_dp0 = sdf_canon(((v_d0) / (v_b0)));
-                        const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 11);
-                        const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 12);
-                        const int64_t sdf_x14 = sdf_ck(0LL, s_NZ, 13);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_cp[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_cp0;
-                        const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 14);
-                        const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 15);
-                        const int64_t sdf_x17 = sdf_ck(0LL, s_NZ, 16);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_dp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)] = v_dp0;
-                    }
+        {
+            { /* map 'init' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(0, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(1, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'start' */
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 2);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 3);
+                                const int64_t sdf_x5 = sdf_ck(0LL, s_NZ, 4);
+                                const double v_b0 = a_b[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 5);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 6);
+                                const int64_t sdf_x8 = sdf_ck(0LL, s_NZ, 7);
+                                const double v_c0 = a_c[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 8);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 9);
+                                const int64_t sdf_x11 = sdf_ck(0LL, s_NZ, 10);
+                                const double v_d0 = a_d[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v_cp0 = 0;
+                                double v_dp0 = 0;
+                                v_cp0 = sdf_canon(((v_c0) / (v_b0)));
+                                v_dp0 = sdf_canon(((v_d0) / (v_b0)));
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 11);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 12);
+                                const int64_t sdf_x14 = sdf_ck(0LL, s_NZ, 13);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_cp[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_cp0;
+                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 14);
+                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 15);
+                                const int64_t sdf_x17 = sdf_ck(0LL, s_NZ, 16);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_dp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)] = v_dp0;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }
@@ -434,67 +442,71 @@ extern "C" __global__ void sdf_k1_0_checked(double* __restrict__ a_a, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'forward' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(17, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(18, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'eliminate' */
-                        const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 19);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 20);
-                        const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 21);
-                        const double v_ak = a_a[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                        const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 22);
-                        const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 23);
-                        const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 24);
-                        const double v_bk = a_b[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 25);
-                        const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 26);
-                        const int64_t sdf_x11 = sdf_ck(s_k, s_NZ, 27);
-                        const double v_ck = a_c[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
-                        const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 28);
-                        const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 29);
-                        const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 30);
-                        const double v_dk = a_d[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)];
-                        const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 31);
-                        const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 32);
-                        const int64_t sdf_x17 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
-                        const double v_cprev = a_cp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)];
-                        const int64_t sdf_x18 = sdf_ck(s_i, s_NX, 35);
-                        const int64_t sdf_x19 = sdf_ck(s_j, s_NY, 36);
-                        const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
-                        const double v_dprev = a_dp[(sdf_x18) * ((s_NY * s_NZ)) + (sdf_x19) * (s_NZ) + (sdf_x20)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_cpk = 0;
-                        double v_dpk = 0;
-                        double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
-                        v_cpk = sdf_canon(((v_ck) / (v_den)));
-                        v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
-                        const int64_t sdf_x21 = sdf_ck(s_i, s_NX, 39);
-                        const int64_t sdf_x22 = sdf_ck(s_j, s_NY, 40);
-                        const int64_t sdf_x23 = sdf_ck(s_k, s_NZ, 41);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_cp[(sdf_x21) * ((s_NY * s_NZ)) + (sdf_x22) * (s_NZ) + (sdf_x23)] = v_cpk;
-                        const int64_t sdf_x24 = sdf_ck(s_i, s_NX, 42);
-                        const int64_t sdf_x25 = sdf_ck(s_j, s_NY, 43);
-                        const int64_t sdf_x26 = sdf_ck(s_k, s_NZ, 44);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_dp[(sdf_x24) * ((s_NY * s_NZ)) + (sdf_x25) * (s_NZ) + (sdf_x26)] = v_dpk;
-                    }
+        {
+            { /* map 'forward' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(17, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(18, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'eliminate' */
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 19);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 20);
+                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 21);
+                                const double v_ak = a_a[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 22);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 23);
+                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 24);
+                                const double v_bk = a_b[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 25);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 26);
+                                const int64_t sdf_x11 = sdf_ck(s_k, s_NZ, 27);
+                                const double v_ck = a_c[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 28);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 29);
+                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 30);
+                                const double v_dk = a_d[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)];
+                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 31);
+                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 32);
+                                const int64_t sdf_x17 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
+                                const double v_cprev = a_cp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)];
+                                const int64_t sdf_x18 = sdf_ck(s_i, s_NX, 35);
+                                const int64_t sdf_x19 = sdf_ck(s_j, s_NY, 36);
+                                const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
+                                const double v_dprev = a_dp[(sdf_x18) * ((s_NY * s_NZ)) + (sdf_x19) * (s_NZ) + (sdf_x20)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v_cpk = 0;
+                                double v_dpk = 0;
+                                double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
+                                v_cpk = sdf_canon(((v_ck) / (v_den)));
+                                v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
+                                const int64_t sdf_x21 = sdf_ck(s_i, s_NX, 39);
+                                const int64_t sdf_x22 = sdf_ck(s_j, s_NY, 40);
+                                const int64_t sdf_x23 = sdf_ck(s_k, s_NZ, 41);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_cp[(sdf_x21) * ((s_NY * s_NZ)) + (sdf_x22) * (s_NZ) + (sdf_x23)] = v_cpk;
+                                const int64_t sdf_x24 = sdf_ck(s_i, s_NX, 42);
+                                const int64_t sdf_x25 = sdf_ck(s_j, s_NY, 43);
+                                const int64_t sdf_x26 = sdf_ck(s_k, s_NZ, 44);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_dp[(sdf_x24) * ((s_NY * s_NZ)) + (sdf_x25) * (s_NZ) + (sdf_x26)] = v_dpk;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }
@@ -531,39 +543,43 @@ extern "C" __global__ void sdf_k2_0_checked(double* __restrict__ a_a, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'last' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(45, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(46, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'top' */
-                        const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 47);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 48);
-                        const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_NZ, 1LL, 49), s_NZ, 50);
-                        const double v_dl = a_dp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_xl = 0;
-                        v_xl = sdf_canon(v_dl);
-                        const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 51);
-                        const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 52);
-                        const int64_t sdf_x8 = sdf_ck(sdf_ssub(s_NZ, 1LL, 53), s_NZ, 54);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_x[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)] = v_xl;
-                    }
+        {
+            { /* map 'last' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(45, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(46, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'top' */
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 47);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 48);
+                                const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_NZ, 1LL, 49), s_NZ, 50);
+                                const double v_dl = a_dp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v_xl = 0;
+                                v_xl = sdf_canon(v_dl);
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 51);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 52);
+                                const int64_t sdf_x8 = sdf_ck(sdf_ssub(s_NZ, 1LL, 53), s_NZ, 54);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_x[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)] = v_xl;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }
@@ -602,47 +618,51 @@ extern "C" __global__ void sdf_k3_0_checked(double* __restrict__ a_a, double* __
     sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     {
-        { /* map 'backward' (checked) */
-            const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_0 <= 0) { sdf_raise(55, sdf_rt2_0, 0); goto sdf_map2; }
-            if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
-            const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
-            if (sdf_e->failed) goto sdf_map2;
-            if (sdf_rt2_1 <= 0) { sdf_raise(56, sdf_rt2_1, 0); goto sdf_map2; }
-            if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
-            for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
-                sdf_pv[0] = s_i;
-                for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
-                    sdf_pv[1] = s_j;
-                    { /* tasklet 'substitute' */
-                        const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 57);
-                        const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 58);
-                        const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 59);
-                        const double v_cpk = a_cp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                        const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 60);
-                        const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 61);
-                        const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 62);
-                        const double v_dpk = a_dp[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                        const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 63);
-                        const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 64);
-                        const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_k, 1LL, 65), s_NZ, 66);
-                        const double v_xnext = a_x[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
-                        if (sdf_e->failed) goto sdf_map2;
-                        double v_xk = 0;
-                        v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
-                        const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 67);
-                        const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 68);
-                        const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 69);
-                        if (sdf_e->failed) goto sdf_map2;
-                        a_x[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_xk;
-                    }
+        {
+            { /* map 'backward' (checked) */
+                {
+                    const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_0 <= 0) { sdf_raise(55, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
+                    const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
+                    if (sdf_e->failed) goto sdf_map2;
+                    if (sdf_rt2_1 <= 0) { sdf_raise(56, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
+                    for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
+                        sdf_pv[0] = s_i;
+                        for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
+                            sdf_pv[1] = s_j;
+                            { /* tasklet 'substitute' */
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 57);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 58);
+                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 59);
+                                const double v_cpk = a_cp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 60);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 61);
+                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 62);
+                                const double v_dpk = a_dp[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 63);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 64);
+                                const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_k, 1LL, 65), s_NZ, 66);
+                                const double v_xnext = a_x[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
+                                if (sdf_e->failed) goto sdf_map2;
+                                double v_xk = 0;
+                                v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 67);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 68);
+                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 69);
+                                if (sdf_e->failed) goto sdf_map2;
+                                a_x[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_xk;
+                            }
+                            if (sdf_e->failed) goto sdf_map2;
+                        }
+                    }
                 }
+                sdf_map2:;
             }
-            sdf_map2:;
+            if (sdf_e->failed) goto sdf_stop1;
         }
-        if (sdf_e->failed) goto sdf_stop1;
         sdf_stop1:;
     }
 }

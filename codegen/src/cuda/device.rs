@@ -6,17 +6,45 @@
 //!   graph capture and replay).
 //! - [`RecordingDevice`]: a fake for tests without a GPU. Memory is real host memory
 //!   behind fake device pointers, so data round-trips; launches are only recorded.
+//! - [`EmulatedDevice`]: the generated CUDA compiled for the host and run there, every
+//!   block and thread of every launch, for tests (and users) without a GPU.
+//!
+//! [`from_env`] picks one by `SDFLOW_CUDA_DEVICE`.
 //!
 //! Everything is enqueued on the program's one stream in call order. Nothing blocks the
 //! host except [`Device::synchronize`], [`Device::copy_d2h_sync`], [`Event::wait`] and the
 //! allocations and frees done at load time.
 
 mod driver;
+mod emulated;
 mod recording;
 mod staging;
 
 pub use driver::CudaDevice;
+pub use emulated::{EMULATED, EmulatedDevice};
 pub use recording::{Call, Launch, RecordingDevice};
+
+/// The environment variable that picks the device [`from_env`] opens.
+pub const DEVICE_ENV: &str = "SDFLOW_CUDA_DEVICE";
+
+/// The device `SDFLOW_CUDA_DEVICE` names: unset or a number, that CUDA device (default
+/// 0); `emulated`, an [`EmulatedDevice`] (the generated CUDA run on the host); `recording`,
+/// a [`RecordingDevice`] (launches recorded, not run).
+pub fn from_env() -> Result<DeviceHandle, DeviceError> {
+    match std::env::var(DEVICE_ENV) {
+        Err(_) => CudaDevice::new(0).map(DeviceHandle::new),
+        Ok(v) => match v.trim() {
+            EMULATED => Ok(DeviceHandle::new(EmulatedDevice::new())),
+            "recording" => Ok(DeviceHandle::new(RecordingDevice::new((9, 0)))),
+            n => match n.parse::<usize>() {
+                Ok(ordinal) => CudaDevice::new(ordinal).map(DeviceHandle::new),
+                Err(_) => Err(DeviceError(format!(
+                    "{DEVICE_ENV}='{v}': expected a device number, 'emulated' or 'recording'"
+                ))),
+            },
+        },
+    }
+}
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,6 +102,11 @@ pub trait Device: Send {
     fn name(&self) -> String;
     /// The compute capability `(major, minor)`.
     fn arch(&self) -> (u32, u32);
+    /// Whether [`Device::load_module`] takes the CUDA text itself rather than an image
+    /// NVRTC made of it (the emulated device compiles the text for the host).
+    fn takes_source(&self) -> bool {
+        false
+    }
     /// Loads a CUBIN or PTX image and looks up `kernels` in it, in order.
     fn load_module(
         &mut self,

@@ -126,9 +126,26 @@ impl CudaBackend {
     /// Generates, compiles (or finds in the cache) and loads `sdfg` on `device`.
     pub fn build(&self, sdfg: &Sdfg, device: &DeviceHandle) -> Result<GpuProgram, CodegenError> {
         let prog = self.generate(sdfg)?;
-        let (major, minor) = device.lock().arch();
-        let (image, origin) = self.compile(&prog, Arch { major, minor })?;
+        let (image, origin) = self.image_for(&prog, device)?;
         GpuProgram::load(sdfg, prog, &image, device, origin)
+    }
+
+    /// What `device` loads for `prog`: the CUBIN for its architecture ([`Self::compile`]),
+    /// or the CUDA text itself for a device that compiles it (the emulated device, whose
+    /// own build goes through the cache when it loads the module).
+    pub fn image_for(
+        &self,
+        prog: &CudaProgram,
+        device: &DeviceHandle,
+    ) -> Result<(Vec<u8>, Origin), CodegenError> {
+        let ((major, minor), takes_source) = {
+            let d = device.lock();
+            (d.arch(), d.takes_source())
+        };
+        if takes_source {
+            return Ok((prog.source.as_bytes().to_vec(), Origin::Built));
+        }
+        self.compile(prog, Arch { major, minor })
     }
 }
 

@@ -28,9 +28,16 @@ impl Emitter<'_> {
             loc: sc.loc.clone(),
             ..*sc
         };
+        // The node's code in a block of its own, the label after it: a jump to the label
+        // then leaves the block rather than skipping declarations in the label's scope
+        // (which C allows and C++ — the CUDA text, compiled as such — does not).
+        self.line("{");
+        self.indent += 1;
         self.line("{");
         self.indent += 1;
         self.checked_body_node(&inner, df, n)?;
+        self.indent -= 1;
+        self.line("}");
         self.line(&format!("{label}:;"));
         self.indent -= 1;
         self.line("}");
@@ -78,6 +85,9 @@ impl Emitter<'_> {
             m.label.replace("*/", "* /")
         ));
         self.indent += 1;
+        // As in `checked_node`: the declarations in a block the jumps leave.
+        self.line("{");
+        self.indent += 1;
         for (k, r) in m.ranges.iter().enumerate() {
             self.line(&format!(
                 "const int64_t sdf_rs{u}_{k} = {}, sdf_re{u}_{k} = {}, sdf_rt{u}_{k} = {};",
@@ -116,6 +126,8 @@ impl Emitter<'_> {
             self.indent -= 1;
             self.line("}");
         }
+        self.indent -= 1;
+        self.line("}");
         self.line(&format!("{done}:;"));
         self.indent -= 1;
         self.line("}");

@@ -120,7 +120,7 @@ fn device_prelude() -> String {
         ),
         (
             "    struct timespec ts;\n    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;\n    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec; }",
-            "    uint64_t t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return (int64_t)t; }",
+            "#ifdef SDFLOW_EMULATED\n    return sdf_emu_wall_ns(); }\n#else\n    uint64_t t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return (int64_t)t; }\n#endif",
         ),
         ("__builtin_add_overflow(", "sdf_ovf_add("),
         ("__builtin_sub_overflow(", "sdf_ovf_sub("),
