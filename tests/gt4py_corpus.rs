@@ -403,14 +403,26 @@ fn no_per_point_step_copies_a_grid_sized_container() {
 
 /// Every corpus program, lowered and as DaCe optimized it, through the GPU pipeline and the
 /// CUDA backend, run on the emulated device (the CUDA text compiled for the host, every
-/// block and thread of every launch): GT4Py's outputs, as on the CPU. Transcendental
-/// functions are the host's there, as in the interpreter, so the references' bounds
-/// hold as they do for the CPU backend.
+/// block and thread of every launch) and, where there is one (and NVRTC), on the GPU:
+/// GT4Py's outputs, as on the CPU. Transcendental functions are the host's on the
+/// emulated device, as in the interpreter, so the references' bounds hold as they do for
+/// the CPU backend.
 #[test]
 fn every_gt4py_program_reproduces_gt4py_on_the_emulated_device() {
-    use sdflow::codegen::cuda::device::{DeviceHandle, EmulatedDevice};
+    use sdflow::codegen::cuda::device::{CudaDevice, DeviceHandle, EmulatedDevice};
+    let mut devices = vec![("emulated", DeviceHandle::new(EmulatedDevice::new()))];
+    if sdflow::codegen::cuda::nvrtc::available().is_ok()
+        && let Ok(d) = CudaDevice::new(0)
+    {
+        devices.push(("GPU", DeviceHandle::new(d)));
+    }
+    for (name, device) in devices {
+        reproduces_gt4py_on(name, &device);
+    }
+}
+
+fn reproduces_gt4py_on(dev: &str, device: &sdflow::codegen::cuda::device::DeviceHandle) {
     use sdflow::codegen::cuda::exec::CudaBackend;
-    let device = DeviceHandle::new(EmulatedDevice::new());
     let backend = CudaBackend::default();
     let mut failures = Vec::new();
     let mut ran = 0;
@@ -428,17 +440,17 @@ fn every_gt4py_program_reproduces_gt4py_on_the_emulated_device() {
             let refs = references(&mut npz);
             let mut b = gt4py_inputs(&sdfg, &mut npz);
             let result = backend
-                .build(&opt, &device)
+                .build(&opt, device)
                 .map_err(|e| e.to_string())
                 .and_then(|mut prog| prog.run_bindings(&mut b).map_err(|e| e.to_string()))
                 .and_then(|()| check(&b, &mut npz, &refs));
             match result {
                 Ok(_) => ran += 1,
-                Err(e) => failures.push(format!("{file}: emulated device: {e}")),
+                Err(e) => failures.push(format!("{file}: {dev} device: {e}")),
             }
         }
     }
-    eprintln!("{ran} corpus files reproduce GT4Py on the emulated device");
+    eprintln!("{ran} corpus files reproduce GT4Py on the {dev} device");
     assert!(
         failures.is_empty(),
         "{} failure(s):\n{}",
