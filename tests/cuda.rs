@@ -352,6 +352,95 @@ fn the_thread_index_walks_the_stride_1_dimension() {
     }
 }
 
+/// Where the strides are symbols (GT4Py's fields), the kernel picks the fastest-varying
+/// parameter at the call: the one whose dimension of the written array has stride 1. The
+/// CUDA text of a map over `(i, j)` writing `out[i, j]` with strides `(SO0, SO1)` holds
+/// the choice, and on the emulated device both layouts — row-major (`j` fastest) and
+/// column-major (`i` fastest) — give the interpreter's results. In the GT4Py corpus the
+/// kernels that write a field (its strides are symbols) choose the same way; those that
+/// write sdflow's own transients (row-major, the last dimension contiguous) keep the
+/// last parameter fastest.
+#[test]
+fn the_fastest_thread_index_follows_strides_known_only_at_the_call() {
+    use sdflow_ir::interp::{Bindings, HostArray};
+    use sdflow_ir::{DType, DataDesc, SdfgBuilder, SymExpr, Value};
+    let mut b = SdfgBuilder::new("strided");
+    b.symbol("N", DType::I64).symbol("M", DType::I64);
+    for s in ["SU0", "SU1", "SO0", "SO1"] {
+        b.symbol(s, DType::I64);
+    }
+    b.array("u", DType::F64, ["N", "M"])
+        .array("out", DType::F64, ["N", "M"]);
+    b.state("s", |st| {
+        st.map("m", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet(
+                "t",
+                &[("x", "u[i, j]")],
+                &[("o", "out[i, j]")],
+                "o = 2.0 * x + 1.0",
+            );
+        });
+    });
+    let mut s = b.build();
+    for (name, a, c) in [("u", "SU0", "SU1"), ("out", "SO0", "SO1")] {
+        if let Some(DataDesc::Array(d)) = s.arrays.get_mut(name) {
+            d.strides = vec![SymExpr::sym(a), SymExpr::sym(c)];
+        }
+    }
+    assert_eq!(s.validate(), Ok(()));
+    let mut opt = s.clone();
+    sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+    let backend = CudaBackend::default();
+    let cuda = backend.generate(&opt).unwrap().source;
+    assert!(
+        cuda.contains("if ((s_SO1) != 1 && (s_SO0) == 1) {"),
+        "no runtime choice of the fastest parameter:\n{cuda}"
+    );
+    let (n, m) = (17i64, 23i64);
+    let values: Vec<f64> = (0..n * m).map(|k| 0.25 * k as f64 - 3.0).collect();
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let mut prog = backend.build(&opt, &handle).unwrap();
+    for (row, col) in [(m, 1), (1, n)] {
+        let mut inputs = Bindings::default();
+        inputs.arrays.insert(
+            "u".into(),
+            HostArray::from_f64(&[n as usize, m as usize], values.clone()).unwrap(),
+        );
+        inputs.arrays.insert(
+            "out".into(),
+            HostArray::zeros(DType::F64, &[n as usize, m as usize]),
+        );
+        for (k, v) in [
+            ("N", n),
+            ("M", m),
+            ("SU0", row),
+            ("SU1", col),
+            ("SO0", row),
+            ("SO1", col),
+        ] {
+            inputs.symbols.insert(k.into(), Value::I64(v));
+        }
+        let mut expected = inputs.clone();
+        sdflow_ir::interp::run(&s, &mut expected).unwrap();
+        let mut got = inputs.clone();
+        prog.run_bindings(&mut got).unwrap();
+        assert_eq!(
+            got.arrays["out"].bits(),
+            expected.arrays["out"].bits(),
+            "strides ({row}, {col})"
+        );
+    }
+    let mut choosing = 0;
+    for p in files("tests/gt4py", "dace.lowered.sdfgz") {
+        let mut s = cli::load_program(&p).unwrap();
+        sdflow_transforms::Pipeline::gpu().run(&mut s).unwrap();
+        let cuda = backend.generate(&s).unwrap().source;
+        choosing += cuda.matches("_K_stride) != 1 && (s___").count();
+    }
+    eprintln!("{choosing} GT4Py grid kernels choose their fastest parameter at the call");
+    assert!(choosing >= 20, "{choosing}");
+}
+
 /// No kernel of an optimized program allocates from the device heap: a nested SDFG called
 /// at every point of a map keeps its small containers on the stack. (The heap holds a
 /// few megabytes; GT4Py's `if` at every point of a 540,000-point grid exhausted it, and

@@ -317,14 +317,26 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k0_0(double* __restrict__ 
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
         int64_t s_i, s_j;
-        if (sdf_total <= (int64_t)INT32_MAX) {
-            uint32_t sdf_r = (uint32_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        if ((s_NZ) != 1 && (sdf_smul(s_NY, s_NZ, 0)) == 1) {
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n0) * (1LL); sdf_r /= (uint32_t)sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         } else {
-            int64_t sdf_r = (int64_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         }
         { /* tasklet 'start' */
             const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
@@ -350,42 +362,42 @@ extern "C" __global__ void sdf_k0_0_checked(double* __restrict__ a_a, double* __
                 {
                     const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_0 <= 0) { sdf_raise(0, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rt2_0 <= 0) { sdf_raise(1, sdf_rt2_0, 0); goto sdf_map2; }
                     if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
                     const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_1 <= 0) { sdf_raise(1, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rt2_1 <= 0) { sdf_raise(2, sdf_rt2_1, 0); goto sdf_map2; }
                     if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
                     for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
                         sdf_pv[0] = s_i;
                         for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
                             sdf_pv[1] = s_j;
                             { /* tasklet 'start' */
-                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 2);
-                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 3);
-                                const int64_t sdf_x5 = sdf_ck(0LL, s_NZ, 4);
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 3);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 4);
+                                const int64_t sdf_x5 = sdf_ck(0LL, s_NZ, 5);
                                 const double v_b0 = a_b[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 5);
-                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 6);
-                                const int64_t sdf_x8 = sdf_ck(0LL, s_NZ, 7);
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 6);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 7);
+                                const int64_t sdf_x8 = sdf_ck(0LL, s_NZ, 8);
                                 const double v_c0 = a_c[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 8);
-                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 9);
-                                const int64_t sdf_x11 = sdf_ck(0LL, s_NZ, 10);
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 9);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 10);
+                                const int64_t sdf_x11 = sdf_ck(0LL, s_NZ, 11);
                                 const double v_d0 = a_d[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
                                 if (sdf_e->failed) goto sdf_map2;
                                 double v_cp0 = 0;
                                 double v_dp0 = 0;
                                 v_cp0 = sdf_canon(((v_c0) / (v_b0)));
                                 v_dp0 = sdf_canon(((v_d0) / (v_b0)));
-                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 11);
-                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 12);
-                                const int64_t sdf_x14 = sdf_ck(0LL, s_NZ, 13);
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 12);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 13);
+                                const int64_t sdf_x14 = sdf_ck(0LL, s_NZ, 14);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_cp[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_cp0;
-                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 14);
-                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 15);
-                                const int64_t sdf_x17 = sdf_ck(0LL, s_NZ, 16);
+                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 15);
+                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 16);
+                                const int64_t sdf_x17 = sdf_ck(0LL, s_NZ, 17);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_dp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)] = v_dp0;
                             }
@@ -410,14 +422,26 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k1_0(double* __restrict__ 
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
         int64_t s_i, s_j;
-        if (sdf_total <= (int64_t)INT32_MAX) {
-            uint32_t sdf_r = (uint32_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        if ((s_NZ) != 1 && (sdf_smul(s_NY, s_NZ, 18)) == 1) {
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n0) * (1LL); sdf_r /= (uint32_t)sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         } else {
-            int64_t sdf_r = (int64_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         }
         { /* tasklet 'eliminate' */
             const double v_ak = a_a[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];
@@ -447,40 +471,40 @@ extern "C" __global__ void sdf_k1_0_checked(double* __restrict__ a_a, double* __
                 {
                     const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_0 <= 0) { sdf_raise(17, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rt2_0 <= 0) { sdf_raise(19, sdf_rt2_0, 0); goto sdf_map2; }
                     if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
                     const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_1 <= 0) { sdf_raise(18, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rt2_1 <= 0) { sdf_raise(20, sdf_rt2_1, 0); goto sdf_map2; }
                     if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
                     for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
                         sdf_pv[0] = s_i;
                         for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
                             sdf_pv[1] = s_j;
                             { /* tasklet 'eliminate' */
-                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 19);
-                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 20);
-                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 21);
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 21);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 22);
+                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 23);
                                 const double v_ak = a_a[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 22);
-                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 23);
-                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 24);
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 24);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 25);
+                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 26);
                                 const double v_bk = a_b[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 25);
-                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 26);
-                                const int64_t sdf_x11 = sdf_ck(s_k, s_NZ, 27);
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 27);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 28);
+                                const int64_t sdf_x11 = sdf_ck(s_k, s_NZ, 29);
                                 const double v_ck = a_c[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
-                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 28);
-                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 29);
-                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 30);
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 30);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 31);
+                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 32);
                                 const double v_dk = a_d[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)];
-                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 31);
-                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 32);
-                                const int64_t sdf_x17 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
+                                const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 33);
+                                const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 34);
+                                const int64_t sdf_x17 = sdf_ck(sdf_ssub(s_k, 1LL, 35), s_NZ, 36);
                                 const double v_cprev = a_cp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)];
-                                const int64_t sdf_x18 = sdf_ck(s_i, s_NX, 35);
-                                const int64_t sdf_x19 = sdf_ck(s_j, s_NY, 36);
-                                const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
+                                const int64_t sdf_x18 = sdf_ck(s_i, s_NX, 37);
+                                const int64_t sdf_x19 = sdf_ck(s_j, s_NY, 38);
+                                const int64_t sdf_x20 = sdf_ck(sdf_ssub(s_k, 1LL, 39), s_NZ, 40);
                                 const double v_dprev = a_dp[(sdf_x18) * ((s_NY * s_NZ)) + (sdf_x19) * (s_NZ) + (sdf_x20)];
                                 if (sdf_e->failed) goto sdf_map2;
                                 double v_cpk = 0;
@@ -488,14 +512,14 @@ extern "C" __global__ void sdf_k1_0_checked(double* __restrict__ a_a, double* __
                                 double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
                                 v_cpk = sdf_canon(((v_ck) / (v_den)));
                                 v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
-                                const int64_t sdf_x21 = sdf_ck(s_i, s_NX, 39);
-                                const int64_t sdf_x22 = sdf_ck(s_j, s_NY, 40);
-                                const int64_t sdf_x23 = sdf_ck(s_k, s_NZ, 41);
+                                const int64_t sdf_x21 = sdf_ck(s_i, s_NX, 41);
+                                const int64_t sdf_x22 = sdf_ck(s_j, s_NY, 42);
+                                const int64_t sdf_x23 = sdf_ck(s_k, s_NZ, 43);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_cp[(sdf_x21) * ((s_NY * s_NZ)) + (sdf_x22) * (s_NZ) + (sdf_x23)] = v_cpk;
-                                const int64_t sdf_x24 = sdf_ck(s_i, s_NX, 42);
-                                const int64_t sdf_x25 = sdf_ck(s_j, s_NY, 43);
-                                const int64_t sdf_x26 = sdf_ck(s_k, s_NZ, 44);
+                                const int64_t sdf_x24 = sdf_ck(s_i, s_NX, 44);
+                                const int64_t sdf_x25 = sdf_ck(s_j, s_NY, 45);
+                                const int64_t sdf_x26 = sdf_ck(s_k, s_NZ, 46);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_dp[(sdf_x24) * ((s_NY * s_NZ)) + (sdf_x25) * (s_NZ) + (sdf_x26)] = v_dpk;
                             }
@@ -520,14 +544,26 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k2_0(double* __restrict__ 
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
         int64_t s_i, s_j;
-        if (sdf_total <= (int64_t)INT32_MAX) {
-            uint32_t sdf_r = (uint32_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        if ((s_NZ) != 1 && (sdf_smul(s_NY, s_NZ, 47)) == 1) {
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n0) * (1LL); sdf_r /= (uint32_t)sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         } else {
-            int64_t sdf_r = (int64_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         }
         { /* tasklet 'top' */
             const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
@@ -548,27 +584,27 @@ extern "C" __global__ void sdf_k2_0_checked(double* __restrict__ a_a, double* __
                 {
                     const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_0 <= 0) { sdf_raise(45, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rt2_0 <= 0) { sdf_raise(48, sdf_rt2_0, 0); goto sdf_map2; }
                     if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
                     const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_1 <= 0) { sdf_raise(46, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rt2_1 <= 0) { sdf_raise(49, sdf_rt2_1, 0); goto sdf_map2; }
                     if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
                     for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
                         sdf_pv[0] = s_i;
                         for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
                             sdf_pv[1] = s_j;
                             { /* tasklet 'top' */
-                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 47);
-                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 48);
-                                const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_NZ, 1LL, 49), s_NZ, 50);
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 50);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 51);
+                                const int64_t sdf_x5 = sdf_ck(sdf_ssub(s_NZ, 1LL, 52), s_NZ, 53);
                                 const double v_dl = a_dp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
                                 if (sdf_e->failed) goto sdf_map2;
                                 double v_xl = 0;
                                 v_xl = sdf_canon(v_dl);
-                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 51);
-                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 52);
-                                const int64_t sdf_x8 = sdf_ck(sdf_ssub(s_NZ, 1LL, 53), s_NZ, 54);
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 54);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 55);
+                                const int64_t sdf_x8 = sdf_ck(sdf_ssub(s_NZ, 1LL, 56), s_NZ, 57);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_x[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)] = v_xl;
                             }
@@ -593,14 +629,26 @@ extern "C" __global__ void __launch_bounds__(256) sdf_k3_0(double* __restrict__ 
     const int64_t sdf_total = sdf_n0 * sdf_n1;
     for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {
         int64_t s_i, s_j;
-        if (sdf_total <= (int64_t)INT32_MAX) {
-            uint32_t sdf_r = (uint32_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+        if ((s_NZ) != 1 && (sdf_smul(s_NY, s_NZ, 58)) == 1) {
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n0) * (1LL); sdf_r /= (uint32_t)sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_i = (0LL) + (int64_t)(sdf_r % sdf_n0) * (1LL); sdf_r /= sdf_n0;
+                s_j = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         } else {
-            int64_t sdf_r = (int64_t)sdf_t;
-            s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
-            s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            if (sdf_total <= (int64_t)INT32_MAX) {
+                uint32_t sdf_r = (uint32_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % (uint32_t)sdf_n1) * (1LL); sdf_r /= (uint32_t)sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            } else {
+                int64_t sdf_r = (int64_t)sdf_t;
+                s_j = (0LL) + (int64_t)(sdf_r % sdf_n1) * (1LL); sdf_r /= sdf_n1;
+                s_i = (0LL) + (int64_t)sdf_r * (1LL);
+            }
         }
         { /* tasklet 'substitute' */
             const double v_cpk = a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (s_k)];
@@ -623,35 +671,35 @@ extern "C" __global__ void sdf_k3_0_checked(double* __restrict__ a_a, double* __
                 {
                     const int64_t sdf_rs2_0 = 0LL, sdf_re2_0 = s_NX, sdf_rt2_0 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_0 <= 0) { sdf_raise(55, sdf_rt2_0, 0); goto sdf_map2; }
+                    if (sdf_rt2_0 <= 0) { sdf_raise(59, sdf_rt2_0, 0); goto sdf_map2; }
                     if (sdf_rs2_0 >= sdf_re2_0) goto sdf_map2;
                     const int64_t sdf_rs2_1 = 0LL, sdf_re2_1 = s_NY, sdf_rt2_1 = 1LL;
                     if (sdf_e->failed) goto sdf_map2;
-                    if (sdf_rt2_1 <= 0) { sdf_raise(56, sdf_rt2_1, 0); goto sdf_map2; }
+                    if (sdf_rt2_1 <= 0) { sdf_raise(60, sdf_rt2_1, 0); goto sdf_map2; }
                     if (sdf_rs2_1 >= sdf_re2_1) goto sdf_map2;
                     for (int64_t s_i = sdf_rs2_0; s_i < sdf_re2_0; s_i = sdf_next(s_i, sdf_rt2_0, sdf_re2_0)) {
                         sdf_pv[0] = s_i;
                         for (int64_t s_j = sdf_rs2_1; s_j < sdf_re2_1; s_j = sdf_next(s_j, sdf_rt2_1, sdf_re2_1)) {
                             sdf_pv[1] = s_j;
                             { /* tasklet 'substitute' */
-                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 57);
-                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 58);
-                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 59);
+                                const int64_t sdf_x3 = sdf_ck(s_i, s_NX, 61);
+                                const int64_t sdf_x4 = sdf_ck(s_j, s_NY, 62);
+                                const int64_t sdf_x5 = sdf_ck(s_k, s_NZ, 63);
                                 const double v_cpk = a_cp[(sdf_x3) * ((s_NY * s_NZ)) + (sdf_x4) * (s_NZ) + (sdf_x5)];
-                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 60);
-                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 61);
-                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 62);
+                                const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 64);
+                                const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 65);
+                                const int64_t sdf_x8 = sdf_ck(s_k, s_NZ, 66);
                                 const double v_dpk = a_dp[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
-                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 63);
-                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 64);
-                                const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_k, 1LL, 65), s_NZ, 66);
+                                const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 67);
+                                const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 68);
+                                const int64_t sdf_x11 = sdf_ck(sdf_sadd(s_k, 1LL, 69), s_NZ, 70);
                                 const double v_xnext = a_x[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
                                 if (sdf_e->failed) goto sdf_map2;
                                 double v_xk = 0;
                                 v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
-                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 67);
-                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 68);
-                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 69);
+                                const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 71);
+                                const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 72);
+                                const int64_t sdf_x14 = sdf_ck(s_k, s_NZ, 73);
                                 if (sdf_e->failed) goto sdf_map2;
                                 a_x[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)] = v_xk;
                             }

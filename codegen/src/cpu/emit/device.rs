@@ -262,16 +262,23 @@ fn open_grid_kernel(
 /// extent then fits too — the division and remainder are 32-bit: a 64-bit division is a
 /// call of tens of instructions on a GPU, per point, and it made a stencil's kernel bound
 /// by instructions rather than memory.
+///
+/// Consecutive threads should touch consecutive elements. Where the array the map writes
+/// has strides that are symbols (GT4Py's fields), which parameter walks its stride-1
+/// dimension is known only at the call: the kernel then reads the strides and makes that
+/// parameter the fastest ([`runtime_innermost`]); otherwise the last one is (`loop_order`
+/// put the stride-1 dimension last where the strides are constants).
 fn grid_point(em: &mut Emitter<'_>, sc: &Scope<'_>, m: &MapScope, g: usize) {
     if g == 0 {
         return;
     }
-    let decompose = |em: &mut Emitter<'_>, ty: &str, cast: &str| {
+    // `order`: the grid parameters, fastest first.
+    let decompose = |em: &mut Emitter<'_>, ty: &str, cast: &str, order: &[usize]| {
         em.line(&format!("{ty} sdf_r = ({ty})sdf_t;"));
-        for d in (0..g).rev() {
+        for (k, &d) in order.iter().enumerate() {
             let (p, r) = (&m.params[d], &m.ranges[d]);
             let (start, step) = (sc.sub_sym(&r.start), sc.sub_sym(&r.step));
-            if d == 0 {
+            if k + 1 == order.len() {
                 em.line(&format!("s_{p} = ({start}) + (int64_t)sdf_r * ({step});"));
             } else {
                 em.line(&format!(
@@ -282,19 +289,100 @@ fn grid_point(em: &mut Emitter<'_>, sc: &Scope<'_>, m: &MapScope, g: usize) {
     };
     let params: Vec<String> = m.params[..g].iter().map(|p| format!("s_{p}")).collect();
     em.line(&format!("int64_t {};", params.join(", ")));
+    let normal: Vec<usize> = (0..g).rev().collect();
     if g == 1 {
-        decompose(em, "int64_t", "");
+        decompose(em, "int64_t", "", &normal);
         return;
     }
-    em.line("if (sdf_total <= (int64_t)INT32_MAX) {");
-    em.indent += 1;
-    decompose(em, "uint32_t", "(uint32_t)");
-    em.indent -= 1;
+    let both = |em: &mut Emitter<'_>, order: &[usize]| {
+        em.line("if (sdf_total <= (int64_t)INT32_MAX) {");
+        em.indent += 1;
+        decompose(em, "uint32_t", "(uint32_t)", order);
+        em.indent -= 1;
+        em.line("} else {");
+        em.indent += 1;
+        decompose(em, "int64_t", "", order);
+        em.indent -= 1;
+        em.line("}");
+    };
+    let strides = runtime_innermost(sc, m, g);
+    if strides.is_empty() {
+        both(em, &normal);
+        return;
+    }
+    // The first parameter, from the last, whose stride is 1 in this call is the fastest.
+    let last = &strides.last().expect("candidates").1;
+    let mut cond = String::new();
+    for (d, stride) in strides.iter().rev().skip(1) {
+        let order: Vec<usize> = std::iter::once(*d)
+            .chain(normal.iter().copied().filter(|x| x != d))
+            .collect();
+        let test = format!("({last}) != 1 && ({stride}) == 1");
+        em.line(&format!("{cond}if ({test}) {{"));
+        em.indent += 1;
+        both(em, &order);
+        em.indent -= 1;
+        cond = "} else ".to_string();
+    }
     em.line("} else {");
     em.indent += 1;
-    decompose(em, "int64_t", "");
+    both(em, &normal);
     em.indent -= 1;
     em.line("}");
+}
+
+/// For a grid over the first `g` parameters of `m`: when the first array of two or more
+/// dimensions its body writes (an index, or a range's start, in each dimension) has strides
+/// that are symbols, the grid parameters with such strides, each with its stride as C (the
+/// last grid parameter among them last); empty when the order is fixed at build time.
+fn runtime_innermost(sc: &Scope<'_>, m: &MapScope, g: usize) -> Vec<(usize, String)> {
+    let grid = &m.params[..g];
+    'edges: for e in m.body.edge_ids() {
+        let (src, dst) = m.body.endpoints(e);
+        let Some(written) = m.body.node(dst).as_access() else {
+            continue;
+        };
+        let mem = &m.body.edge(e).memlet;
+        // A copy's memlet names its source; the destination's part is `other_subset`.
+        let subset = if mem.data == written {
+            &mem.subset
+        } else if m.body.node(src).as_access().is_some() {
+            mem.other_subset.as_ref().unwrap_or(&mem.subset)
+        } else {
+            continue;
+        };
+        let Some(DataDesc::Array(a)) = sc.sdfg.arrays.get(written) else {
+            continue;
+        };
+        if subset.0.len() != a.strides.len() || a.strides.len() < 2 {
+            continue;
+        }
+        let mut per_param: Vec<Option<&SymExpr>> = vec![None; g];
+        for (dim, stride) in subset.0.iter().zip(&a.strides) {
+            // An index, or the start of a range (a copy of one element is `i:i+1`).
+            let ix = match dim {
+                Dim::Index(ix) | Dim::Range { start: ix, .. } => ix,
+                Dim::Indirect { .. } => continue 'edges,
+            };
+            let used: Vec<usize> = (0..g).filter(|&d| ix.mentions(&grid[d])).collect();
+            if let [d] = used.as_slice() {
+                per_param[*d] = Some(stride);
+            }
+        }
+        let symbolic: Vec<usize> = (0..g)
+            .filter(|&d| per_param[d].is_some_and(|s| s.as_int().is_none()))
+            .collect();
+        // Runtime choice only between parameters whose strides are symbols, and only
+        // when the last grid parameter is one of them (else `loop_order` decided).
+        if symbolic.len() < 2 || symbolic.last() != Some(&(g - 1)) {
+            return Vec::new();
+        }
+        return symbolic
+            .into_iter()
+            .map(|d| (d, sc.sym(per_param[d].expect("symbolic"))))
+            .collect();
+    }
+    Vec::new()
 }
 
 /// Closes what [`open_grid_kernel`] opened.
