@@ -186,27 +186,13 @@ fn gpu_random_programs_equal_the_interpreter() {
                 (Ok(_), Ok(())) => {}
             }
             let tolerant = sums_under_wcr(s) || (dev != "emulated" && uses_transcendentals(s));
-            for (n, d) in s.non_transients() {
-                if d.transient() {
-                    continue;
-                }
-                let (want, have) = (&expected.arrays[n], &got.arrays[n]);
-                if !tolerant {
-                    assert_eq!(
-                        want.bits(),
-                        have.bits(),
-                        "{dev}: random-{seed}: '{n}' differs"
-                    );
-                    continue;
-                }
-                let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
-                let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-                let bound = 64.0 * f64::EPSILON * scale;
-                for (k, (a, b)) in w.iter().zip(&h).enumerate() {
-                    let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
-                    assert!(same, "{dev}: random-{seed}: '{n}'[{k}] {b} vs {a}");
-                }
-            }
+            assert_outputs(
+                s,
+                &expected,
+                &got,
+                tolerant,
+                &format!("{dev}: random-{seed}"),
+            );
             compared += 1;
         }
         eprintln!(
@@ -678,6 +664,34 @@ fn errors_are_kept_until_read(dev: &str, handle: DeviceHandle) {
     );
 }
 
+/// The program's output arrays in `got` against `expected`: bit for bit, or (`tolerant`)
+/// within 64 ulp of each array's largest magnitude.
+fn assert_outputs(
+    s: &Sdfg,
+    expected: &sdflow_ir::interp::Bindings,
+    got: &sdflow_ir::interp::Bindings,
+    tolerant: bool,
+    what: &str,
+) {
+    for (n, d) in s.non_transients() {
+        if d.transient() {
+            continue;
+        }
+        let (want, have) = (&expected.arrays[n], &got.arrays[n]);
+        if !tolerant {
+            assert_eq!(want.bits(), have.bits(), "{what}: '{n}' differs");
+            continue;
+        }
+        let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
+        let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let bound = 64.0 * f64::EPSILON * scale;
+        for (k, (a, b)) in w.iter().zip(&h).enumerate() {
+            let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
+            assert!(same, "{what}: '{n}'[{k}] {b} vs {a} (bound {bound:e})");
+        }
+    }
+}
+
 /// Whether a program's tasklets call a transcendental function (CUDA's math library
 /// differs from the host's there, within its documented error bounds).
 fn uses_transcendentals(s: &Sdfg) -> bool {
@@ -753,26 +767,7 @@ fn dace_corpus_equals_the_interpreter(dev: &str, handle: &DeviceHandle) {
             (Ok(_), Ok(())) => {}
         }
         let tolerant = (dev != "emulated" && uses_transcendentals(&s)) || sums_under_wcr(&s);
-        for (n, d) in s.non_transients() {
-            if d.transient() {
-                continue;
-            }
-            let (want, have) = (&expected.arrays[n], &got.arrays[n]);
-            if !tolerant {
-                assert_eq!(want.bits(), have.bits(), "{dev}: {name}: '{n}' differs");
-                continue;
-            }
-            let (w, h) = (want.to_f64_vec(), have.to_f64_vec());
-            let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let bound = 64.0 * f64::EPSILON * scale;
-            for (k, (a, b)) in w.iter().zip(&h).enumerate() {
-                let same = a.to_bits() == b.to_bits() || (a - b).abs() <= bound;
-                assert!(
-                    same,
-                    "{dev}: {name}: '{n}'[{k}] {b} vs {a} (bound {bound:e})"
-                );
-            }
-        }
+        assert_outputs(&s, &expected, &got, tolerant, &format!("{dev}: {name}"));
         if tolerant {
             bounded += 1;
         } else {

@@ -308,6 +308,26 @@ impl fmt::Debug for Event {
     }
 }
 
+/// An event of a device that runs (or records) work when it is enqueued: done at once.
+struct DoneEvent;
+
+impl EventImpl for DoneEvent {
+    fn wait(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn query(&self) -> Result<bool, DeviceError> {
+        Ok(true)
+    }
+}
+
+/// The size in bytes of a kernel parameter of `a`'s type.
+fn arg_size(a: &KernelArg) -> usize {
+    match a {
+        KernelArg::I32(_) | KernelArg::F32(_) => 4,
+        KernelArg::Ptr(_) | KernelArg::I64(_) | KernelArg::F64(_) => 8,
+    }
+}
+
 /// The bytes of `args` as laid out for `cuLaunchKernel`: one 8-byte slot per argument,
 /// the value in its native representation at the start of the slot.
 fn arg_slots(args: &[KernelArg], slots: &mut Vec<u64>) {

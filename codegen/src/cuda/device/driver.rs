@@ -9,7 +9,7 @@
 use super::staging::{self, StagingPool};
 use super::{
     Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    arg_slots,
+    arg_size, arg_slots,
 };
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -69,14 +69,6 @@ fn param_sizes(f: sys::CUfunction) -> Option<Vec<usize>> {
             sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Some(sizes),
             _ => return None,
         }
-    }
-}
-
-/// The size of the kernel parameter `a` is passed as.
-fn arg_size(a: &KernelArg) -> usize {
-    match a {
-        KernelArg::I32(_) | KernelArg::F32(_) => 4,
-        KernelArg::Ptr(_) | KernelArg::I64(_) | KernelArg::F64(_) => 8,
     }
 }
 

@@ -20,8 +20,8 @@
 //! outside its arrays reads or writes the host process's memory.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    arg_slots,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
+    arg_size, arg_slots,
 };
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache};
@@ -198,18 +198,6 @@ pub struct EmulatedDevice {
 // SAFETY: the loaded libraries and the host memory behind the device pointers are used
 // only through `&mut self` (the device handle's lock), as a GPU context is.
 unsafe impl Send for EmulatedDevice {}
-
-/// An event of the emulated device: the work before it ran when it was enqueued.
-struct Done;
-
-impl EventImpl for Done {
-    fn wait(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn query(&self) -> Result<bool, DeviceError> {
-        Ok(true)
-    }
-}
 
 impl Default for EmulatedDevice {
     fn default() -> Self {
@@ -489,13 +477,7 @@ impl Device for EmulatedDevice {
             .kernels
             .get(k.0)
             .ok_or_else(|| DeviceError(format!("no kernel {}", k.0)))?;
-        let given: Vec<usize> = args
-            .iter()
-            .map(|a| match a {
-                KernelArg::I32(_) | KernelArg::F32(_) => 4,
-                _ => 8,
-            })
-            .collect();
+        let given: Vec<usize> = args.iter().map(arg_size).collect();
         if given != kernel.params {
             return Err(DeviceError(format!(
                 "kernel {} takes parameters of {:?} bytes, but the launch passes {given:?} ({args:?})",
@@ -558,7 +540,7 @@ impl Device for EmulatedDevice {
 
     fn record_event(&mut self) -> Result<Event, DeviceError> {
         self.not_while_capturing("recording an event")?;
-        Ok(Event::new(Box::new(Done), self.syncs.clone()))
+        Ok(Event::new(Box::new(DoneEvent), self.syncs.clone()))
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {

@@ -1,7 +1,7 @@
 //! [`RecordingDevice`]: a [`Device`] for tests without a GPU.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -225,18 +225,6 @@ impl RecordingDevice {
         let (base, off) = self.find(dst, bytes)?;
         self.memory.get_mut(&base).expect("found")[off..off + bytes].fill(0);
         Ok(())
-    }
-}
-
-/// Work on a recording device is done when enqueued.
-struct DoneEvent;
-
-impl EventImpl for DoneEvent {
-    fn wait(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn query(&self) -> Result<bool, DeviceError> {
-        Ok(true)
     }
 }
 
