@@ -913,3 +913,30 @@ fn bench_times_the_inputs_of_an_npz() {
         stderr(&o)
     );
 }
+
+#[test]
+fn run_on_the_emulated_cuda_device_prints_what_the_cpu_backend_prints() {
+    let args = |backend: &'static str| {
+        vec![
+            "run",
+            "examples/hyperdiffusion.sdfg.json",
+            "-s",
+            "N=24",
+            "-s",
+            "alpha=0.05",
+            "--backend",
+            backend,
+        ]
+    };
+    let cpu = sdflow(&args("cpu"));
+    assert!(cpu.status.success(), "{}", stderr(&cpu));
+    let emulated = sdflow_env(&args("cuda"), "SDFLOW_CUDA_DEVICE", "emulated");
+    assert!(emulated.status.success(), "{}", stderr(&emulated));
+    assert_eq!(stdout(&emulated), stdout(&cpu));
+    let unknown = sdflow_env(&args("cuda"), "SDFLOW_CUDA_DEVICE", "tpu");
+    assert_eq!(unknown.status.code(), Some(1), "{}", stderr(&unknown));
+    assert_eq!(
+        stderr(&unknown),
+        "error: --backend cuda: SDFLOW_CUDA_DEVICE='tpu': expected a device number, 'emulated' or 'recording'\n"
+    );
+}

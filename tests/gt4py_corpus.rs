@@ -422,32 +422,39 @@ fn every_gt4py_program_reproduces_gt4py_on_the_emulated_device() {
 }
 
 fn reproduces_gt4py_on(dev: &str, device: &sdflow::codegen::cuda::device::DeviceHandle) {
+    use rayon::prelude::*;
     use sdflow::codegen::cuda::exec::CudaBackend;
     let backend = CudaBackend::default();
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for p in programs() {
-        let npz_path = dir().join(format!("{p}.simple.npz"));
-        for v in ["dace.lowered", "dace.final"] {
+    let files: Vec<(String, String)> = programs()
+        .into_iter()
+        .flat_map(|p| ["dace.lowered", "dace.final"].map(|v| (p.clone(), v.to_string())))
+        .collect();
+    // Optimized and built in parallel (the builds do not hold the device), run in order.
+    let built: Vec<_> = files
+        .par_iter()
+        .map(|(p, v)| {
             let file = format!("{p}.simple.{v}.sdfgz");
             let sdfg = sdflow::cli::load_program(&dir().join(&file)).unwrap();
             let mut opt = sdfg.clone();
-            if let Err(e) = Pipeline::gpu().run(&mut opt) {
-                failures.push(format!("{file}: Pipeline::gpu: {e}"));
-                continue;
-            }
-            let mut npz = open_npz(&npz_path);
-            let refs = references(&mut npz);
-            let mut b = gt4py_inputs(&sdfg, &mut npz);
-            let result = backend
-                .build(&opt, device)
-                .map_err(|e| e.to_string())
-                .and_then(|mut prog| prog.run_bindings(&mut b).map_err(|e| e.to_string()))
-                .and_then(|()| check(&b, &mut npz, &refs));
-            match result {
-                Ok(_) => ran += 1,
-                Err(e) => failures.push(format!("{file}: {dev} device: {e}")),
-            }
+            let prog = Pipeline::gpu()
+                .run(&mut opt)
+                .map_err(|e| format!("Pipeline::gpu: {e}"))
+                .and_then(|_| backend.build(&opt, device).map_err(|e| e.to_string()));
+            (p.clone(), file, sdfg, prog)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (p, file, sdfg, prog) in built {
+        let mut npz = open_npz(&dir().join(format!("{p}.simple.npz")));
+        let refs = references(&mut npz);
+        let mut b = gt4py_inputs(&sdfg, &mut npz);
+        let result = prog
+            .and_then(|mut prog| prog.run_bindings(&mut b).map_err(|e| e.to_string()))
+            .and_then(|()| check(&b, &mut npz, &refs));
+        match result {
+            Ok(_) => ran += 1,
+            Err(e) => failures.push(format!("{file}: {dev} device: {e}")),
         }
     }
     eprintln!("{ran} corpus files reproduce GT4Py on the {dev} device");

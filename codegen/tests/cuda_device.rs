@@ -4,7 +4,7 @@
 //! machine with a C++ compiler).
 
 use sdflow_codegen::cache::Cache;
-use sdflow_codegen::cuda::device::{CudaDevice, Device, EmulatedDevice, KernelArg};
+use sdflow_codegen::cuda::device::{CudaDevice, Device, EmulatedDevice, KernelArg, build_library};
 use sdflow_codegen::cuda::nvrtc::{self, Arch, NvrtcOptions, Output};
 
 const KERNEL: &str = r#"extern "C" __global__ void axpy(double* y, const double* x, double a, long long n) {
@@ -49,15 +49,22 @@ fn launch_capture_and_replay() {
     exercise(&mut dev, &cubin.image, &ptx.image);
 }
 
-/// The same on the emulated device, which loads the CUDA text (twice: two modules).
+/// The same on the emulated device, which loads the host library built from the CUDA
+/// text (twice: two modules, each with its own globals).
 #[test]
 fn emulated_launch_capture_and_replay() {
     let dir = std::env::temp_dir().join(format!("sdflow-emu-device-{}", std::process::id()));
-    let mut dev = EmulatedDevice::with(2, Cache::at(&dir));
-    exercise(&mut dev, KERNEL.as_bytes(), KERNEL.as_bytes());
-    // A module that is not CUDA text is refused with a message.
-    let err = dev.load_module(&[0xff, 0xfe, 0x00], &["axpy".to_string()]);
-    assert!(err.unwrap_err().0.contains("not text"));
+    let cache = Cache::at(&dir);
+    let names = vec!["axpy".to_string()];
+    let (lib, _) = build_library(KERNEL, &names, Some(&cache)).unwrap();
+    let mut dev = EmulatedDevice::with_threads(2);
+    exercise(&mut dev, &lib, &lib);
+    // An image that is not a host library is refused with a message.
+    let err = dev.load_module(KERNEL.as_bytes(), &names);
+    assert!(err.unwrap_err().0.contains("is not one"));
+    // A kernel the text does not define does not build.
+    let missing = build_library(KERNEL, &["nope".to_string()], Some(&cache));
+    assert!(missing.unwrap_err().to_string().contains("nope"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

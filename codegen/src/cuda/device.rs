@@ -21,7 +21,7 @@ mod recording;
 mod staging;
 
 pub use driver::CudaDevice;
-pub use emulated::{EMULATED, EmulatedDevice};
+pub use emulated::{EMULATED, EmulatedDevice, build_library};
 pub use recording::{Call, Launch, RecordingDevice};
 
 /// The environment variable that picks the device [`from_env`] opens.
@@ -102,9 +102,9 @@ pub trait Device: Send {
     fn name(&self) -> String;
     /// The compute capability `(major, minor)`.
     fn arch(&self) -> (u32, u32);
-    /// Whether [`Device::load_module`] takes the CUDA text itself rather than an image
-    /// NVRTC made of it (the emulated device compiles the text for the host).
-    fn takes_source(&self) -> bool {
+    /// Whether [`Device::load_module`] takes a host library built from the CUDA text
+    /// ([`build_library`]: the emulated device) rather than an image NVRTC made of it.
+    fn host_library(&self) -> bool {
         false
     }
     /// Loads a CUBIN or PTX image and looks up `kernels` in it, in order.

@@ -131,19 +131,22 @@ impl CudaBackend {
     }
 
     /// What `device` loads for `prog`: the CUBIN for its architecture ([`Self::compile`]),
-    /// or the CUDA text itself for a device that compiles it (the emulated device, whose
-    /// own build goes through the cache when it loads the module).
+    /// or, for the emulated device, the host library built from the CUDA text
+    /// ([`super::device::build_library`]); both through the cache, and without holding
+    /// the device, so that builds for one device run in parallel.
     pub fn image_for(
         &self,
         prog: &CudaProgram,
         device: &DeviceHandle,
     ) -> Result<(Vec<u8>, Origin), CodegenError> {
-        let ((major, minor), takes_source) = {
+        let ((major, minor), host_library) = {
             let d = device.lock();
-            (d.arch(), d.takes_source())
+            (d.arch(), d.host_library())
         };
-        if takes_source {
-            return Ok((prog.source.as_bytes().to_vec(), Origin::Built));
+        if host_library {
+            let mut names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
+            names.push(STATUS_READ.into());
+            return super::device::build_library(&prog.source, &names, self.cache.as_ref());
         }
         self.compile(prog, Arch { major, minor })
     }

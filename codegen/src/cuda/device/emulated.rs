@@ -1,11 +1,13 @@
 //! [`EmulatedDevice`]: a [`Device`] that runs the generated CUDA on the host.
 //!
-//! The CUDA text NVRTC would receive is compiled as C++ by the system compiler (through
-//! the build cache, like the C backend), after a compatibility prelude ([`PRELUDE`]: the
+//! The CUDA text NVRTC would receive is compiled as C++ by the system compiler into a
+//! shared library ([`build_library`], through the build cache like the C backend, by
+//! `CudaBackend` before it takes the device, so builds run in parallel), after a
+//! compatibility prelude ([`PRELUDE`]: the
 //! CUDA qualifiers as nothing, `blockIdx`/`threadIdx`/`blockDim`/`gridDim` as
 //! thread-local variables, `atomicCAS`/`atomicExch` as the compiler's atomics, the bit
 //! casts, a host clock for `%globaltimer`) and before one host entry point per kernel
-//! ([`entry_points`]). A launch runs every block and every thread of its grid: the
+//! ([`entry_points`]); the device loads that library as a GPU loads a CUBIN. A launch runs every block and every thread of its grid: the
 //! blocks are spread over the host's threads (OpenMP), the threads of a block run one
 //! after the other, so the compare-and-swap loops of conflict-resolved writes meet real
 //! concurrency. Device memory is host memory; the stream runs each operation when it is
@@ -24,7 +26,7 @@ use super::{
     arg_size, arg_slots,
 };
 use crate::CodegenError;
-use crate::cache::{Artifact, Cache};
+use crate::cache::{Artifact, Cache, Origin};
 use crate::compile::{CompilerOptions, scratch_dir};
 use std::alloc::Layout;
 use std::collections::BTreeMap;
@@ -183,7 +185,6 @@ enum Op {
 /// The emulated device. See the module documentation.
 pub struct EmulatedDevice {
     threads: i32,
-    cache: Cache,
     libraries: Vec<libloading::Library>,
     kernels: Vec<Kernel>,
     memory: BTreeMap<DevPtr, Layout>,
@@ -210,7 +211,7 @@ const ALIGN: usize = 256;
 
 impl EmulatedDevice {
     /// An emulated device running launches on every core (`SDFLOW_EMULATED_THREADS`
-    /// overrides), compiling into the build cache of `SDFLOW_CACHE_DIR`.
+    /// overrides).
     pub fn new() -> EmulatedDevice {
         let threads = std::env::var("SDFLOW_EMULATED_THREADS")
             .ok()
@@ -219,15 +220,13 @@ impl EmulatedDevice {
             .unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as i32)
             });
-        EmulatedDevice::with(threads, Cache::from_env())
+        EmulatedDevice::with_threads(threads)
     }
 
-    /// An emulated device with `threads` host threads per launch and the build cache
-    /// `cache`.
-    pub fn with(threads: i32, cache: Cache) -> EmulatedDevice {
+    /// An emulated device with `threads` host threads per launch.
+    pub fn with_threads(threads: i32) -> EmulatedDevice {
         EmulatedDevice {
             threads: threads.max(1),
-            cache,
             libraries: Vec::new(),
             kernels: Vec::new(),
             memory: BTreeMap::new(),
@@ -334,38 +333,69 @@ impl EmulatedDevice {
         Ok(())
     }
 
-    /// Compiles the CUDA text `cuda` for the host with entry points for `kernels` (through
-    /// the cache) and loads a private copy of the library, so that each module has its
-    /// own device globals, as each `cuModuleLoad` does.
-    fn compile_and_load(
-        &mut self,
-        cuda: &str,
-        kernels: &[String],
-    ) -> Result<libloading::Library, CodegenError> {
-        let tu = translation_unit(cuda, kernels);
-        let cc = compiler();
-        let key = Cache::key(&[
-            &tu,
-            &cc.flags.join(" "),
-            &cc.identity()?,
-            env!("CARGO_PKG_VERSION"),
-            "emulated",
-        ]);
-        let (path, _origin) =
-            self.cache
-                .get_or_build_artifact(&key, LIBRARY, &tu, |src, out| cc.compile(src, out))?;
+    /// Loads a private copy of the library `image`, so that each module has its own
+    /// device globals, as each `cuModuleLoadData` does.
+    fn load_private(&mut self, image: &[u8]) -> Result<libloading::Library, DeviceError> {
+        if !image.starts_with(b"\x7fELF") {
+            return Err(DeviceError(
+                "the emulated device loads a host library (`emulated::build_library`), and \
+                 this image is not one"
+                    .into(),
+            ));
+        }
         let dir = scratch_dir("emu");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
         let private = dir.join("libprogram.emu.so");
-        std::fs::copy(&path, &private)
-            .map_err(|e| CodegenError::Cache(format!("{}: {e}", private.display())))?;
-        // SAFETY: the library is ours, built from generated code; its initializers only
-        // set up the device globals.
-        let lib = unsafe { libloading::Library::new(&private) }
-            .map_err(|e| CodegenError::Load(format!("{}: {e}", private.display())));
+        let lib = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&private, image))
+            .map_err(|e| DeviceError(format!("emulated device: {}: {e}", private.display())))
+            .and_then(|()| {
+                // SAFETY: the library was built by `build_library` from generated code;
+                // its initializers only set up the device globals.
+                unsafe { libloading::Library::new(&private) }
+                    .map_err(|e| DeviceError(format!("emulated device: {e}")))
+            });
         let _ = std::fs::remove_dir_all(&dir);
         lib
+    }
+}
+
+/// Builds the host library of the CUDA text `cuda` with entry points for `kernels`
+/// ([`translation_unit`], [`compiler`]) through `cache` (a scratch directory without one)
+/// and returns its bytes: what [`EmulatedDevice`] loads.
+pub fn build_library(
+    cuda: &str,
+    kernels: &[String],
+    cache: Option<&Cache>,
+) -> Result<(Vec<u8>, Origin), CodegenError> {
+    let tu = translation_unit(cuda, kernels);
+    let cc = compiler();
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| CodegenError::Cache(format!("{}: {e}", path.display())))
+    };
+    match cache {
+        Some(cache) => {
+            let key = Cache::key(&[
+                &tu,
+                &cc.flags.join(" "),
+                &cc.identity()?,
+                env!("CARGO_PKG_VERSION"),
+                "emulated",
+            ]);
+            let (path, origin) =
+                cache.get_or_build_artifact(&key, LIBRARY, &tu, |src, out| cc.compile(src, out))?;
+            Ok((read(&path)?, origin))
+        }
+        None => {
+            let dir = scratch_dir("emu-build");
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
+            let (src, out) = (dir.join(LIBRARY.source), dir.join(LIBRARY.output));
+            std::fs::write(&src, &tu)
+                .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
+            let built = cc.compile(&src, &out).and_then(|()| read(&out));
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok((built?, Origin::Built))
+        }
     }
 }
 
@@ -390,7 +420,7 @@ impl Device for EmulatedDevice {
         (9, 0)
     }
 
-    fn takes_source(&self) -> bool {
+    fn host_library(&self) -> bool {
         true
     }
 
@@ -399,12 +429,7 @@ impl Device for EmulatedDevice {
         image: &[u8],
         kernels: &[String],
     ) -> Result<Vec<KernelId>, DeviceError> {
-        let cuda = std::str::from_utf8(image).map_err(|_| {
-            DeviceError("the emulated device loads CUDA text, and this image is not text".into())
-        })?;
-        let lib = self
-            .compile_and_load(cuda, kernels)
-            .map_err(|e| DeviceError(format!("emulated device: {e}")))?;
+        let lib = self.load_private(image)?;
         let sym = |name: String| -> Result<*const c_void, DeviceError> {
             // SAFETY: looked up by name in our library; the types are the ones
             // `entry_points` defines.
