@@ -205,11 +205,12 @@ fn gpu_random_programs_equal_the_interpreter() {
 
 /// Programs the GPU pipeline leaves with no one-thread kernel for work that has a parallel
 /// dimension: after `Pipeline::gpu`, every example (the dycore among them) and every DaCe
-/// and GT4Py corpus program runs each map as a grid, except a map whose nested call
-/// accumulates into its output with a write-conflict resolution (the callee's combined
-/// writes would race; the plan keeps it on one thread on purpose, and the test names
-/// each). GT4Py's state-level nested SDFGs (one-thread kernels before they were
-/// inlined) are checked by `tests/gt4py_corpus.rs` as well.
+/// and GT4Py corpus program runs each map as a grid. The one exception the plan makes —
+/// a map whose nested call accumulates into its output with a write-conflict resolution
+/// (the callee's copied-out results would race) — no longer occurs: `inline_nested`
+/// splices such straight-line callees into the map body (4 DaCe programs). GT4Py's
+/// state-level nested SDFGs (one-thread kernels before they were inlined) are checked by
+/// `tests/gt4py_corpus.rs` as well.
 #[test]
 fn no_one_thread_kernel_for_parallel_work() {
     use sdflow_codegen::plan::{Plan, StepKind, nested_accumulates};
@@ -253,6 +254,10 @@ fn no_one_thread_kernel_for_parallel_work() {
         programs.len()
     );
     assert!(programs.len() >= 70, "{} programs", programs.len());
+    assert_eq!(
+        kept, 0,
+        "maps kept on one thread for an accumulating callee"
+    );
 }
 
 /// A grid kernel splits its linear index into the map's parameters with 32-bit division

@@ -32,8 +32,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use sdflow_ir::{
-    Block, DataDesc, Dataflow, Dim, Edge, Expr, NestedSdfg, Node, NodeId, Sdfg, StateId, Subset,
-    SymExpr, Symbol,
+    Block, DataDesc, Dataflow, Dim, Edge, Expr, Memlet, NestedSdfg, Node, NodeId, Sdfg, StateId,
+    Subset, SymExpr, Symbol,
 };
 
 use crate::pass::{Changes, Pass};
@@ -81,6 +81,7 @@ impl Pass for InlineNested {
             break;
         }
         ch.notes.extend(kept.into_values());
+        ch.add("nested_inlined_in_maps", inline_map_callees(sdfg));
         ch
     }
 }
@@ -917,4 +918,283 @@ fn replace_state(block: &mut Block, s: StateId, with: &Block) {
         }
         _ => {}
     }
+}
+
+/// Straight-line callees inside map bodies: a nested SDFG called at every point of a map
+/// whose body is a plain sequence of states of tasklets on scalars — DaCe's frontend
+/// writes `total += a[i] * b[i]` in a map so, the sum under a write-conflict resolution
+/// inside the callee — becomes the tasklets themselves in the map body. A call copies its
+/// arguments in and out, which keeps such a map on one thread; inlined, the write with
+/// its resolution goes to the caller's container directly and the map runs in parallel.
+///
+/// Legality: every connector is one element (a scalar, or an array of extents 1) bound
+/// by one edge (read or written, not both);
+/// every callee container is written at most once, an input never, an output read never,
+/// a transient only read after its write; the callee has no symbols, maps or calls, and
+/// the caller's edges carry no resolution. The copy-in of an output then holds the
+/// caller's value, which a single write with a resolution combines with as the inlined
+/// write does.
+pub(crate) fn inline_map_callees(sdfg: &mut Sdfg) -> usize {
+    let mut count = 0;
+    let mut new_arrays: Vec<(String, DataDesc)> = Vec::new();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    for si in 0..sdfg.states.len() {
+        let mut df = std::mem::take(&mut sdfg.states[si].graph);
+        count += in_bodies(sdfg, &mut df, false, &mut new_arrays, &mut taken);
+        sdfg.states[si].graph = df;
+    }
+    for (name, desc) in new_arrays {
+        sdfg.arrays.insert(name, desc);
+    }
+    count
+}
+
+/// Inlines the straight-line callees of the map bodies in `df` (`in_map`: `df` is one).
+fn in_bodies(
+    sdfg: &Sdfg,
+    df: &mut Dataflow,
+    in_map: bool,
+    new_arrays: &mut Vec<(String, DataDesc)>,
+    taken: &mut BTreeSet<String>,
+) -> usize {
+    let mut count = 0;
+    for n in df.node_ids() {
+        if let Node::Map(m) = df.graph.node_weight_mut(n).expect("node of the graph") {
+            let mut body = std::mem::take(&mut m.body);
+            count += in_bodies(sdfg, &mut body, true, new_arrays, taken);
+            if let Node::Map(m) = df.graph.node_weight_mut(n).expect("node of the graph") {
+                m.body = body;
+            }
+        }
+    }
+    if !in_map {
+        return count;
+    }
+    for n in df.node_ids() {
+        let Node::Nested(ns) = df.node(n) else {
+            continue;
+        };
+        let ns = ns.clone();
+        if straight_line(df, n, &ns).is_ok() {
+            splice(sdfg, df, n, &ns, new_arrays, taken);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// A scalar, or an array whose every extent is the constant 1: a connector of it moves
+/// one element, so the caller's memlet can stand for the callee's.
+fn one_element(d: &DataDesc) -> bool {
+    d.shape().iter().all(|e| e.as_int() == Some(1))
+}
+
+/// The callee's states in order when its body is a plain sequence.
+fn plain_states(b: &Block, out: &mut Vec<StateId>) -> bool {
+    match b {
+        Block::State(s) => {
+            out.push(*s);
+            true
+        }
+        Block::Seq(v) => v.iter().all(|b| plain_states(b, out)),
+        _ => false,
+    }
+}
+
+/// Whether nested node `n` of map body `df` can be spliced in (see
+/// [`inline_map_callees`]); the reason when not.
+fn straight_line(df: &Dataflow, n: NodeId, ns: &NestedSdfg) -> Result<(), String> {
+    let inner = &*ns.sdfg;
+    let mut order = Vec::new();
+    if !plain_states(&inner.body, &mut order) {
+        return Err("its body has control flow".into());
+    }
+    if !inner.symbols.is_empty() || !ns.symbol_mapping.is_empty() {
+        return Err("it has symbols".into());
+    }
+    let mut conn_dirs: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    for (e, input) in df
+        .in_edges(n)
+        .into_iter()
+        .map(|e| (e, true))
+        .chain(df.out_edges(n).into_iter().map(|e| (e, false)))
+    {
+        let edge = df.edge(e);
+        let c = if input {
+            &edge.dst_conn
+        } else {
+            &edge.src_conn
+        };
+        let Some(c) = c else {
+            return Err("an edge has no connector".into());
+        };
+        let other = if input {
+            df.endpoints(e).0
+        } else {
+            df.endpoints(e).1
+        };
+        if df.node(other).as_access() != Some(edge.memlet.data.as_str())
+            || edge.memlet.wcr.is_some()
+            || edge.memlet.other_subset.is_some()
+            || !inner
+                .arrays
+                .get(c)
+                .is_some_and(|d| !d.transient() && one_element(d))
+        {
+            return Err(format!("connector '{c}' is not a plain scalar binding"));
+        }
+        let d = conn_dirs.entry(c.clone()).or_default();
+        // One edge per connector: read or written, not both, not twice.
+        if d.0 || d.1 {
+            return Err(format!("connector '{c}' is bound twice"));
+        }
+        if input {
+            d.0 = true;
+        } else {
+            d.1 = true;
+        }
+    }
+    let mut written: BTreeSet<String> = BTreeSet::new();
+    for &s in &order {
+        let g = &inner.states[s.index()].graph;
+        for m in g.node_ids() {
+            match g.node(m) {
+                Node::Tasklet(_) => {}
+                Node::Access(a) => {
+                    let Some(desc) = inner.arrays.get(a) else {
+                        return Err(format!("'{a}' is not declared"));
+                    };
+                    if !one_element(desc) {
+                        return Err(format!("'{a}' has more than one element"));
+                    }
+                    let writes = g.in_degree(m) > 0;
+                    let reads = g.out_degree(m) > 0;
+                    if writes
+                        && g.in_edges(m)
+                            .iter()
+                            .any(|&e| g.node(g.endpoints(e).0).as_access().is_some())
+                    {
+                        return Err(format!("'{a}' is copied into"));
+                    }
+                    if reads && !writes && desc.transient() && !written.contains(a) {
+                        return Err(format!("'{a}' is read before it is written"));
+                    }
+                    if writes && (g.in_degree(m) > 1 || !written.insert(a.clone())) {
+                        return Err(format!("'{a}' is written more than once"));
+                    }
+                    if !desc.transient() {
+                        let (read, write) = conn_dirs.get(a).copied().unwrap_or_default();
+                        if (writes && !write) || (reads && !read) {
+                            return Err(format!("connector '{a}' is used against its binding"));
+                        }
+                    }
+                }
+                _ => return Err("it holds maps, calls or library nodes".into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces nested node `n` of `df` by its callee's tasklets (checked by
+/// [`straight_line`]): connectors become the caller's memlets, transients new scalars.
+fn splice(
+    sdfg: &Sdfg,
+    df: &mut Dataflow,
+    n: NodeId,
+    ns: &NestedSdfg,
+    new_arrays: &mut Vec<(String, DataDesc)>,
+    taken: &mut BTreeSet<String>,
+) {
+    let inner = &*ns.sdfg;
+    // Connector -> (caller access node, caller memlet).
+    let mut outer: BTreeMap<String, (NodeId, Memlet)> = BTreeMap::new();
+    for e in df.in_edges(n) {
+        let edge = df.edge(e);
+        if let Some(c) = &edge.dst_conn {
+            outer.insert(c.clone(), (df.endpoints(e).0, edge.memlet.clone()));
+        }
+    }
+    for e in df.out_edges(n) {
+        let edge = df.edge(e);
+        if let Some(c) = &edge.src_conn {
+            outer.insert(c.clone(), (df.endpoints(e).1, edge.memlet.clone()));
+        }
+    }
+    let mut renamed: BTreeMap<String, String> = BTreeMap::new();
+    let mut writer: BTreeMap<String, NodeId> = BTreeMap::new();
+    let mut order = Vec::new();
+    plain_states(&inner.body, &mut order);
+    for s in order {
+        let g = &inner.states[s.index()].graph;
+        let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+        for m in g.node_ids() {
+            let new = match g.node(m) {
+                Node::Access(a) if outer.contains_key(a) => outer[a].0,
+                Node::Access(a) => {
+                    let name = renamed
+                        .entry(a.clone())
+                        .or_insert_with(|| {
+                            let stem = format!("{}_{a}", inner.name);
+                            let base = (0..)
+                                .map(|k| {
+                                    if k == 0 {
+                                        stem.clone()
+                                    } else {
+                                        format!("{stem}_{k}")
+                                    }
+                                })
+                                .find(|b| !taken.contains(b) && fresh_name(sdfg, b) == *b)
+                                .expect("an unused name exists");
+                            taken.insert(base.clone());
+                            let mut desc = inner.arrays[a].clone();
+                            if let DataDesc::Array(arr) = &mut desc {
+                                arr.transient = true;
+                            }
+                            new_arrays.push((base.clone(), desc));
+                            base
+                        })
+                        .clone();
+                    if g.in_degree(m) > 0 {
+                        let id = df.add_access(&name);
+                        writer.insert(a.clone(), id);
+                        id
+                    } else {
+                        match writer.get(a) {
+                            Some(&id) => id,
+                            None => df.add_access(&name),
+                        }
+                    }
+                }
+                other => df.add_node(other.clone()),
+            };
+            map.insert(m, new);
+        }
+        for e in g.edge_ids() {
+            let (src, dst) = g.endpoints(e);
+            let edge = g.edge(e);
+            let memlet = match outer.get(&edge.memlet.data) {
+                Some((_, m)) => Memlet {
+                    wcr: edge.memlet.wcr,
+                    ..m.clone()
+                },
+                None => Memlet {
+                    data: renamed
+                        .get(&edge.memlet.data)
+                        .cloned()
+                        .unwrap_or_else(|| edge.memlet.data.clone()),
+                    ..edge.memlet.clone()
+                },
+            };
+            df.add_edge(
+                map[&src],
+                edge.src_conn.as_deref(),
+                map[&dst],
+                edge.dst_conn.as_deref(),
+                memlet,
+            );
+        }
+    }
+    df.graph.remove_node(n);
+    remove_isolated_access_nodes(df);
 }

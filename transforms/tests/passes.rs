@@ -956,3 +956,86 @@ fn fast_math_never_runs_a_disabled_egraph_pass() {
     let p = Pipeline::cpu().fast_math().unwrap();
     assert!(p.is_enabled("egraph_fast_math") && !p.names().contains(&"egraph"));
 }
+
+/// A map calling `t += 0.5 * c` at every point, the callee written as DaCe's front end
+/// writes it: the product into a transient scalar in one state, the sum under a
+/// resolution in the next. `read_modify_write`: the callee instead reads its output
+/// connector and writes `t = t + p` with no resolution (bound both ways).
+fn accumulating_callee(read_modify_write: bool) -> Sdfg {
+    let mut inner = SdfgBuilder::new("acc");
+    inner
+        .scalar("c", DType::F64)
+        .scalar("t", DType::F64)
+        .transient_scalar("p", DType::F64);
+    inner.state("mul", |s| {
+        s.tasklet("mul", &[("x", "c")], &[("o", "p")], "o = 0.5 * x");
+    });
+    inner.state("add", |s| {
+        if read_modify_write {
+            s.tasklet("add", &[("x", "p"), ("y", "t")], &[("o", "t")], "o = x + y");
+        } else {
+            s.tasklet("add", &[("x", "p")], &[("o", "t (wcr: sum)")], "o = x");
+        }
+    });
+    let inner = inner.build();
+    let mut b = SdfgBuilder::new("total");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("s", DType::F64, ["1"]);
+    b.state("sum", |st| {
+        st.map("m", &["i"], &["0:N"], |m| {
+            if read_modify_write {
+                m.nested(
+                    inner,
+                    &[],
+                    &[("c", "a[i]"), ("t", "s[0]")],
+                    &[("t", "s[0]")],
+                );
+            } else {
+                m.nested(inner, &[], &[("c", "a[i]")], &[("t", "s[0]")]);
+            }
+        });
+    });
+    b.build()
+}
+
+#[test]
+fn inline_nested_splices_a_straight_line_accumulating_callee_into_its_map() {
+    use sdflow_transforms::InlineNested;
+    let s = accumulating_callee(false);
+    assert_eq!(s.validate(), Ok(()));
+    let mut t = s.clone();
+    let ch = InlineNested.run(&mut t);
+    assert_eq!(ch.get("nested_inlined_in_maps"), 1, "{ch:?}");
+    assert_eq!(t.validate(), Ok(()));
+    assert_eq!(t.stats().nested, 0);
+    // The sum is now a resolved write to the caller's container, in the map body.
+    let Node::Map(m) = t.states[0]
+        .graph
+        .node_ids()
+        .into_iter()
+        .map(|n| t.states[0].graph.node(n).clone())
+        .find(|n| matches!(n, Node::Map(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let resolved: Vec<String> = m
+        .body
+        .edge_ids()
+        .into_iter()
+        .map(|e| m.body.edge(e).memlet.clone())
+        .filter(|mm| mm.wcr.is_some())
+        .map(|mm| mm.to_string())
+        .collect();
+    assert_eq!(resolved, vec!["s[0] (wcr: sum)".to_string()]);
+    same_results(&s, &t, &[("N", 37)]);
+    // Read and written through one connector: kept (two points at once would lose
+    // updates once the map runs in parallel).
+    let s = accumulating_callee(true);
+    assert_eq!(s.validate(), Ok(()));
+    let mut t = s.clone();
+    let ch = InlineNested.run(&mut t);
+    assert_eq!(ch.get("nested_inlined_in_maps"), 0, "{ch:?}");
+    assert_eq!(t.stats().nested, 1);
+}
