@@ -376,6 +376,16 @@ impl Dataflow {
         self.edges_dir(n, Direction::Incoming)
     }
 
+    /// A node's edges with their direction: the incoming ones (`true`) then the outgoing
+    /// ones (`false`), each in edge-index order — a nested call's connector bindings.
+    pub fn edges_both(&self, n: NodeId) -> Vec<(EdgeId, bool)> {
+        self.in_edges(n)
+            .into_iter()
+            .map(|e| (e, true))
+            .chain(self.out_edges(n).into_iter().map(|e| (e, false)))
+            .collect()
+    }
+
     /// Outgoing edges of a node, in edge-index order.
     pub fn out_edges(&self, n: NodeId) -> Vec<EdgeId> {
         self.edges_dir(n, Direction::Outgoing)

@@ -321,11 +321,7 @@ fn bindings(
     inner: &Sdfg,
 ) -> Result<BTreeMap<String, Binding>, String> {
     let mut out: BTreeMap<String, Binding> = BTreeMap::new();
-    let edges = df
-        .in_edges(n)
-        .into_iter()
-        .map(|e| (e, true))
-        .chain(df.out_edges(n).into_iter().map(|e| (e, false)));
+    let edges = df.edges_both(n);
     for (e, input) in edges {
         let Edge {
             src_conn,
@@ -1013,12 +1009,7 @@ fn straight_line(df: &Dataflow, n: NodeId, ns: &NestedSdfg) -> Result<(), String
         return Err("it has symbols".into());
     }
     let mut conn_dirs: BTreeMap<String, (bool, bool)> = BTreeMap::new();
-    for (e, input) in df
-        .in_edges(n)
-        .into_iter()
-        .map(|e| (e, true))
-        .chain(df.out_edges(n).into_iter().map(|e| (e, false)))
-    {
+    for (e, input) in df.edges_both(n) {
         let edge = df.edge(e);
         let c = if input {
             &edge.dst_conn

@@ -36,12 +36,7 @@ pub(super) fn merge_aliases(
 ) -> Result<(), ImportError> {
     // Connector edges by the caller's container.
     let mut groups: BTreeMap<String, Vec<(sdflow_ir::EdgeId, String, bool)>> = BTreeMap::new();
-    for (e, input) in df
-        .in_edges(n)
-        .into_iter()
-        .map(|e| (e, true))
-        .chain(df.out_edges(n).into_iter().map(|e| (e, false)))
-    {
+    for (e, input) in df.edges_both(n) {
         let edge = df.edge(e);
         let conn = if input {
             &edge.dst_conn
