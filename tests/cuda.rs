@@ -208,7 +208,7 @@ fn gpu_random_programs_equal_the_interpreter() {
 /// and GT4Py corpus program runs each map as a grid. The one exception the plan makes —
 /// a map whose nested call accumulates into its output with a write-conflict resolution
 /// (the callee's copied-out results would race) — no longer occurs: `inline_nested`
-/// splices such straight-line callees into the map body (4 DaCe programs). GT4Py's
+/// splices such straight-line callees into the map body (4 DaCe files). GT4Py's
 /// state-level nested SDFGs (one-thread kernels before they were inlined) are checked by
 /// `tests/gt4py_corpus.rs` as well.
 #[test]

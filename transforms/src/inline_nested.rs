@@ -7,7 +7,8 @@
 //! caller symbol). State fusion then joins the pieces where their accesses allow, and the
 //! callee's maps meet the caller's passes: GT4Py lowers every `let` of a program to a
 //! nested SDFG whose body is the rest of the program, which the code generator would run
-//! as one sequential call.
+//! as one sequential call. Callees inside map bodies are spliced in only when they are
+//! straight-line code on single elements ([`inline_map_callees`]).
 //!
 //! ```text
 //! state S: u ─► nested f { a ─► map ─► t ─► map ─► b } ─► out ─► map g ─► v

@@ -320,12 +320,23 @@ impl EventImpl for DoneEvent {
     }
 }
 
-/// The size in bytes of a kernel parameter of `a`'s type.
-fn arg_size(a: &KernelArg) -> usize {
-    match a {
-        KernelArg::I32(_) | KernelArg::F32(_) => 4,
-        KernelArg::Ptr(_) | KernelArg::I64(_) | KernelArg::F64(_) => 8,
+/// Checks `args` against kernel `name`'s parameter sizes in bytes: launching with others
+/// would make the kernel read garbage or the driver read past the arguments.
+fn check_args(name: &str, params: &[usize], args: &[KernelArg]) -> Result<(), DeviceError> {
+    let given: Vec<usize> = args
+        .iter()
+        .map(|a| match a {
+            KernelArg::I32(_) | KernelArg::F32(_) => 4,
+            KernelArg::Ptr(_) | KernelArg::I64(_) | KernelArg::F64(_) => 8,
+        })
+        .collect();
+    if given != params {
+        return Err(DeviceError(format!(
+            "kernel {name} takes parameters of {params:?} bytes, but the launch passes \
+             {given:?} ({args:?})"
+        )));
     }
+    Ok(())
 }
 
 /// The bytes of `args` as laid out for `cuLaunchKernel`: one 8-byte slot per argument,

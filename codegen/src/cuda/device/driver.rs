@@ -9,7 +9,7 @@
 use super::staging::{self, StagingPool};
 use super::{
     Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    arg_size, arg_slots,
+    arg_slots, check_args,
 };
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -468,16 +468,7 @@ impl Device for CudaDevice {
             .ok_or_else(|| DeviceError(format!("no kernel {}", k.0)))?;
         let f = kernel.f;
         if let Some(params) = &kernel.params {
-            let given: Vec<usize> = args.iter().map(arg_size).collect();
-            if &given != params {
-                // Launching anyway would make the kernel read garbage or the driver read
-                // past the arguments.
-                return Err(DeviceError(format!(
-                    "kernel {} takes parameters of {params:?} bytes, but the launch passes \
-                     {given:?} ({args:?})",
-                    kernel.name
-                )));
-            }
+            check_args(&kernel.name, params, args)?;
         }
         self.bind()?;
         arg_slots(args, &mut self.slots);

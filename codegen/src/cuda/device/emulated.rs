@@ -23,7 +23,7 @@
 
 use super::{
     Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
-    arg_size, arg_slots,
+    arg_slots, check_args,
 };
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
@@ -502,13 +502,7 @@ impl Device for EmulatedDevice {
             .kernels
             .get(k.0)
             .ok_or_else(|| DeviceError(format!("no kernel {}", k.0)))?;
-        let given: Vec<usize> = args.iter().map(arg_size).collect();
-        if given != kernel.params {
-            return Err(DeviceError(format!(
-                "kernel {} takes parameters of {:?} bytes, but the launch passes {given:?} ({args:?})",
-                kernel.name, kernel.params
-            )));
-        }
+        check_args(&kernel.name, &kernel.params, args)?;
         let threads = block.iter().map(|&b| b as u64).product::<u64>();
         if grid.contains(&0)
             || block.contains(&0)
