@@ -466,3 +466,52 @@ fn reproduces_gt4py_on(dev: &str, device: &sdflow::codegen::cuda::device::Device
     );
     assert!(ran >= 46, "{ran} files ran");
 }
+
+/// Copies between containers (edges from one access node to another at a state's top
+/// level, in the states the control flow runs).
+fn copy_steps(sdfg: &Sdfg) -> usize {
+    sdfg.body
+        .states()
+        .into_iter()
+        .map(|s| {
+            let df = &sdfg.states[s.index()].graph;
+            df.edge_ids()
+                .into_iter()
+                .filter(|&e| {
+                    let (a, b) = df.endpoints(e);
+                    df.node(a).as_access().is_some() && df.node(b).as_access().is_some()
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// GT4Py's `concat_where` assembles a result from pieces, each computed into a transient
+/// of its own and copied into the result, which is copied again into the value of an `if`
+/// and then into the field: once optimized, every lowered program copies no more than
+/// GT4Py's optimizer leaves in its final SDFG, and the two `concat_where` programs fewer.
+#[test]
+fn no_lowered_program_copies_more_than_gt4pys_optimizer_leaves() {
+    let mut counts = Vec::new();
+    for p in programs() {
+        let load = |variant: &str| {
+            sdflow::cli::load_program(&dir().join(format!("{p}.simple.dace.{variant}.sdfgz")))
+                .unwrap()
+        };
+        let (mut lowered, fin) = (load("lowered"), load("final"));
+        Pipeline::cpu().run(&mut lowered).unwrap();
+        let (ours, theirs) = (copy_steps(&lowered), copy_steps(&fin));
+        assert!(
+            ours <= theirs,
+            "{p}: {ours} copies after sdflow's pipeline, {theirs} in GT4Py's final SDFG"
+        );
+        counts.push((p, ours, theirs));
+    }
+    let find = |name: &str| counts.iter().find(|c| c.0 == name).map(|c| (c.1, c.2));
+    assert_eq!(find("apply_diffusion_to_vn"), Some((2, 4)), "{counts:?}");
+    assert_eq!(
+        find("apply_diffusion_to_w_and_compute_horizontal_gradients_for_turbulence"),
+        Some((16, 23)),
+        "{counts:?}"
+    );
+}

@@ -528,6 +528,9 @@ impl Gen {
                 body,
             );
         }
+        if self.cfg.allow_gt4py_shapes && r == 7 && self.states_left >= 3 {
+            return self.assembled(env);
+        }
         if self.cfg.allow_ifs && r < 4 {
             self.b.symbol("flag", DType::I64);
             let mut a = env.clone();
@@ -602,8 +605,114 @@ impl Gen {
         )
     }
 
+    /// GT4Py's `concat_where`: a transient `a` assembled from pieces over the rows, one
+    /// state each — `a[0:min(N, s)] = f(src)`, `a[min(N, s):N] = g(src)` — then copied
+    /// whole into a fresh transient `b` in a state after them; with `allow_ifs`, every
+    /// other time inside the arm of a conditional whose other arm copies `src` into `b`
+    /// (GT4Py's `if` on a scalar argument, both arms assembling one result), and every
+    /// other time `b` is then copied whole into an output (GT4Py's write-back). With
+    /// hazards, the pieces may leave the last row unwritten (whose zeros the copy
+    /// carries) and `b` may be written whole in a state before.
+    fn assembled(&mut self, env: &mut Env) -> Block {
+        let full = vec![(0, 0); self.rank()];
+        let valid: Vec<String> = env
+            .iter()
+            .filter(|(_, h)| **h == full)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let src = valid[self.rng.random_range(0..valid.len())].clone();
+        let mut fresh = |g: &mut Gen| {
+            let name = format!("tmp{}", g.transients);
+            g.transients += 1;
+            g.declare(&name, true);
+            name
+        };
+        let (a, b) = (fresh(self), fresh(self));
+        let n = self.dims[0];
+        let split = format!("min({n}, {})", self.rng.random_range(1..=3));
+        // Hazards: the pieces leave the last row out (the copy carries `a`'s zeros there
+        // into `b`), and `b` is written before (its old values must not show through).
+        let hazards = self.cfg.allow_hazards;
+        let gap = hazards && self.rng.random_bool(0.35);
+        let end = if gap {
+            format!("max({split}, {n} - 1)")
+        } else {
+            n.to_string()
+        };
+        let mut items = Vec::new();
+        if hazards && self.rng.random_bool(0.35) {
+            let code = self.code(&["c0".to_string()]);
+            items.push(self.emit_state(vec![Step::Rows {
+                src: src.clone(),
+                target: b.clone(),
+                rows: ("0".to_string(), n.to_string()),
+                code,
+            }]));
+            self.states_left = self.states_left.saturating_sub(1);
+        }
+        let mut pieces = Vec::new();
+        for rows in [("0".to_string(), split.clone()), (split, end)] {
+            let code = self.code(&["c0".to_string()]);
+            pieces.push(self.emit_state(vec![Step::Rows {
+                src: src.clone(),
+                target: a.clone(),
+                rows,
+                code,
+            }]));
+        }
+        let copy = |src: &str, target: &str| Step::Copy {
+            src: src.to_string(),
+            target: target.to_string(),
+            halo: full.clone(),
+            produce: None,
+            shape: CopyShape::Whole,
+        };
+        pieces.push(self.emit_state(vec![copy(&a, &b)]));
+        self.states_left = self.states_left.saturating_sub(3);
+        items.push(if self.cfg.allow_ifs && self.rng.random_bool(0.5) {
+            self.b.symbol("flag", DType::I64);
+            let otherwise = self.emit_state(vec![copy(&src, &b)]);
+            Block::if_else("flag", Block::Seq(pieces), otherwise)
+        } else {
+            Block::Seq(pieces)
+        });
+        let mut written = full.clone();
+        if gap {
+            written[0].1 = 1;
+        }
+        env.insert(b.clone(), written.clone());
+        // Hazard: `b`'s last row rewritten after it was read (in a loop, the next
+        // iteration's copy must put `a`'s zeros back first).
+        let rewrite = gap && self.rng.random_bool(0.5);
+        if rewrite || self.rng.random_bool(0.5) {
+            let out = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
+            self.written_outputs.insert(out.clone());
+            items.push(self.emit_state(vec![copy(&b, &out)]));
+            self.states_left = self.states_left.saturating_sub(1);
+            env.insert(out, written);
+        }
+        if rewrite {
+            let code = self.code(&["c0".to_string()]);
+            items.push(self.emit_state(vec![Step::Rows {
+                src,
+                target: b,
+                rows: (format!("max(0, {n} - 1)"), n.to_string()),
+                code,
+            }]));
+            self.states_left = self.states_left.saturating_sub(1);
+        }
+        Block::Seq(items)
+    }
+
     /// One or two states in sequence, inside a loop or a branch.
     fn inner_seq(&mut self, env: &mut Env) -> Block {
+        if self.cfg.allow_gt4py_shapes
+            && self.cfg.allow_hazards
+            && self.states_left >= 3
+            && self.rng.random_bool(0.25)
+        {
+            return self.assembled(env);
+        }
         let n = self.rng.random_range(1..=2).min(self.states_left.max(1));
         Block::Seq((0..n).map(|_| self.state(env)).collect())
     }

@@ -35,6 +35,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -668,8 +669,13 @@ def write_inputs(programs: list[str], copies: int, levels: int, out: Path) -> in
             path = CORPUS / f"{case.name}.simple.dace.{variant}.sdfgz"
             fixed = fixed_extents(path, case.meta) if copies > 1 else []
             if fixed:
-                log(f"{name} ({variant}): skipped, fixed extents {', '.join(fixed[:3])}")
-                continue
+                # The SDFG GT4Py translated for this grid (`perf.py --gt4py` makes it).
+                cache = os.environ.get("GT4PY_BUILD_CACHE_DIR") or ROOT / "target" / "gt4py" / f"copies{copies}-levels{levels}"
+                path = Path(cache) / "sdfg" / f"{case.name}.dace.{variant}.sdfgz"
+                if not path.exists():
+                    log(f"{name} ({variant}): skipped, fixed extents {', '.join(fixed[:3])} (no {path}: run --gt4py)")
+                    continue
+                shutil.copyfile(path, out / f"{name}.{variant}.sdfgz")
             args = sdflow_arguments(sdflow.load(path), case)
             target = out / f"{name}.{variant}.npz"
             np.savez_compressed(target, **{k: np.asarray(v) for k, v in args.items()})
@@ -735,7 +741,8 @@ def main() -> int:
         type=Path,
         metavar="DIR",
         help="instead of timing, write each program's arguments on this grid to DIR/<program>.<lowered|final>.npz "
-        "(compressed; for `sdflow bench --inputs`, as scripts/gpu-bundle.sh uses them)",
+        "(compressed; for `sdflow bench --inputs`, as scripts/gpu-bundle.sh uses them); a program "
+        "GT4Py translated for this grid (--gt4py) gets its SDFG beside them, DIR/<program>.<lowered|final>.sdfgz",
     )
     ap.add_argument("--translate-to", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     opts = ap.parse_args()

@@ -739,7 +739,47 @@ pub fn same_extent(size: &SymExpr, extent: &SymExpr) -> bool {
             _ => e,
         }
     };
-    strip(size) == strip(extent)
+    let (extent, size) = (strip(extent), size.simplify());
+    // `max(a, b, c) - max(a, b)` (how GT4Py writes the size of a piece clipped to a
+    // domain) is `max(0, c - max(a, b))`: when the arguments of the subtracted max are
+    // among those of the first, the rest of the first's arguments minus the subtracted
+    // term, clamped at 0.
+    let clipped = || {
+        use sdflow_ir::SymOp::{Add, Max, Mul, Sub};
+        let negated = |e: &SymExpr| match e {
+            SymExpr::Neg(y) => Some((**y).clone()),
+            SymExpr::Bin(Mul, c, y) if c.as_int() == Some(-1) => Some((**y).clone()),
+            SymExpr::Bin(Mul, y, c) if c.as_int() == Some(-1) => Some((**y).clone()),
+            _ => None,
+        };
+        let (x, y) = match &size {
+            SymExpr::Bin(Sub, x, y) => ((**x).clone(), (**y).clone()),
+            SymExpr::Bin(Add, x, n) if negated(n).is_some() => ((**x).clone(), negated(n)?),
+            SymExpr::Bin(Add, n, x) if negated(n).is_some() => ((**x).clone(), negated(n)?),
+            _ => return None,
+        };
+        fn args(e: &SymExpr, out: &mut Vec<SymExpr>) {
+            match e {
+                SymExpr::Bin(Max, a, b) => {
+                    args(a, out);
+                    args(b, out);
+                }
+                _ => out.push(e.simplify()),
+            }
+        }
+        let (mut all, mut sub) = (Vec::new(), Vec::new());
+        args(&x, &mut all);
+        args(&y, &mut sub);
+        let mut rest = all.clone();
+        for a in &sub {
+            let i = rest.iter().position(|r| r == a)?;
+            rest.remove(i);
+        }
+        let first = rest.first()?.clone();
+        let rest = rest[1..].iter().fold(first, |m, r| SymExpr::max(&m, r));
+        Some(rest.sub(&y))
+    };
+    strip(&size) == extent || clipped().is_some_and(|d| strip(&d) == extent)
 }
 
 /// True when a map inside `df` (at any depth) binds one of `names` as a parameter:

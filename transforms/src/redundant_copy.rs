@@ -12,6 +12,10 @@
 //! (`pattern::writes_whole`), since a map's edge may over-approximate its body — and
 //! plainly: a write-conflict resolution anywhere on its path (the body's edge included)
 //! combines with the old value, which is `tmp`'s before and `out`'s after.
+//!
+//! Across states ([`merge_into_destinations`]): a transient assembled over several states
+//! (GT4Py's `concat_where`: one piece per state) and then copied whole into another
+//! transient that nothing touched before is that transient under another name.
 
 use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Subset, SymExpr};
 
@@ -47,6 +51,7 @@ impl Pass for RedundantCopy {
         for from in &in_place {
             sdfg.arrays.remove(from);
         }
+        ch.add("transients_merged", merge_into_destinations(sdfg));
         ch
     }
 }
@@ -549,4 +554,264 @@ fn copy_names_other_end(df: &Dataflow, data: &str) -> bool {
         Node::Map(m) => copy_names_other_end(&m.body, data),
         _ => false,
     })
+}
+
+/// Where a state runs in the control flow: the steps from the program's body down to it
+/// (a child of a sequence by position, or an arm of a conditional), and whether a loop
+/// encloses it.
+struct Place {
+    steps: Vec<Step>,
+    in_loop: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Child(usize),
+    Then,
+    Otherwise,
+    Body,
+}
+
+/// How a state's runs relate to another's in one run of the program.
+#[derive(PartialEq, Eq, Debug)]
+enum Order {
+    Same,
+    Before,
+    After,
+    /// Arms of one conditional: never both in one pass through it.
+    Exclusive,
+    /// Anything else (one encloses the other in a loop, …): no order to rely on.
+    Unknown,
+}
+
+fn places(body: &sdflow_ir::Block) -> rustc_hash::FxHashMap<usize, Place> {
+    fn walk(
+        b: &sdflow_ir::Block,
+        steps: &mut Vec<Step>,
+        in_loop: bool,
+        out: &mut rustc_hash::FxHashMap<usize, Place>,
+    ) {
+        use sdflow_ir::Block;
+        match b {
+            Block::State(s) => {
+                out.insert(
+                    s.index(),
+                    Place {
+                        steps: steps.clone(),
+                        in_loop,
+                    },
+                );
+            }
+            Block::Seq(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    steps.push(Step::Child(i));
+                    walk(item, steps, in_loop, out);
+                    steps.pop();
+                }
+            }
+            Block::Loop(l) => {
+                steps.push(Step::Body);
+                walk(&l.body, steps, true, out);
+                steps.pop();
+            }
+            Block::If(i) => {
+                steps.push(Step::Then);
+                walk(&i.then, steps, in_loop, out);
+                steps.pop();
+                steps.push(Step::Otherwise);
+                walk(&i.otherwise, steps, in_loop, out);
+                steps.pop();
+            }
+            Block::Assign(_) => {}
+        }
+    }
+    let mut out = rustc_hash::FxHashMap::default();
+    walk(body, &mut Vec::new(), false, &mut out);
+    out
+}
+
+/// When `x` runs relative to `s`, for a state `s` no loop encloses.
+fn order(x: &Place, s: &Place) -> Order {
+    let common = x
+        .steps
+        .iter()
+        .zip(&s.steps)
+        .take_while(|(a, b)| a == b)
+        .count();
+    match (x.steps.get(common), s.steps.get(common)) {
+        (None, None) => Order::Same,
+        (Some(Step::Child(i)), Some(Step::Child(j))) if i < j => Order::Before,
+        (Some(Step::Child(_)), Some(Step::Child(_))) => Order::After,
+        (Some(Step::Then), Some(Step::Otherwise)) | (Some(Step::Otherwise), Some(Step::Then)) => {
+            Order::Exclusive
+        }
+        _ => Order::Unknown,
+    }
+}
+
+/// Merges transients into the transients they are copied into, across states; returns
+/// how many disappeared.
+///
+/// ```text
+/// state 1: … ─► map f ─► A[0:n]            state 1: … ─► map f ─► B[0:n]
+/// state 2: … ─► map g ─► A[n:N]       →    state 2: … ─► map g ─► B[n:N]
+/// state 3: A ──copy (whole)──► B ─► …      state 3: B ─► …
+/// ```
+///
+/// A transient `A` copied whole into a transient `B` of the same shape (or into a box of
+/// `B` that starts at index 0 of every dimension, with `A`'s extents) becomes `B`: every
+/// access of `A` then accesses the same elements of `B`, and the copy goes. Legality, in
+/// one run of the program:
+///
+/// - no loop encloses the copy's state, and its copy edge is a plain one;
+/// - `A` is used only in states that run before the copy's (earlier in a sequence), and
+///   in the copy's state only by the copy's source node, which nothing but the copy
+///   reads: after the copy nobody sees `A`, so nobody sees that it became `B`;
+/// - `B` is used only in states that run after the copy's, or in the other arm of a
+///   conditional, and in the copy's state only by the copy's destination node, written
+///   by the copy alone. So before the copy `B` holds what every transient starts with,
+///   as `A` did: where the pieces written into `A` do not cover it, the copy carried
+///   `A`'s initial elements into `B`, which `B` holds already — no proof of coverage
+///   is needed (GT4Py's pieces are bounded by `min`/`max` of the domain symbols);
+/// - neither is read by the control flow, both live in the same storage.
+pub fn merge_into_destinations(sdfg: &mut Sdfg) -> usize {
+    let mut merged = 0;
+    // Cheap filter first: a copy between two transient arrays somewhere.
+    let has_candidate = |sdfg: &Sdfg| {
+        sdfg.body.states().into_iter().any(|s| {
+            let df = &sdfg.states[s.index()].graph;
+            df.edge_ids().into_iter().any(|e| {
+                let (a, b) = df.endpoints(e);
+                let transient = |n: NodeId| {
+                    df.node(n)
+                        .as_access()
+                        .and_then(|d| sdfg.arrays.get(d))
+                        .is_some_and(|d| matches!(d, DataDesc::Array(x) if x.transient))
+                };
+                transient(a) && transient(b)
+            })
+        })
+    };
+    if !has_candidate(sdfg) {
+        return 0;
+    }
+    // One merge at a time: each changes the uses the next is judged on.
+    while let Some((s, a, b)) = find_merge(sdfg) {
+        let uses = data_uses(sdfg);
+        let states = uses.get(&a).map(|u| u.states.clone()).unwrap_or_default();
+        for x in states {
+            rename_data(&mut sdfg.states[x].graph, &a, &b);
+        }
+        let df = &mut sdfg.states[s].graph;
+        // The copy is now `B ─► B`: its source node's writers write the destination node.
+        let copies: Vec<_> = df
+            .edge_ids()
+            .into_iter()
+            .filter(|&e| {
+                let (x, y) = df.endpoints(e);
+                x != y
+                    && df.node(x).as_access() == Some(b.as_str())
+                    && df.node(y).as_access() == Some(b.as_str())
+            })
+            .collect();
+        let [copy] = copies.as_slice() else {
+            unreachable!("find_merge checked one copy between the two nodes")
+        };
+        let (src, dst) = df.endpoints(*copy);
+        df.graph.remove_edge(*copy);
+        move_in_edges(df, src, dst);
+        df.graph.remove_node(src);
+        sdfg.arrays.remove(&a);
+        merged += 1;
+    }
+    merged
+}
+
+/// The next merge [`merge_into_destinations`] may make: the copy's state, `A` and `B`.
+fn find_merge(sdfg: &Sdfg) -> Option<(usize, String, String)> {
+    let places = places(&sdfg.body);
+    let mut uses: Option<DataUses> = None;
+    for sid in sdfg.body.states() {
+        let s = sid.index();
+        let Some(place) = places.get(&s) else {
+            continue;
+        };
+        if place.in_loop {
+            continue;
+        }
+        let df = &sdfg.states[s].graph;
+        for e in df.edge_ids() {
+            let (t1, t2) = df.endpoints(e);
+            let (Some(a), Some(b)) = (df.node(t1).as_access(), df.node(t2).as_access()) else {
+                continue;
+            };
+            let (Some(DataDesc::Array(da)), Some(DataDesc::Array(db))) =
+                (sdfg.arrays.get(a), sdfg.arrays.get(b))
+            else {
+                continue;
+            };
+            if a == b
+                || !da.transient
+                || !db.transient
+                || da.dtype != db.dtype
+                || da.storage != db.storage
+                || da.shape.len() != db.shape.len()
+                || df.out_degree(t1) != 1
+                || df.in_degree(t2) != 1
+            {
+                continue;
+            }
+            // The copy: all of A, to the same indices of B.
+            let cm = &df.edge(e).memlet;
+            let (a_side, b_side) = if cm.data == a {
+                (&cm.subset, cm.other_subset.as_ref())
+            } else if cm.data == b {
+                match &cm.other_subset {
+                    Some(o) => (o, Some(&cm.subset)),
+                    None => (&cm.subset, Some(&cm.subset)),
+                }
+            } else {
+                continue;
+            };
+            if cm.wcr.is_some() || !is_full(a_side, &da.shape) {
+                continue;
+            }
+            match destination_box(b_side, &da.shape, &db.shape) {
+                Some(None) => {}
+                Some(Some(starts)) if starts.iter().all(|x| x.simplify().as_int() == Some(0)) => {}
+                _ => continue,
+            }
+            // In this state: one node each, nothing else naming either (tables included).
+            if df.access_nodes(a).len() != 1 || df.access_nodes(b).len() != 1 {
+                continue;
+            }
+            let tables = crate::pattern::tables_read(df);
+            if tables.contains(a) || tables.contains(b) {
+                continue;
+            }
+            let uses = uses.get_or_insert_with(|| data_uses(sdfg));
+            let (Some(ua), Some(ub)) = (uses.get(a), uses.get(b)) else {
+                continue;
+            };
+            if ua.in_control || ub.in_control {
+                continue;
+            }
+            let when = |x: usize| match places.get(&x) {
+                Some(p) => order(p, place),
+                None => Order::Unknown,
+            };
+            let a_ok = ua
+                .states
+                .iter()
+                .all(|&x| matches!(when(x), Order::Same | Order::Before));
+            let b_ok = ub
+                .states
+                .iter()
+                .all(|&x| matches!(when(x), Order::Same | Order::After | Order::Exclusive));
+            if a_ok && b_ok {
+                return Some((s, a.to_string(), b.to_string()));
+            }
+        }
+    }
+    None
 }

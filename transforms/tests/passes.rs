@@ -642,6 +642,83 @@ fn redundant_copies_disappear() {
     same_results(&s0, &s, &[("N", 4)]);
 }
 
+/// GT4Py's `concat_where`: `a` assembled from two pieces in two states (bounded by
+/// `min`), copied whole into `c` in a third, which the last state reads. With `before`,
+/// `c` is written in a state ahead of the pieces; with `after`, `a` is read after the copy.
+fn assembled(before: bool, after: bool) -> Sdfg {
+    let mut b = SdfgBuilder::new("assembled");
+    b.symbol("N", DType::I64)
+        .symbol("S", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .array("out2", DType::F64, ["N"])
+        .transient("a", DType::F64, ["N"])
+        .transient("c", DType::F64, ["N"]);
+    let mut blocks = Vec::new();
+    if before {
+        blocks.push(Block::State(b.state("pre", |s| {
+            s.map("pre", &["i"], &["0:N"], |m| {
+                m.tasklet("f", &[("x", "u[i]")], &[("y", "c[i]")], "y = x - 1.0");
+            });
+        })));
+    }
+    let p1 = b.state("piece1", |s| {
+        s.map("p1", &["i"], &["0:min(N, S)"], |m| {
+            m.tasklet("f", &[("x", "u[i]")], &[("y", "a[i]")], "y = 2.0 * x");
+        });
+    });
+    let p2 = b.state("piece2", |s| {
+        // Rows from `min(N, S)` to `N - 1`: the last row of `a` keeps its zero.
+        s.map("p2", &["i"], &["min(N, S):max(min(N, S), N - 1)"], |m| {
+            m.tasklet("f", &[("x", "u[i]")], &[("y", "a[i]")], "y = x + 1.0");
+        });
+    });
+    let cp = b.state("copy", |s| {
+        s.copy("a[0:N]", "c[0:N]");
+    });
+    let use_ = b.state("use", |s| {
+        s.map("use", &["i"], &["0:N"], |m| {
+            m.tasklet("f", &[("x", "c[i]")], &[("y", "out[i]")], "y = 3.0 * x");
+        });
+        if after {
+            s.map("again", &["i"], &["0:N"], |m| {
+                m.tasklet("f", &[("x", "a[i]")], &[("y", "out2[i]")], "y = x");
+            });
+        }
+    });
+    blocks.extend([p1, p2, cp, use_].map(Block::State));
+    b.body(Block::seq(blocks));
+    b.build()
+}
+
+#[test]
+fn a_transient_assembled_over_states_becomes_the_one_it_is_copied_into() {
+    let s0 = assembled(false, false);
+    let mut s = s0.clone();
+    let c = RedundantCopy.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("transients_merged"), 1);
+    assert!(!s.arrays.contains_key("a"));
+    let copy = s.states.iter().find(|st| st.name == "copy").unwrap();
+    assert!(copy.graph.edge_ids().is_empty(), "the copy is gone");
+    // The split inside the domain, beyond it, and an empty domain.
+    for syms in [
+        [("N", 6), ("S", 2)],
+        [("N", 3), ("S", 5)],
+        [("N", 0), ("S", 1)],
+    ] {
+        same_results(&s0, &s, &syms);
+    }
+    // `c` written before the copy: its last row would keep that value instead of the
+    // zero the copy carries. `a` read after the copy: it would see what the copy wrote.
+    for (before, after) in [(true, false), (false, true)] {
+        let s0 = assembled(before, after);
+        let mut s = s0.clone();
+        assert_eq!(RedundantCopy.run(&mut s).get("transients_merged"), 0);
+        same_results(&s0, &s, &[("N", 6), ("S", 2)]);
+    }
+}
+
 #[test]
 fn specialization_folds_static_sizes_and_flags() {
     let mut b = SdfgBuilder::new("static");

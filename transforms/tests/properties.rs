@@ -8,7 +8,8 @@
 //! bound to windows of their arguments) and GT4Py's shapes (`GenConfig::
 //! allow_gt4py_shapes`: column copies and computations over the first dimension read by
 //! maps over the grid, slabs written through inner maps or element by element and reduced,
-//! a field written beside the slab and read with it, the sum copied into its field, two fields written by one map and read by the next), and programs
+//! a field written beside the slab and read with it, the sum copied into its field, two fields written by one map and read by the next, a transient
+//! assembled from row pieces in successive states and copied whole into another), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -195,6 +196,7 @@ fn random_programs_exercise_the_passes() {
         }
         for rule in [
             "copies_removed_in_place",
+            "transients_merged",
             "maps_fused_recompute",
             "maps_fused_through_several",
             "maps_fused_through_slabs_and_more",
@@ -229,6 +231,7 @@ fn random_programs_exercise_the_passes() {
         "move_into_if",
         "egraph",
         "copies_removed_in_place",
+        "transients_merged",
         "maps_fused_recompute",
         "maps_fused_through_several",
         "maps_fused_through_slabs_and_more",
