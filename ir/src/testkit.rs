@@ -621,7 +621,7 @@ impl Gen {
             .map(|(n, _)| n.clone())
             .collect();
         let src = valid[self.rng.random_range(0..valid.len())].clone();
-        let mut fresh = |g: &mut Gen| {
+        let fresh = |g: &mut Gen| {
             let name = format!("tmp{}", g.transients);
             g.transients += 1;
             g.declare(&name, true);
