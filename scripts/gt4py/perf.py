@@ -385,6 +385,8 @@ class Stage:
     prepare_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     skipped: str | None = None
+    # The bound call, kept until the paired timing (`--paired`) has run.
+    call: object = None
 
     @property
     def ms(self) -> float | None:
@@ -443,6 +445,7 @@ def run_sdflow(
         step = "call"
         first = lambda: stage.outputs.update({f: args[f].copy() for f in case.outputs})
         stage.samples = time_calls(bound, warmup, reps, on_first=first)
+        stage.call = bound
     except Exception as e:
         stage.error = f"{path.name}: {step}: {type(e).__name__}: {e}"
     return stage
@@ -625,10 +628,36 @@ def fmt_ms(stage: Stage) -> str:
     return "error" if ms is None else f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
 
 
-def table(rows: list[tuple[str, list[Stage]]], gt4py: bool) -> tuple[str, float | None]:
+def paired_ratio(a, b, pairs: int) -> float:
+    """The median over `pairs` pairs of calls of a's time over b's, the two called one
+    right after the other, in alternating order (a b, b a, …): a slow phase of a noisy
+    machine then slows both calls of a pair, and the ratio keeps what the two programs do
+    differently."""
+    ratios = []
+    for k in range(pairs):
+        times = {}
+        for name, call in ((("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a))):
+            t0 = time.perf_counter()
+            call()
+            times[name] = time.perf_counter() - t0
+        ratios.append(times["a"] / times["b"])
+    return statistics.median(ratios)
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
+
+
+def table(
+    rows: list[tuple[str, list[Stage]]], gt4py: bool, paired: dict[str, float] | None = None
+) -> tuple[str, float | None]:
     """The markdown table of the medians, and the geometric mean of lowered/final over the
-    programs where both ran."""
-    head = ["program", "lowered+sdflow ms", "final+sdflow ms", "lowered/final", "final+opt+sdflow ms", "final+opt/final"]
+    programs where both ran; with `paired` (`--paired`), a column of the paired ratios
+    and their geometric mean."""
+    head = ["program", "lowered+sdflow ms", "final+sdflow ms", "lowered/final"]
+    if paired is not None:
+        head += ["paired lowered/final"]
+    head += ["final+opt+sdflow ms", "final+opt/final"]
     if gt4py:
         head += ["GT4Py gtfn ms", "GT4Py dace ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -639,19 +668,24 @@ def table(rows: list[tuple[str, list[Stage]]], gt4py: bool) -> tuple[str, float 
         if ratio is not None:
             ratios.append(ratio)
         cells = [name, fmt_ms(lowered), fmt_ms(final), "–" if ratio is None else f"{ratio:.3g}"]
+        if paired is not None:
+            cells += [f"{paired[name]:.3g}" if name in paired else "–"]
         final_opt = stages[2]
         again = final_opt.ms / final.ms if final_opt.ms and final.ms else None
         cells += [fmt_ms(final_opt), "–" if again is None else f"{again:.3g}"]
         if gt4py:
             cells += [fmt_ms(s) for s in stages[3:5]]
         lines.append("| " + " | ".join(cells) + " |")
-    geo = math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+    geo = geomean(ratios)
     tail = [
         f"**geometric mean** ({len(ratios)} program{'' if len(ratios) == 1 else 's'})",
         "",
         "",
         "–" if geo is None else f"**{geo:.3g}**",
     ]
+    if paired is not None:
+        pg = geomean(list(paired.values()))
+        tail += ["–" if pg is None else f"**{pg:.3g}**"]
     lines.append("| " + " | ".join(tail + [""] * (len(head) - len(tail))) + " |")
     return "\n".join(lines), geo
 
@@ -744,6 +778,14 @@ def main() -> int:
         "(compressed; for `sdflow bench --inputs`, as scripts/gpu-bundle.sh uses them); a program "
         "GT4Py translated for this grid (--gt4py) gets its SDFG beside them, DIR/<program>.<lowered|final>.sdfgz",
     )
+    ap.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also call lowered+sdflow and final+sdflow one right after the other N times, in "
+        "alternating order, and report the median of the N ratios (robust on a noisy machine)",
+    )
     ap.add_argument("--translate-to", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.copies < 1 or opts.levels < 2 or opts.reps < 1 or opts.warmup < 1:
@@ -798,6 +840,7 @@ def main() -> int:
     if opts.translate_to:
         return max(translate_here(p, opts.copies, opts.levels, opts.translate_to) for p in programs)
     rows, results, failed = [], {}, []
+    paired: dict[str, float] = {}
     for name in programs:
         log(f"\n{name}")
         try:
@@ -835,6 +878,11 @@ def main() -> int:
             run_sdflow(case, "final", False, threads, opts.warmup, opts.reps, relowered),
             run_sdflow(case, "final", True, threads, opts.warmup, opts.reps, relowered),
         ]
+        if opts.paired > 0 and stages[0].call is not None and stages[1].call is not None:
+            paired[name] = paired_ratio(stages[0].call, stages[1].call, opts.paired)
+            log(f"  paired lowered/final: {paired[name]:.3g} (median of {opts.paired} pairs)")
+        for s in stages:
+            s.call = None  # the arrays go before the next program's are made
         if gt4py is not None:
             stages += [gt4py.run(case, b, opts.warmup, opts.reps) for b in GT4Py.BACKENDS]
         for s in stages:
@@ -861,7 +909,7 @@ def main() -> int:
             "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in checks],
         }
 
-    text, geo = table(rows, gt4py is not None)
+    text, geo = table(rows, gt4py is not None, paired if opts.paired > 0 else None)
     log(f"\n{text}\n")
     if failed:
         log(f"checks FAILED for {len(failed)} program(s): {', '.join(failed)}")
@@ -881,6 +929,8 @@ def main() -> int:
                     "warmup": opts.warmup,
                     "reps": opts.reps,
                     "geomean_lowered_over_final": geo,
+                    "paired_lowered_over_final": paired if opts.paired > 0 else None,
+                    "geomean_paired_lowered_over_final": geomean(list(paired.values())),
                     "table": text,
                     "programs": results,
                     "failed": failed,
