@@ -1365,11 +1365,20 @@ impl Gen {
                         } else if *pair {
                             let (a1, a2) = (format!("{t1}[{idx}]"), format!("{t2}[{idx}]"));
                             let s = format!("{t2}_s");
-                            // Every other one writes the second field through a nested
-                            // SDFG at each point (GT4Py's `if` at a point), the others
-                            // through a scalar copied into it.
-                            let callee = (k % 2 == 1)
-                                .then(|| point_callee(&format!("{label}_point"), self.dtypes[t2]));
+                            // Most write the second field through a nested SDFG at
+                            // each point (GT4Py's `if` at a point), the others through a
+                            // scalar copied into it. Half of those callees hold an `if`
+                            // (GT4Py's `if_stmt`, which stays a call: the passes run
+                            // inside it).
+                            let name = format!("{label}_point");
+                            let callee =
+                                (k % 2 == 1 || name_seed(&label).is_multiple_of(2)).then(|| {
+                                    if name_seed(&name).is_multiple_of(2) {
+                                        point_if_callee(&name, self.dtypes[t2])
+                                    } else {
+                                        point_callee(&name, self.dtypes[t2])
+                                    }
+                                });
                             st.map(&format!("{label}_pair"), &params, &ranges, |m| {
                                 m.tasklet("p", &[("a", &here)], &[("o", &a1)], "o = a * 0.5");
                                 match callee {
@@ -1771,6 +1780,46 @@ fn point_callee(name: &str, dtype: DType) -> Sdfg {
             "o = a + b",
         );
     });
+    b.build()
+}
+
+/// `o = a > b ? a * 2 : a + b` as GT4Py's `if_stmt` callees are written: the condition a
+/// bool scalar computed in a state of its own (beside a value nothing reads), the branch
+/// values through a transient copied into the output — work for the passes inside a
+/// callee that stays a call.
+fn point_if_callee(name: &str, dtype: DType) -> Sdfg {
+    let mut b = SdfgBuilder::new(name);
+    for c in ["a", "b", "o"] {
+        b.array(c, dtype, ["1"]);
+    }
+    b.transient_scalar("c", DType::Bool)
+        .transient_scalar("t", dtype)
+        .transient_scalar("unused", dtype);
+    let cond = b.state("cond", |s| {
+        s.tasklet(
+            "c",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("c", "c")],
+            "c = a > b",
+        );
+        s.tasklet("u", &[("a", "a[0]")], &[("u", "unused")], "u = a * a");
+    });
+    let then = b.state("then", |s| {
+        s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], "t = a * 2.0");
+        s.copy("t", "o[0]");
+    });
+    let otherwise = b.state("otherwise", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("o", "o[0]")],
+            "o = a + b",
+        );
+    });
+    b.body(Block::seq([
+        Block::State(cond),
+        Block::if_else("c", Block::State(then), Block::State(otherwise)),
+    ]));
     b.build()
 }
 

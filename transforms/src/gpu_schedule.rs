@@ -15,6 +15,12 @@ impl Pass for GpuSchedule {
         "gpu_schedule"
     }
 
+    /// Kept callees run inside a kernel's thread (or as a call on the host): their maps
+    /// are not kernels of their own.
+    fn in_callees(&self) -> bool {
+        false
+    }
+
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let mut ch = Changes::default();
         let mut n = 0;

@@ -111,4 +111,11 @@ pub trait Pass: Send + Sync {
     /// a pipeline can do it in the background while earlier passes run. Never changes a
     /// result; by default nothing.
     fn prepare(&self) {}
+
+    /// Whether the pipeline also runs this pass inside nested SDFGs that stay calls (as
+    /// programs of their own): true unless the pass places work on a device or otherwise
+    /// assumes it sees the whole program.
+    fn in_callees(&self) -> bool {
+        true
+    }
 }

@@ -46,6 +46,10 @@ pub struct Report {
     pub time: Duration,
     /// Of which the validation of the input.
     pub validation: Duration,
+    /// Nested SDFGs that stayed calls (not inlined) and that the passes then optimized as
+    /// programs of their own, at any depth; their passes' runs and changes are counted in
+    /// `passes` with the caller's.
+    pub callees: usize,
 }
 
 impl Report {
@@ -80,6 +84,13 @@ impl fmt::Display for Report {
             "validation",
             self.validation.as_secs_f64() * 1e3
         )?;
+        if self.callees > 0 {
+            writeln!(
+                f,
+                "  (the passes below include their runs inside {} kept callee(s))",
+                self.callees
+            )?;
+        }
         for p in &self.passes {
             writeln!(
                 f,
@@ -359,14 +370,17 @@ impl Pipeline {
                         }
                     });
                 }
-                let report = self.run_passes(sdfg);
+                let report = self.run_passes(sdfg, 0);
                 done.store(true, Ordering::Release);
                 report
             })
         })
     }
 
-    fn run_passes(&self, sdfg: &mut Sdfg) -> Result<Report, TransformError> {
+    /// Runs the passes to a fixed point on `sdfg`, then on every nested SDFG that is still
+    /// a call (`depth`: how deep in calls `sdfg` is), and again on `sdfg` when a callee
+    /// changed.
+    fn run_passes(&self, sdfg: &mut Sdfg, depth: usize) -> Result<Report, TransformError> {
         let start = Instant::now();
         if let Err(problems) = sdfg.validate() {
             return Err(TransformError::InvalidInput(
@@ -395,49 +409,121 @@ impl Pipeline {
         // leaves fusions that become possible behind its scan to the next round).
         let mut version = 0u64;
         let mut seen: Vec<Option<u64>> = vec![None; self.passes.len()];
-        'rounds: while rounds < self.max_rounds {
-            rounds += 1;
+        let mut callees = 0;
+        let mut callees_fixed = true;
+        // The program, then its kept callees, then the program again if a callee changed
+        // (a simpler callee may now be inlined): a callee at its fixed point does not
+        // change the second time, so two passes over the callees suffice.
+        for pass_over_callees in 0..2 {
+            fixed_point = false;
+            'rounds: while rounds < self.max_rounds {
+                rounds += 1;
+                let mut changed = false;
+                for (i, pass) in self.passes.iter().enumerate() {
+                    if self.disabled.contains(pass.name())
+                        || seen[i] == Some(version)
+                        || (depth > 0 && !pass.in_callees())
+                    {
+                        continue;
+                    }
+                    if self.stop_after.is_some_and(|n| total_runs >= n) {
+                        break 'rounds;
+                    }
+                    total_runs += 1;
+                    let t = Instant::now();
+                    let c = pass.run(sdfg);
+                    reports[i].time += t.elapsed();
+                    reports[i].runs += 1;
+                    if c.is_empty() {
+                        seen[i] = Some(version);
+                    } else {
+                        changed = true;
+                        version += 1;
+                        seen[i] = None;
+                    }
+                    reports[i].changes.merge(&c);
+                    if self.validate
+                        && let Err(problems) = sdfg.validate()
+                    {
+                        return Err(TransformError::Invalid {
+                            pass: pass.name().to_string(),
+                            problems: problems.iter().map(|p| p.to_string()).collect(),
+                        });
+                    }
+                }
+                if !changed {
+                    fixed_point = true;
+                    break;
+                }
+            }
+            if depth >= MAX_CALL_DEPTH || self.stop_after.is_some() {
+                break;
+            }
             let mut changed = false;
-            for (i, pass) in self.passes.iter().enumerate() {
-                if self.disabled.contains(pass.name()) || seen[i] == Some(version) {
-                    continue;
+            for callee in kept_callees(sdfg) {
+                let report = match self.run_passes(callee, depth + 1) {
+                    Ok(r) => r,
+                    // A callee that does not validate on its own (a symbol only its caller's
+                    // mapping defines, say) is left as it is: the caller validated.
+                    Err(TransformError::InvalidInput(_)) => continue,
+                    Err(e) => return Err(e),
+                };
+                if pass_over_callees == 0 {
+                    callees += 1 + report.callees;
                 }
-                if self.stop_after.is_some_and(|n| total_runs >= n) {
-                    break 'rounds;
-                }
-                total_runs += 1;
-                let t = Instant::now();
-                let c = pass.run(sdfg);
-                reports[i].time += t.elapsed();
-                reports[i].runs += 1;
-                if c.is_empty() {
-                    seen[i] = Some(version);
-                } else {
-                    changed = true;
-                    version += 1;
-                    seen[i] = None;
-                }
-                reports[i].changes.merge(&c);
-                if self.validate
-                    && let Err(problems) = sdfg.validate()
-                {
-                    return Err(TransformError::Invalid {
-                        pass: pass.name().to_string(),
-                        problems: problems.iter().map(|p| p.to_string()).collect(),
-                    });
+                callees_fixed &= report.fixed_point;
+                for (mine, theirs) in reports.iter_mut().zip(&report.passes) {
+                    mine.runs += theirs.runs;
+                    mine.time += theirs.time;
+                    mine.changes.merge(&theirs.changes);
+                    changed |= !theirs.changes.is_empty();
                 }
             }
             if !changed {
-                fixed_point = true;
                 break;
+            }
+            version += 1;
+            if self.validate
+                && let Err(problems) = sdfg.validate()
+            {
+                return Err(TransformError::Invalid {
+                    pass: "(a pass inside a kept callee)".to_string(),
+                    problems: problems.iter().map(|p| p.to_string()).collect(),
+                });
             }
         }
         Ok(Report {
             passes: reports,
             rounds,
-            fixed_point,
+            fixed_point: fixed_point && callees_fixed,
             time: start.elapsed(),
             validation,
+            callees,
         })
     }
+}
+
+/// How deep in calls the passes optimize kept callees.
+const MAX_CALL_DEPTH: usize = 8;
+
+/// The nested SDFGs called from `sdfg`'s states and map bodies (not from inside the
+/// callees: the recursion reaches those).
+fn kept_callees(sdfg: &mut Sdfg) -> Vec<&mut Sdfg> {
+    fn walk<'a>(df: &'a mut sdflow_ir::Dataflow, out: &mut Vec<&'a mut Sdfg>) {
+        for n in df.graph.node_weights_mut() {
+            match n {
+                sdflow_ir::Node::Nested(ns) => out.push(&mut ns.sdfg),
+                sdflow_ir::Node::Map(m) => walk(&mut m.body, out),
+                _ => {}
+            }
+        }
+    }
+    let run: BTreeSet<usize> = sdfg.body.states().iter().map(|s| s.index()).collect();
+    let mut out = Vec::new();
+    for (i, st) in sdfg.states.iter_mut().enumerate() {
+        if run.contains(&i) {
+            walk(&mut st.graph, &mut out);
+        }
+    }
+    out
 }

@@ -1116,3 +1116,91 @@ fn inline_nested_splices_a_straight_line_accumulating_callee_into_its_map() {
     assert_eq!(ch.get("nested_inlined_in_maps"), 0, "{ch:?}");
     assert_eq!(t.stats().nested, 1);
 }
+
+/// A map whose body calls GT4Py's `if_stmt` shape — `o = a > b ? a * 2 : a + b`, the
+/// condition in a state of its own beside a value nothing reads, the `then` value
+/// through a transient copied into the output. The call stays (its body branches), and
+/// the pipeline optimizes the callee as a program of its own: the unread value goes, the
+/// results stay bit for bit.
+#[test]
+fn the_passes_run_inside_callees_that_stay_calls() {
+    let mut inner = SdfgBuilder::new("if_stmt");
+    for c in ["a", "b", "o"] {
+        inner.array(c, DType::F64, ["1"]);
+    }
+    inner
+        .transient_scalar("c", DType::Bool)
+        .transient_scalar("t", DType::F64)
+        .transient_scalar("unused", DType::F64);
+    let cond = inner.state("cond", |s| {
+        s.tasklet(
+            "c",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("c", "c")],
+            "c = a > b",
+        );
+        s.tasklet("u", &[("a", "a[0]")], &[("u", "unused")], "u = a * a");
+    });
+    let then = inner.state("then", |s| {
+        s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], "t = a * 2.0");
+        s.copy("t", "o[0]");
+    });
+    let otherwise = inner.state("otherwise", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("o", "o[0]")],
+            "o = a + b",
+        );
+    });
+    inner.body(Block::seq([
+        Block::State(cond),
+        Block::if_else("c", Block::State(then), Block::State(otherwise)),
+    ]));
+    let inner = inner.build();
+    let mut b = SdfgBuilder::new("caller");
+    b.symbol("N", DType::I64)
+        .array("x", DType::F64, ["N"])
+        .array("y", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("s", |st| {
+        st.map("m", &["i"], &["0:N"], |m| {
+            m.nested(
+                inner,
+                &[],
+                &[("a", "x[i]"), ("b", "y[i]")],
+                &[("o", "out[i]")],
+            );
+        });
+    });
+    let s0 = b.build();
+    let callee = |s: &Sdfg| -> Sdfg {
+        let df = &s.states[0].graph;
+        let map = df
+            .node_ids()
+            .into_iter()
+            .find_map(|n| match df.node(n) {
+                Node::Map(m) => Some(m.body.clone()),
+                _ => None,
+            })
+            .expect("the map stays");
+        map.node_ids()
+            .into_iter()
+            .find_map(|n| match map.node(n) {
+                Node::Nested(ns) => Some((*ns.sdfg).clone()),
+                _ => None,
+            })
+            .expect("the call stays")
+    };
+    let tasklets = |s: &Sdfg| s.stats().tasklets;
+    assert_eq!(tasklets(&callee(&s0)), 4);
+    let mut s = s0.clone();
+    let report = Pipeline::cpu().validate_each(true).run(&mut s).unwrap();
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(report.callees, 1, "{report}");
+    assert!(report.fixed_point);
+    let inner = callee(&s);
+    assert!(!inner.arrays.contains_key("unused"), "{report}");
+    assert_eq!(tasklets(&inner), 3, "{report}");
+    same_results(&s0, &s, &[("N", 7)]);
+}
