@@ -1374,7 +1374,7 @@ impl Gen {
                             let callee =
                                 (k % 2 == 1 || name_seed(&label).is_multiple_of(2)).then(|| {
                                     if name_seed(&name).is_multiple_of(2) {
-                                        point_if_callee(&name, self.dtypes[t2])
+                                        if_stmt_callee(&name, self.dtypes[t2])
                                     } else {
                                         point_callee(&name, self.dtypes[t2])
                                     }
@@ -1787,7 +1787,7 @@ fn point_callee(name: &str, dtype: DType) -> Sdfg {
 /// bool scalar computed in a state of its own (beside a value nothing reads), the branch
 /// values through a transient copied into the output — work for the passes inside a
 /// callee that stays a call.
-fn point_if_callee(name: &str, dtype: DType) -> Sdfg {
+pub fn if_stmt_callee(name: &str, dtype: DType) -> Sdfg {
     let mut b = SdfgBuilder::new(name);
     for c in ["a", "b", "o"] {
         b.array(c, dtype, ["1"]);

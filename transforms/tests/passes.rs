@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
-use sdflow_ir::testkit::branchy;
+use sdflow_ir::testkit::{branchy, if_stmt_callee};
 use sdflow_ir::{Block, DType, Node, Sdfg, SdfgBuilder, Value};
 use sdflow_transforms::{
     DeadDataflow, EGraphPass, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion,
@@ -1124,40 +1124,7 @@ fn inline_nested_splices_a_straight_line_accumulating_callee_into_its_map() {
 /// results stay bit for bit.
 #[test]
 fn the_passes_run_inside_callees_that_stay_calls() {
-    let mut inner = SdfgBuilder::new("if_stmt");
-    for c in ["a", "b", "o"] {
-        inner.array(c, DType::F64, ["1"]);
-    }
-    inner
-        .transient_scalar("c", DType::Bool)
-        .transient_scalar("t", DType::F64)
-        .transient_scalar("unused", DType::F64);
-    let cond = inner.state("cond", |s| {
-        s.tasklet(
-            "c",
-            &[("a", "a[0]"), ("b", "b[0]")],
-            &[("c", "c")],
-            "c = a > b",
-        );
-        s.tasklet("u", &[("a", "a[0]")], &[("u", "unused")], "u = a * a");
-    });
-    let then = inner.state("then", |s| {
-        s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], "t = a * 2.0");
-        s.copy("t", "o[0]");
-    });
-    let otherwise = inner.state("otherwise", |s| {
-        s.tasklet(
-            "f",
-            &[("a", "a[0]"), ("b", "b[0]")],
-            &[("o", "o[0]")],
-            "o = a + b",
-        );
-    });
-    inner.body(Block::seq([
-        Block::State(cond),
-        Block::if_else("c", Block::State(then), Block::State(otherwise)),
-    ]));
-    let inner = inner.build();
+    let inner = if_stmt_callee("if_stmt", DType::F64);
     let mut b = SdfgBuilder::new("caller");
     b.symbol("N", DType::I64)
         .array("x", DType::F64, ["N"])
