@@ -649,15 +649,20 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def table(
-    rows: list[tuple[str, list[Stage]]], gt4py: bool, paired: dict[str, float] | None = None
+    rows: list[tuple[str, list[Stage]]],
+    gt4py: bool,
+    paired: dict[str, float] | None = None,
+    paired_again: dict[str, float] | None = None,
 ) -> tuple[str, float | None]:
     """The markdown table of the medians, and the geometric mean of lowered/final over the
-    programs where both ran; with `paired` (`--paired`), a column of the paired ratios
-    and their geometric mean."""
+    programs where both ran; with `paired` and `paired_again` (`--paired`), columns of
+    the paired ratios lowered/final (and their geometric mean) and final+opt/final."""
     head = ["program", "lowered+sdflow ms", "final+sdflow ms", "lowered/final"]
     if paired is not None:
         head += ["paired lowered/final"]
     head += ["final+opt+sdflow ms", "final+opt/final"]
+    if paired_again is not None:
+        head += ["paired final+opt/final"]
     if gt4py:
         head += ["GT4Py gtfn ms", "GT4Py dace ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -673,6 +678,8 @@ def table(
         final_opt = stages[2]
         again = final_opt.ms / final.ms if final_opt.ms and final.ms else None
         cells += [fmt_ms(final_opt), "–" if again is None else f"{again:.3g}"]
+        if paired_again is not None:
+            cells += [f"{paired_again[name]:.3g}" if name in paired_again else "–"]
         if gt4py:
             cells += [fmt_ms(s) for s in stages[3:5]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -841,6 +848,7 @@ def main() -> int:
         return max(translate_here(p, opts.copies, opts.levels, opts.translate_to) for p in programs)
     rows, results, failed = [], {}, []
     paired: dict[str, float] = {}
+    paired_again: dict[str, float] = {}
     for name in programs:
         log(f"\n{name}")
         try:
@@ -881,6 +889,9 @@ def main() -> int:
         if opts.paired > 0 and stages[0].call is not None and stages[1].call is not None:
             paired[name] = paired_ratio(stages[0].call, stages[1].call, opts.paired)
             log(f"  paired lowered/final: {paired[name]:.3g} (median of {opts.paired} pairs)")
+        if opts.paired > 0 and stages[2].call is not None and stages[1].call is not None:
+            paired_again[name] = paired_ratio(stages[2].call, stages[1].call, opts.paired)
+            log(f"  paired final+opt/final: {paired_again[name]:.3g} (median of {opts.paired} pairs)")
         for s in stages:
             s.call = None  # the arrays go before the next program's are made
         if gt4py is not None:
@@ -909,7 +920,9 @@ def main() -> int:
             "checks": [{"what": c.what, "ok": c.ok, "detail": c.detail} for c in checks],
         }
 
-    text, geo = table(rows, gt4py is not None, paired if opts.paired > 0 else None)
+    text, geo = table(
+        rows, gt4py is not None, paired if opts.paired > 0 else None, paired_again if opts.paired > 0 else None
+    )
     log(f"\n{text}\n")
     if failed:
         log(f"checks FAILED for {len(failed)} program(s): {', '.join(failed)}")
@@ -931,6 +944,7 @@ def main() -> int:
                     "geomean_lowered_over_final": geo,
                     "paired_lowered_over_final": paired if opts.paired > 0 else None,
                     "geomean_paired_lowered_over_final": geomean(list(paired.values())),
+                    "paired_final_opt_over_final": paired_again if opts.paired > 0 else None,
                     "table": text,
                     "programs": results,
                     "failed": failed,
