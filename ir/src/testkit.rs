@@ -96,7 +96,10 @@ pub struct GenConfig {
     /// grid; and a map whose points each write a slab `t[i, j, 0:3]` through an inner map
     /// over a local dimension into a per-worker buffer (or element by element), and
     /// sometimes a field beside it from the slab read back, reduced by a library node in
-    /// the map that reads it (a neighbour reduction) and added to that field.
+    /// the map that reads it (a neighbour reduction) and added to that field; a transient
+    /// assembled from row pieces in successive states and copied whole into another
+    /// (`concat_where`), inside a conditional's arm or a loop at times; and `if_stmt`
+    /// callees (a branching nested SDFG) called at every point of a map.
     pub allow_gt4py_shapes: bool,
 }
 
@@ -482,6 +485,14 @@ impl Gen {
         self.dims.len()
     }
 
+    /// A new grid-shaped transient, `tmp<k>`, declared.
+    fn fresh_transient(&mut self) -> String {
+        let name = format!("tmp{}", self.transients);
+        self.transients += 1;
+        self.declare(&name, true);
+        name
+    }
+
     fn declare(&mut self, name: &str, transient: bool) {
         let dtype = if self.cfg.allow_f32 && self.rng.random_bool(0.2) {
             DType::F32
@@ -560,9 +571,7 @@ impl Gen {
         self.loops += 1;
         self.b.symbol(&var, DType::I64);
         self.b.symbol("T", DType::I64);
-        let tmp = format!("tmp{}", self.transients);
-        self.transients += 1;
-        self.declare(&tmp, true);
+        let tmp = self.fresh_transient();
         let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
         let out = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
         self.written_outputs.insert(out.clone());
@@ -621,13 +630,7 @@ impl Gen {
             .map(|(n, _)| n.clone())
             .collect();
         let src = valid[self.rng.random_range(0..valid.len())].clone();
-        let fresh = |g: &mut Gen| {
-            let name = format!("tmp{}", g.transients);
-            g.transients += 1;
-            g.declare(&name, true);
-            name
-        };
-        let (a, b) = (fresh(self), fresh(self));
+        let (a, b) = (self.fresh_transient(), self.fresh_transient());
         let n = self.dims[0];
         let split = format!("min({n}, {})", self.rng.random_range(1..=3));
         // Hazards: the pieces leave the last row out (the copy carries `a`'s zeros there
@@ -804,10 +807,7 @@ impl Gen {
             self.written_outputs.insert(o.clone());
             return o;
         }
-        let name = format!("tmp{}", self.transients);
-        self.transients += 1;
-        self.declare(&name, true);
-        name
+        self.fresh_transient()
     }
 
     fn step(
@@ -847,9 +847,7 @@ impl Gen {
             let picked = if fresh {
                 // A transient written here, then copied: what front ends emit for
                 // `out[:] = f(in)`.
-                let name = format!("tmp{}", self.transients);
-                self.transients += 1;
-                self.declare(&name, true);
+                let name = self.fresh_transient();
                 let input = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
                 let kind = self.rng.random_range(0..3);
                 let margin = i64::from(kind == 2);
@@ -1156,10 +1154,7 @@ impl Gen {
                 let widen = margins && self.rng.random_bool(0.4);
                 wcr = target.starts_with("tmp") && self.rng.random_bool(0.25);
                 if self.rng.random_bool(0.15) {
-                    let name = format!("tmp{}", self.transients);
-                    self.transients += 1;
-                    self.declare(&name, true);
-                    dead = Some(name);
+                    dead = Some(self.fresh_transient());
                 }
                 let label = format!("m{}", first + k);
                 if widen {
@@ -1217,9 +1212,7 @@ impl Gen {
         // points: the program stops there unless the map is removed.
         let failing_dead =
             (self.cfg.allow_failing_dead_code && self.rng.random_bool(0.05)).then(|| {
-                let name = format!("tmp{}", self.transients);
-                self.transients += 1;
-                self.declare(&name, true);
+                let name = self.fresh_transient();
                 let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
                 (src, name)
             });

@@ -416,6 +416,7 @@ impl Pipeline {
         // change the second time, so two passes over the callees suffice.
         for pass_over_callees in 0..2 {
             fixed_point = false;
+            let before = version;
             'rounds: while rounds < self.max_rounds {
                 rounds += 1;
                 let mut changed = false;
@@ -456,7 +457,12 @@ impl Pipeline {
                     break;
                 }
             }
-            if depth >= MAX_CALL_DEPTH || self.stop_after.is_some() {
+            // The second time, callees are at their fixed point unless the program changed
+            // around them.
+            if depth >= MAX_CALL_DEPTH
+                || self.stop_after.is_some()
+                || (pass_over_callees > 0 && version == before)
+            {
                 break;
             }
             let mut changed = false;

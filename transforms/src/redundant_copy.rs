@@ -676,59 +676,49 @@ fn order(x: &Place, s: &Place) -> Order {
 /// - neither is read by the control flow, both live in the same storage.
 pub fn merge_into_destinations(sdfg: &mut Sdfg) -> usize {
     let mut merged = 0;
-    // Cheap filter first: a copy between two transient arrays somewhere.
-    let has_candidate = |sdfg: &Sdfg| {
-        sdfg.body.states().into_iter().any(|s| {
-            let df = &sdfg.states[s.index()].graph;
-            df.edge_ids().into_iter().any(|e| {
-                let (a, b) = df.endpoints(e);
-                let transient = |n: NodeId| {
-                    df.node(n)
-                        .as_access()
-                        .and_then(|d| sdfg.arrays.get(d))
-                        .is_some_and(|d| matches!(d, DataDesc::Array(x) if x.transient))
-                };
-                transient(a) && transient(b)
-            })
-        })
-    };
-    if !has_candidate(sdfg) {
-        return 0;
-    }
     // One merge at a time: each changes the uses the next is judged on.
-    while let Some((s, a, b)) = find_merge(sdfg) {
+    while let Some(Merge {
+        state,
+        src,
+        dst,
+        from,
+        to,
+    }) = find_merge(sdfg)
+    {
         let uses = data_uses(sdfg);
-        let states = uses.get(&a).map(|u| u.states.clone()).unwrap_or_default();
-        for x in states {
-            rename_data(&mut sdfg.states[x].graph, &a, &b);
+        for x in uses
+            .get(&from)
+            .map(|u| u.states.clone())
+            .unwrap_or_default()
+        {
+            rename_data(&mut sdfg.states[x].graph, &from, &to);
         }
-        let df = &mut sdfg.states[s].graph;
-        // The copy is now `B ─► B`: its source node's writers write the destination node.
-        let copies: Vec<_> = df
-            .edge_ids()
-            .into_iter()
-            .filter(|&e| {
-                let (x, y) = df.endpoints(e);
-                x != y
-                    && df.node(x).as_access() == Some(b.as_str())
-                    && df.node(y).as_access() == Some(b.as_str())
-            })
-            .collect();
-        let [copy] = copies.as_slice() else {
-            unreachable!("find_merge checked one copy between the two nodes")
-        };
-        let (src, dst) = df.endpoints(*copy);
-        df.graph.remove_edge(*copy);
+        // The copy is now `B ─► B` (renaming keeps the nodes): its source node's writers
+        // write the destination node.
+        let df = &mut sdfg.states[state].graph;
+        for e in df.out_edges(src) {
+            df.graph.remove_edge(e);
+        }
         move_in_edges(df, src, dst);
         df.graph.remove_node(src);
-        sdfg.arrays.remove(&a);
+        sdfg.arrays.remove(&from);
         merged += 1;
     }
     merged
 }
 
-/// The next merge [`merge_into_destinations`] may make: the copy's state, `A` and `B`.
-fn find_merge(sdfg: &Sdfg) -> Option<(usize, String, String)> {
+/// A merge [`merge_into_destinations`] may make: the copy's state, its source and
+/// destination nodes, `A` and `B`.
+struct Merge {
+    state: usize,
+    src: NodeId,
+    dst: NodeId,
+    from: String,
+    to: String,
+}
+
+/// The next merge [`merge_into_destinations`] may make.
+fn find_merge(sdfg: &Sdfg) -> Option<Merge> {
     let places = places(&sdfg.body);
     let mut uses: Option<DataUses> = None;
     for sid in sdfg.body.states() {
@@ -809,7 +799,13 @@ fn find_merge(sdfg: &Sdfg) -> Option<(usize, String, String)> {
                 .iter()
                 .all(|&x| matches!(when(x), Order::Same | Order::After | Order::Exclusive));
             if a_ok && b_ok {
-                return Some((s, a.to_string(), b.to_string()));
+                return Some(Merge {
+                    state: s,
+                    src: t1,
+                    dst: t2,
+                    from: a.to_string(),
+                    to: b.to_string(),
+                });
             }
         }
     }
