@@ -37,6 +37,11 @@ pub struct BenchOptions {
     /// A configuration file (`$SDFLOW_CONFIG` overrides it): the program's options
     /// (pipeline, fusion knobs, threads, schedule) come from it.
     pub config: Option<std::path::PathBuf>,
+    /// Pass every argument whose strides the program leaves to the caller in this order,
+    /// the program specialized for it first
+    /// ([`sdflow_transforms::layout::specialize_unit_strides`]); `None`: row-major, not
+    /// specialized.
+    pub layout: Option<sdflow_transforms::Order>,
 }
 
 /// The compulsory traffic of one call: every argument array the program reads, once,
@@ -98,6 +103,9 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
         )));
     }
     let mut sdfg = load_program(path)?;
+    if let Some(order) = o.layout {
+        crate::cli::specialize_layout(&mut sdfg, order)?;
+    }
     let symbols = assignments("-s/--symbol", &o.symbols, |k, v| symbol_value(&sdfg, k, v))?;
     let bindings = match &o.inputs {
         Some(p) => crate::cli::bind_inputs(&sdfg, p, symbols)?,

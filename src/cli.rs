@@ -694,7 +694,7 @@ pub fn infer_symbols(
                 .arrays
                 .get(k)
                 .and_then(|d| d.as_array())
-                .and_then(|d| sdflow_ir::bind::dense_order(&d.strides, a.shape(), &first))
+                .and_then(|d| sdflow_ir::bind::layout_order(&d.strides, a.shape(), &first))
                 .map_or_else(
                     || sdflow_ir::bind::c_strides(a.shape()),
                     |order| sdflow_ir::bind::dense_strides(a.shape(), &order),
@@ -941,6 +941,18 @@ pub struct ShowOptions {
     /// The architecture whose configuration tables apply (default: this machine's for
     /// `cpu`; none for `gpu`, whose architecture is the device's).
     pub arch: Option<String>,
+    /// Specialized for arguments passed in this layout first
+    /// ([`sdflow_transforms::layout`]).
+    pub layout: Option<sdflow_transforms::Order>,
+}
+
+/// Specializes `sdfg` for its caller-laid-out arguments passed in `order`
+/// (`--layout`).
+pub fn specialize_layout(sdfg: &mut Sdfg, order: sdflow_transforms::Order) -> Result<(), CliError> {
+    let unit = sdflow_transforms::unit_dims_in_order(sdfg, order);
+    sdflow_transforms::specialize_unit_strides(sdfg, &unit)
+        .map(|_| ())
+        .map_err(|e| CliError::Usage(format!("--layout: {e}")))
 }
 
 /// What `sdflow show --emit` accepts.
@@ -970,8 +982,11 @@ pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
 }
 
 /// [`show_with`] on a loaded, valid program; `origin` names it in errors.
-pub fn show_program(sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, CliError> {
+pub fn show_program(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, CliError> {
     use sdflow_orchestration::workflow::{StepContext, Workflow};
+    if let Some(order) = o.layout {
+        specialize_layout(&mut sdfg, order)?;
+    }
     let emit = o.emit.as_str();
     if !SHOW_EMITS.contains(&emit) {
         return Err(CliError::Usage(format!(

@@ -137,6 +137,10 @@ enum Command {
         /// A static value, NAME=VALUE (repeatable): specialized at compile time.
         #[arg(short = 's', long = "static", value_parser = cli::parse_assignment)]
         statics: Vec<(String, String)>,
+        /// Specialize for arguments passed in this layout, `C` (row-major) or `F`
+        /// (column-major), where the program leaves their strides to the caller.
+        #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<sdflow::transforms::Order>()))]
+        layout: Option<sdflow::transforms::Order>,
     },
     /// Time a compiled program: median per call, effective bandwidth, and the machine's
     /// copy/triad (CPU) or device-to-device copy (GPU) ceiling measured in the same run.
@@ -168,6 +172,12 @@ enum Command {
         /// A configuration file (TOML; `SDFLOW_CONFIG` overrides it).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Pass the arrays whose strides the program leaves to the caller (GT4Py's
+        /// fields) in this layout, `C` (row-major) or `F` (column-major), with the program
+        /// specialized for it: the contiguous dimension becomes part of the program and
+        /// its transients follow (docs/transforms.md, "Layout specialization").
+        #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<sdflow::transforms::Order>()))]
+        layout: Option<sdflow::transforms::Order>,
     },
     /// Print counts (states, nodes, maps, tasklets, transients) and every container.
     Stats {
@@ -245,6 +255,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             threads,
             no_opt,
             config,
+            layout,
         } => sdflow::bench::bench(
             &file,
             &sdflow::bench::BenchOptions {
@@ -256,6 +267,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 threads,
                 no_opt,
                 config,
+                layout,
             },
         )?
         .into_bytes(),
@@ -323,6 +335,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             config,
             arch,
             statics,
+            layout,
         } => cli::show_with(
             &file,
             &cli::ShowOptions {
@@ -332,6 +345,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 config,
                 statics,
                 arch,
+                layout,
             },
         )?
         .into_bytes(),

@@ -783,6 +783,7 @@ fn a_name_given_twice_is_an_error_naming_the_option_and_the_name() {
             threads: 0,
             no_opt: true,
             config: None,
+            layout: None,
         },
     );
     assert_eq!(

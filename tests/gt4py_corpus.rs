@@ -515,3 +515,135 @@ fn no_lowered_program_copies_more_than_gt4pys_optimizer_leaves() {
         "{counts:?}"
     );
 }
+
+/// Fields passed column-major, as a Fortran model passes them: every lowered program,
+/// specialized for that layout (`layout::specialize_unit_strides`: each field's stride in
+/// its first dimension a static 1, the transients column-major) and optimized, walks
+/// the horizontal dimension innermost in every parallel map over a horizontal and a
+/// vertical dimension that does not gather through a neighbour table, and, compiled and called with the inputs laid out column-major,
+/// computes GT4Py's outputs as the unspecialized program does with row-major ones.
+#[test]
+fn every_lowered_program_specialized_for_column_major_fields_reproduces_gt4py() {
+    use sdflow::ir::{Dataflow, Node, Schedule};
+    use sdflow::transforms::{Order, specialize_unit_strides, unit_dims_in_order};
+    /// Whether `df` (inner maps too) gathers through a neighbour table.
+    fn gathers(df: &Dataflow) -> bool {
+        df.edge_ids().into_iter().any(|e| {
+            df.edge(e)
+                .memlet
+                .subset
+                .0
+                .iter()
+                .any(|d| matches!(d, sdflow::ir::Dim::Indirect { .. }))
+        }) || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => gathers(&m.body),
+            _ => false,
+        })
+    }
+    /// Whether `df` (inner maps too) accesses an argument of two or more dimensions.
+    fn reads_a_field(sdfg: &Sdfg, df: &Dataflow) -> bool {
+        df.edge_ids().into_iter().any(|e| {
+            sdfg.arrays
+                .get(&df.edge(e).memlet.data)
+                .is_some_and(|d| !d.transient() && d.rank() >= 2)
+        }) || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => reads_a_field(sdfg, &m.body),
+            _ => false,
+        })
+    }
+    /// The parallel maps of `df` over fields, without gathers, whose last parameter is
+    /// vertical while another is horizontal: their innermost loop walks the fields with
+    /// a stride. (A map that gathers keeps the levels innermost: a neighbour's index is
+    /// then read once per column, not per point; a map over transients alone may keep
+    /// either order, its transients laid out to match: `loop_order`'s cost.)
+    fn vertical_innermost(sdfg: &Sdfg, df: &Dataflow, out: &mut Vec<String>) {
+        for n in df.node_ids() {
+            if let Node::Map(m) = df.node(n) {
+                let last = m.params.last().map(String::as_str).unwrap_or("");
+                if m.schedule == Schedule::CpuParallel
+                    && last.contains("vertical")
+                    && m.params.iter().any(|p| p.contains("horizontal"))
+                    && !gathers(&m.body)
+                    && reads_a_field(sdfg, &m.body)
+                {
+                    out.push(format!("{} ({})", m.label, m.params.join(", ")));
+                }
+                vertical_innermost(sdfg, &m.body, out);
+            }
+        }
+    }
+    let mut quick = common::backend();
+    for f in quick.compiler.flags.iter_mut() {
+        if f == "-O3" {
+            *f = "-O1".to_string();
+        }
+    }
+    let mut cases = Vec::new();
+    let (mut relaid, mut reordered) = (0, 0);
+    for p in programs() {
+        let path = dir().join(format!("{p}.simple.dace.lowered.sdfgz"));
+        let mut sdfg = sdflow::cli::load_program(&path).unwrap();
+        let mut npz = open_npz(&dir().join(format!("{p}.simple.npz")));
+        let unit = unit_dims_in_order(&sdfg, Order::ColumnMajor);
+        let report = specialize_unit_strides(&mut sdfg, &unit).unwrap();
+        assert!(report.column_major, "{p}: {report:?}");
+        assert!(
+            report.transients_kept.is_empty(),
+            "{p}: transients left row-major: {:?}",
+            report.transients_kept
+        );
+        relaid += report.transients_relaid.len();
+        // Symbols inferred for the arrays laid out as the specialized program takes them.
+        let inputs = gt4py_inputs(&sdfg, &mut npz);
+        let r = Pipeline::cpu().validate_each(true).run(&mut sdfg).unwrap();
+        reordered += r.changes("loop_order").get("loops_reordered");
+        let mut wrong = Vec::new();
+        for st in &sdfg.states {
+            vertical_innermost(&sdfg, &st.graph, &mut wrong);
+        }
+        assert!(
+            wrong.is_empty(),
+            "{p}: maps walking the vertical dimension innermost: {wrong:?}"
+        );
+        cases.push((p, sdfg, inputs));
+    }
+    eprintln!("column-major: {relaid} transients relaid, {reordered} maps reordered");
+    assert!(relaid >= 20 && reordered >= 14, "{relaid} {reordered}");
+    let all: Vec<Sdfg> = cases.iter().map(|c| c.1.clone()).collect();
+    let mut failures = Vec::new();
+    for ((p, _, inputs), lib) in cases.iter().zip(quick.build_all(&all)) {
+        let mut npz = open_npz(&dir().join(format!("{p}.simple.npz")));
+        let refs = references(&mut npz);
+        let mut b = inputs.clone();
+        // Row-major fields are refused, naming one and the layout.
+        let lib = lib.unwrap();
+        let mut row_major = inputs.arrays.clone();
+        let mut args = sdflow::codegen::Args::new();
+        for (k, v) in &inputs.symbols {
+            if lib.signature.floats.contains(k) {
+                args = args.float(k, v.as_f64());
+            } else if lib.signature.ints.contains(k) {
+                args = args.int(k, v.as_i64());
+            }
+        }
+        for (k, a) in row_major.iter_mut() {
+            if lib.signature.arrays.iter().any(|s| &s.name == k) {
+                args = args.host(k, a);
+            }
+        }
+        let e = lib.call_checked(args).unwrap_err().to_string();
+        assert!(
+            e.contains("has stride")
+                && e.contains("but the program takes 1 there (its declared or specialized layout)"),
+            "{p}: {e}"
+        );
+        if let Err(e) = lib.run_bindings(&mut b) {
+            failures.push(format!("{p}: {e}"));
+            continue;
+        }
+        if let Err(e) = check(&b, &mut npz, &refs) {
+            failures.push(format!("{p}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

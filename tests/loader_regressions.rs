@@ -159,6 +159,7 @@ fn a_zero_extent_beside_a_huge_one_is_an_error_not_a_panic() {
             threads: 1,
             no_opt: false,
             config: Some(regression(file)),
+            layout: None,
         },
     )
     .err()

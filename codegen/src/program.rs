@@ -683,7 +683,8 @@ impl CompiledProgram {
 
 /// The dense layout (dimensions slowest first) in which an argument declared as `spec`
 /// is passed with extents `extents`: the one its declared strides describe with the
-/// symbol values `values`, else row-major (the binding's stride check then says what
+/// symbol values `values` ([`sdflow_ir::bind::layout_order`]: or the contiguous
+/// dimension they declare), else row-major (the binding's stride check then says what
 /// differs); none for a scalar.
 pub(crate) fn declared_order(
     spec: &crate::abi::ArgSpec,
@@ -693,7 +694,7 @@ pub(crate) fn declared_order(
     if spec.shape.is_empty() {
         return Vec::new();
     }
-    sdflow_ir::bind::dense_order(&spec.strides, extents, values)
+    sdflow_ir::bind::layout_order(&spec.strides, extents, values)
         .unwrap_or_else(|| (0..extents.len()).collect())
 }
 

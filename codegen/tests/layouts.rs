@@ -78,7 +78,7 @@ fn a_column_major_program_runs_alike_on_both_backends() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "program 'colmajor': 'out' has stride 3 in dimension 0, but the program's '1' is 1 there ()"
+        "program 'colmajor': 'out' has stride 3 in dimension 0, but the program takes 1 there (its declared or specialized layout)"
     );
 }
 

@@ -169,6 +169,39 @@ pub fn dense_order(
     Some(order)
 }
 
+/// The dense layout an array passed for declared `strides` is given: the one they
+/// describe ([`dense_order`]); else, when their symbols are not all known but the
+/// stride of exactly one dimension of extent above 1 is 1 (declared, or a static symbol
+/// of `known`: a layout
+/// specialized for contiguous arguments, the other strides left to the array),
+/// column-major when that is the first dimension and row-major with it moved last
+/// otherwise; else `None` (row-major is the callers' default).
+pub fn layout_order(
+    strides: &[SymExpr],
+    extents: &[usize],
+    known: &BTreeMap<String, i64>,
+) -> Option<Vec<usize>> {
+    if let Some(order) = dense_order(strides, extents, known) {
+        return Some(order);
+    }
+    if strides.len() != extents.len() {
+        return None;
+    }
+    let unit: Vec<usize> = (0..extents.len())
+        .filter(|&d| extents[d] > 1 && strides[d].eval_map(known).ok() == Some(1))
+        .collect();
+    match unit.as_slice() {
+        [0] if extents.len() > 1 => Some((0..extents.len()).rev().collect()),
+        [d] => Some(
+            (0..extents.len())
+                .filter(|k| k != d)
+                .chain(std::iter::once(*d))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 /// Adds to `known` every symbol value that `args` imply and that `known` does not hold
 /// already; `inferable` says which symbols may be inferred (runtime integer symbols).
 /// Errors: two arrays (or an array and a given value) implying different values.
@@ -329,6 +362,13 @@ fn conflict(
             format!("{s} = {} from {from}", known.get(&s).copied().unwrap_or(0))
         })
         .collect();
+    if syms.is_empty() {
+        // A constant: declared so, or a symbol the program was specialized for.
+        return BindError(format!(
+            "'{}' has {}, but the program takes {got} there (its declared or specialized layout)",
+            eq.array, eq.what
+        ));
+    }
     BindError(format!(
         "'{}' has {}, but the program's '{}' is {got} there ({})",
         eq.array,
@@ -400,6 +440,25 @@ mod tests {
         );
         assert_eq!(dense_order(&[sym("6"), sym("1")], &[3, 5], &k), None);
         assert_eq!(dense_order(&[sym("M"), sym("1")], &[3, 5], &k), None);
+        // Strides left to the array, the contiguous dimension declared.
+        assert_eq!(
+            layout_order(&[sym("1"), sym("M")], &[3, 5], &k),
+            Some(vec![1, 0])
+        );
+        assert_eq!(
+            layout_order(&[sym("1"), sym("M"), sym("L")], &[3, 5, 2], &k),
+            Some(vec![2, 1, 0])
+        );
+        assert_eq!(
+            layout_order(&[sym("M"), sym("1"), sym("L")], &[3, 5, 2], &k),
+            Some(vec![0, 2, 1])
+        );
+        assert_eq!(
+            layout_order(&[sym("1"), sym("N")], &[3, 5], &k),
+            Some(vec![1, 0])
+        );
+        assert_eq!(layout_order(&[sym("M"), sym("L")], &[3, 5], &k), None);
+        assert_eq!(layout_order(&[sym("1"), sym("1")], &[3, 5], &k), None);
     }
 
     #[test]

@@ -1035,6 +1035,14 @@ impl Gen {
                 }
             }
         }
+        // An update in place: the target read at the point written, where it holds
+        // values over the whole domain (`loop_order` may still reorder such a map).
+        if let Some(h) = env.get(target)
+            && h.iter().zip(&domain).all(|(v, m)| v.0 <= m.0 && v.1 <= m.1)
+            && self.rng.random_bool(0.15)
+        {
+            reads.push((target.to_string(), vec![0; rank]));
+        }
         let conns: Vec<String> = (0..reads.len()).map(|c| format!("c{c}")).collect();
         let code = self.code(&conns);
         let schedule = if self.rng.random_bool(0.2) {

@@ -1,7 +1,7 @@
 """Type stubs of the sdflow extension module."""
 
 import os
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 class SdflowError(Exception):
     """An error of sdflow: a program that cannot be read, optimized or compiled."""
@@ -52,6 +52,14 @@ class Program:
         fast_math: bool = False,
     ) -> Tuple[Program, Report]:
         """Runs the optimizer (``"cpu"`` or ``"gpu"`` pipeline, or the named passes)."""
+    def specialize_layout(
+        self,
+        order: Optional[str] = None,
+        arrays: Optional[Mapping[str, Any]] = None,
+    ) -> Tuple[Program, Dict[str, Any]]:
+        """The program specialized for arguments passed ``"F"`` (column-major) or ``"C"``
+        (row-major), or laid out as ``arrays`` are: each field's stride in its contiguous
+        dimension a static 1, the transients column-major when the fields are."""
     def to_json(self) -> str:
         """The program as sdflow JSON."""
     def to_dot(

@@ -355,6 +355,70 @@ impl Program {
         ))
     }
 
+    /// The program specialized for arguments passed in one layout: `order` `"C"`
+    /// (row-major) or `"F"` (column-major) for every argument whose strides the program
+    /// leaves to the caller (GT4Py's fields), or `arrays`, a dict of the arrays that
+    /// will be passed (each specialized for the dimension it is contiguous in). That
+    /// dimension's stride becomes a static 1, so that the optimizer can put the
+    /// contiguous dimension innermost, and when most fields are column-major the
+    /// program's transients become column-major too; a call with an array laid out
+    /// otherwise is refused, naming it. Returns `(Program, dict)`: the dict lists
+    /// `strides_specialized`, `column_major`, `transients_relaid` and
+    /// `transients_kept`.
+    #[pyo3(signature = (order = None, arrays = None))]
+    fn specialize_layout<'py>(
+        &self,
+        py: Python<'py>,
+        order: Option<&str>,
+        arrays: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<(Program, Bound<'py, PyDict>)> {
+        let unit = match (order, arrays) {
+            (Some(o), None) => {
+                let order: sdflow_transforms::Order = o.parse().map_err(SdflowError::new_err)?;
+                sdflow_transforms::unit_dims_in_order(&self.sdfg, order)
+            }
+            (None, Some(d)) => {
+                let mut parts: Vec<(String, Vec<usize>, Vec<isize>)> = Vec::new();
+                for (k, v) in d.iter() {
+                    let name: String = k.extract()?;
+                    let a = v.cast::<PyUntypedArray>().map_err(|_| {
+                        SdflowError::new_err(format!(
+                            "specialize_layout: '{name}' is not a NumPy array"
+                        ))
+                    })?;
+                    let size = a.dtype().itemsize() as isize;
+                    let strides = a.strides().iter().map(|s| s / size.max(1)).collect();
+                    parts.push((name, a.shape().to_vec(), strides));
+                }
+                sdflow_transforms::unit_dims_of(
+                    parts
+                        .iter()
+                        .map(|(n, e, s)| (n.as_str(), e.as_slice(), s.as_slice())),
+                )
+            }
+            _ => {
+                return Err(SdflowError::new_err(
+                    "specialize_layout: give either order ('C' or 'F') or arrays",
+                ));
+            }
+        };
+        let mut sdfg = (*self.sdfg).clone();
+        let r = sdflow_transforms::specialize_unit_strides(&mut sdfg, &unit)
+            .map_err(|e| SdflowError::new_err(format!("specialize_layout: {e}")))?;
+        let out = PyDict::new(py);
+        out.set_item("strides_specialized", r.strides_specialized)?;
+        out.set_item("column_major", r.column_major)?;
+        out.set_item("transients_relaid", r.transients_relaid)?;
+        out.set_item("transients_kept", r.transients_kept)?;
+        Ok((
+            Program {
+                sdfg: Arc::new(sdfg),
+                origin: self.origin.clone(),
+            },
+            out,
+        ))
+    }
+
     /// The program as sdflow JSON.
     fn to_json(&self) -> String {
         sdflow_ir::format::to_json(&self.sdfg)

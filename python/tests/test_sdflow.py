@@ -511,3 +511,31 @@ def test_drawings_at_each_level_and_marked_against_the_input():
         prog.to_dot(map="nope")
     with pytest.raises(sdflow.SdflowError, match="level 'some'"):
         prog.to_dot(level="some")
+
+
+def test_a_layout_specialized_program_takes_column_major_fields_and_refuses_row_major_ones():
+    path = ROOT / "tests" / "gt4py" / "apply_nabla2_to_vn_in_lateral_boundary.simple.dace.lowered.sdfgz"
+    prog = sdflow.load(path)
+    rng = np.random.default_rng(3)
+    e, k = 27, 10
+    z = np.asfortranarray(rng.standard_normal((e, k)))
+    area = rng.standard_normal(e)
+    vn0 = np.asfortranarray(rng.standard_normal((e, k)))
+    scalars = dict(fac_bdydiff_v=0.5, horizontal_start=0, horizontal_end=e, vertical_start=0, vertical_end=k)
+    want = vn0 + (area * 0.5)[:, None] * z
+    spec, report = prog.specialize_layout("F")
+    assert report["column_major"] and report["transients_kept"] == []
+    assert "__vn_Edge_stride" in report["strides_specialized"]
+    compiled = spec.optimize()[0].compile("cpu")
+    vn = vn0.copy(order="F")
+    compiled(z_nabla2_e=z, area_edge=area, vn=vn, **scalars)
+    assert np.array_equal(vn, want)
+    # The same from the arrays themselves.
+    spec2, report2 = prog.specialize_layout(arrays=dict(z_nabla2_e=z, area_edge=area, vn=vn))
+    assert report2["strides_specialized"] == report["strides_specialized"]
+    with pytest.raises(sdflow.CallError, match=r"'\w+' has stride 10 in dimension 0, but the program takes 1 there"):
+        compiled(z_nabla2_e=np.ascontiguousarray(z), area_edge=area, vn=np.ascontiguousarray(vn0), **scalars)
+    with pytest.raises(sdflow.SdflowError, match="layout 'x': expected 'C'"):
+        prog.specialize_layout("x")
+    with pytest.raises(sdflow.SdflowError, match="give either order"):
+        prog.specialize_layout()

@@ -686,6 +686,7 @@ fn bench(input: &Input, f: &[&str], corpus: &Corpus, scratch: &Path) -> Verdict 
         threads,
         no_opt: false,
         config: Some(config.clone()),
+        layout: None,
     };
     match sdflow::bench::prepare(&program, &o) {
         Ok(p) if p.options.threads > sdflow::codegen::MAX_THREADS => {

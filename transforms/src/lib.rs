@@ -30,6 +30,7 @@ mod dead_dataflow;
 pub mod egraph;
 mod gpu_schedule;
 mod inline_nested;
+pub mod layout;
 mod local_unroll;
 mod loop_order;
 mod map_fusion;
@@ -49,6 +50,9 @@ pub use dead_dataflow::DeadDataflow;
 pub use egraph::EGraphPass;
 pub use gpu_schedule::GpuSchedule;
 pub use inline_nested::InlineNested;
+pub use layout::{
+    LayoutError, LayoutReport, Order, specialize_unit_strides, unit_dims_in_order, unit_dims_of,
+};
 pub use local_unroll::LocalUnroll;
 pub use loop_order::LoopOrder;
 pub use map_fusion::MapFusion;

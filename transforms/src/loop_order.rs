@@ -20,10 +20,12 @@
 //! and the contiguous dimension of some other array the map reads says nothing about it.
 //!
 //! Legality: the map is parallel (`CpuParallel` or `GpuDevice`: its iterations are
-//! independent, in any order), nothing in its body resolves write conflicts (a sum's
-//! rounding depends on the order), calls a nested SDFG or a library node, and the map
-//! reads nothing it writes ([`node_reads_writes`]: its edges; the body's own scalars and
-//! per-worker buffers are private to a point). Only the order of the points changes, not which points
+//! independent, in any order), nothing in its body (nested SDFGs too) resolves write
+//! conflicts (a sum's rounding depends on the order) or calls a library node, and what the
+//! map reads it does not write ([`node_reads_writes`]: its edges; the body's own scalars
+//! and per-worker buffers are private to a point) — or reads only at the point it writes
+//! (an update in place, `vn[i, k] = vn[i, k] + …`: each point reads and writes its own
+//! element, [`pointwise`]). Only the order of the points changes, not which points
 //! run or what each computes. Where a point fails, the error the interpreter reports
 //! first may be another failing point's (`docs/transforms.md`, *Errors*).
 
@@ -43,6 +45,12 @@ impl Pass for LoopOrder {
         "loop_order"
     }
 
+    /// Maps are reordered once fusion has settled: a reordered map no longer fuses with
+    /// its neighbours, whose parameters are in the other order.
+    fn settled(&self) -> bool {
+        true
+    }
+
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let mut ch = Changes::default();
         for s in sdfg.body.states() {
@@ -54,12 +62,18 @@ impl Pass for LoopOrder {
                 .node_ids()
                 .into_iter()
                 .filter_map(|n| match state.graph.node(n) {
-                    Node::Map(m) => innermost(sdfg, &state.graph, n, m).map(|k| (n, k)),
+                    Node::Map(m) => innermost(sdfg, &state.graph, n, m).map(|k| {
+                        let (reads, writes) = node_reads_writes(&state.graph, n);
+                        (n, k, !reads.is_disjoint(&writes))
+                    }),
                     _ => None,
                 })
                 .collect();
             let g = &mut sdfg.states[s.index()].graph;
-            for (n, k) in moves {
+            for (n, k, in_place) in moves {
+                if in_place {
+                    ch.add("loops_reordered_in_place", 1);
+                }
                 if let Node::Map(m) = &mut g.graph[n] {
                     let p = m.params.remove(k);
                     let r = m.ranges.remove(k);
@@ -79,8 +93,8 @@ impl Pass for LoopOrder {
     }
 }
 
-/// The parameter of map `m` (node `n` of `df`) to move last, when one scores higher than
-/// the last one and reordering `m` is legal.
+/// The parameter of map `m` (node `n` of `df`) to move last, when one costs less than
+/// the last one ([`costs`]) and reordering `m` is legal.
 fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<usize> {
     let last = m.params.len().checked_sub(1)?;
     if last == 0 || !matches!(m.schedule, Schedule::CpuParallel | Schedule::GpuDevice) {
@@ -89,38 +103,146 @@ fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<usiz
     // What the map reads and writes, as every pass sees it (its edges: the body's own
     // scalars and per-worker buffers are private to a point).
     let (reads, writes) = node_reads_writes(df, n);
-    if !reorderable(&m.body) || !reads.is_disjoint(&writes) {
+    if !reorderable(&m.body)
+        || !reads
+            .intersection(&writes)
+            .all(|a| pointwise(&m.body, a, &m.params))
+    {
         return None;
     }
-    let mut score = vec![0usize; m.params.len()];
-    if !count(sdfg, &m.body, &m.params, &mut score) {
+    let mut cost = vec![0usize; m.params.len()];
+    let w = if m.schedule == Schedule::GpuDevice {
+        &GPU
+    } else {
+        &CPU
+    };
+    if !costs(sdfg, &m.body, &m.params, w, &mut cost) {
         return None;
     }
-    let (best, &high) = score
+    let (best, &low) = cost
         .iter()
         .enumerate()
-        .max_by_key(|&(k, s)| (*s, std::cmp::Reverse(k)))?;
-    (high > score[last] && best != last).then_some(best)
+        .min_by_key(|&(k, c)| (*c, std::cmp::Reverse(k)))?;
+    (low < cost[last] && best != last).then_some(best)
 }
 
-/// Whether `df` (inner maps too) has no write-conflict resolution, nested SDFG or library
-/// node.
+/// Whether every point of a map with parameters `params` and body `df` reads and writes
+/// only its own element of `data`, which both reads and writes: every memlet of `df`
+/// naming `data` has the same subset, each dimension an index `p + c` of a distinct
+/// parameter, every parameter used (distinct points, distinct elements); no copy and no
+/// inner map touches it. An update in place (`vn[i, k] = vn[i, k] + …`) is such a map:
+/// its points are independent, in any order.
+fn pointwise(df: &Dataflow, data: &str, params: &[String]) -> bool {
+    let names: Vec<&str> = params.iter().map(String::as_str).collect();
+    let mut seen: Option<&sdflow_ir::Subset> = None;
+    for e in df.edge_ids() {
+        let (s, d) = df.endpoints(e);
+        let memlet = &df.edge(e).memlet;
+        let touches = |n| df.node(n).as_access() == Some(data);
+        if memlet.data != data {
+            if touches(s) || touches(d) {
+                return false;
+            }
+            continue;
+        }
+        if memlet.other_subset.is_some() || touches(s) && touches(d) {
+            return false;
+        }
+        match seen {
+            Some(first) if *first != memlet.subset => return false,
+            Some(_) => continue,
+            None => seen = Some(&memlet.subset),
+        }
+        let mut used = vec![false; params.len()];
+        for dim in &memlet.subset.0 {
+            let Dim::Index(x) = dim else { return false };
+            let Some((coeffs, _)) = x.affine_in(&names) else {
+                return false;
+            };
+            let mut nonzero = coeffs.iter().filter(|(_, c)| **c != 0);
+            match (nonzero.next(), nonzero.next()) {
+                (None, _) => {}
+                (Some((p, c)), None) if c.abs() == 1 => {
+                    let Some(k) = params.iter().position(|q| q == p) else {
+                        return false;
+                    };
+                    if std::mem::replace(&mut used[k], true) {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+        }
+        if !used.iter().all(|&u| u) {
+            return false;
+        }
+    }
+    df.node_ids().into_iter().all(|n| match df.node(n) {
+        Node::Map(im) => !mentions(&im.body, data),
+        _ => true,
+    })
+}
+
+/// Whether a memlet of `df` (inner maps too) names `data`.
+fn mentions(df: &Dataflow, data: &str) -> bool {
+    df.edge_ids()
+        .into_iter()
+        .any(|e| df.edge(e).memlet.data == data)
+        || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(im) => mentions(&im.body, data),
+            _ => false,
+        })
+}
+
+/// Whether `df` (inner maps and nested SDFGs too) has no write-conflict resolution and no
+/// library node. A nested SDFG (an `if` GT4Py keeps inside a map body) reads and writes
+/// what its edges say, at its point.
 fn reorderable(df: &Dataflow) -> bool {
     df.edge_ids()
         .into_iter()
         .all(|e| df.edge(e).memlet.wcr.is_none())
         && df.node_ids().into_iter().all(|n| match df.node(n) {
-            Node::Nested(_) | Node::Library(_) => false,
+            Node::Library(_) => false,
+            Node::Nested(ns) => ns.sdfg.states.iter().all(|st| reorderable(&st.graph)),
             Node::Map(im) => reorderable(&im.body),
             _ => true,
         })
 }
 
-/// Adds to each parameter's score the memlets of `df` (inner maps too) that index a
-/// dimension of stride 1 with it alone; false when an array there has no dimension of
-/// constant stride 1 (its strides are symbols, its layout known only at call time: any
-/// dimension may be the contiguous one).
-fn count(sdfg: &Sdfg, df: &Dataflow, params: &[String], score: &mut [usize]) -> bool {
+/// What one access costs per point of the innermost loop (the GPU's fastest thread
+/// index), by how its address varies with that loop's parameter.
+struct Weights {
+    /// It does not: on the CPU it is loaded once for the whole inner loop; on the GPU
+    /// the threads of a warp read one address (one transaction).
+    invariant: usize,
+    /// The parameter alone (`±p + c`) in a dimension of stride 1: the CPU vectorizes it,
+    /// a warp's loads coalesce.
+    contiguous: usize,
+    /// Strided or computed: a cache line (a transaction) per element.
+    strided: usize,
+    /// Through an index table: the table's entry, its check, and an element anywhere.
+    gather: usize,
+}
+
+const CPU: Weights = Weights {
+    invariant: 0,
+    contiguous: 1,
+    strided: 4,
+    gather: 6,
+};
+
+const GPU: Weights = Weights {
+    invariant: 1,
+    contiguous: 1,
+    strided: 32,
+    gather: 32,
+};
+
+/// Adds to `cost[k]` what the accesses of `df` (inner maps too) cost per point were
+/// `params[k]` the innermost parameter ([`Weights`]); false
+/// when an array there has no dimension of constant stride 1 (its strides are symbols,
+/// its layout known only at call time: any dimension may be the contiguous one).
+fn costs(sdfg: &Sdfg, df: &Dataflow, params: &[String], w: &Weights, cost: &mut [usize]) -> bool {
     let names: Vec<&str> = params.iter().map(String::as_str).collect();
     for e in df.edge_ids() {
         let memlet = &df.edge(e).memlet;
@@ -130,25 +252,58 @@ fn count(sdfg: &Sdfg, df: &Dataflow, params: &[String], score: &mut [usize]) -> 
         if !a.strides.iter().any(|s| s.as_int() == Some(1)) {
             return false;
         }
-        for (d, stride) in memlet.subset.0.iter().zip(&a.strides) {
-            let Dim::Index(x) = d else { continue };
-            if stride.as_int() != Some(1) {
-                continue;
+        for (k, p) in params.iter().enumerate() {
+            let mut varies = false;
+            let mut contiguous = true;
+            let mut gather = false;
+            for (d, stride) in memlet.subset.0.iter().zip(&a.strides) {
+                let unit = stride.as_int() == Some(1);
+                match d {
+                    Dim::Index(x) => {
+                        let Some((coeffs, _)) = x.affine_in(&names) else {
+                            if x.free_symbols().contains(p.as_str()) {
+                                varies = true;
+                                contiguous = false;
+                            }
+                            continue;
+                        };
+                        let c = coeffs.get(p.as_str()).copied().unwrap_or(0);
+                        if c != 0 {
+                            varies = true;
+                            contiguous &= c.abs() == 1 && unit;
+                        }
+                    }
+                    Dim::Range { start, end, step } => {
+                        if [start, end, step]
+                            .iter()
+                            .any(|x| x.free_symbols().contains(p.as_str()))
+                        {
+                            varies = true;
+                            contiguous = false;
+                        }
+                    }
+                    Dim::Indirect { index, offset, .. } => {
+                        if index
+                            .iter()
+                            .chain(std::iter::once(offset))
+                            .any(|x| x.free_symbols().contains(p.as_str()))
+                        {
+                            varies = true;
+                            gather = true;
+                        }
+                    }
+                }
             }
-            let Some((coeffs, _)) = x.affine_in(&names) else {
-                continue;
+            cost[k] += match (varies, gather, contiguous) {
+                (false, _, _) => w.invariant,
+                (true, true, _) => w.gather,
+                (true, false, true) => w.contiguous,
+                (true, false, false) => w.strided,
             };
-            let mut used = coeffs.iter().filter(|(_, c)| **c != 0);
-            if let (Some((p, c)), None) = (used.next(), used.next())
-                && c.abs() == 1
-                && let Some(k) = params.iter().position(|q| q == p)
-            {
-                score[k] += 1;
-            }
         }
     }
     df.node_ids().into_iter().all(|n| match df.node(n) {
-        Node::Map(im) => count(sdfg, &im.body, params, score),
+        Node::Map(im) => costs(sdfg, &im.body, params, w, cost),
         _ => true,
     })
 }

@@ -118,4 +118,11 @@ pub trait Pass: Send + Sync {
     fn in_callees(&self) -> bool {
         true
     }
+
+    /// Whether the pipeline runs this pass only in a round where the passes before it
+    /// changed nothing: it then sees the program the others have settled (the loop order
+    /// of fused maps, not of the maps before fusion, which a reordering would keep apart).
+    fn settled(&self) -> bool {
+        false
+    }
 }

@@ -424,6 +424,7 @@ impl Pipeline {
                     if self.disabled.contains(pass.name())
                         || seen[i] == Some(version)
                         || (depth > 0 && !pass.in_callees())
+                        || (changed && pass.settled())
                     {
                         continue;
                     }

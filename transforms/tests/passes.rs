@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
 use sdflow_ir::testkit::{branchy, if_stmt_callee};
-use sdflow_ir::{Block, DType, Node, Sdfg, SdfgBuilder, Value};
+use sdflow_ir::{Block, DType, DataDesc, Node, Sdfg, SdfgBuilder, SymExpr, Value};
 use sdflow_transforms::{
     DeadDataflow, EGraphPass, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion,
     Specialize, StateFusion, TransformError,
@@ -1170,4 +1170,230 @@ fn the_passes_run_inside_callees_that_stay_calls() {
     assert!(!inner.arrays.contains_key("unused"), "{report}");
     assert_eq!(tasklets(&inner), 3, "{report}");
     same_results(&s0, &s, &[("N", 7)]);
+}
+
+/// `u[i, j] = u[i, j] * 2 + v[i, j]` over column-major arrays, listed `(i, j)`; with
+/// `offset`, the update reads `u[i, j + 1]` instead (not a point's own element).
+fn column_major_update(offset: bool) -> Sdfg {
+    let mut b = SdfgBuilder::new("update");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N", "M + 1"])
+        .array("v", DType::F64, ["N", "M"]);
+    let read = if offset { "u[i, j + 1]" } else { "u[i, j]" };
+    b.state("s", |st| {
+        st.map("m", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet(
+                "t",
+                &[("x", read), ("y", "v[i, j]")],
+                &[("o", "u[i, j]")],
+                "o = x * 2.0 + y",
+            );
+        });
+    });
+    let mut s = b.build();
+    for a in ["u", "v"] {
+        if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
+            a.strides = vec![SymExpr::Int(1), SymExpr::sym("N")];
+        }
+    }
+    s
+}
+
+fn first_map(s: &Sdfg) -> sdflow_ir::MapScope {
+    s.states[0]
+        .graph
+        .node_ids()
+        .into_iter()
+        .find_map(|n| match s.states[0].graph.node(n) {
+            Node::Map(m) => Some(m.clone()),
+            _ => None,
+        })
+        .expect("a map")
+}
+
+#[test]
+fn loop_order_reorders_an_update_in_place_but_not_a_read_of_another_point() {
+    let s0 = column_major_update(false);
+    let mut s = s0.clone();
+    let c = sdflow_transforms::LoopOrder.run(&mut s);
+    assert_eq!(c.get("loops_reordered"), 1);
+    assert_eq!(c.get("loops_reordered_in_place"), 1);
+    assert_eq!(first_map(&s).params, ["j", "i"]);
+    same_results(&s0, &s, &[("N", 5), ("M", 4)]);
+    // Reading the neighbour it does not write: left alone.
+    let mut s = column_major_update(true);
+    assert!(sdflow_transforms::LoopOrder.run(&mut s).is_empty());
+    assert_eq!(first_map(&s).params, ["i", "j"]);
+}
+
+/// `out[e, k] = sum of x[tab[e, n], k]` for `n` in `0..4`, every array column-major,
+/// listed `(e, k)`: the edges would be contiguous, but each gather through the table
+/// then reads its entry and checks it at every point; with the levels innermost the
+/// entries are read once per column.
+#[test]
+fn loop_order_keeps_the_levels_innermost_where_a_map_gathers() {
+    let mut b = SdfgBuilder::new("gather");
+    b.symbol("E", DType::I64)
+        .symbol("V", DType::I64)
+        .symbol("K", DType::I64)
+        .array("x", DType::F64, ["V", "K"])
+        .array("tab", DType::I32, ["E", "4"])
+        .array("out", DType::F64, ["E", "K"]);
+    b.state("s", |st| {
+        st.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
+            m.tasklet(
+                "t",
+                &[
+                    ("a", "x[tab[e, 0], k]"),
+                    ("b", "x[tab[e, 1], k]"),
+                    ("c", "x[tab[e, 2], k]"),
+                    ("d", "x[tab[e, 3], k]"),
+                ],
+                &[("o", "out[e, k]")],
+                "o = a + b + c + d",
+            );
+        });
+    });
+    let mut s = b.build();
+    for (a, first) in [("x", "V"), ("tab", "E"), ("out", "E")] {
+        if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
+            a.strides = vec![SymExpr::Int(1), SymExpr::sym(first)];
+        }
+    }
+    assert_eq!(s.validate(), Ok(()));
+    assert!(sdflow_transforms::LoopOrder.run(&mut s).is_empty());
+    assert_eq!(first_map(&s).params, ["e", "k"]);
+    // Without the gathers (`x` read at `[e, k]`), the edges go innermost.
+    let mut b = SdfgBuilder::new("plain");
+    b.symbol("E", DType::I64)
+        .symbol("K", DType::I64)
+        .array("x", DType::F64, ["E", "K"])
+        .array("out", DType::F64, ["E", "K"]);
+    b.state("s", |st| {
+        st.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
+            m.tasklet(
+                "t",
+                &[("a", "x[e, k]")],
+                &[("o", "out[e, k]")],
+                "o = a * 2.0",
+            );
+        });
+    });
+    let mut s = b.build();
+    for a in ["x", "out"] {
+        if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
+            a.strides = vec![SymExpr::Int(1), SymExpr::sym("E")];
+        }
+    }
+    assert_eq!(
+        sdflow_transforms::LoopOrder
+            .run(&mut s)
+            .get("loops_reordered"),
+        1
+    );
+    assert_eq!(first_map(&s).params, ["k", "e"]);
+}
+
+/// GT4Py's shape: fields with stride symbols, a transient between two maps.
+fn strided_fields() -> Sdfg {
+    let mut b = SdfgBuilder::new("fields");
+    b.symbol("N", DType::I64).symbol("M", DType::I64);
+    for s in ["SU0", "SU1", "SO0", "SO1"] {
+        b.symbol(s, DType::I64);
+    }
+    b.array("u", DType::F64, ["N", "M"])
+        .array("out", DType::F64, ["N", "M"])
+        .transient("t", DType::F64, ["N", "M"]);
+    b.state("s", |st| {
+        st.map("a", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet("p", &[("x", "u[i, j]")], &[("o", "t[i, j]")], "o = x * 2.0");
+        });
+        st.map("b", &["i", "j"], &["0:N", "0:M"], |m| {
+            m.tasklet(
+                "q",
+                &[("x", "t[i, j]")],
+                &[("o", "out[i, j]")],
+                "o = x + 1.0",
+            );
+        });
+    });
+    let mut s = b.build();
+    for (name, a, c) in [("u", "SU0", "SU1"), ("out", "SO0", "SO1")] {
+        if let Some(DataDesc::Array(d)) = s.arrays.get_mut(name) {
+            d.strides = vec![SymExpr::sym(a), SymExpr::sym(c)];
+        }
+    }
+    s
+}
+
+#[test]
+fn a_layout_specialized_column_major_fixes_unit_strides_and_lays_out_the_transients() {
+    use sdflow_transforms::{LayoutError, Order, specialize_unit_strides, unit_dims_in_order};
+    let s0 = strided_fields();
+    let mut s = s0.clone();
+    let unit = unit_dims_in_order(&s, Order::ColumnMajor);
+    assert_eq!(unit, [("out".to_string(), 0), ("u".to_string(), 0)].into());
+    let r = specialize_unit_strides(&mut s, &unit).unwrap();
+    assert_eq!(r.strides_specialized, ["SO0", "SU0"]);
+    assert!(r.column_major);
+    assert_eq!(r.transients_relaid, ["t"]);
+    assert!(r.transients_kept.is_empty());
+    assert_eq!(s.symbols["SU0"].value, Some(Value::I64(1)));
+    let t = s.arrays["t"].as_array().unwrap();
+    assert_eq!(t.strides, vec![SymExpr::Int(1), SymExpr::sym("N")]);
+    // The interpreter indexes logically: the same results; the pipeline then walks the
+    // columns.
+    let mut opt = s.clone();
+    sdflow_transforms::Pipeline::cpu().run(&mut opt).unwrap();
+    assert_eq!(first_map(&opt).params, ["j", "i"]);
+    same_results(&s0, &opt, &[("N", 5), ("M", 4), ("SU1", 5), ("SO1", 5)]);
+    // Row-major: the last strides; the transients stay.
+    let mut s = s0.clone();
+    let r = specialize_unit_strides(&mut s, &unit_dims_in_order(&s0, Order::RowMajor)).unwrap();
+    assert_eq!(r.strides_specialized, ["SO1", "SU1"]);
+    assert!(!r.column_major && r.transients_relaid.is_empty());
+    // What cannot be specialized says what and where.
+    let err = |unit: &[(&str, usize)]| {
+        let unit = unit.iter().map(|(k, d)| (k.to_string(), *d)).collect();
+        specialize_unit_strides(&mut s0.clone(), &unit).unwrap_err()
+    };
+    assert_eq!(
+        err(&[("t", 0)]).to_string(),
+        "'t' is not an array argument of program 'fields'"
+    );
+    assert_eq!(
+        err(&[("u", 2)]).to_string(),
+        "'u' has 2 dimension(s); it cannot be contiguous in dimension 2"
+    );
+    let mut fixed = s0.clone();
+    if let Some(DataDesc::Array(d)) = fixed.arrays.get_mut("u") {
+        d.strides = vec![SymExpr::sym("M"), SymExpr::Int(1)];
+    }
+    let unit = [("u".to_string(), 0)].into();
+    assert_eq!(
+        specialize_unit_strides(&mut fixed, &unit).unwrap_err(),
+        LayoutError::NotUnit {
+            name: "u".into(),
+            dim: 0,
+            stride: "M".into()
+        }
+    );
+    assert_eq!(
+        specialize_unit_strides(&mut fixed, &unit)
+            .unwrap_err()
+            .to_string(),
+        "'u' declares stride 'M' in dimension 0: it cannot be 1 there (only a stride that is 1, or a runtime symbol no shape or other stride uses, can)"
+    );
+    assert_eq!(
+        "x".parse::<Order>().unwrap_err(),
+        "layout 'x': expected 'C' (row-major) or 'F' (column-major)"
+    );
+    // The contiguous dimension of arrays a caller has.
+    let dims = sdflow_transforms::unit_dims_of([
+        ("u", &[5usize, 4][..], &[1isize, 5][..]),
+        ("out", &[5, 4][..], &[4, 1][..]),
+        ("one", &[1, 1][..], &[1, 1][..]),
+    ]);
+    assert_eq!(dims, [("out".to_string(), 1), ("u".to_string(), 0)].into());
 }

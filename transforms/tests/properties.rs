@@ -209,6 +209,7 @@ fn random_programs_exercise_the_passes() {
             "reductions_unrolled",
             "buffers_scalarized",
             "loops_reordered",
+            "loops_reordered_in_place",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -249,6 +250,7 @@ fn random_programs_exercise_the_passes() {
         "buffers_scalarized",
         "loop_order",
         "loops_reordered",
+        "loops_reordered_in_place",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,

@@ -1766,7 +1766,8 @@ impl Emitter<'_> {
 
     /// A copy between two different containers whose subsets have the same sizes once
     /// the dimensions of size 1 are left out, as one loop per remaining dimension in
-    /// row-major order: the elements the flat order of [`Emitter::copy`] reaches, without a
+    /// row-major order (column-major where the destination is: its first dimension
+    /// contiguous): the elements the flat order of [`Emitter::copy`] reaches, without a
     /// division per element. `shared`: the loops are shared among the team's threads
     /// (`omp for ... nowait`; the caller is in a parallel region, outside any map).
     /// Returns false, printing nothing, when the shapes differ.
@@ -1804,7 +1805,23 @@ impl Emitter<'_> {
                 self.line("#pragma omp for schedule(static) nowait");
             }
         }
-        for j in 0..sk.len() {
+        // The loop over the destination's contiguous dimension innermost: the last
+        // looped dimension, unless the first has stride 1 and the last does not (a
+        // column-major container). A resolved write keeps the row-major order (a sum's
+        // rounding follows it).
+        let unit = |data: &str, k: Option<&usize>| {
+            k.and_then(|&k| sc.sdfg.arrays.get(data)?.as_array()?.strides.get(k))
+                .and_then(SymExpr::as_int)
+                == Some(1)
+        };
+        let column_major =
+            m.wcr.is_none() && sk.len() > 1 && unit(dst, dk.first()) && !unit(dst, dk.last());
+        let order: Vec<usize> = if column_major {
+            (0..sk.len()).rev().collect()
+        } else {
+            (0..sk.len()).collect()
+        };
+        for j in order {
             self.line(&format!(
                 "for (int64_t sdf_i{u}_{j} = 0; sdf_i{u}_{j} < sdf_n{u}_{j}; sdf_i{u}_{j}++)"
             ));
