@@ -17,10 +17,13 @@
 //! - makes a stride symbol there a static 1 ([`crate::Specialize`] folds it away; the
 //!   arguments' check then refuses an array that is not contiguous there, naming it);
 //! - when most arguments of two or more dimensions are contiguous in their first
-//!   dimension (column-major), lays out every transient of two or more dimensions
-//!   column-major too. Only transients whose strides are the row-major ones of their
-//!   shape (as built and imported) are changed, and not those passed to a nested SDFG
-//!   (the callee declares its own strides for them).
+//!   dimension (column-major), inlines the callees (as the pipeline's first pass would)
+//!   and lays out every transient of two or more dimensions column-major too. Only
+//!   transients whose strides are the row-major ones of their shape (as built and
+//!   imported) are changed; one passed to a nested SDFG that stays a call only where
+//!   the callee can follow: passed whole and declared there row-major (relaid with it)
+//!   or with stride symbols the call maps to the caller's strides (the mapping follows),
+//!   or passed one element at a time.
 //!
 //! ```text
 //! vn: [E, K] strides [__vn_Edge_stride, __vn_K_stride]    passed column-major

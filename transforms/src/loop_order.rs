@@ -11,10 +11,13 @@
 //! map (i, j) { out[i, j] = u[i, j] }
 //! ```
 //!
-//! The score of a parameter is the number of memlets in the map's body (inner maps too)
-//! that index, with that parameter alone (`p + c`, `c` free of the map's parameters), a
-//! dimension whose stride is the constant 1. The parameter with the highest score becomes
-//! the last one, the others keep their order; on a tie nothing moves. A map whose body
+//! The cost of a parameter as the innermost is what the memlets of the map's body (inner
+//! maps too) cost per point of that loop ([`Weights`]): nothing for an address that does
+//! not vary with it, least for the parameter alone (`p + c`) in a dimension of constant
+//! stride 1, more for a stride, most for a gather through an index table (its entry and
+//! check at every point; with the levels innermost they are read once per column). The
+//! cheapest parameter becomes the last one, the others keep their order; unless it is
+//! strictly cheaper than the last, nothing moves. A map whose body
 //! reads or writes an array without a dimension of constant stride 1 is left alone: that
 //! array's layout is known only at call time (GT4Py passes each field's strides then),
 //! and the contiguous dimension of some other array the map reads says nothing about it.
