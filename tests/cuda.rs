@@ -882,3 +882,54 @@ fn gpu_transcendentals_are_within_their_bounds() {
         assert!(worst <= 4, "{f}: {worst} ulp");
     }
 }
+
+/// The emulated device catches what it is for: every grid kernel of the examples (the
+/// dycore among them) printed one point short (`KernelFault::LastPointSkipped`, an
+/// off-by-one in the grid's size) gives results that differ from the interpreter's on it,
+/// and the comparison the `gpu_*` tests make names the array; printed right, the same
+/// programs equal the interpreter bit for bit.
+#[test]
+fn the_emulated_device_catches_a_kernel_one_point_short() {
+    use sdflow_codegen::cuda::emit::{CudaEmitOptions, KernelFault};
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let wrong = CudaBackend {
+        cache: None,
+        emit: CudaEmitOptions {
+            fault: Some(KernelFault::LastPointSkipped),
+            ..CudaEmitOptions::default()
+        },
+        ..CudaBackend::default()
+    };
+    let (mut caught, mut programs) = (0, 0);
+    for p in files("examples", ".sdfg.json") {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let s = cli::load_program(&p).unwrap();
+        let mut opt = s.clone();
+        sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
+        if !wrong.generate(&opt).unwrap().source.contains(") - 1;") {
+            continue;
+        }
+        programs += 1;
+        let symbols = sdflow_ir::testkit::sample_symbols(&s);
+        let inputs = sdflow_ir::interp::random_bindings(&s, &symbols, 11).unwrap();
+        let mut expected = inputs.clone();
+        sdflow_ir::interp::run(&s, &mut expected).unwrap();
+        let mut got = inputs.clone();
+        let mut prog = wrong.build(&opt, &handle).unwrap();
+        prog.run_bindings(&mut got).unwrap();
+        let compare = std::panic::catch_unwind(|| {
+            assert_outputs(&s, &expected, &got, false, &format!("emulated: {name}"))
+        });
+        if let Err(e) = compare {
+            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(
+                msg.contains(&format!("emulated: {name}: '")) && msg.contains("' differs"),
+                "{msg}"
+            );
+            caught += 1;
+        }
+    }
+    eprintln!("{caught} of {programs} examples with grid kernels caught one point short");
+    assert!(programs >= 5, "{programs}");
+    assert_eq!(caught, programs);
+}

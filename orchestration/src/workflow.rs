@@ -344,6 +344,7 @@ fn cuda_backend(o: &Options) -> sdflow_codegen::cuda::exec::CudaBackend {
     sdflow_codegen::cuda::exec::CudaBackend {
         emit: CudaEmitOptions {
             block_size: o.block_size,
+            ..CudaEmitOptions::default()
         },
         ..Default::default()
     }

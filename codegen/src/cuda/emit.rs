@@ -4,5 +4,5 @@
 //! `cpu/emit/device.rs` for the kernel shapes.
 
 pub use crate::cpu::emit::device::{
-    CudaEmitOptions, CudaProgram, KernelParams, KernelSpec, STATUS_READ, emit_cuda,
+    CudaEmitOptions, CudaProgram, KernelFault, KernelParams, KernelSpec, STATUS_READ, emit_cuda,
 };

@@ -22,11 +22,25 @@ use crate::plan::{Plan, StepKind};
 pub struct CudaEmitOptions {
     /// Threads per block of parallel-map kernels (a multiple of 32). Default 256.
     pub block_size: u32,
+    /// A wrong kernel on purpose, for the tests that show the emulated device catches
+    /// one ([`KernelFault`]); `None` (the default) otherwise.
+    pub fault: Option<KernelFault>,
+}
+
+/// A mistake [`CudaEmitOptions::fault`] puts in every grid kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelFault {
+    /// The grid is one point short (an off-by-one in its size): the last point of every
+    /// grid kernel is not computed.
+    LastPointSkipped,
 }
 
 impl Default for CudaEmitOptions {
     fn default() -> Self {
-        CudaEmitOptions { block_size: 256 }
+        CudaEmitOptions {
+            block_size: 256,
+            fault: None,
+        }
     }
 }
 
@@ -227,6 +241,7 @@ struct GridKernel<'a> {
     prologue: &'a str,
     state: &'a str,
     block_size: u32,
+    fault: Option<KernelFault>,
 }
 
 /// Opens a grid kernel doing `what`: its header, the `setup` lines, and a grid-stride
@@ -251,7 +266,12 @@ fn open_grid_kernel(
     for l in setup {
         em.line(l);
     }
-    em.line(&format!("const int64_t sdf_total = {total};"));
+    match k.fault {
+        None => em.line(&format!("const int64_t sdf_total = {total};")),
+        Some(KernelFault::LastPointSkipped) => {
+            em.line(&format!("const int64_t sdf_total = ({total}) - 1;"))
+        }
+    }
     em.line("for (int64_t sdf_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; sdf_t < sdf_total; sdf_t += (int64_t)gridDim.x * blockDim.x) {");
     em.indent += 1;
 }
@@ -539,6 +559,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 prologue: &prologue,
                 state: &st.name,
                 block_size: opts.block_size,
+                fault: opts.fault,
             };
             let copy = match step.kind {
                 StepKind::Copy => parallel_copy(df, n),
