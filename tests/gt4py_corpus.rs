@@ -652,8 +652,9 @@ fn every_lowered_program_specialized_for_column_major_fields_reproduces_gt4py() 
 /// gather over cells, a gather over vertices into edges, `concat_where` pieces copied
 /// between transients), specialized column-major and optimized by the GPU pipeline, run
 /// on the emulated device with column-major inputs: GT4Py's outputs. Their kernels have
-/// constant strides, so the fastest thread index was chosen at build time (no choice at
-/// the call is left in the CUDA text), and their transients are column-major.
+/// constant strides, so the fastest thread index was chosen at build time — the
+/// horizontal dimension, contiguous in the fields and the transients alike (no choice at
+/// the call is left in the CUDA text).
 #[test]
 fn lowered_programs_specialized_for_column_major_fields_reproduce_gt4py_on_the_emulated_device() {
     use sdflow::codegen::cuda::device::{DeviceHandle, EmulatedDevice};
@@ -679,6 +680,24 @@ fn lowered_programs_specialized_for_column_major_fields_reproduce_gt4py_on_the_e
         let refs = references(&mut npz);
         let mut b = gt4py_inputs(&sdfg, &mut npz);
         Pipeline::gpu().run(&mut sdfg).unwrap();
+        // Every kernel over a horizontal and a vertical dimension has the horizontal,
+        // the fields' contiguous one, as its fastest thread index (gathers or not: a
+        // warp's gathered loads are a transaction each either way).
+        for st in &sdfg.states {
+            for n in st.graph.node_ids() {
+                if let sdflow::ir::Node::Map(m) = st.graph.node(n)
+                    && m.params.iter().any(|q| q.contains("vertical"))
+                    && m.params.iter().any(|q| q.contains("horizontal"))
+                {
+                    assert!(
+                        m.params.last().is_some_and(|q| q.contains("horizontal")),
+                        "{p}: kernel '{}' ({})",
+                        m.label,
+                        m.params.join(", ")
+                    );
+                }
+            }
+        }
         let cuda = backend.generate(&sdfg).unwrap().source;
         assert!(
             !cuda.contains("_K_stride) != 1 && (s___"),
