@@ -857,12 +857,16 @@ pub struct Optimized {
     pub report: String,
 }
 
-/// `sdflow opt FILE [--passes a,b,c] [--gpu] [--fast-math]`: runs the default CPU
-/// pipeline (or the GPU one, or the passes named, in that order) to a fixed point; with
-/// `fast_math` the e-graph pass also uses its result-changing rules. The result is
-/// validated; the report ends with the work per grid point before and after.
+/// `sdflow opt FILE [--passes a,b,c] [--gpu] [--fast-math] [--config F]`: runs the
+/// default CPU pipeline (or the GPU one, or the passes named, in that order) to a fixed
+/// point, built from the options as every command builds it
+/// ([`sdflow_orchestration::workflow::OptimizeStep::pipeline`]: the configuration's
+/// `disable`, `fusion_balance`, `tile_rows` and `fast_math` too); with `fast_math` the
+/// e-graph pass also uses its result-changing rules. The result is validated; the report
+/// ends with the work per grid point before and after.
 pub fn opt(
     path: &Path,
+    config: Option<&Path>,
     passes: Option<&str>,
     gpu: bool,
     fast_math: bool,
@@ -875,27 +879,46 @@ pub fn opt(
         path: path.display().to_string(),
         source,
     };
-    let pipeline = match passes {
-        Some(list) => {
-            let names: Vec<&str> = list.split(',').filter(|s| !s.trim().is_empty()).collect();
-            if names.is_empty() {
-                return Err(CliError::Usage(
-                    "--passes needs at least one pass name (e.g. --passes state_fusion,map_fusion)"
-                        .into(),
-                ));
-            }
-            sdflow_transforms::Pipeline::from_names(&names).map_err(terr)?
-        }
-        None if gpu => sdflow_transforms::Pipeline::gpu(),
-        None => sdflow_transforms::Pipeline::cpu(),
-    };
-    let pipeline = if fast_math {
-        pipeline
-            .fast_math()
-            .map_err(|e| CliError::Usage(format!("--fast-math: {e}")))?
+    // The pipeline every entry point builds from options (`OptimizeStep::pipeline`): the
+    // configuration file's `disable`, `fusion_balance` and `tile_rows` apply here too.
+    let backend = if gpu {
+        sdflow_codegen::Backend::Gpu
     } else {
-        pipeline
+        sdflow_codegen::Backend::Cpu
     };
+    let config = sdflow_orchestration::config::Config::locate(config)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let arch = |b: sdflow_codegen::Backend| match b {
+        sdflow_codegen::Backend::Gpu => "(no device)".to_string(),
+        _ => sdflow_orchestration::config::host_arch().to_string(),
+    };
+    let mut options = config
+        .resolve(&sdfg.name, backend, &arch, &[])
+        .map_err(CliError::Usage)?
+        .options;
+    if let Some(list) = passes {
+        let names: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if names.is_empty() {
+            return Err(CliError::Usage(
+                "--passes needs at least one pass name (e.g. --passes state_fusion,map_fusion)"
+                    .into(),
+            ));
+        }
+        options.passes = Some(names);
+    }
+    options.fast_math |= fast_math;
+    let pipeline =
+        sdflow_orchestration::workflow::OptimizeStep::pipeline(&options).map_err(|e| match e {
+            e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
+                CliError::Usage(format!("--fast-math: {e}"))
+            }
+            other => terr(other),
+        })?;
     let report = pipeline.run(&mut sdfg).map_err(terr)?;
     let after = sdflow_ir::stats::PointCounts::of(&sdfg);
     if let Err(problems) = sdfg.validate() {

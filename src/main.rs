@@ -210,6 +210,10 @@ enum Command {
         /// into an if or removed, to this DOT file.
         #[arg(long)]
         dot: Option<PathBuf>,
+        /// A configuration file (TOML; `SDFLOW_CONFIG` overrides it): its `disable`,
+        /// `fusion_balance`, `tile_rows` and `fast_math` apply, as for every command.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -223,8 +227,16 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             fast_math,
             report,
             dot,
+            config,
         } => {
-            let o = cli::opt(&file, passes.as_deref(), gpu, fast_math, dot.is_some())?;
+            let o = cli::opt(
+                &file,
+                config.as_deref(),
+                passes.as_deref(),
+                gpu,
+                fast_math,
+                dot.is_some(),
+            )?;
             if let (Some(path), Some(text)) = (&dot, &o.dot) {
                 cli::write_output(path, text.as_bytes())?;
             }

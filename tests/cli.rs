@@ -941,3 +941,70 @@ fn run_on_the_emulated_cuda_device_prints_what_the_cpu_backend_prints() {
         "error: --backend cuda: SDFLOW_CUDA_DEVICE='tpu': expected a device number, 'emulated' or 'recording'\n"
     );
 }
+
+/// One pipeline from one set of options: `sdflow opt` and the workflow's optimize step
+/// (`sdflow show --emit optimized`, `sdflow bench`, components) build it with the same
+/// function, so a configuration's `disable` and `tile_rows` give the same program through
+/// both, and fast math without the e-graph pass is refused by both, saying why.
+#[test]
+fn opt_and_the_workflow_build_the_same_pipeline_from_the_same_options() {
+    let dir = std::env::temp_dir().join(format!("sdflow-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = root().join("examples/hyperdiffusion.sdfg.json");
+    let optimized = |config: Option<&Path>| {
+        let opt = sdflow::cli::opt(&file, config, None, false, false, false)
+            .unwrap()
+            .json;
+        let shown = sdflow::cli::show_with(
+            &file,
+            &sdflow::cli::ShowOptions {
+                emit: "optimized".into(),
+                config: config.map(Path::to_path_buf),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (opt, shown)
+    };
+    let (plain, plain_shown) = optimized(None);
+    assert_eq!(plain.trim(), plain_shown.trim());
+    let config = dir.join("sdflow.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\ndisable = [\"egraph\"]\ntile_rows = 0\n",
+    )
+    .unwrap();
+    let (configured, configured_shown) = optimized(Some(&config));
+    assert_eq!(configured.trim(), configured_shown.trim());
+    assert_ne!(configured, plain, "the configuration changed nothing");
+    // Fast math with the e-graph pass disabled: refused by both, with the same reason.
+    let e = sdflow::cli::opt(&file, Some(&config), None, false, true, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("--fast-math: fast math needs the 'egraph' pass, which this pipeline disables"),
+        "{e}"
+    );
+    std::fs::write(
+        &config,
+        "[defaults]\ndisable = [\"egraph\"]\nfast_math = true\n",
+    )
+    .unwrap();
+    let e = sdflow::cli::show_with(
+        &file,
+        &sdflow::cli::ShowOptions {
+            emit: "optimized".into(),
+            config: Some(config.clone()),
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("fast math needs the 'egraph' pass, which this pipeline disables"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -289,28 +289,28 @@ impl Program {
         passes: Option<Vec<String>>,
         fast_math: bool,
     ) -> PyResult<(Program, Report)> {
-        use sdflow_transforms::Pipeline;
-        let p = match passes {
-            Some(names) => {
-                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                Pipeline::from_names(&names).map_err(sdflow_err)?
+        // The pipeline every entry point builds from options (`OptimizeStep::pipeline`).
+        let backend = match pipeline {
+            "cpu" => sdflow_codegen::Backend::Cpu,
+            "gpu" => sdflow_codegen::Backend::Gpu,
+            other => {
+                return Err(SdflowError::new_err(format!(
+                    "pipeline '{other}': expected 'cpu' or 'gpu'"
+                )));
             }
-            None => match pipeline {
-                "cpu" => Pipeline::cpu(),
-                "gpu" => Pipeline::gpu(),
-                other => {
-                    return Err(SdflowError::new_err(format!(
-                        "pipeline '{other}': expected 'cpu' or 'gpu'"
-                    )));
-                }
-            },
         };
-        let p = if fast_math {
-            p.fast_math()
-                .map_err(|e| SdflowError::new_err(format!("fast_math: {e}")))?
-        } else {
-            p
-        };
+        let mut options = sdflow_orchestration::config::Options::defaults(backend);
+        options.passes = passes;
+        options.fast_math = fast_math;
+        let p =
+            sdflow_orchestration::workflow::OptimizeStep::pipeline(&options).map_err(
+                |e| match e {
+                    e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
+                        SdflowError::new_err(format!("fast_math: {e}"))
+                    }
+                    other => sdflow_err(other),
+                },
+            )?;
         let mut sdfg = (*self.sdfg).clone();
         let r = p.run(&mut sdfg).map_err(|e| match e {
             sdflow_transforms::TransformError::InvalidInput(ps) => {

@@ -539,3 +539,10 @@ def test_a_layout_specialized_program_takes_column_major_fields_and_refuses_row_
         prog.specialize_layout("x")
     with pytest.raises(sdflow.SdflowError, match="give either order"):
         prog.specialize_layout()
+
+
+def test_optimize_builds_the_pipeline_the_workflow_builds():
+    prog = sdflow.load(EXAMPLES / "hyperdiffusion.sdfg.json")
+    assert prog.optimize()[0].to_json().strip() == prog.show("optimized").strip()
+    with pytest.raises(sdflow.SdflowError, match="fast_math: fast math needs the 'egraph' pass, which this pipeline does not have"):
+        prog.optimize(passes=["state_fusion"], fast_math=True)
