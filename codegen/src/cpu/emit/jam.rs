@@ -24,7 +24,7 @@
 //! start of the next row, where the next iteration goes — with the element index
 //! clamped to the container, so that every address is inside it. A core keeps more
 //! memory requests in flight that way than the hardware prefetcher alone starts: on the
-//! development machine this took the fused hyperdiffusion from 69 % to 8x % of a copy's
+//! development machine this took the fused hyperdiffusion from 68–70 % to 83–86 % of a copy's
 //! bandwidth (`docs/perf.md`).
 
 use super::*;
