@@ -16,7 +16,8 @@
 # 2000 copies of the simple grid (inputs written here by scripts/gt4py/perf.py
 # --write-inputs, from target/pyenv: run scripts/test-python.sh first): each program's
 # lowered SDFG optimized by sdflow, GT4Py's final SDFG as it is and optimized once more,
-# on the GPU and on the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt); and, where
+# the lowered SDFG specialized for column-major fields (`--layout F`), on the GPU and on
+# the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt); and, where
 # python3 there has CuPy, scripts/python/cupy_check.py with the Python package built here
 # for Python 3.12 (PYTHON_GPU; cupy_check.txt). NVRTC comes
 # from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
@@ -108,17 +109,22 @@ if [ "${SKIP_CPU:-0}" != 1 ]; then
 fi
 benches cuda 0 > "$results/gpu_bench.txt" 2>&1 || status=1
 # The GT4Py corpus on its own inputs: lowered + sdflow's pipeline, final as it is, final
-# optimized once more (the pipeline must never make it slower).
+# optimized once more (the pipeline must never make it slower), and lowered with its
+# fields passed column-major, the program specialized for that layout (`--layout F`:
+# whether the loop order's GPU weights give column-major kernels the row-major speed).
+# The programs with fixed extents run from the SDFGs perf.py translated for the grid.
 corpus() {
     local backend=$1 threads=$2
     for inputs in "$here"/gt4py-inputs/*.lowered.npz; do
         [ -e "$inputs" ] || continue
         local p
         p=$(basename "$inputs" .lowered.npz)
-        for v in "lowered:" "final:--no-opt" "final:"; do
-            local variant=${v%%:*} flag=${v#*:}
+        for v in "lowered:" "final:--no-opt" "final:" "lowered:--layout F"; do
+            local variant=${v%%:*} flag=${v#*:} file
+            file="tests/gt4py/$p.simple.dace.$variant.sdfgz"
+            [ -e "$here/gt4py-inputs/$p.$variant.sdfgz" ] && file="$here/gt4py-inputs/$p.$variant.sdfgz"
             echo "== $p, $variant ${flag:-(optimized)}, $backend, threads $threads"
-            "$here/bin/sdflow" bench "tests/gt4py/$p.simple.dace.$variant.sdfgz" $flag \
+            "$here/bin/sdflow" bench "$file" $flag \
                 --inputs "$here/gt4py-inputs/$p.$variant.npz" --backend "$backend" \
                 --threads "$threads" --reps 20 2>&1 | grep -E "time per call|back to back|error"
         done
