@@ -217,7 +217,12 @@ pub fn specialize_unit_strides(
     if report.column_major {
         // Callees inlined first: their transients become the program's, laid out with
         // the others (the pipeline would inline them first anyway).
-        while !InlineNested.run(sdfg).is_empty() {}
+        // (Each run inlines what it can; a bound, as the pipeline has one.)
+        for _ in 0..MAX_INLINE_ROUNDS {
+            if InlineNested.run(sdfg).is_empty() {
+                break;
+            }
+        }
         let names: Vec<String> = sdfg
             .arrays
             .iter()
@@ -254,6 +259,9 @@ pub fn specialize_unit_strides(
     }
     Ok(report)
 }
+
+/// The most runs of [`InlineNested`] before the transients are laid out.
+const MAX_INLINE_ROUNDS: usize = 64;
 
 /// How deep [`relayable`] follows a container into callees.
 const MAX_DEPTH: usize = 8;
