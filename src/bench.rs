@@ -112,13 +112,16 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
         None => random_inputs(&sdfg, &symbols, o.seed, path, "bench", o.backend)?,
     };
     let traffic = traffic(&sdfg, &bindings);
-    let config = sdflow_orchestration::config::Config::locate(o.config.as_deref())
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let arch = |_: Backend| sdflow_orchestration::config::host_arch().to_string();
-    let mut options = config
-        .resolve(&sdfg.name, o.backend, &arch, &[])
-        .map_err(CliError::Usage)?
-        .options;
+    // This machine's architecture for either backend, as `sdflow bench` has always read
+    // the tables.
+    let mut options = crate::cli::resolve_options(
+        o.config.as_deref(),
+        &sdfg.name,
+        o.backend,
+        Some(sdflow_orchestration::config::host_arch()),
+    )?
+    .0
+    .options;
     options.backend = o.backend;
     if o.threads > 0 {
         options.threads = o.threads;

@@ -886,15 +886,8 @@ pub fn opt(
     } else {
         sdflow_codegen::Backend::Cpu
     };
-    let config = sdflow_orchestration::config::Config::locate(config)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let arch = |b: sdflow_codegen::Backend| match b {
-        sdflow_codegen::Backend::Gpu => "(no device)".to_string(),
-        _ => sdflow_orchestration::config::host_arch().to_string(),
-    };
-    let mut options = config
-        .resolve(&sdfg.name, backend, &arch, &[])
-        .map_err(CliError::Usage)?
+    let mut options = resolve_options(config, &sdfg.name, backend, None)?
+        .0
         .options;
     if let Some(list) = passes {
         let names: Vec<String> = list
@@ -969,6 +962,30 @@ pub struct ShowOptions {
     pub layout: Option<sdflow_transforms::Order>,
 }
 
+/// The options program `name` gets with backend tag `backend` from the configuration
+/// file `config` (`SDFLOW_CONFIG` overrides it) on architecture `arch` (by default this
+/// machine's for the CPU; none for a GPU, whose architecture is the device's), with the
+/// source of each, and the configuration file read, if any: what `opt`, `show` and
+/// `bench` build from.
+pub fn resolve_options(
+    config: Option<&Path>,
+    name: &str,
+    backend: sdflow_codegen::Backend,
+    arch: Option<&str>,
+) -> Result<(sdflow_orchestration::config::Resolved, Option<PathBuf>), CliError> {
+    let config = sdflow_orchestration::config::Config::locate(config)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let arch_of = |b: sdflow_codegen::Backend| match (arch, b) {
+        (Some(a), _) => a.to_string(),
+        (None, sdflow_codegen::Backend::Gpu) => "(no device)".to_string(),
+        (None, _) => sdflow_orchestration::config::host_arch().to_string(),
+    };
+    let resolved = config
+        .resolve(name, backend, &arch_of, &[])
+        .map_err(CliError::Usage)?;
+    Ok((resolved, config.path().map(Path::to_path_buf)))
+}
+
 /// Specializes `sdfg` for its caller-laid-out arguments passed in `order`
 /// (`--layout`).
 pub fn specialize_layout(sdfg: &mut Sdfg, order: sdflow_transforms::Order) -> Result<(), CliError> {
@@ -1023,16 +1040,8 @@ pub fn show_program(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<Str
     } else {
         sdflow_codegen::Backend::Cpu
     });
-    let config = sdflow_orchestration::config::Config::locate(o.config.as_deref())
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let arch_of = |b: sdflow_codegen::Backend| match (&o.arch, b) {
-        (Some(a), _) => a.clone(),
-        (None, sdflow_codegen::Backend::Gpu) => "(no device)".to_string(),
-        (None, _) => sdflow_orchestration::config::host_arch().to_string(),
-    };
-    let resolved = config
-        .resolve(&sdfg.name, tag, &arch_of, &[])
-        .map_err(CliError::Usage)?;
+    let (resolved, config_path) =
+        resolve_options(o.config.as_deref(), &sdfg.name, tag, o.arch.as_deref())?;
     let mut options = resolved.options.clone();
     if emit == "cuda" {
         options.backend = sdflow_codegen::Backend::Gpu;
@@ -1090,7 +1099,7 @@ pub fn show_program(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<Str
         "dot" => Ok(sdflow_ir::dot::to_dot(&last)),
         _ => {
             let mut out = format!("program '{}'\n", sdfg.name);
-            if let Some(p) = config.path() {
+            if let Some(p) = &config_path {
                 let _ = writeln!(out, "configuration: {}", p.display());
             } else {
                 out.push_str("configuration: none\n");

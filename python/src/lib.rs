@@ -386,8 +386,9 @@ impl Program {
                             "specialize_layout: '{name}' is not a NumPy array"
                         ))
                     })?;
-                    let size = a.dtype().itemsize() as isize;
-                    let strides = a.strides().iter().map(|s| s / size.max(1)).collect();
+                    let strides = elem_strides(a).map_err(|e| {
+                        SdflowError::new_err(format!("specialize_layout: '{name}': {e}"))
+                    })?;
                     parts.push((name, a.shape().to_vec(), strides));
                 }
                 sdflow_transforms::unit_dims_of(
@@ -745,18 +746,25 @@ fn array_parts(
             "the array is read-only; pass a writeable array".into(),
         ));
     }
-    let size = dtype.size_bytes() as isize;
-    strides.clear();
-    for &s in a.strides() {
-        if s % size != 0 {
-            return Err(what(format!(
-                "strides {:?} (bytes) are not multiples of the element size {size}",
-                a.strides()
-            )));
-        }
-        strides.push(s / size);
-    }
+    *strides = elem_strides(a).map_err(what)?;
     Ok((ptr, dtype))
+}
+
+/// The strides of `a` in elements; an error when one is not a multiple of the element
+/// size.
+fn elem_strides(a: &Bound<'_, PyUntypedArray>) -> Result<Vec<isize>, String> {
+    let size = a.dtype().itemsize().max(1) as isize;
+    a.strides()
+        .iter()
+        .map(|&s| {
+            (s % size == 0).then_some(s / size).ok_or_else(|| {
+                format!(
+                    "strides {:?} (bytes) are not multiples of the element size {size}",
+                    a.strides()
+                )
+            })
+        })
+        .collect()
 }
 
 fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> {

@@ -65,10 +65,9 @@ impl Pass for LoopOrder {
                 .node_ids()
                 .into_iter()
                 .filter_map(|n| match state.graph.node(n) {
-                    Node::Map(m) => innermost(sdfg, &state.graph, n, m).map(|k| {
-                        let (reads, writes) = node_reads_writes(&state.graph, n);
-                        (n, k, !reads.is_disjoint(&writes))
-                    }),
+                    Node::Map(m) => {
+                        innermost(sdfg, &state.graph, n, m).map(|(k, in_place)| (n, k, in_place))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -97,8 +96,9 @@ impl Pass for LoopOrder {
 }
 
 /// The parameter of map `m` (node `n` of `df`) to move last, when one costs less than
-/// the last one ([`costs`]) and reordering `m` is legal.
-fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<usize> {
+/// the last one ([`costs`]) and reordering `m` is legal; with whether `m` updates a
+/// container in place.
+fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<(usize, bool)> {
     let last = m.params.len().checked_sub(1)?;
     if last == 0 || !matches!(m.schedule, Schedule::CpuParallel | Schedule::GpuDevice) {
         return None;
@@ -126,7 +126,7 @@ fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<usiz
         .iter()
         .enumerate()
         .min_by_key(|&(k, c)| (*c, std::cmp::Reverse(k)))?;
-    (low < cost[last] && best != last).then_some(best)
+    (low < cost[last] && best != last).then_some((best, !reads.is_disjoint(&writes)))
 }
 
 /// Whether every point of a map with parameters `params` and body `df` reads and writes
