@@ -40,7 +40,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{InlineNested, Pass};
-use sdflow_ir::{DataDesc, Dataflow, Dim, Node, Sdfg, SymExpr, Value, data::row_major_strides};
+use sdflow_ir::{
+    DataDesc, Dataflow, Dim, EdgeId, Node, NodeId, Sdfg, SymExpr, Value, data::row_major_strides,
+};
 
 /// What [`specialize_unit_strides`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -384,19 +386,12 @@ pub(crate) fn relayout(sdfg: &mut Sdfg, name: &str) {
 }
 
 fn relayout_callees(df: &mut Dataflow, name: &str, old: &[SymExpr], new: &[SymExpr]) {
-    let mut calls = Vec::new();
-    for e in df.edge_ids() {
-        let (s, d) = df.endpoints(e);
-        let edge = df.edge(e);
-        if edge.memlet.data != name {
-            continue;
-        }
-        for (n, c) in [(d, &edge.dst_conn), (s, &edge.src_conn)] {
-            if let (Node::Nested(_), Some(c)) = (df.node(n), c)
-                && !calls.contains(&(n, c.clone()))
-            {
-                calls.push((n, c.clone()));
-            }
+    let mut calls: Vec<(NodeId, String)> = Vec::new();
+    for (n, _, conn) in call_edges(df, name) {
+        if let Some(c) = conn
+            && !calls.contains(&(n, c.clone()))
+        {
+            calls.push((n, c));
         }
     }
     for (n, conn) in calls {
@@ -419,6 +414,25 @@ fn relayout_callees(df: &mut Dataflow, name: &str, old: &[SymExpr], new: &[SymEx
     }
 }
 
+/// The edges of `df` (not its map bodies) that name `name` and end at a nested SDFG
+/// call: the call, the edge, and the callee's connector.
+fn call_edges(df: &Dataflow, name: &str) -> Vec<(NodeId, EdgeId, Option<String>)> {
+    let mut out = Vec::new();
+    for e in df.edge_ids() {
+        let (s, d) = df.endpoints(e);
+        let edge = df.edge(e);
+        if edge.memlet.data != name {
+            continue;
+        }
+        for (n, conn) in [(d, &edge.dst_conn), (s, &edge.src_conn)] {
+            if matches!(df.node(n), Node::Nested(_)) {
+                out.push((n, e, conn.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// Calls `f(callee, connector, memlet)` for every edge of `df` (map bodies too) that
 /// names `name` and ends at a nested SDFG call.
 fn for_each_call(
@@ -426,17 +440,9 @@ fn for_each_call(
     name: &str,
     f: &mut dyn FnMut(&sdflow_ir::NestedSdfg, Option<&str>, &sdflow_ir::Memlet),
 ) {
-    for e in df.edge_ids() {
-        let (s, d) = df.endpoints(e);
-        let edge = df.edge(e);
-        if edge.memlet.data != name {
-            continue;
-        }
-        if let Node::Nested(ns) = df.node(d) {
-            f(ns, edge.dst_conn.as_deref(), &edge.memlet);
-        }
-        if let Node::Nested(ns) = df.node(s) {
-            f(ns, edge.src_conn.as_deref(), &edge.memlet);
+    for (n, e, conn) in call_edges(df, name) {
+        if let Node::Nested(ns) = df.node(n) {
+            f(ns, conn.as_deref(), &df.edge(e).memlet);
         }
     }
     for n in df.node_ids() {
