@@ -12,9 +12,10 @@ use sdflow_codegen::{Args, Backend, CpuBackend, MAX_THREADS};
 use sdflow_ir::interp::{Bindings, HostArray};
 use sdflow_ir::{Sdfg, Value, format};
 use sdflow_orchestration::config::Options;
-use sdflow_orchestration::workflow::OptimizeStep;
 
-use crate::cli::{CliError, assignments, load_program, random_inputs, symbol_value};
+use sdflow_orchestration::show;
+
+use crate::cli::{CliError, load_program, random_inputs};
 
 /// Options of `sdflow bench`.
 #[derive(Clone, Debug)]
@@ -104,9 +105,9 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
     }
     let mut sdfg = load_program(path)?;
     if let Some(order) = o.layout {
-        crate::cli::specialize_layout(&mut sdfg, order)?;
+        show::specialize_layout(&mut sdfg, order)?;
     }
-    let symbols = assignments("-s/--symbol", &o.symbols, |k, v| symbol_value(&sdfg, k, v))?;
+    let symbols = show::symbol_values(&sdfg, "-s/--symbol", &o.symbols)?;
     let bindings = match &o.inputs {
         Some(p) => crate::cli::bind_inputs(&sdfg, p, symbols)?,
         None => random_inputs(&sdfg, &symbols, o.seed, path, "bench", o.backend)?,
@@ -114,7 +115,7 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
     let traffic = traffic(&sdfg, &bindings);
     // This machine's architecture for either backend, as `sdflow bench` has always read
     // the tables.
-    let mut options = crate::cli::resolve_options(
+    let mut options = show::resolve_options(
         o.config.as_deref(),
         &sdfg.name,
         o.backend,
@@ -127,7 +128,7 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
         options.threads = o.threads;
     }
     if !o.no_opt && options.optimize {
-        let p = OptimizeStep::pipeline(&options).map_err(|source| CliError::Transform {
+        let p = options.pipeline().map_err(|source| CliError::Transform {
             path: path.display().to_string(),
             source,
         })?;

@@ -6,8 +6,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use sdflow_ir::interp::{self, Bindings, HostArray, InterpError};
-use sdflow_ir::validate::Problem;
-use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr, Value, format};
+use sdflow_ir::{DataDesc, Sdfg, SymExpr, Value, format};
+
+use sdflow_orchestration::load::LoadError;
+use sdflow_orchestration::show::{self, ShowError};
+pub use sdflow_orchestration::show::{SHOW_EMITS, ShowOptions};
 
 use crate::npz::{self, NpzError};
 
@@ -22,22 +25,9 @@ pub enum CliError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The program file is not a well-formed SDFG document.
-    #[error("{path}: {source}")]
-    Format {
-        /// The file.
-        path: String,
-        /// The cause, with its JSON path.
-        source: format::FormatError,
-    },
-    /// The program is well-formed but invalid.
-    #[error("{path}: {} problem(s):\n{}", .problems.len(), list(.problems))]
-    Invalid {
-        /// The file.
-        path: String,
-        /// Every problem found.
-        problems: Vec<Problem>,
-    },
+    /// The program file could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
     /// The interpreter failed.
     #[error("{path}: run failed: {source}")]
     Run {
@@ -58,14 +48,6 @@ pub enum CliError {
     /// A picture could not be drawn or written.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
-    /// A DaCe file could not be imported.
-    #[error("{path}: {source}")]
-    Import {
-        /// The file.
-        path: String,
-        /// What and where.
-        source: sdflow_orchestration::dace::ImportError,
-    },
     /// Code could not be generated, compiled or loaded.
     #[error("{path}: {source}")]
     Codegen {
@@ -85,44 +67,18 @@ pub enum CliError {
     },
 }
 
-fn list(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| format!("  - {p}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+impl From<ShowError> for CliError {
+    fn from(e: ShowError) -> Self {
+        match e {
+            ShowError::Usage(m) => CliError::Usage(m),
+            ShowError::Codegen { path, source } => CliError::Codegen { path, source },
+            ShowError::Transform { path, source } => CliError::Transform { path, source },
+        }
+    }
 }
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     std::fs::write(path, bytes).map_err(|source| CliError::Io {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-/// Reads a program file without validating it: sdflow JSON, or a DaCe `.sdfg` (JSON)
-/// or `.sdfgz` (gzip), recognised by content.
-pub fn read_program(path: &Path) -> Result<Sdfg, CliError> {
-    let bytes = std::fs::read(path).map_err(|source| CliError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    read_program_bytes(&bytes, path)
-}
-
-/// [`read_program`] on a file's contents; `path` names the file in errors.
-pub fn read_program_bytes(bytes: &[u8], path: &Path) -> Result<Sdfg, CliError> {
-    if sdflow_orchestration::dace::is_dace(bytes) {
-        return sdflow_orchestration::dace::import_bytes(bytes).map_err(|source| {
-            CliError::Import {
-                path: path.display().to_string(),
-                source,
-            }
-        });
-    }
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| CliError::Usage(format!("{}: not UTF-8 text", path.display())))?;
-    format::from_json(text).map_err(|source| CliError::Format {
         path: path.display().to_string(),
         source,
     })
@@ -134,14 +90,9 @@ pub fn import(path: &Path) -> Result<String, CliError> {
     Ok(format::to_json(&sdfg))
 }
 
-/// Reads a program file and validates it.
+/// Reads a program file and validates it ([`sdflow_orchestration::load`]).
 pub fn load_program(path: &Path) -> Result<Sdfg, CliError> {
-    let sdfg = read_program(path)?;
-    sdfg.validate().map_err(|problems| CliError::Invalid {
-        path: path.display().to_string(),
-        problems,
-    })?;
-    Ok(sdfg)
+    Ok(sdflow_orchestration::load::load(path)?)
 }
 
 /// `sdflow validate FILE`: a one-line summary when valid.
@@ -341,10 +292,10 @@ pub fn dot(
     out: Option<&Path>,
 ) -> Result<Option<Vec<u8>>, CliError> {
     let (sdfg, marks) = match (args.diff, files) {
-        (false, [one]) => (read_program(one)?, None),
+        (false, [one]) => (sdflow_orchestration::load::read(one)?, None),
         (true, [before, after]) => {
-            let a = read_program(before)?;
-            let b = read_program(after)?;
+            let a = sdflow_orchestration::load::read(before)?;
+            let b = sdflow_orchestration::load::read(after)?;
             let marks = sdflow_ir::dot::diff_marks(&a, &b);
             (b, Some(marks))
         }
@@ -456,27 +407,6 @@ pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("expected NAME=VALUE, got '{s}'")),
     }
-}
-
-/// The values of a repeatable `NAME=VALUE` option (`option` is how the command line
-/// spells it, `-s/--symbol`), read by `value`: a name given twice is an error naming
-/// the option and the name, whether or not the values agree.
-pub(crate) fn assignments(
-    option: &str,
-    given: &[(String, String)],
-    mut value: impl FnMut(&str, &str) -> Result<Value, CliError>,
-) -> Result<BTreeMap<String, Value>, CliError> {
-    let mut out = BTreeMap::new();
-    let mut text: BTreeMap<&str, &str> = BTreeMap::new();
-    for (k, v) in given {
-        if let Some(first) = text.insert(k, v) {
-            return Err(CliError::Usage(format!(
-                "{option} {k} is given twice ({k}={first} and {k}={v}); give each name once"
-            )));
-        }
-        out.insert(k.clone(), value(k, v)?);
-    }
-    Ok(out)
 }
 
 /// The integer symbol values given, with the program's static values.
@@ -607,32 +537,6 @@ pub(crate) fn random_inputs(
     })
 }
 
-/// The value of symbol `name` of `sdfg` from command-line text (`-s NAME=VALUE`):
-/// an error names the option, the symbol and its type.
-pub fn symbol_value(sdfg: &Sdfg, name: &str, text: &str) -> Result<Value, CliError> {
-    let sym = sdfg.symbols.get(name).ok_or_else(|| {
-        CliError::Usage(format!(
-            "--symbol {name}: the program has no symbol '{name}'"
-        ))
-    })?;
-    let bad = || {
-        CliError::Usage(format!(
-            "--symbol {name}={text}: not a valid {} value",
-            sym.dtype
-        ))
-    };
-    Ok(match sym.dtype {
-        DType::Bool => Value::Bool(match text {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            _ => return Err(bad()),
-        }),
-        DType::I32 => Value::I32(text.parse().map_err(|_| bad())?),
-        DType::I64 => Value::I64(text.parse().map_err(|_| bad())?),
-        DType::F32 | DType::F64 => Value::F64(text.parse().map_err(|_| bad())?).cast(sym.dtype),
-    })
-}
-
 /// The arguments' layouts for symbol inference: the extents alone (`strides` `None`), or
 /// with the declared strides and the element strides each array will have.
 fn arg_layouts<'a>(
@@ -685,8 +589,14 @@ pub fn infer_symbols(
     };
     // The extents first, then the strides of the layout each array will have.
     let mut first = ints.clone();
-    sdflow_ir::bind::infer_symbols(&arg_layouts(sdfg, arrays, None), &inferable, &mut first)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let default = |s: &str| sdfg.symbol_default(s);
+    sdflow_ir::bind::infer_symbols(
+        &arg_layouts(sdfg, arrays, None),
+        &inferable,
+        &default,
+        &mut first,
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
     let strides: BTreeMap<&String, Vec<isize>> = arrays
         .iter()
         .map(|(k, a)| {
@@ -703,7 +613,7 @@ pub fn infer_symbols(
         })
         .collect();
     let layouts = arg_layouts(sdfg, arrays, Some(&strides));
-    sdflow_ir::bind::infer_symbols(&layouts, &inferable, &mut ints)
+    sdflow_ir::bind::infer_symbols(&layouts, &inferable, &default, &mut ints)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     for (k, v) in ints {
         if known.contains_key(&k) || sdfg.symbols.get(&k).is_none_or(|s| s.value.is_some()) {
@@ -780,9 +690,7 @@ pub fn bind_inputs(
 /// type, shape, sum and L2 norm.
 pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
     let sdfg = load_program(path)?;
-    let symbols = assignments("-s/--symbol", &opts.symbols, |k, v| {
-        symbol_value(&sdfg, k, v)
-    })?;
+    let symbols = show::symbol_values(&sdfg, "-s/--symbol", &opts.symbols)?;
     let mut bindings = match &opts.inputs {
         Some(p) => bind_inputs(&sdfg, p, symbols)?,
         None => random_inputs(&sdfg, &symbols, opts.seed, path, "run", opts.backend)?,
@@ -860,7 +768,7 @@ pub struct Optimized {
 /// `sdflow opt FILE [--passes a,b,c] [--gpu] [--fast-math] [--config F]`: runs the
 /// default CPU pipeline (or the GPU one, or the passes named, in that order) to a fixed
 /// point, built from the options as every command builds it
-/// ([`sdflow_orchestration::workflow::OptimizeStep::pipeline`]: the configuration's
+/// ([`sdflow_orchestration::config::Options::pipeline`]: the configuration's
 /// `disable`, `fusion_balance`, `tile_rows` and `fast_math` too); with `fast_math` the
 /// e-graph pass also uses its result-changing rules. The result is validated; the report
 /// ends with the work per grid point before and after.
@@ -879,14 +787,14 @@ pub fn opt(
         path: path.display().to_string(),
         source,
     };
-    // The pipeline every entry point builds from options (`OptimizeStep::pipeline`): the
+    // The pipeline every entry point builds from options (`Options::pipeline`): the
     // configuration file's `disable`, `fusion_balance` and `tile_rows` apply here too.
     let backend = if gpu {
         sdflow_codegen::Backend::Gpu
     } else {
         sdflow_codegen::Backend::Cpu
     };
-    let mut options = resolve_options(config, &sdfg.name, backend, None)?
+    let mut options = show::resolve_options(config, &sdfg.name, backend, None)?
         .0
         .options;
     if let Some(list) = passes {
@@ -905,13 +813,12 @@ pub fn opt(
         options.passes = Some(names);
     }
     options.fast_math |= fast_math;
-    let pipeline =
-        sdflow_orchestration::workflow::OptimizeStep::pipeline(&options).map_err(|e| match e {
-            e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
-                CliError::Usage(format!("--fast-math: {e}"))
-            }
-            other => terr(other),
-        })?;
+    let pipeline = options.pipeline().map_err(|e| match e {
+        e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
+            CliError::Usage(format!("--fast-math: {e}"))
+        }
+        other => terr(other),
+    })?;
     let report = pipeline.run(&mut sdfg).map_err(terr)?;
     let after = sdflow_ir::stats::PointCounts::of(&sdfg);
     if let Err(problems) = sdfg.validate() {
@@ -941,63 +848,6 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     write_bytes(path, bytes)
 }
 
-/// Options of `sdflow show`.
-#[derive(Clone, Debug, Default)]
-pub struct ShowOptions {
-    /// What to print: `c`, `cuda`, `plan`, `sdfg`, `dot`, `optimized` or `report`.
-    pub emit: String,
-    /// `c`, `cuda`, `plan`, `sdfg` and `dot` after the optimize step.
-    pub opt: bool,
-    /// The backend tag (default: `gpu` for `--emit cuda`, else `cpu`).
-    pub backend: Option<sdflow_codegen::Backend>,
-    /// The configuration file (`$SDFLOW_CONFIG` overrides it).
-    pub config: Option<PathBuf>,
-    /// Static values (`NAME=VALUE`), specialized before anything is printed.
-    pub statics: Vec<(String, String)>,
-    /// The architecture whose configuration tables apply (default: this machine's for
-    /// `cpu`; none for `gpu`, whose architecture is the device's).
-    pub arch: Option<String>,
-    /// Specialized for arguments passed in this layout first
-    /// ([`sdflow_transforms::layout`]).
-    pub layout: Option<sdflow_transforms::Order>,
-}
-
-/// The options program `name` gets with backend tag `backend` from the configuration
-/// file `config` (`SDFLOW_CONFIG` overrides it) on architecture `arch` (by default this
-/// machine's for the CPU; none for a GPU, whose architecture is the device's), with the
-/// source of each, and the configuration file read, if any: what `opt`, `show` and
-/// `bench` build from.
-pub fn resolve_options(
-    config: Option<&Path>,
-    name: &str,
-    backend: sdflow_codegen::Backend,
-    arch: Option<&str>,
-) -> Result<(sdflow_orchestration::config::Resolved, Option<PathBuf>), CliError> {
-    let config = sdflow_orchestration::config::Config::locate(config)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let arch_of = |b: sdflow_codegen::Backend| match (arch, b) {
-        (Some(a), _) => a.to_string(),
-        (None, sdflow_codegen::Backend::Gpu) => "(no device)".to_string(),
-        (None, _) => sdflow_orchestration::config::host_arch().to_string(),
-    };
-    let resolved = config
-        .resolve(name, backend, &arch_of, &[])
-        .map_err(CliError::Usage)?;
-    Ok((resolved, config.path().map(Path::to_path_buf)))
-}
-
-/// Specializes `sdfg` for its caller-laid-out arguments passed in `order`
-/// (`--layout`).
-pub fn specialize_layout(sdfg: &mut Sdfg, order: sdflow_transforms::Order) -> Result<(), CliError> {
-    let unit = sdflow_transforms::unit_dims_in_order(sdfg, order);
-    sdflow_transforms::specialize_unit_strides(sdfg, &unit)
-        .map(|_| ())
-        .map_err(|e| CliError::Usage(format!("--layout: {e}")))
-}
-
-/// What `sdflow show --emit` accepts.
-pub const SHOW_EMITS: [&str; 7] = ["c", "cuda", "plan", "sdfg", "dot", "optimized", "report"];
-
 /// `sdflow show FILE --emit c|cuda|plan|sdfg|dot [--opt]`: [`show_with`] without a
 /// configuration file or static values.
 pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError> {
@@ -1018,109 +868,9 @@ pub fn show(path: &Path, emit: &str, optimize: bool) -> Result<String, CliError>
 /// step; `report`, the options the program gets with the source of each, and every
 /// step's log.
 pub fn show_with(path: &Path, o: &ShowOptions) -> Result<String, CliError> {
-    show_program(load_program(path)?, &path.display().to_string(), o)
-}
-
-/// [`show_with`] on a loaded, valid program; `origin` names it in errors.
-pub fn show_program(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, CliError> {
-    use sdflow_orchestration::workflow::{StepContext, Workflow};
-    if let Some(order) = o.layout {
-        specialize_layout(&mut sdfg, order)?;
-    }
-    let emit = o.emit.as_str();
-    if !SHOW_EMITS.contains(&emit) {
-        return Err(CliError::Usage(format!(
-            "--emit {emit}: expected one of {}",
-            SHOW_EMITS.join(", ")
-        )));
-    }
-    let statics = assignments("-s/--static", &o.statics, |k, v| symbol_value(&sdfg, k, v))?;
-    let tag = o.backend.unwrap_or(if emit == "cuda" {
-        sdflow_codegen::Backend::Gpu
-    } else {
-        sdflow_codegen::Backend::Cpu
-    });
-    let (resolved, config_path) =
-        resolve_options(o.config.as_deref(), &sdfg.name, tag, o.arch.as_deref())?;
-    let mut options = resolved.options.clone();
-    if emit == "cuda" {
-        options.backend = sdflow_codegen::Backend::Gpu;
-    } else if emit == "c" {
-        options.backend = sdflow_codegen::Backend::Cpu;
-    }
-    if !o.opt && !matches!(emit, "optimized" | "report") {
-        options.optimize = false;
-    }
-    let cx = StepContext {
-        options: &options,
-        statics: &statics,
-    };
-    let sdfg = std::sync::Arc::new(sdfg);
-    let workflow = Workflow::new();
-    let werr = |e: sdflow_orchestration::workflow::WorkflowError| match e {
-        sdflow_orchestration::workflow::WorkflowError::Codegen { source, .. } => {
-            CliError::Codegen {
-                path: origin.to_string(),
-                source,
-            }
-        }
-        sdflow_orchestration::workflow::WorkflowError::Transform { source, .. } => {
-            CliError::Transform {
-                path: origin.to_string(),
-                source,
-            }
-        }
-        other => CliError::Usage(format!("{origin}: {other}")),
-    };
-    let stages = workflow.stages(&sdfg, &cx).map_err(werr)?;
-    let last = stages.last().expect("the input is a stage").sdfg.clone();
-    match emit {
-        "c" | "cuda" => workflow
-            .generate(&sdfg, &cx)
-            .map(|(_, g, _)| g.text())
-            .map_err(werr),
-        "plan" => {
-            if let Err(problems) = last.validate() {
-                return Err(CliError::Codegen {
-                    path: origin.to_string(),
-                    source: sdflow_codegen::CodegenError::Invalid(
-                        problems.iter().map(|p| p.to_string()).collect(),
-                    ),
-                });
-            }
-            sdflow_codegen::Plan::of(&last)
-                .map(|p| p.to_text())
-                .map_err(|source| CliError::Codegen {
-                    path: origin.to_string(),
-                    source,
-                })
-        }
-        "sdfg" | "optimized" => Ok(format::to_json(&last)),
-        "dot" => Ok(sdflow_ir::dot::to_dot(&last)),
-        _ => {
-            let mut out = format!("program '{}'\n", sdfg.name);
-            if let Some(p) = &config_path {
-                let _ = writeln!(out, "configuration: {}", p.display());
-            } else {
-                out.push_str("configuration: none\n");
-            }
-            out.push_str(&resolved.to_text());
-            let before = sdflow_ir::stats::PointCounts::of(&sdfg);
-            for st in &stages[1..] {
-                let _ = writeln!(out, "step {}:", st.step);
-                let log = if st.log.is_empty() {
-                    "  (nothing to do)\n".to_string()
-                } else {
-                    st.log.lines().map(|l| format!("  {l}\n")).collect()
-                };
-                out.push_str(&log);
-            }
-            let after = sdflow_ir::stats::PointCounts::of(&last);
-            let _ = write!(
-                out,
-                "work per grid point (all maps)\n  before  {before}\n  after   {after}\n"
-            );
-            Ok(out)
-        }
-    }
+    Ok(show::show(
+        load_program(path)?,
+        &path.display().to_string(),
+        o,
+    )?)
 }

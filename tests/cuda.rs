@@ -8,9 +8,9 @@
 //! wheel's usual places. Without it the compile tests say so on standard error and
 //! return; the snapshots need no NVRTC.
 
+use sdflow::ir::testkit::assert_same_arguments;
 use std::path::PathBuf;
 
-use expect_test::expect_file;
 use sdflow::cli;
 use sdflow_codegen::cuda::device::{CudaDevice, DeviceHandle, EmulatedDevice};
 use sdflow_codegen::cuda::exec::CudaBackend;
@@ -462,16 +462,6 @@ fn no_optimized_kernel_allocates_from_the_device_heap() {
     }
 }
 
-/// The CUDA text of the small examples after the GPU pipeline.
-#[test]
-fn cuda_snapshots() {
-    for name in ["laplace", "hyperdiffusion", "flag_if", "tridiagonal"] {
-        let p = root().join(format!("examples/{name}.sdfg.json"));
-        let cu = cli::show(&p, "cuda", true).unwrap();
-        expect_file![root().join(format!("tests/out/{name}.cu"))].assert_eq(&cu);
-    }
-}
-
 /// The devices the `gpu_*` tests run on: the emulated device (the generated CUDA compiled
 /// for the host, on every machine), then the GPU where there is one (else the reason it
 /// is left out is said). Each name says which.
@@ -523,16 +513,12 @@ fn runs_equal_the_interpreter(dev: &str, handle: &DeviceHandle) {
             let mut got = inputs.clone();
             prog.run_bindings(&mut got)
                 .unwrap_or_else(|e| panic!("{dev}: {name}: {e}"));
-            for (n, d) in s.non_transients() {
-                if d.transient() {
-                    continue;
-                }
-                assert_eq!(
-                    expected.arrays[n].bits(),
-                    got.arrays[n].bits(),
-                    "{dev}: {name}: '{n}' differs (graphs {graphs})"
-                );
-            }
+            assert_same_arguments(
+                &s,
+                &expected,
+                &got,
+                &format!("{dev}: {name} (graphs {graphs})"),
+            );
         }
     }
 }

@@ -5,8 +5,9 @@
 
 use std::path::PathBuf;
 
-use sdflow::cli::{self, CliError};
+use sdflow::cli;
 use sdflow::npz::{NpzError, read_npz};
+use sdflow::orchestration::load::{self, LoadError};
 
 fn regression(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -16,8 +17,8 @@ fn regression(path: &str) -> PathBuf {
 
 /// The importer's error for a DaCe file: (location, message).
 fn import_error(file: &str) -> (String, String) {
-    match cli::load_program(&regression(file)) {
-        Err(CliError::Import { source, .. }) => (source.location, source.message),
+    match load::load(&regression(file)) {
+        Err(LoadError::Import { source, .. }) => (source.location, source.message),
         other => panic!("{file}: expected an import error, got {other:?}"),
     }
 }
@@ -120,8 +121,8 @@ fn the_deepest_expression_accepted_prints_as_text_that_reads_back() {
 }
 
 fn format_error(file: &str) -> (String, String) {
-    match cli::read_program(&regression(file)) {
-        Err(CliError::Format { source, .. }) => (source.path, source.message),
+    match load::read(&regression(file)) {
+        Err(LoadError::Format { source, .. }) => (source.path, source.message),
         other => panic!("{file}: expected a format error, got {other:?}"),
     }
 }

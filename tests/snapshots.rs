@@ -13,7 +13,41 @@ use std::path::{Path, PathBuf};
 
 use expect_test::expect_file;
 use sdflow::cli;
+use sdflow::codegen::cfamily::prelude::{Dialect, prelude};
 use sdflow::ir::{dot, format};
+
+/// The snapshot file of a dialect's prelude.
+fn prelude_file(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::C => "prelude.c",
+        Dialect::Cuda => "prelude.cu",
+    }
+}
+
+/// `text` with the prelude of `dialect` replaced by a line naming its snapshot: the
+/// prelude must be there, whole, once.
+fn without_prelude(text: &str, dialect: Dialect, name: &str) -> String {
+    let p = prelude(dialect);
+    assert_eq!(
+        text.matches(&p).count(),
+        1,
+        "{name}: the {dialect:?} prelude, once"
+    );
+    text.replacen(
+        &p,
+        &format!("/* prelude: tests/out/{} */\n", prelude_file(dialect)),
+        1,
+    )
+}
+
+/// Each dialect's prelude, once.
+#[test]
+fn prelude_snapshots() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
+    for d in [Dialect::C, Dialect::Cuda] {
+        expect_file![out.join(prelude_file(d))].assert_eq(&prelude(d));
+    }
+}
 
 fn inputs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -94,9 +128,10 @@ fn snapshots() {
     }
 }
 
-/// The execution plan and the generated C of every example after the CPU pipeline (the
-/// dycore's plan only: its C is 370 KB), as naga snapshots its backends' output: a change
-/// of a scheduling decision or of the emitted text shows up in review.
+/// The execution plan and the generated C of every example after the CPU pipeline, and
+/// its CUDA after the GPU pipeline (the dycore's plan only: its C is 370 KB), as naga
+/// snapshots its backends' output: a change of a scheduling decision or of the emitted
+/// text shows up in review. The prelude of each dialect is a snapshot of its own.
 #[test]
 fn generated_code_snapshots() {
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
@@ -115,7 +150,17 @@ fn generated_code_snapshots() {
         expect_file![out.join(format!("{name}.plan"))].assert_eq(&plan);
         if name != "dycore" {
             let c = cli::show(&path, "c", true).unwrap_or_else(|e| panic!("{name}: {e}"));
-            expect_file![out.join(format!("{name}.c"))].assert_eq(&c);
+            expect_file![out.join(format!("{name}.c"))].assert_eq(&without_prelude(
+                &c,
+                Dialect::C,
+                &name,
+            ));
+            let cu = cli::show(&path, "cuda", true).unwrap_or_else(|e| panic!("{name}: {e}"));
+            expect_file![out.join(format!("{name}.cu"))].assert_eq(&without_prelude(
+                &cu,
+                Dialect::Cuda,
+                &name,
+            ));
         }
         seen += 1;
     }

@@ -28,6 +28,8 @@ pub struct Signature {
     pub ints: Vec<String>,
     /// Float symbols passed in `floats`, in order.
     pub floats: Vec<String>,
+    /// The integer symbols that have a default ([`sdflow_ir::Symbol::default`]), with it.
+    pub defaults: Vec<(String, i64)>,
 }
 
 impl Signature {
@@ -51,6 +53,7 @@ impl Signature {
         let flow = sdfg.loop_and_assigned_symbols();
         let mut ints = Vec::new();
         let mut floats = Vec::new();
+        let mut defaults = Vec::new();
         for (n, s) in &sdfg.symbols {
             if s.value.is_some() || flow.contains(n) {
                 continue;
@@ -59,12 +62,28 @@ impl Signature {
                 floats.push(n.clone());
             } else {
                 ints.push(n.clone());
+                if let Some(v) = s.default {
+                    defaults.push((n.clone(), v));
+                }
             }
         }
         Signature {
             arrays,
             ints,
             floats,
+            defaults,
         }
+    }
+
+    /// Whether `name` is an integer symbol passed in `ints` (one binding may infer).
+    pub fn is_int(&self, name: &str) -> bool {
+        self.ints.iter().any(|s| s == name)
+    }
+
+    /// The default of integer symbol `name`, if it has one.
+    pub fn default_of(&self, name: &str) -> Option<i64> {
+        self.defaults
+            .iter()
+            .find_map(|(n, v)| (n == name).then_some(*v))
     }
 }

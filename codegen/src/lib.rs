@@ -1,20 +1,30 @@
 //! `sdflow-codegen`: whole-program code generators, their compilers, loaders and runtime
 //! ABI.
 //!
+//! - [`plan`]: the execution plan, one backend-neutral description of how a program
+//!   runs, which every printer prints.
+//! - [`cfamily`]: what the two C-family printers share — the printer of control flow,
+//!   states and nodes, C text of expressions, the prelude in each dialect, error sites.
 //! - [`cpu`]: C with OpenMP for the whole program (`sdflow_init` allocates transients
 //!   once, `sdflow_run` runs the whole control flow in one parallel region,
 //!   `sdflow_finalize`), compiled by the system C compiler ([`compile`]), kept in a
 //!   content-addressed, multi-process-safe [`cache`], and loaded as a
 //!   [`CompiledProgram`].
+//! - [`cuda`]: CUDA kernels printed from the plan, NVRTC, the devices (driver, emulated,
+//!   recording) and the host layer that enqueues a call without waiting.
 //! - [`program`]: binding arguments once ([`CompiledProgram::bind`]) and calling through
-//!   one FFI call ([`BoundCall::call`]).
+//!   one FFI call ([`BoundCall::call`]); [`abi`]: the calling convention both backends
+//!   share, whose arguments both check alike.
 //!
-//! Depends on `sdflow-transforms` and `sdflow-ir`. See `docs/backend-cpu.md`.
+//! Depends on `sdflow-ir` only (its tests also run the optimizer). See
+//! `docs/backend-cpu.md` and `docs/backend-cuda.md`.
 
 #![warn(missing_docs)]
 
 pub mod abi;
+mod args;
 pub mod cache;
+pub mod cfamily;
 pub mod compile;
 pub mod cpu;
 pub mod cuda;

@@ -2,6 +2,7 @@
 //! (location, array, dimension, index), and leave the same partial results; compiled
 //! code never reads or writes outside an array to get there.
 
+use sdflow_ir::testkit::assert_same_arguments;
 use std::collections::BTreeMap;
 
 use sdflow_codegen::{CompiledProgram, CpuBackend};
@@ -37,13 +38,7 @@ fn both_fail(s: &Sdfg, prog: &CompiledProgram, inputs: &Bindings, message: &str)
     let mut got = inputs.clone();
     let e = prog.run_bindings(&mut got).unwrap_err().to_string();
     assert_eq!(e, format!("program '{}': {message}", s.name), "compiled");
-    for (n, _) in s.non_transients() {
-        assert_eq!(
-            expected.arrays[n].bits(),
-            got.arrays[n].bits(),
-            "'{n}' differs"
-        );
-    }
+    assert_same_arguments(s, &expected, &got, "compiled, after the error");
 }
 
 /// Both succeed with bitwise-equal results.
@@ -52,9 +47,7 @@ fn both_agree(s: &Sdfg, prog: &CompiledProgram, inputs: &Bindings) {
     interp::run(s, &mut expected).unwrap();
     let mut got = inputs.clone();
     prog.run_bindings(&mut got).unwrap();
-    for (n, _) in s.non_transients() {
-        assert_eq!(expected.arrays[n].bits(), got.arrays[n].bits(), "'{n}'");
-    }
+    assert_same_arguments(s, &expected, &got, "compiled");
 }
 
 /// `out[i] = 2 a[i]` over `0:N`, with `out` of its own extent `M`.

@@ -1,5 +1,6 @@
 //! The CPU backend against the reference interpreter: bitwise-equal outputs.
 
+use sdflow_ir::testkit::assert_same_arguments;
 use std::path::Path;
 
 use sdflow_codegen::CpuBackend;
@@ -71,15 +72,7 @@ fn compare_runs(backend: &CpuBackend, sdfg: &Sdfg, inputs: &[Bindings], errors: 
         match interp::run(sdfg, &mut expected) {
             Ok(()) => {
                 prog.run_bindings(&mut got).unwrap();
-                for (name, _) in sdfg.non_transients() {
-                    assert!(
-                        expected.arrays[name].bits() == got.arrays[name].bits(),
-                        "{}: '{name}' differs\nexpected {:?}\n     got {:?}",
-                        sdfg.name,
-                        expected.arrays[name].to_f64_vec(),
-                        got.arrays[name].to_f64_vec()
-                    );
-                }
+                assert_same_arguments(sdfg, &expected, &got, &sdfg.name);
             }
             Err(e) if errors => {
                 let c = prog.run_bindings(&mut got).unwrap_err().to_string();
@@ -230,13 +223,7 @@ fn random_failing_programs_fail_alike() {
             match interp::run(p, &mut expected) {
                 Ok(()) => {
                     prog.run_bindings(&mut got).unwrap();
-                    for (name, _) in p.non_transients() {
-                        assert!(
-                            expected.arrays[name].bits() == got.arrays[name].bits(),
-                            "{}: '{name}' differs",
-                            p.name
-                        );
-                    }
+                    assert_same_arguments(p, &expected, &got, &p.name);
                 }
                 Err(e) => {
                     let c = prog.run_bindings(&mut got).unwrap_err().to_string();

@@ -163,13 +163,8 @@ fn zero_negative_and_overlapping_strides_are_refused() {
     if let Some(DataDesc::Array(a)) = s.arrays.get_mut("u") {
         a.strides = vec![SymExpr::Int(1), SymExpr::sym("S")];
     }
-    s.symbols.insert(
-        "S".into(),
-        sdflow_ir::Symbol {
-            dtype: DType::I64,
-            value: None,
-        },
-    );
+    s.symbols
+        .insert("S".into(), sdflow_ir::Symbol::new(DType::I64));
     let prog = CpuBackend {
         cache: None,
         ..CpuBackend::default()

@@ -4,6 +4,7 @@
 //! (started at zero instead of the operation's identity). Transient scalars carried
 //! across iterations or shared with state level are now invalid programs.
 
+use sdflow_ir::testkit::assert_same_arguments;
 use std::collections::BTreeMap;
 
 use sdflow_codegen::CpuBackend;
@@ -29,13 +30,7 @@ fn check(s: &Sdfg, inputs: &Bindings) {
     prog.set_threads(2);
     let mut got = inputs.clone();
     prog.run_bindings(&mut got).unwrap();
-    for (n, _) in s.non_transients() {
-        assert_eq!(
-            expected.arrays[n].bits(),
-            got.arrays[n].bits(),
-            "'{n}' differs"
-        );
-    }
+    assert_same_arguments(s, &expected, &got, "compiled");
 }
 
 #[test]

@@ -8,10 +8,11 @@
 //! equation whose symbols are all known must hold, or the arguments conflict: the error
 //! names both arrays.
 //!
-//! GT4Py describes a field's index range `[r0, r1)` by two symbols per dimension
-//! (`__<field>_<Dim>_range_0/1`) of which an array gives only the difference; a field
-//! passed as a plain array starts at index 0 of its domain, as GT4Py's own fields made
-//! without an origin do, so an unknown `range_0` of such a pair is 0.
+//! When nothing more is solvable, a symbol of an argument's shape that is still unknown
+//! takes its default ([`crate::Symbol::default`]), if it has one, and solving goes on.
+//! Front ends supply defaults for their conventions (the DaCe importer: GT4Py's field
+//! origins `__<field>_<Dim>_range_0`, of which an array gives only the difference to
+//! `range_1`, start at 0); this module knows none.
 
 use std::collections::BTreeMap;
 
@@ -203,11 +204,14 @@ pub fn layout_order(
 }
 
 /// Adds to `known` every symbol value that `args` imply and that `known` does not hold
-/// already; `inferable` says which symbols may be inferred (runtime integer symbols).
+/// already; `inferable` says which symbols may be inferred (runtime integer symbols),
+/// `default` the value an inferable symbol of a shape takes when nothing implies one
+/// (for a program, [`Sdfg::symbol_default`](crate::Sdfg::symbol_default)).
 /// Errors: two arrays (or an array and a given value) implying different values.
 pub fn infer_symbols(
     args: &[ArgLayout<'_>],
     inferable: &dyn Fn(&str) -> bool,
+    default: &dyn Fn(&str) -> Option<i64>,
     known: &mut BTreeMap<String, i64>,
 ) -> Result<(), BindError> {
     let mut eqs = Vec::new();
@@ -289,21 +293,19 @@ pub fn infer_symbols(
         if progress {
             continue;
         }
-        // GT4Py's ranges: a field's domain starts at 0 unless told otherwise.
+        // Then the defaults of the shapes' symbols still unknown, once.
         if defaults_tried {
             break;
         }
         defaults_tried = true;
         for a in args {
             for s in a.shape.iter().flat_map(SymExpr::free_symbols) {
-                let prefix = format!("__{}_", a.name);
-                if s.starts_with(&prefix)
-                    && s.ends_with("_range_0")
-                    && inferable(&s)
-                    && !known.contains_key(&s)
-                {
-                    known.insert(s.clone(), 0);
-                    origin.insert(s, format!("'{}' (a field's domain starts at 0)", a.name));
+                if !inferable(&s) || known.contains_key(&s) {
+                    continue;
+                }
+                if let Some(v) = default(&s) {
+                    known.insert(s.clone(), v);
+                    origin.insert(s, format!("'{}' (the symbol's default, {v})", a.name));
                     progress = true;
                 }
             }
@@ -397,8 +399,15 @@ mod tests {
             extents: &[18, 11],
             elem_strides: Some(&[11, 1]),
         }];
+        let origin = |s: &str| (s == "__w_Cell_range_0").then_some(0);
+        // Without a default, the extent fixes only the difference of the range.
         let mut known = BTreeMap::new();
-        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        infer_symbols(&args, &|_| true, &|_| None, &mut known).unwrap();
+        assert!(!known.contains_key("__w_Cell_range_0"));
+        assert!(!known.contains_key("__w_Cell_range_1"));
+        assert_eq!(known["NK"], 10);
+        let mut known = BTreeMap::new();
+        infer_symbols(&args, &|_| true, &origin, &mut known).unwrap();
         assert_eq!(known["__w_Cell_range_0"], 0);
         assert_eq!(known["__w_Cell_range_1"], 18);
         assert_eq!(known["NK"], 10);
@@ -406,7 +415,7 @@ mod tests {
         assert_eq!(known["__w_K_stride"], 1);
         // A given origin moves the range instead.
         let mut known = BTreeMap::from([("__w_Cell_range_0".to_string(), 5)]);
-        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        infer_symbols(&args, &|_| true, &origin, &mut known).unwrap();
         assert_eq!(known["__w_Cell_range_1"], 23);
     }
 
@@ -472,7 +481,7 @@ mod tests {
             extents: &[12, 12],
             elem_strides: Some(&[12, 1]),
         }];
-        let e = infer_symbols(&args, &|_| true, &mut BTreeMap::new()).unwrap_err();
+        let e = infer_symbols(&args, &|_| true, &|_| None, &mut BTreeMap::new()).unwrap_err();
         assert_eq!(
             e.0,
             "'u' has 2 dimension(s) (extents [12, 12]), but the program's has 1"
@@ -486,7 +495,7 @@ mod tests {
             elem_strides: Some(&[1]),
         }];
         assert_eq!(
-            infer_symbols(&args, &|_| true, &mut BTreeMap::new()),
+            infer_symbols(&args, &|_| true, &|_| None, &mut BTreeMap::new()),
             Ok(())
         );
     }
@@ -510,7 +519,7 @@ mod tests {
                 elem_strides: None,
             },
         ];
-        let e = infer_symbols(&args, &|_| true, &mut BTreeMap::new()).unwrap_err();
+        let e = infer_symbols(&args, &|_| true, &|_| None, &mut BTreeMap::new()).unwrap_err();
         assert_eq!(
             e.0,
             "'b' has extent 64 in dimension 0, but the program's 'N + 1' is 65 there (N = 64 from 'a' (extent 64 in dimension 0))"
@@ -525,7 +534,7 @@ mod tests {
             elem_strides: None,
         }];
         let mut known = BTreeMap::new();
-        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        infer_symbols(&args, &|_| true, &|_| None, &mut known).unwrap();
         assert!(!known.contains_key("M"));
         // An empty array's strides say nothing: 4 x 0 with strides [0, 0] binds N and M.
         let (shape, strides) = ([sym("N"), sym("M")], [sym("M"), sym("1")]);
@@ -537,7 +546,7 @@ mod tests {
             elem_strides: Some(&[0, 0]),
         }];
         let mut known = BTreeMap::new();
-        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        infer_symbols(&args, &|_| true, &|_| None, &mut known).unwrap();
         assert_eq!((known["N"], known["M"]), (4, 0));
         assert_eq!(c_strides(&[18, 4, 10]), vec![40, 10, 1]);
         // Extreme values are left unknown, not a panic (i64::MIN / -1 overflows).
@@ -550,7 +559,7 @@ mod tests {
             elem_strides: Some(&[-1]),
         }];
         let mut known = BTreeMap::from([("M".to_string(), i64::MAX)]);
-        infer_symbols(&args, &|_| true, &mut known).unwrap();
+        infer_symbols(&args, &|_| true, &|_| None, &mut known).unwrap();
         assert!(!known.contains_key("S"));
     }
 }

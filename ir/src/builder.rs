@@ -72,6 +72,7 @@ impl SdfgBuilder {
             Symbol {
                 dtype: value.dtype(),
                 value: Some(value),
+                default: None,
             },
         );
         self

@@ -160,11 +160,20 @@ pub struct Symbol {
     /// A value known at build time: the symbol is then a constant that specialization
     /// can fold away, and callers need not pass it.
     pub value: Option<Value>,
+    /// The value a runtime integer symbol takes when a caller neither gives it nor passes
+    /// arrays whose extents and strides imply it (see [`crate::bind`]). Front ends set it
+    /// for conventions of their own: GT4Py's field origins `__<field>_<Dim>_range_0`
+    /// default to 0, as a field made without an origin starts there.
+    pub default: Option<i64>,
 }
 
 impl Symbol {
     /// A runtime symbol of the given type.
     pub fn new(dtype: DType) -> Symbol {
-        Symbol { dtype, value: None }
+        Symbol {
+            dtype,
+            value: None,
+            default: None,
+        }
     }
 }

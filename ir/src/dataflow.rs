@@ -55,23 +55,6 @@ impl Range {
         }
     }
 
-    /// Parses `start:end` or `start:end:step`.
-    pub fn parse(text: &str) -> Result<Range, crate::parse::ParseError> {
-        let s = crate::parse::parse_subset(text)?;
-        match s.0.as_slice() {
-            [Dim::Range { start, end, step }] => Ok(Range {
-                start: start.clone(),
-                end: end.clone(),
-                step: step.clone(),
-            }),
-            _ => Err(crate::parse::ParseError {
-                message: "expected a range 'start:end' or 'start:end:step'".into(),
-                column: 1,
-                text: text.to_string(),
-            }),
-        }
-    }
-
     /// The same range as a subset dimension.
     pub fn to_dim(&self) -> Dim {
         Dim::Range {
@@ -470,46 +453,6 @@ impl Dataflow {
             .node_indices()
             .filter(|n| self.graph[*n].as_access() == Some(data))
             .collect()
-    }
-
-    /// Every container name accessed in this graph or in the bodies of its maps
-    /// (not inside nested SDFGs), sorted.
-    pub fn accessed_data(&self) -> BTreeSet<String> {
-        self.accessed_data_refs()
-            .into_iter()
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// [`Dataflow::accessed_data`], borrowing the names.
-    pub fn accessed_data_refs(&self) -> BTreeSet<&str> {
-        let mut out = BTreeSet::new();
-        self.collect_accessed(&mut out);
-        out
-    }
-
-    fn collect_accessed<'a>(&'a self, out: &mut BTreeSet<&'a str>) {
-        self.for_each_accessed(&mut |d| {
-            out.insert(d);
-        });
-    }
-
-    /// Calls `f` with every container name accessed in this graph or in the bodies of
-    /// its maps (not inside nested SDFGs), as [`Dataflow::accessed_data`] lists them, in
-    /// no particular order and with repeats.
-    pub fn for_each_accessed<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
-        for n in self.graph.node_weights() {
-            match n {
-                Node::Access(d) => f(d.as_str()),
-                Node::Map(m) => m.body.for_each_accessed(f),
-                _ => {}
-            }
-        }
-        for e in self.graph.edge_weights() {
-            for t in e.memlet.subset.tables() {
-                f(t);
-            }
-        }
     }
 }
 

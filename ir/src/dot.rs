@@ -729,25 +729,12 @@ impl StateSummary {
             .node_weights()
             .filter(|n| matches!(n, Node::Map(_)))
             .count();
-        let (mut reads, mut writes) = (Vec::new(), Vec::new());
-        for n in df.node_ids() {
-            let Some(d) = df.node(n).as_access() else {
-                continue;
-            };
-            if df.out_degree(n) > 0 && !reads.iter().any(|r| r == d) {
-                reads.push(d.to_string());
-            }
-            if df.in_degree(n) > 0 && !writes.iter().any(|w| w == d) {
-                writes.push(d.to_string());
-            }
-        }
-        reads.sort();
-        writes.sort();
+        let (reads, writes) = crate::uses::reads_writes(df);
         StateSummary {
             maps,
             body,
-            reads,
-            writes,
+            reads: reads.into_iter().collect(),
+            writes: writes.into_iter().collect(),
         }
     }
 

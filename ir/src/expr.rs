@@ -313,11 +313,6 @@ impl Expr {
         max
     }
 
-    /// Parses expression text such as `0.25 * (a + b) - sqrt(c)`.
-    pub fn parse(text: &str) -> Result<Expr, crate::parse::ParseError> {
-        crate::parse::parse_expr(text)
-    }
-
     /// A variable reference.
     pub fn var(name: &str) -> Expr {
         Expr::Var(name.to_string())
@@ -421,42 +416,6 @@ impl Expr {
             }
         }
     }
-
-    /// The type of the expression given the type of each name (the rules of
-    /// [`typing`](crate::typing)).
-    pub fn infer(&self, env: &dyn Fn(&str) -> Option<DType>) -> Result<DType, TypeError> {
-        use crate::typing;
-        let bad = |r: typing::Refused| TypeError::BadOperand {
-            op: r.op.to_string(),
-            found: r.found,
-            expr: self.to_string(),
-        };
-        Ok(match self {
-            Expr::Const(v) => v.dtype(),
-            Expr::Var(v) => env(v).ok_or_else(|| TypeError::UnknownName(v.clone()))?,
-            Expr::Unary(op, a) => typing::unary(*op, a.infer(env)?).map_err(bad)?.result,
-            Expr::Binary(op, a, b) => {
-                let (ta, tb) = (a.infer(env)?, b.infer(env)?);
-                typing::binary(*op, ta, tb).map_err(bad)?.result
-            }
-            Expr::Select(c, a, b) => {
-                let (tc, ta, tb) = (c.infer(env)?, a.infer(env)?, b.infer(env)?);
-                typing::select(tc, ta, tb).map_err(bad)?.result
-            }
-            Expr::Call(func, args) => {
-                typing::check_arity(*func, args.len())?;
-                let types = args
-                    .iter()
-                    .map(|a| a.infer(env))
-                    .collect::<Result<Vec<_>, _>>()?;
-                typing::call(*func, &types).map_err(bad)?.result
-            }
-            Expr::Cast(t, a) => {
-                a.infer(env)?;
-                *t
-            }
-        })
-    }
 }
 
 /// One statement of a tasklet body: `name = value`. A name that is an output connector
@@ -469,12 +428,7 @@ pub struct Stmt {
     pub value: Expr,
 }
 
-impl Stmt {
-    /// Parses `target = expr`.
-    pub fn parse(text: &str) -> Result<Stmt, crate::parse::ParseError> {
-        crate::parse::parse_stmt(text)
-    }
-}
+impl Stmt {}
 
 impl fmt::Display for Stmt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

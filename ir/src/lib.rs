@@ -31,6 +31,7 @@ pub mod symexpr;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod typing;
+pub mod uses;
 pub mod validate;
 
 pub use builder::{DataflowBuilder, SdfgBuilder};

@@ -175,11 +175,6 @@ impl fmt::Display for Dim {
 pub struct Subset(pub Vec<Dim>);
 
 impl Subset {
-    /// Parses `i - 1, 0:N, e2c[e, 0]`.
-    pub fn parse(text: &str) -> Result<Subset, crate::parse::ParseError> {
-        crate::parse::parse_subset(text)
-    }
-
     /// The whole of an array of the given shape: `0:s0, 0:s1, …`.
     pub fn full(shape: &[SymExpr]) -> Subset {
         Subset(shape.iter().map(|s| Dim::range(0, s.clone())).collect())
@@ -307,12 +302,6 @@ impl Memlet {
             other_subset: None,
             wcr: None,
         }
-    }
-
-    /// Parses `data[subset]` (or `data` for a scalar); panics on malformed text (for
-    /// literals in code; use [`crate::parse::parse_memlet`] for input).
-    pub fn parse(text: &str) -> Memlet {
-        crate::parse::parse_memlet(text).unwrap_or_else(|e| panic!("invalid memlet {text:?}: {e}"))
     }
 
     /// With write-conflict resolution.

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::dataflow::Range;
 use crate::dtype::{DType, Value};
 use crate::expr::{BinOp, Expr, MathFn, Stmt, UnOp};
 use crate::memlet::{Dim, Memlet, Subset};
@@ -707,6 +708,64 @@ pub fn parse_memlet(text: &str) -> Result<Memlet, ParseError> {
     };
     p.expect_end()?;
     Ok(Memlet::new(&data, subset))
+}
+
+// The parsing constructors of the IR types: here, so that the types do not depend on
+// their parser.
+
+impl SymExpr {
+    /// Parses expression text such as `N - 1`, `min(i + 1, M)`, `t % 2 == 0 && go`.
+    pub fn parse(text: &str) -> Result<SymExpr, ParseError> {
+        parse_symexpr(text)
+    }
+}
+
+impl Expr {
+    /// Parses expression text such as `0.25 * (a + b) - sqrt(c)`.
+    pub fn parse(text: &str) -> Result<Expr, ParseError> {
+        parse_expr(text)
+    }
+}
+
+impl Stmt {
+    /// Parses `target = expr`.
+    pub fn parse(text: &str) -> Result<Stmt, ParseError> {
+        parse_stmt(text)
+    }
+}
+
+impl Subset {
+    /// Parses `i - 1, 0:N, e2c[e, 0]`.
+    pub fn parse(text: &str) -> Result<Subset, ParseError> {
+        parse_subset(text)
+    }
+}
+
+impl Memlet {
+    /// Parses `data[subset]` (or `data` for a scalar); panics on malformed text (for
+    /// literals in code; use [`parse_memlet`] for input).
+    pub fn parse(text: &str) -> Memlet {
+        parse_memlet(text).unwrap_or_else(|e| panic!("invalid memlet {text:?}: {e}"))
+    }
+}
+
+impl Range {
+    /// Parses `start:end` or `start:end:step`.
+    pub fn parse(text: &str) -> Result<Range, ParseError> {
+        let s = parse_subset(text)?;
+        match s.0.as_slice() {
+            [Dim::Range { start, end, step }] => Ok(Range {
+                start: start.clone(),
+                end: end.clone(),
+                step: step.clone(),
+            }),
+            _ => Err(ParseError {
+                message: "expected a range 'start:end' or 'start:end:step'".into(),
+                column: 1,
+                text: text.to_string(),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,18 +6,8 @@
 
 use crate::dataflow::Range;
 use crate::memlet::{Dim, Subset};
+pub use crate::symexpr::ParamBox;
 use crate::symexpr::SymExpr;
-
-/// A parameter with its inclusive bounds `lo..=hi`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ParamBox {
-    /// Parameter name.
-    pub name: String,
-    /// Smallest value.
-    pub lo: SymExpr,
-    /// Largest value.
-    pub hi: SymExpr,
-}
 
 impl ParamBox {
     /// The boxes of a map's parameters; `None` when a range's last value is not

@@ -34,6 +34,11 @@ pub struct Sdfg {
 }
 
 impl Sdfg {
+    /// The default of symbol `name` ([`crate::Symbol::default`]), if it has one.
+    pub fn symbol_default(&self, name: &str) -> Option<i64> {
+        self.symbols.get(name).and_then(|s| s.default)
+    }
+
     /// An empty program.
     pub fn new(name: &str) -> Sdfg {
         Sdfg {

@@ -1,7 +1,5 @@
 //! Counts and summaries of a program, for `sdflow stats` and pass reports.
 
-use std::collections::BTreeSet;
-
 use crate::dataflow::{Dataflow, Node};
 use crate::sdfg::Sdfg;
 
@@ -63,50 +61,6 @@ impl Sdfg {
         let mut s = Stats::default();
         s.add_sdfg(self);
         s
-    }
-
-    /// Containers of this program that some state writes (directly, in a map body, or
-    /// through a nested SDFG's output connector), sorted.
-    pub fn written_data(&self) -> BTreeSet<String> {
-        self.accessed(Direction::Written)
-    }
-
-    /// Containers of this program that some state reads (an access node with an edge
-    /// out of it, at any depth of maps), sorted.
-    pub fn read_data(&self) -> BTreeSet<String> {
-        self.accessed(Direction::Read)
-    }
-
-    fn accessed(&self, dir: Direction) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        for s in &self.states {
-            collect_accessed(&s.graph, dir, &mut out);
-        }
-        out
-    }
-}
-
-/// Which end of an edge an access node is on.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    /// The source: the container is read.
-    Read,
-    /// The destination: the container is written.
-    Written,
-}
-
-fn collect_accessed(df: &Dataflow, dir: Direction, out: &mut BTreeSet<String>) {
-    for e in df.edge_ids() {
-        let (src, dst) = df.endpoints(e);
-        let n = if dir == Direction::Read { src } else { dst };
-        if let Node::Access(d) = df.node(n) {
-            out.insert(d.clone());
-        }
-    }
-    for n in df.node_ids() {
-        if let Node::Map(m) = df.node(n) {
-            collect_accessed(&m.body, dir, out);
-        }
     }
 }
 

@@ -177,12 +177,19 @@ impl From<&str> for SymExpr {
     }
 }
 
-impl SymExpr {
-    /// Parses expression text such as `N - 1`, `min(i + 1, M)`, `t % 2 == 0 && go`.
-    pub fn parse(text: &str) -> Result<SymExpr, crate::parse::ParseError> {
-        crate::parse::parse_symexpr(text)
-    }
+/// A parameter with its inclusive bounds `lo..=hi` (the boxes bounds propagation
+/// works with).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ParamBox {
+    /// Parameter name.
+    pub name: String,
+    /// Smallest value.
+    pub lo: SymExpr,
+    /// Largest value.
+    pub hi: SymExpr,
+}
 
+impl SymExpr {
     /// A symbol reference.
     pub fn sym(name: &str) -> SymExpr {
         SymExpr::Sym(Arc::from(name))
@@ -251,33 +258,22 @@ impl SymExpr {
     }
 
     /// Inclusive bounds of the expression over the parameter boxes, when it is affine in
-    /// the boxes' parameters with constant coefficients (see [`crate::propagate::expr_bounds`]).
-    pub(crate) fn affine_bounds(
-        &self,
-        boxes: &[crate::propagate::ParamBox],
-    ) -> Option<(SymExpr, SymExpr)> {
+    /// the boxes' parameters with constant coefficients (see `propagate::expr_bounds`).
+    pub(crate) fn affine_bounds(&self, boxes: &[ParamBox]) -> Option<(SymExpr, SymExpr)> {
         let [lo, hi] = self.affine_ends(boxes, [true, true])?;
         Some((lo?, hi?))
     }
 
     /// One end of [`SymExpr::affine_bounds`]: the upper bound when `upper`, else the
     /// lower one.
-    pub(crate) fn affine_bound(
-        &self,
-        boxes: &[crate::propagate::ParamBox],
-        upper: bool,
-    ) -> Option<SymExpr> {
+    pub(crate) fn affine_bound(&self, boxes: &[ParamBox], upper: bool) -> Option<SymExpr> {
         let [lo, hi] = self.affine_ends(boxes, [!upper, upper])?;
         if upper { hi } else { lo }
     }
 
     /// The lower and upper ends asked for in `want` (one pass over the expression's
     /// terms); `None` when the expression is not affine in the box's parameters.
-    fn affine_ends(
-        &self,
-        boxes: &[crate::propagate::ParamBox],
-        want: [bool; 2],
-    ) -> Option<[Option<SymExpr>; 2]> {
+    fn affine_ends(&self, boxes: &[ParamBox], want: [bool; 2]) -> Option<[Option<SymExpr>; 2]> {
         let lin = Linear::of(self)?;
         let mut acc = want.map(|w| w.then(|| Linear::constant(lin.constant)));
         let mut rest = Vec::new();

@@ -28,7 +28,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
+mod compare;
 pub mod exprs;
+
+pub use compare::{assert_same_arguments, assert_same_results, first_difference};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

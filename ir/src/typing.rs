@@ -303,6 +303,43 @@ impl<'t> TaskletNames<'t> {
     }
 }
 
+impl Expr {
+    /// The type of the expression given the type of each name (the rules of
+    /// this module).
+    pub fn infer(&self, env: &dyn Fn(&str) -> Option<DType>) -> Result<DType, TypeError> {
+        let bad = |r: Refused| TypeError::BadOperand {
+            op: r.op.to_string(),
+            found: r.found,
+            expr: self.to_string(),
+        };
+        Ok(match self {
+            Expr::Const(v) => v.dtype(),
+            Expr::Var(v) => env(v).ok_or_else(|| TypeError::UnknownName(v.clone()))?,
+            Expr::Unary(op, a) => unary(*op, a.infer(env)?).map_err(bad)?.result,
+            Expr::Binary(op, a, b) => {
+                let (ta, tb) = (a.infer(env)?, b.infer(env)?);
+                binary(*op, ta, tb).map_err(bad)?.result
+            }
+            Expr::Select(c, a, b) => {
+                let (tc, ta, tb) = (c.infer(env)?, a.infer(env)?, b.infer(env)?);
+                select(tc, ta, tb).map_err(bad)?.result
+            }
+            Expr::Call(func, args) => {
+                check_arity(*func, args.len())?;
+                let types = args
+                    .iter()
+                    .map(|a| a.infer(env))
+                    .collect::<Result<Vec<_>, _>>()?;
+                call(*func, &types).map_err(bad)?.result
+            }
+            Expr::Cast(t, a) => {
+                a.infer(env)?;
+                *t
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

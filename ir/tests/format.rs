@@ -97,6 +97,8 @@ fn builder_program_round_trips_with_holes() {
         });
     });
     let mut s = b.build();
+    // A default value travels with its symbol.
+    s.symbols.get_mut("N").unwrap().default = Some(7);
     // Leave a hole in the node indices.
     let g = &mut s.states[0].graph;
     let extra = g.add_access("a");
@@ -104,6 +106,8 @@ fn builder_program_round_trips_with_holes() {
     let text = to_json(&s);
     let back = from_json(&text).expect("reads");
     assert_eq!(back, s);
+    assert_eq!(back.symbol_default("N"), Some(7));
+    assert!(text.contains(r#""default":7"#) || text.contains(r#""default": 7"#));
     assert_eq!(to_json(&back), text);
     assert_eq!(Sdfg::from_json(&s.to_json()).expect("reads"), s);
 }
@@ -160,6 +164,10 @@ const BROKEN: &[(&str, &str)] = &[
     (
         "bad_symbol_value.json",
         "at symbols.K.value: expected a i32 literal",
+    ),
+    (
+        "float_symbol_default.json",
+        "at symbols.F.default: a default value is for integer symbols, not f64",
     ),
     (
         "bad_loop_update.json",

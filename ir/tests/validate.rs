@@ -666,6 +666,7 @@ fn static_symbol_dtype_and_assignment() {
         Symbol {
             dtype: DType::I32,
             value: Some(Value::I64(3)),
+            default: None,
         },
     );
     s.body = Block::seq([

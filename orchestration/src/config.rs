@@ -136,6 +136,35 @@ pub struct Options {
 }
 
 impl Options {
+    /// The pass pipeline these options ask for: the one function every entry point (the
+    /// workflow's optimize step, `sdflow opt`, `show` and `bench`, Python's `optimize`)
+    /// builds it with, so the same options give the same pipeline.
+    pub fn pipeline(
+        &self,
+    ) -> Result<sdflow_transforms::Pipeline, sdflow_transforms::TransformError> {
+        let mut p = match &self.passes {
+            Some(names) => sdflow_transforms::Pipeline::from_names(names)?,
+            None if self.backend == Backend::Gpu => sdflow_transforms::Pipeline::gpu(),
+            None => sdflow_transforms::Pipeline::cpu(),
+        };
+        for d in &self.disable {
+            p = p.disable(d)?;
+        }
+        if p.names().contains(&"map_fusion") {
+            p = p.replace(
+                "map_fusion",
+                Box::new(sdflow_transforms::MapFusion {
+                    balance: self.fusion_balance,
+                    tile_rows: self.tile_rows,
+                }),
+            )?;
+        }
+        if self.fast_math {
+            p = p.fast_math()?;
+        }
+        Ok(p)
+    }
+
     /// The built-in defaults for a backend.
     pub fn defaults(backend: Backend) -> Options {
         let emit = sdflow_codegen::EmitOptions::default();
@@ -786,7 +815,7 @@ impl Config {
         // Fast math needs an e-graph pass that runs: refuse it here, naming where the
         // options came from, rather than run nothing (or a disabled pass).
         if resolved.optimize && resolved.fast_math {
-            crate::workflow::OptimizeStep::pipeline(&resolved).map_err(|e| {
+            resolved.pipeline().map_err(|e| {
                 let at = |k: &str| {
                     sources
                         .get(k)

@@ -13,24 +13,8 @@ use std::rc::Rc;
 use sdflow_ir::{Block, DType, Sdfg, SdfgBuilder, SymExpr, Value};
 
 use crate::error::BuildError;
-use crate::lower::{Resolved, lower_call};
+use crate::lower::{Env, Resolved, lower_call};
 use crate::program::{Item, Program};
-
-/// How names of the program being inlined map to the flattened SDFG's.
-pub(crate) struct Env {
-    /// The program's name (for messages).
-    pub program: String,
-    /// Field or table name → flattened container name.
-    pub fields: BTreeMap<String, String>,
-    /// Symbol name → expression over the flattened SDFG's symbols.
-    pub symbols: BTreeMap<String, SymExpr>,
-}
-
-impl Env {
-    fn sym(&self, p: &Program, what: &str, text: &str) -> Result<SymExpr, BuildError> {
-        Ok(p.sym_expr(what, text)?.substitute(&self.symbols).simplify())
-    }
-}
 
 enum Work<'p> {
     Items {
@@ -64,7 +48,14 @@ fn is_identifier(s: &str) -> bool {
     sdflow_ir::parse::is_name(s)
 }
 
-pub(crate) fn flatten(top: &Program) -> Result<Sdfg, BuildError> {
+impl Program {
+    /// Flattens the whole program, nested programs included, into one validated SDFG.
+    pub fn build(&self) -> Result<Sdfg, BuildError> {
+        flatten(self)
+    }
+}
+
+fn flatten(top: &Program) -> Result<Sdfg, BuildError> {
     let perr = |message: String| BuildError::Program {
         program: top.name.clone(),
         message,

@@ -12,6 +12,8 @@
 //!   generate, compile, load); [`config`]: per-program options from a TOML file;
 //!   [`component`]: programs compiled once with static values, variants and bound
 //!   arguments, then called with what changes.
+//! - [`load`]: reading a program file in any of the formats sdflow takes; [`show`]: the
+//!   workflow's intermediates as text.
 //!
 //! See `docs/full-program.md` for what a full program may contain, and why.
 
@@ -23,8 +25,10 @@ pub mod dace;
 mod error;
 mod expr;
 mod flatten;
+pub mod load;
 mod lower;
 mod program;
+pub mod show;
 mod stencil;
 pub mod workflow;
 

@@ -7,9 +7,24 @@ use std::collections::BTreeMap;
 use sdflow_ir::{DataDesc, Expr, Schedule, Sdfg, SdfgBuilder, StateId, Stmt, SymExpr, Value};
 
 use crate::error::BuildError;
-use crate::flatten::Env;
 use crate::program::{Call, Program};
 use crate::stencil::{Dims, Index, Kind, ScanDir, Section, Stencil};
+
+/// How names of the program being inlined map to the flattened SDFG's.
+pub(crate) struct Env {
+    /// The program's name (for messages).
+    pub program: String,
+    /// Field or table name → flattened container name.
+    pub fields: BTreeMap<String, String>,
+    /// Symbol name → expression over the flattened SDFG's symbols.
+    pub symbols: BTreeMap<String, SymExpr>,
+}
+
+impl Env {
+    pub(crate) fn sym(&self, p: &Program, what: &str, text: &str) -> Result<SymExpr, BuildError> {
+        Ok(p.sym_expr(what, text)?.substitute(&self.symbols).simplify())
+    }
+}
 
 /// A call with every name resolved to the flattened SDFG's.
 pub(crate) struct Resolved<'c> {

@@ -24,7 +24,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use sdflow_ir::{DType, Sdfg, SymExpr, Value};
+use sdflow_ir::{DType, SymExpr, Value};
 
 use crate::error::BuildError;
 use crate::stencil::Stencil;
@@ -286,11 +286,6 @@ impl Program {
             shape.into_iter().map(|s| s.to_string()).collect(),
             true,
         )
-    }
-
-    /// Flattens the whole program, nested programs included, into one validated SDFG.
-    pub fn build(&self) -> Result<Sdfg, BuildError> {
-        crate::flatten::flatten(self)
     }
 
     pub(crate) fn sym_expr(&self, what: &str, text: &str) -> Result<SymExpr, BuildError> {

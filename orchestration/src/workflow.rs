@@ -181,33 +181,6 @@ pub fn specialized(sdfg: &Sdfg, statics: &BTreeMap<String, Value>) -> Result<Sdf
 /// fast-math rules as set.
 pub struct OptimizeStep;
 
-impl OptimizeStep {
-    /// The pipeline for `options`.
-    pub fn pipeline(options: &Options) -> Result<Pipeline, TransformError> {
-        let mut p = match &options.passes {
-            Some(names) => Pipeline::from_names(names)?,
-            None if options.backend == Backend::Gpu => Pipeline::gpu(),
-            None => Pipeline::cpu(),
-        };
-        for d in &options.disable {
-            p = p.disable(d)?;
-        }
-        if p.names().contains(&"map_fusion") {
-            p = p.replace(
-                "map_fusion",
-                Box::new(sdflow_transforms::MapFusion {
-                    balance: options.fusion_balance,
-                    tile_rows: options.tile_rows,
-                }),
-            )?;
-        }
-        if options.fast_math {
-            p = p.fast_math()?;
-        }
-        Ok(p)
-    }
-}
-
 impl SdfgStep for OptimizeStep {
     fn name(&self) -> &str {
         "optimize"
@@ -239,7 +212,9 @@ impl SdfgStep for OptimizeStep {
             step: "optimize".into(),
             source,
         };
-        let report = Self::pipeline(cx.options)
+        let report = cx
+            .options
+            .pipeline()
             .and_then(|p| p.run(&mut out))
             .map_err(terr)?;
         Ok((out, report.to_string()))

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
-use std::path::Path;
 use std::sync::Arc;
 
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -13,11 +12,11 @@ use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
-use sdflow::cli::{self, ShowOptions};
 use sdflow_codegen::cuda::exec::ForeignArray;
 use sdflow_codegen::{Args, Backend, BoundCall, CompiledProgram as CpuProgram};
 use sdflow_ir::{DType, DataDesc, Sdfg, Value};
 use sdflow_orchestration::component::{Component, ProgramSpec, Programs};
+use sdflow_orchestration::show::ShowOptions;
 use sdflow_orchestration::workflow::Executable;
 
 mod device;
@@ -163,7 +162,7 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Program> {
             source.get_type().name()?
         )));
     };
-    let sdfg = cli::read_program_bytes(&bytes, Path::new(&origin)).map_err(sdflow_err)?;
+    let sdfg = sdflow_orchestration::load::read_bytes(&bytes, &origin).map_err(sdflow_err)?;
     Ok(Program {
         sdfg: Arc::new(sdfg),
         origin,
@@ -289,7 +288,7 @@ impl Program {
         passes: Option<Vec<String>>,
         fast_math: bool,
     ) -> PyResult<(Program, Report)> {
-        // The pipeline every entry point builds from options (`OptimizeStep::pipeline`).
+        // The pipeline every entry point builds from options (`Options::pipeline`).
         let backend = match pipeline {
             "cpu" => sdflow_codegen::Backend::Cpu,
             "gpu" => sdflow_codegen::Backend::Gpu,
@@ -302,15 +301,12 @@ impl Program {
         let mut options = sdflow_orchestration::config::Options::defaults(backend);
         options.passes = passes;
         options.fast_math = fast_math;
-        let p =
-            sdflow_orchestration::workflow::OptimizeStep::pipeline(&options).map_err(
-                |e| match e {
-                    e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
-                        SdflowError::new_err(format!("fast_math: {e}"))
-                    }
-                    other => sdflow_err(other),
-                },
-            )?;
+        let p = options.pipeline().map_err(|e| match e {
+            e @ sdflow_transforms::TransformError::FastMathWithoutEGraph { .. } => {
+                SdflowError::new_err(format!("fast_math: {e}"))
+            }
+            other => sdflow_err(other),
+        })?;
         let mut sdfg = (*self.sdfg).clone();
         let r = p.run(&mut sdfg).map_err(|e| match e {
             sdflow_transforms::TransformError::InvalidInput(ps) => {
@@ -489,7 +485,7 @@ impl Program {
             statics,
             ..ShowOptions::default()
         };
-        cli::show_program((*self.sdfg).clone(), &self.origin, &o).map_err(sdflow_err)
+        sdflow_orchestration::show::show((*self.sdfg).clone(), &self.origin, &o).map_err(sdflow_err)
     }
 
     /// Counts of states, nodes, maps, tasklets, edges and transients.
@@ -820,36 +816,54 @@ fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> 
     }
 }
 
-/// Integer symbols neither given in `sets` nor static whose value an array's extent
-/// gives (a dimension declared as the bare symbol).
-fn infer_sizes(sdfg: &Sdfg, sets: &[&BoundArgs], statics: &[String]) -> Vec<(String, i64)> {
-    let given = |k: &str| {
-        statics.iter().any(|s| s == k) || sets.iter().any(|s| s.items.iter().any(|(n, _)| n == k))
-    };
-    let mut out: Vec<(String, i64)> = Vec::new();
-    for set in sets {
-        for (name, h) in &set.items {
+/// Integer symbols neither given in `sets` nor static whose values the arrays' extents
+/// imply ([`sdflow_ir::bind::infer_symbols`]); two arrays implying different values is
+/// an error naming both.
+fn infer_sizes(
+    sdfg: &Sdfg,
+    sets: &[&BoundArgs],
+    statics: &[String],
+) -> Result<Vec<(String, i64)>, sdflow_ir::bind::BindError> {
+    let items = || sets.iter().flat_map(|s| s.items.iter());
+    let mut known: BTreeMap<String, i64> = items()
+        .filter_map(|(n, h)| match h {
+            Held::Int(v) => Some((n.clone(), *v)),
+            _ => None,
+        })
+        .collect();
+    let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = items()
+        .filter_map(|(name, h)| {
             let Held::Array { shape, .. } = h else {
-                continue;
+                return None;
             };
-            let Some(desc) = sdfg.arrays.get(name) else {
-                continue;
-            };
-            for (dim, &n) in desc.shape().iter().zip(shape) {
-                if let sdflow_ir::SymExpr::Sym(s) = dim
-                    && sdfg
-                        .symbols
-                        .get(&**s)
-                        .is_some_and(|x| x.dtype.is_int() && x.value.is_none())
-                    && !given(s)
-                    && !out.iter().any(|(k, _)| **k == **s)
-                {
-                    out.push((s.to_string(), n as i64));
-                }
-            }
-        }
-    }
-    out
+            Some(sdflow_ir::bind::ArgLayout {
+                name,
+                shape: sdfg.arrays.get(name)?.shape(),
+                strides: &[],
+                extents: shape,
+                elem_strides: None,
+            })
+        })
+        .collect();
+    let given = |k: &str| statics.iter().any(|s| s == k) || items().any(|(n, _)| n == k);
+    let inferable = |k: &str| {
+        !given(k)
+            && sdfg
+                .symbols
+                .get(k)
+                .is_some_and(|x| x.dtype.is_int() && x.value.is_none())
+    };
+    let before: Vec<String> = known.keys().cloned().collect();
+    sdflow_ir::bind::infer_symbols(
+        &layouts,
+        &inferable,
+        &|s| sdfg.symbol_default(s),
+        &mut known,
+    )?;
+    Ok(known
+        .into_iter()
+        .filter(|(k, _)| !before.contains(k))
+        .collect())
 }
 
 /// A value moved into a section that runs without the GIL.
@@ -1074,7 +1088,8 @@ impl CompiledProgram {
         {
             // The compiled CPU program infers sizes from the arrays' shapes; for the
             // others, a dimension that is a bare symbol gives its value here.
-            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics);
+            let inferred =
+                infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics).map_err(call_err)?;
             held.items
                 .extend(inferred.into_iter().map(|(k, v)| (k, Held::Int(v))));
         }

@@ -27,6 +27,7 @@ use sdflow::cli::{self, CliError};
 use sdflow::ir::validate::{Problem, Segment};
 use sdflow::ir::{Sdfg, format, parse};
 use sdflow::npz::NpzError;
+use sdflow::orchestration::load::{self, LoadError};
 use serde_json::Value;
 
 use super::corpus::Corpus;
@@ -142,9 +143,9 @@ pub fn run(input: &Input, corpus: &Corpus, scratch: &Path) -> Verdict {
 
 fn program_file(bytes: &[u8]) -> Verdict {
     let path = Path::new("input.sdfg");
-    let sdfg = match cli::read_program_bytes(bytes, path) {
+    let sdfg = match load::read_bytes(bytes, &path.display().to_string()) {
         Ok(s) => s,
-        Err(e) => return check_cli(&e, bytes, path),
+        Err(e) => return check_load(&e, bytes),
     };
     // `sdflow dot` draws programs without validating them.
     let dot = sdflow::ir::dot::to_dot(&sdfg);
@@ -184,10 +185,10 @@ fn check_problems(problems: &[Problem]) -> Verdict {
     Verdict::Rejected(problems[0].to_string())
 }
 
-fn check_cli(e: &CliError, bytes: &[u8], path: &Path) -> Verdict {
+fn check_load(e: &LoadError, bytes: &[u8]) -> Verdict {
     let shown = e.to_string();
     match e {
-        CliError::Format { source, .. } => {
+        LoadError::Format { source, .. } => {
             if source.message.trim().is_empty() {
                 return Verdict::Bad(format!("format error without a message: '{shown}'"));
             }
@@ -225,7 +226,7 @@ fn check_cli(e: &CliError, bytes: &[u8], path: &Path) -> Verdict {
                 _ => Verdict::Rejected(shown),
             }
         }
-        CliError::Import { source, .. } => {
+        LoadError::Import { source, .. } => {
             let file_level = ["not JSON", "not UTF-8", "not readable gzip"]
                 .iter()
                 .any(|p| source.message.starts_with(p));
@@ -238,10 +239,8 @@ fn check_cli(e: &CliError, bytes: &[u8], path: &Path) -> Verdict {
                 Verdict::Rejected(shown)
             }
         }
-        CliError::Usage(m) if m == &format!("{}: not UTF-8 text", path.display()) => {
-            Verdict::Rejected(shown)
-        }
-        CliError::Invalid { problems, .. } => check_problems(problems),
+        LoadError::NotText { .. } => Verdict::Rejected(shown),
+        LoadError::Invalid { problems, .. } => check_problems(problems),
         other => Verdict::Bad(format!("unexpected kind of error: {other:?}")),
     }
 }

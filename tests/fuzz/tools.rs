@@ -20,6 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use sdflow::cli::{self, CliError, RunOptions};
 use sdflow::ir::Sdfg;
 use sdflow::npz::NpzError;
+use sdflow::orchestration::show::symbol_value;
 
 use super::corpus::Corpus;
 use super::npz::Members;
@@ -609,7 +610,7 @@ fn run_program(input: &Input, f: &[&str], corpus: &Corpus, scratch: &Path) -> Ve
     if f[1] == "inputs" && long_loop(sdfg, &archive) {
         let given = symbols
             .iter()
-            .map(|(k, v)| Ok((k.clone(), cli::symbol_value(sdfg, k, v)?)))
+            .map(|(k, v)| Ok((k.clone(), symbol_value(sdfg, k, v)?)))
             .collect::<Result<BTreeMap<_, _>, CliError>>();
         let bound = given.and_then(|g| cli::bind_inputs(sdfg, &archive, g));
         return match bound {

@@ -40,6 +40,7 @@ mod pass;
 pub mod pattern;
 mod pipeline;
 mod redundant_copy;
+mod scratch;
 mod sibling_fusion;
 mod specialize;
 mod state_fusion;

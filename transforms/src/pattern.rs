@@ -1,70 +1,13 @@
 //! The graph plumbing passes share, so that each pass reads as its rule: who reads and
-//! writes which container (per state and in the whole program), renaming containers and
+//! writes which container in the whole program (per state, `ir::uses`), renaming containers and
 //! map parameters inside bodies, copying one graph into another, re-deriving a map node's
 //! edges from its body, walking the control flow's sequences, and dropping unused states.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use sdflow_ir::propagate::{BoundaryMemo, map_boundary_memo};
+pub use sdflow_ir::uses::{Use, for_each_use, node_reads_writes, reads_writes};
 use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
-
-/// How a state-level graph uses a container at one place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Use {
-    /// At an access node (else: an index table a memlet reads).
-    pub access_node: bool,
-    /// Read: an access node with out-edges, or an index table.
-    pub read: bool,
-    /// Written: an access node with in-edges.
-    pub written: bool,
-}
-
-/// The rule of who reads and writes what in a state-level graph, which every pass asks
-/// through this function: map and nested-SDFG nodes are summarized by their edges, so
-/// the access nodes say everything — one with out-edges is read, one with in-edges
-/// written — and index tables of memlets are read. Calls `f` for each access node and
-/// each table of a memlet (in index order).
-pub fn for_each_use<'a>(df: &'a Dataflow, mut f: impl FnMut(&'a str, Use)) {
-    for n in df.graph.node_indices() {
-        if let Some(d) = df.node(n).as_access() {
-            let (read, written) = (df.out_degree(n) > 0, df.in_degree(n) > 0);
-            f(
-                d,
-                Use {
-                    access_node: true,
-                    read,
-                    written,
-                },
-            );
-        }
-    }
-    for e in df.graph.edge_weights() {
-        for t in e.memlet.subset.tables() {
-            f(
-                t,
-                Use {
-                    access_node: false,
-                    read: true,
-                    written: false,
-                },
-            );
-        }
-    }
-}
-
-/// Containers a state-level graph reads and writes ([`for_each_use`]).
-pub fn reads_writes(df: &Dataflow) -> (BTreeSet<String>, BTreeSet<String>) {
-    let (mut reads, mut writes) = (BTreeSet::new(), BTreeSet::new());
-    for_each_use(df, |d, u| {
-        if u.read {
-            reads.insert(d.to_string());
-        }
-        if u.written {
-            writes.insert(d.to_string());
-        }
-    });
-    (reads, writes)
-}
 
 /// A producer → access node → consumers chain: the access node has exactly one
 /// in-edge, from a node that is not an access node (a map, tasklet, nested SDFG or library
@@ -102,32 +45,6 @@ pub fn chain_at(df: &Dataflow, access: NodeId) -> Option<Chain> {
         access,
         consumers,
     })
-}
-
-/// Containers a node reads (sources of its in-edges, tables) and writes (destinations of
-/// its out-edges), at the level of `df`.
-pub fn node_reads_writes(df: &Dataflow, n: NodeId) -> (BTreeSet<String>, BTreeSet<String>) {
-    let mut reads: BTreeSet<String> = df
-        .in_edges(n)
-        .into_iter()
-        .map(|e| df.edge(e).memlet.data.clone())
-        .collect();
-    for e in df.in_edges(n).into_iter().chain(df.out_edges(n)) {
-        reads.extend(
-            df.edge(e)
-                .memlet
-                .subset
-                .tables()
-                .iter()
-                .map(|t| t.to_string()),
-        );
-    }
-    let writes = df
-        .out_edges(n)
-        .into_iter()
-        .map(|e| df.edge(e).memlet.data.clone())
-        .collect();
-    (reads, writes)
 }
 
 /// Names mentioned by the control flow (conditions, loop bounds, assignments): symbols,

@@ -72,7 +72,7 @@ fn max(a: SymExpr, b: SymExpr) -> SymExpr {
 /// Replaces maps `a` and `b` (and T's access node) of `df` by the tiled map; returns
 /// whether access nodes were added.
 pub(crate) fn fuse_tiled(
-    arrays: &mut crate::map_fusion::Scratch<'_>,
+    arrays: &mut crate::scratch::Scratch<'_>,
     df: &mut Dataflow,
     nodes: (sdflow_ir::NodeId, sdflow_ir::NodeId, sdflow_ir::NodeId),
     p: &Tiled<'_>,

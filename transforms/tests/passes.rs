@@ -2,9 +2,9 @@
 //! and transient counts, which branch a map ended up in) and the interpreter's outputs
 //! compared with the original program's.
 
+use sdflow_ir::testkit::assert_same_results;
 use std::collections::BTreeMap;
 
-use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
 use sdflow_ir::testkit::{branchy, if_stmt_callee};
 use sdflow_ir::{Block, DType, DataDesc, Node, Sdfg, SdfgBuilder, SymExpr, Value};
 use sdflow_transforms::{
@@ -21,26 +21,7 @@ fn symbols(pairs: &[(&str, i64)]) -> BTreeMap<String, Value> {
 
 /// Runs both programs on the same random inputs; every argument must be bitwise equal.
 fn same_results(a: &Sdfg, b: &Sdfg, syms: &[(&str, i64)]) {
-    let inputs = random_bindings(a, &symbols(syms), 3).unwrap();
-    let run = |s: &Sdfg| {
-        let mut x: Bindings = inputs.clone();
-        interp::run(s, &mut x).unwrap();
-        x
-    };
-    let (x, y) = (run(a), run(b));
-    for (name, _) in a.non_transients() {
-        let bits = |h: &HostArray| {
-            h.to_f64_vec()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            bits(&x.arrays[name]),
-            bits(&y.arrays[name]),
-            "'{name}' differs"
-        );
-    }
+    assert_same_results(a, b, &symbols(syms), 3);
 }
 
 fn maps(s: &Sdfg) -> usize {
@@ -262,10 +243,7 @@ fn loop_order_puts_the_contiguous_dimension_innermost() {
         }
     }
     for s in ["f_stride_0", "f_stride_1"] {
-        let symbol = sdflow_ir::Symbol {
-            dtype: DType::I64,
-            value: None,
-        };
+        let symbol = sdflow_ir::Symbol::new(DType::I64);
         symbolic.symbols.insert(s.into(), symbol);
     }
     assert!(sdflow_transforms::LoopOrder.run(&mut symbolic).is_empty());

@@ -18,6 +18,7 @@ use proptest::prelude::*;
 use sdflow_ir::Sdfg;
 use sdflow_ir::interp::{self, Bindings, random_bindings};
 use sdflow_ir::testkit::{GenConfig, arb_sdfg, generate, sample_small_symbols, sample_symbols};
+use sdflow_ir::testkit::{assert_same_arguments, first_difference};
 use sdflow_transforms::{PASS_NAMES, Pipeline, pass_by_name};
 
 fn cases() -> u32 {
@@ -71,13 +72,10 @@ fn check(sdfg: &Sdfg, names: &[&str]) -> Result<(), TestCaseError> {
                 sdfg.name
             ))
         })?;
-        for (name, desc) in sdfg.non_transients() {
-            if desc.transient() {
-                continue;
-            }
+        if let Some(d) = first_difference(sdfg, &before, &after) {
             prop_assert!(
-                before.arrays[name].bits() == after.arrays[name].bits(),
-                "{}: '{name}' differs after {names:?} at {symbols:?}\n{report}",
+                false,
+                "{}: {d} after {names:?} at {symbols:?}\n{report}",
                 sdfg.name
             );
         }
@@ -322,13 +320,7 @@ fn layout_specialization_preserves_results() {
             .symbols
             .retain(|k, _| !report.strides_specialized.contains(k));
         let after = run(&spec, &given).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        for (name, _) in s.non_transients() {
-            assert_eq!(
-                before.arrays[name].bits(),
-                after.arrays[name].bits(),
-                "seed {seed}: '{name}' differs"
-            );
-        }
+        assert_same_arguments(&s, &before, &after, &format!("seed {seed}"));
     }
     eprintln!(
         "{specialized} strides specialized, {relaid} transients relaid, {extents_kept} extent strides kept"

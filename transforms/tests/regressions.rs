@@ -1,34 +1,18 @@
 //! Minimal programs that passes once miscompiled, one per bug class: each pass's output
 //! validates and the reference interpreter's outputs are bitwise equal before and after.
 
+use sdflow_ir::testkit::assert_same_results;
 use std::collections::BTreeMap;
 
-use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::interp::{self, random_bindings};
 use sdflow_ir::{Block, DType, Sdfg, SdfgBuilder, Value};
 use sdflow_transforms::{DeadDataflow, MoveIntoIf, Pass, Pipeline, RedundantCopy, Specialize};
-
-fn bits(h: &HostArray) -> Vec<u64> {
-    h.to_f64_vec().iter().map(|v| v.to_bits()).collect()
-}
 
 /// Runs both programs on the same random inputs (symbols `syms`); every argument must be
 /// bitwise equal afterwards.
 fn same_results(a: &Sdfg, b: &Sdfg, syms: &[(&str, Value)]) {
     let syms: BTreeMap<String, Value> = syms.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let inputs = random_bindings(a, &syms, 3).unwrap();
-    let run = |s: &Sdfg| {
-        let mut x: Bindings = inputs.clone();
-        interp::run(s, &mut x).unwrap_or_else(|e| panic!("'{}' at {syms:?}: {e}", s.name));
-        x
-    };
-    let (x, y) = (run(a), run(b));
-    for (name, _) in a.non_transients() {
-        assert_eq!(
-            bits(&x.arrays[name]),
-            bits(&y.arrays[name]),
-            "'{name}' differs at {syms:?}"
-        );
-    }
+    assert_same_results(a, b, &syms, 3);
 }
 
 fn n(v: i64) -> (&'static str, Value) {

@@ -2,9 +2,6 @@
 //! compiler into a shared library, cached, and loaded.
 
 pub use crate::plan::bounds;
-pub mod cexpr;
-pub mod emit;
-pub mod sites;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -12,12 +9,17 @@ use std::time::Duration;
 use rayon::prelude::*;
 use sdflow_ir::Sdfg;
 
+pub mod emit;
+
 pub use emit::{ArgSpec, EmitOptions, OmpSchedule, Signature};
 
+use crate::cfamily::sites;
+
 use crate::CodegenError;
+use crate::args::static_ints;
 use crate::cache::{Cache, Origin};
 use crate::compile::{CompilerOptions, scratch_dir};
-use crate::program::{CompiledProgram, static_ints};
+use crate::program::CompiledProgram;
 
 /// Code generation, compilation and caching for the CPU.
 #[derive(Clone, Debug)]

@@ -81,6 +81,26 @@ pub struct GraphId(pub usize);
 #[error("{0}")]
 pub struct DeviceError(pub String);
 
+/// The driver error `e` while doing `what`, with the error's name and text.
+fn driver_error(
+    what: impl std::fmt::Display,
+    e: cudarc::driver::result::DriverError,
+) -> DeviceError {
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    let text = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if text.is_empty() {
+        DeviceError(format!("{what}: {name}"))
+    } else {
+        DeviceError(format!("{what}: {name} ({text})"))
+    }
+}
+
 /// How much a device was asked to do (for tests and `sdflow` statistics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {

@@ -24,13 +24,14 @@ use super::device::{DevPtr, Device, DeviceHandle, Event, GraphId, KernelArg, Ker
 use super::emit::{CudaEmitOptions, CudaProgram, STATUS_READ, emit_cuda};
 use super::nvrtc::{self, Arch, NvrtcOptions, Output};
 use crate::CodegenError;
-use crate::cache::{Artifact, Cache, Origin};
-use crate::cpu::sites::RECORD_LEN;
-use crate::plan::Flow;
-use crate::program::{
-    CallError, CheckedArgs, PassedArray, Spans, byte_span, check_arguments, declared_order,
-    declared_orders, static_ints,
+use crate::args::{
+    CheckedArgs, PassedArray, Spans, byte_span, check_arguments, declared_order, declared_orders,
+    static_ints,
 };
+use crate::cache::{Artifact, Cache, Origin};
+use crate::cfamily::sites::RECORD_LEN;
+use crate::plan::Flow;
+use crate::program::CallError;
 
 /// Code generation, NVRTC compilation and caching for CUDA.
 #[derive(Clone, Debug)]
@@ -489,9 +490,13 @@ impl GpuProgram {
             extents: a.shape(),
             elem_strides: None,
         };
-        let inferable = |x: &str| sig.ints.iter().any(|s| s == x);
-        sdflow_ir::bind::infer_symbols(&[layout], &inferable, &mut values)
-            .map_err(|e| self.bind_err(e.0))?;
+        sdflow_ir::bind::infer_symbols(
+            &[layout],
+            &|s| sig.is_int(s),
+            &|s| sig.default_of(s),
+            &mut values,
+        )
+        .map_err(|e| self.bind_err(e.0))?;
         let order = declared_order(spec, a.shape(), &values);
         DeviceArray::from_host_in(&self.device, a, &order)
             .map_err(|e| self.run_err(format!("'{name}': {e}")))

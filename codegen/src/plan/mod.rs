@@ -242,8 +242,6 @@ pub struct Step {
     pub waits: Vec<usize>,
     /// Containers it writes.
     pub writes: Vec<Write>,
-    /// Containers it reads.
-    pub reads: Vec<String>,
     /// The condition under which every access of the step is in bounds (`None`: it
     /// cannot be stated, the step always runs its checked version).
     pub in_bounds: Option<SymExpr>,
@@ -622,20 +620,7 @@ pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
     whole
         && same(&inner.shape, &outer.shape)
         && same(&inner.strides, &outer.strides)
-        && !writes_anywhere(&ns.sdfg, conn)
-}
-
-/// Whether `sdfg` writes container `name` anywhere (an access node of it with in-edges,
-/// in any state or map body).
-fn writes_anywhere(sdfg: &Sdfg, name: &str) -> bool {
-    fn graph(df: &Dataflow, name: &str) -> bool {
-        df.node_ids().into_iter().any(|n| match df.node(n) {
-            Node::Access(d) => d == name && df.in_degree(n) > 0,
-            Node::Map(m) => graph(&m.body, name),
-            _ => false,
-        })
-    }
-    sdfg.states.iter().any(|st| graph(&st.graph, name))
+        && !ns.sdfg.written_data().contains(conn)
 }
 
 /// Whether a map body (at any depth) calls a nested SDFG that combines into one of its
@@ -778,20 +763,12 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 }
             }
         }
-        let mut reads = BTreeSet::new();
-        for e in df.in_edges(n) {
-            let src = df.endpoints(e).0;
-            if df.node(src).as_access().is_some() {
-                reads.insert(df.edge(e).memlet.data.clone());
-            }
-        }
         steps.push(Step {
             node: n,
             label,
             kind,
             waits,
             writes,
-            reads: reads.into_iter().collect(),
             in_bounds: bounds::node_condition(sdfg, df, n),
         });
     }

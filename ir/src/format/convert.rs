@@ -58,6 +58,7 @@ pub(crate) fn sdfg_to_doc(s: &Sdfg) -> SdfgDoc {
                     SymbolDoc {
                         dtype: sym.dtype.into(),
                         value: sym.value.map(value_json),
+                        default: sym.default,
                     },
                 )
             })
@@ -286,7 +287,19 @@ pub(crate) fn sdfg_from_doc(d: &SdfgDoc, path: &Path, top: bool) -> Result<Sdfg,
             None => None,
             Some(j) => Some(value_from(j, dtype, &p.field("value"))?),
         };
-        s.symbols.insert(n.clone(), Symbol { dtype, value });
+        if sym.default.is_some() && !dtype.is_int() {
+            return Err(p.field("default").err(format!(
+                "a default value is for integer symbols, not {dtype}"
+            )));
+        }
+        s.symbols.insert(
+            n.clone(),
+            Symbol {
+                dtype,
+                value,
+                default: sym.default,
+            },
+        );
     }
     for (n, a) in &d.arrays {
         let p = path.field("arrays").field(n);

@@ -262,6 +262,8 @@ pub(crate) struct SymbolDoc {
     pub(crate) dtype: DTypeDoc,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) value: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) default: Option<i64>,
 }
 
 /// A data container: an array (`dtype` + `shape`) or a scalar (`scalar`).

@@ -10,6 +10,7 @@
 mod alias;
 mod control;
 mod cpp;
+mod gt4py;
 mod order;
 pub mod python;
 mod subscripts;
@@ -75,6 +76,7 @@ pub fn import(text: &str) -> Result<Sdfg, ImportError> {
     let j: J = serde_json::from_str(text).map_err(|e| err("file", format!("not JSON: {e}")))?;
     let mut sdfg = convert_sdfg(&j, "sdfg")?;
     drop_unused_symbols(&mut sdfg);
+    gt4py::default_field_origins(&mut sdfg);
     Ok(sdfg)
 }
 

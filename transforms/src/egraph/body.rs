@@ -285,19 +285,20 @@ pub(crate) fn optimize(
         if let IrNode::Access(d) = body.node(*n) {
             *nodes_of.entry(d).or_default() += 1;
             *writes.entry(d).or_default() += body.in_degree(*n);
-            if body.out_degree(*n) > 0 {
-                reads.insert(d);
-            }
         }
     }
-    // A container read through a memlet's subset (an index table, or a scalar index as
-    // GT4Py's dynamic offsets read it) is read by the body too, and is no local value.
-    let tables: BTreeSet<&str> = body
-        .edge_ids()
-        .into_iter()
-        .flat_map(|e| body.edge(e).memlet.subset.tables())
-        .collect();
-    reads.extend(tables.iter().copied());
+    // What the body reads, by the one rule (`ir::uses`): a container read through a
+    // memlet's subset (an index table, or a scalar index as GT4Py's dynamic offsets read
+    // it) is read too, and is no local value.
+    let mut tables: BTreeSet<&str> = BTreeSet::new();
+    sdflow_ir::uses::for_each_use(body, |d, u| {
+        if u.read {
+            reads.insert(d);
+        }
+        if !u.access_node {
+            tables.insert(d);
+        }
+    });
     let local = |d: &str| -> bool {
         !tables.contains(d)
             && matches!(

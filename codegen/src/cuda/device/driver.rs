@@ -9,7 +9,7 @@
 use super::staging::{self, StagingPool};
 use super::{
     Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    arg_slots, check_args,
+    arg_slots, check_args, driver_error,
 };
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -118,23 +118,6 @@ const SYMBOLS: &[&str] = &[
     "cuGetErrorName",
     "cuGetErrorString",
 ];
-
-/// The driver error `e` while doing `what`, with the error's name and text.
-pub(super) fn driver_error(what: impl std::fmt::Display, e: DriverError) -> DeviceError {
-    let name = e
-        .error_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| format!("{:?}", e.0));
-    let text = e
-        .error_string()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if text.is_empty() {
-        DeviceError(format!("{what}: {name}"))
-    } else {
-        DeviceError(format!("{what}: {name} ({text})"))
-    }
-}
 
 /// Checks that the driver library is there and has every function used, without panicking.
 fn probe_driver() -> Result<(), DeviceError> {

@@ -5,8 +5,7 @@
 //! enqueueing the DMA from there, returns at once; an event recorded after the copy says
 //! when the buffer may be written again.
 
-use super::driver::driver_error;
-use super::{DevPtr, DeviceError};
+use super::{DevPtr, DeviceError, driver_error};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;

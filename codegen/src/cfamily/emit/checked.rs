@@ -11,7 +11,7 @@ use super::*;
 
 impl Emitter<'_> {
     /// The checked version of state-level node `n`, by the calling thread.
-    pub(super) fn checked_node(
+    pub(crate) fn checked_node(
         &mut self,
         sc: &Scope<'_>,
         df: &Dataflow,
