@@ -110,3 +110,79 @@ fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
     );
     assert!(text.contains("writes out (atomic sum)"), "{text}");
 }
+
+/// The first state's plan in `flow`, to change.
+fn first_state(flow: &mut Flow) -> Option<&mut sdflow_codegen::plan::StatePlan> {
+    match flow {
+        Flow::State(s) => Some(s),
+        Flow::Seq(v) => v.iter_mut().find_map(first_state),
+        Flow::Loop { body, .. } => first_state(body),
+        Flow::If {
+            then, otherwise, ..
+        } => first_state(then).or_else(|| first_state(otherwise)),
+        Flow::Assign { .. } => None,
+    }
+}
+
+/// The printers print the plan and decide nothing of their own: the same plan gives the
+/// same text, and changing one step's check policy changes exactly what that policy
+/// says — the bind-time condition, the checked code, the checked kernel.
+#[test]
+fn the_printers_follow_the_check_policy_of_the_plan() {
+    use sdflow_codegen::cfamily::prelude::{Dialect, prelude};
+    use sdflow_codegen::cpu::emit::emit_plan;
+    use sdflow_codegen::cuda::emit::{CudaEmitOptions, emit_cuda_plan};
+    use sdflow_codegen::plan::CheckPolicy;
+
+    let mut b = SdfgBuilder::new("shift");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N - 1"], |m| {
+            m.tasklet("t", &[("x", "a[i + 1]")], &[("y", "out[i]")], "y = x * 2.0");
+        });
+    });
+    let sdfg = b.build();
+    let plan = Plan::of(&sdfg).unwrap();
+    let with = |policy: Option<CheckPolicy>| {
+        let mut p = plan.clone();
+        if let Some(policy) = policy {
+            first_state(&mut p.body).unwrap().steps[0].check = policy;
+        }
+        let (c, sites) = emit_plan(&sdfg, &p, &Default::default()).unwrap();
+        // The program's part: the prelude defines the helpers whatever the plan.
+        let c = c.replace(&prelude(Dialect::C), "");
+        let cu = emit_cuda_plan(&sdfg, p, &CudaEmitOptions::default()).unwrap();
+        let checked_kernels = cu.kernels.iter().filter(|k| k.checked).count();
+        (c, sites.bind_checks.len(), checked_kernels)
+    };
+    // The plan's own decision: the condition reads only N, so `bind` evaluates it.
+    let step = &first_state(&mut plan.clone().body).unwrap().steps[0]
+        .check
+        .clone();
+    let CheckPolicy::AtBind(cond) = step else {
+        panic!("expected a bind-time check, got {step:?}")
+    };
+    let (c0, binds0, kernels0) = with(None);
+    assert_eq!((binds0, kernels0), (1, 1));
+    assert!(c0.contains("sdf_ok[0]") && c0.contains("sdf_ck("), "{c0}");
+    // The same plan, the same text.
+    assert_eq!(with(None).0, c0);
+    // Never checked: no condition, no checked code, no checked kernel.
+    let (c1, binds1, kernels1) = with(Some(CheckPolicy::Never));
+    assert_eq!((binds1, kernels1), (0, 0));
+    assert!(!c1.contains("sdf_ok[0]") && !c1.contains("sdf_ck("), "{c1}");
+    // Always checked: the checked code and kernel only.
+    let (c2, binds2, kernels2) = with(Some(CheckPolicy::Always));
+    assert_eq!((binds2, kernels2), (0, 1));
+    assert!(!c2.contains("sdf_ok[0]") && c2.contains("sdf_ck("), "{c2}");
+    // Checked at run: the condition is evaluated where the step runs.
+    let (c3, binds3, _) = with(Some(CheckPolicy::AtRun(cond.clone())));
+    assert_eq!(binds3, 0);
+    assert!(
+        c3.contains("int sdf_q = 0;") && !c3.contains("sdf_ok[0]"),
+        "{c3}"
+    );
+    assert!(!c0.contains("int sdf_q = 0;"));
+}

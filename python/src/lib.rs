@@ -1088,8 +1088,8 @@ impl CompiledProgram {
         {
             // The compiled CPU program infers sizes from the arrays' shapes; for the
             // others, a dimension that is a bare symbol gives its value here.
-            let inferred =
-                infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics).map_err(call_err)?;
+            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics)
+                .map_err(|e| call_err(format!("program '{}': {e}", self.sdfg.name)))?;
             held.items
                 .extend(inferred.into_iter().map(|(k, v)| (k, Held::Int(v))));
         }

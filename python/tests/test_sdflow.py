@@ -546,3 +546,28 @@ def test_optimize_builds_the_pipeline_the_workflow_builds():
     assert prog.optimize()[0].to_json().strip() == prog.show("optimized").strip()
     with pytest.raises(sdflow.SdflowError, match="fast_math: fast math needs the 'egraph' pass, which this pipeline does not have"):
         prog.optimize(passes=["state_fusion"], fast_math=True)
+
+
+def test_sizes_are_inferred_by_the_same_rules_on_every_backend():
+    # `out` has one more row than `u`: `N` comes from either extent, `N + 1` solved.
+    doc = json.loads((ROOT / "tests" / "in" / "column_walk.sdfg.json").read_text())
+    doc["arrays"]["out"]["shape"] = ["N + 1", "N"]
+    p = sdflow.load(json.dumps(doc))
+    u = random_grid(6, seed=3)
+    outs = {}
+    for backend in ("cpu", "interp"):
+        out = np.zeros((7, 6))
+        p.compile(backend)(u=u, out=out)
+        outs[backend] = out
+    want = np.zeros((7, 6))
+    want[:6] = 2.0 * u + 1.0
+    assert np.array_equal(outs["cpu"], want) and np.array_equal(outs["interp"], want)
+    # Extents that imply two values of `N`: an error naming both arrays, alike.
+    messages = set()
+    for backend in ("cpu", "interp"):
+        with pytest.raises(sdflow.CallError) as e:
+            p.compile(backend)(u=u, out=np.zeros((6, 6)))
+        messages.add(str(e.value))
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert "'out'" in message and "'u'" in message and "N" in message, message

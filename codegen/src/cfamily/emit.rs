@@ -26,7 +26,7 @@ use sdflow_ir::{
 
 use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, ctype, literal};
 use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
-use crate::plan::{Flow, Lifetime, Plan, StatePlan, Step, StepKind};
+use crate::plan::{CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind};
 
 mod checked;
 mod jam;
@@ -642,8 +642,9 @@ pub(crate) fn emit_function(
     let sig = &plan.signature;
     let flow = &plan.flow_symbols;
     // The plan's lifetimes: per-worker arrays are allocated by each thread of the parallel
-    // region; every other transient once, in `init` (a nested function's on entry).
-    // Body-local scalars are declared again in every map iteration that uses them.
+    // region; body-local scalars are declared in every map iteration that uses them
+    // (`body_scope`); every other transient is allocated once, in `init` (a nested
+    // function's on entry).
     let alloc = |pred: &dyn Fn(Lifetime) -> bool| -> Vec<(&String, &DataDesc)> {
         plan.allocations
             .iter()
@@ -651,7 +652,7 @@ pub(crate) fn emit_function(
             .filter_map(|a| sdfg.arrays.get_key_value(&a.name))
             .collect()
     };
-    let transients = alloc(&|l| l != Lifetime::PerWorker);
+    let transients = alloc(&|l| !matches!(l, Lifetime::PerWorker | Lifetime::BodyLocal));
     let thread_locals = alloc(&|l| l == Lifetime::PerWorker);
     let mut out = String::new();
     let mut own_name = String::new();
@@ -822,7 +823,6 @@ pub(crate) fn emit_function(
             out: String::new(),
             indent: 2,
             labels: 0,
-            top,
             deferred: None,
             blend_canon: false,
         };
@@ -864,8 +864,6 @@ pub(crate) struct Emitter<'o> {
     pub(crate) indent: usize,
     /// Labels and temporaries made so far (names are unique per function).
     pub(crate) labels: usize,
-    /// Emitting the program's `run` (bind-time conditions are available).
-    pub(crate) top: bool,
     /// While a checked read is written as one expression: its index steps.
     pub(crate) deferred: Option<Vec<(String, String)>>,
     /// Inside a loop that stays scalar (its body loops over neighbours, reduces, calls or
@@ -1156,29 +1154,18 @@ impl Emitter<'_> {
         true
     }
 
-    /// When node `n` of a state runs unchecked: its in-bounds condition, decided now
-    /// when it needs no values, evaluated by `bind` when it needs only the program's
-    /// symbols, else evaluated where the node runs.
+    /// When a step runs unchecked, as the plan decided ([`CheckPolicy`]): a bind-time
+    /// condition is numbered among those `bind` evaluates.
     fn condition(&mut self, sc: &Scope<'_>, step: &Step) -> Cond {
-        let Some(c) = step.in_bounds.clone() else {
-            return Cond::Never;
-        };
-        let statics: BTreeMap<String, i64> = crate::args::static_ints(sc.sdfg);
-        match c.eval(&|x| statics.get(x).copied()) {
-            Ok(v) => return if v != 0 { Cond::Always } else { Cond::Never },
-            Err(sdflow_ir::symexpr::EvalError::Unbound(_)) => {}
-            Err(_) => return Cond::Never,
-        }
-        let flow = sc.sdfg.loop_and_assigned_symbols();
-        let bindable = c.free_symbols().iter().all(|x| {
-            sc.sdfg.symbols.get(x).is_some_and(|s| !s.dtype.is_float()) && !flow.contains(x)
-        });
-        if self.top && bindable {
-            let mut sites = sc.sites.borrow_mut();
-            sites.bind_checks.push(c);
-            Cond::Bind(sites.bind_checks.len() - 1)
-        } else {
-            Cond::Runtime(c)
+        match &step.check {
+            CheckPolicy::Never => Cond::Always,
+            CheckPolicy::Always => Cond::Never,
+            CheckPolicy::AtBind(c) => {
+                let mut sites = sc.sites.borrow_mut();
+                sites.bind_checks.push(c.clone());
+                Cond::Bind(sites.bind_checks.len() - 1)
+            }
+            CheckPolicy::AtRun(c) => Cond::Runtime(c.clone()),
         }
     }
 

@@ -28,6 +28,16 @@ pub fn emit_program_checked(
     sdfg: &Sdfg,
     opts: &EmitOptions,
 ) -> Result<(String, Sites), CodegenError> {
+    emit_plan(sdfg, &Plan::of(sdfg)?, opts)
+}
+
+/// [`emit_program_checked`] printing `plan`, a plan of `sdfg` ([`Plan::of`]): the text
+/// is a function of the program and the plan, which decides what the printer does.
+pub fn emit_plan(
+    sdfg: &Sdfg,
+    plan: &Plan,
+    opts: &EmitOptions,
+) -> Result<(String, Sites), CodegenError> {
     let mut fns = Functions::default();
     let mut counter = 0;
     let sites = RefCell::new(Sites::default());
@@ -39,8 +49,7 @@ pub fn emit_program_checked(
         depth: 0,
         per_point: false,
     };
-    let plan = Plan::of(sdfg)?;
-    let run = emit_function(sdfg, Some(&plan), opts, &ctx, &mut fns, &mut counter)?;
+    let run = emit_function(sdfg, Some(plan), opts, &ctx, &mut fns, &mut counter)?;
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -27,7 +27,7 @@ use crate::cfamily::cexpr::ctype;
 use crate::cfamily::emit::*;
 use crate::cfamily::prelude::{Dialect, prelude};
 use crate::cfamily::sites::{LocPart, Sites};
-use crate::plan::Lifetime;
+use crate::plan::{CheckPolicy, Lifetime};
 use crate::plan::{Plan, StepKind};
 
 /// Options of the CUDA printer.
@@ -330,7 +330,16 @@ fn kernel_params(plan: &Plan) -> KernelParams {
 
 /// Prints the CUDA translation unit of `sdfg` (validated by the caller) from its plan.
 pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, CodegenError> {
-    let plan = Plan::of(sdfg)?;
+    emit_cuda_plan(sdfg, Plan::of(sdfg)?, opts)
+}
+
+/// [`emit_cuda`] printing `plan`, a plan of `sdfg` ([`Plan::of`]): the text is a function
+/// of the program and the plan, which decides what the printer does.
+pub fn emit_cuda_plan(
+    sdfg: &Sdfg,
+    plan: Plan,
+    opts: &CudaEmitOptions,
+) -> Result<CudaProgram, CodegenError> {
     // Local (per-worker) arrays become arrays private to each GPU thread, of a size known
     // when the program is compiled.
     let statics = crate::args::static_ints(sdfg);
@@ -430,7 +439,6 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 out: String::new(),
                 indent: 1,
                 labels: 0,
-                top: false,
                 deferred: None,
                 blend_canon: false,
             };
@@ -546,11 +554,7 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                 checked: false,
                 grid_sizes,
             });
-            let always = step
-                .in_bounds
-                .as_ref()
-                .is_some_and(|c| c.eval(&|_| None).is_ok_and(|v| v != 0));
-            if !always {
+            if step.check != CheckPolicy::Never {
                 let cname = format!("{name}_checked");
                 let mut em = Emitter {
                     opts: &emit_opts,
@@ -559,7 +563,6 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
                     out: String::new(),
                     indent: 1,
                     labels: 0,
-                    top: false,
                     deferred: None,
                     blend_canon: false,
                 };

@@ -1019,10 +1019,7 @@ impl Run<'_> {
         let step = &sp.steps[k];
         // Unchecked when the in-bounds condition holds for the current symbol values
         // (one that reads a scalar runs checked rather than waiting for the device).
-        let ok = step
-            .in_bounds
-            .as_ref()
-            .is_some_and(|c| c.eval_map(&self.env).is_ok_and(|v| v != 0));
+        let ok = step.check.unchecked_with(&self.env);
         let sk = self.step_kernels[si][k];
         let kernel = if ok {
             sk.unchecked

@@ -10,8 +10,9 @@
 //!   copy and a synchronization on the GPU — a *sync point*);
 //! - per state, the ordered [`Step`]s (parallel map, single, copy, reduction, nested call),
 //!   each with the earlier steps it waits for (a path in the state's graph), its writes and
-//!   whether their write-conflict resolution must be atomic, its in-bounds condition, and
-//!   for a parallel map its collapse depth and parallel threshold.
+//!   whether their write-conflict resolution must be atomic, its [`CheckPolicy`] (when it
+//!   runs its checked version, decided once with the static values), and for a parallel
+//!   map its collapse depth and parallel threshold.
 //!
 //! The C emitter turns waits into barriers and steps into worksharing loops or `single`
 //! blocks; the CUDA emitter turns parallel maps into kernels and waits into stream order.
@@ -19,7 +20,7 @@
 
 pub mod bounds;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use sdflow_ir::{
@@ -242,9 +243,65 @@ pub struct Step {
     pub waits: Vec<usize>,
     /// Containers it writes.
     pub writes: Vec<Write>,
-    /// The condition under which every access of the step is in bounds (`None`: it
-    /// cannot be stated, the step always runs its checked version).
-    pub in_bounds: Option<SymExpr>,
+    /// When the step runs its checked version instead (the interpreter's checks, one
+    /// thread): decided once, with the program's static values. Every printer and the
+    /// CUDA host read this and nothing else.
+    pub check: CheckPolicy,
+}
+
+/// When a step runs checked: whether the condition under which all its accesses are in
+/// bounds holds is known now, once the arguments are bound, or only where it runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheckPolicy {
+    /// Never: the condition holds whatever the arguments (with the static values).
+    Never,
+    /// Always: no condition can be stated, or it fails under the static values.
+    Always,
+    /// Where this condition fails, evaluated once when the arguments are bound: it reads
+    /// only the program's integer symbols (a top-level program only).
+    AtBind(SymExpr),
+    /// Where this condition fails, evaluated each time the step runs: it reads symbols
+    /// the control flow assigns, loop variables, or a nested SDFG's symbols.
+    AtRun(SymExpr),
+}
+
+impl CheckPolicy {
+    /// The policy of a step whose in-bounds condition is `cond` (`None`: it cannot be
+    /// stated) in `sdfg`, with its static integer values `statics`; `top`: a top-level
+    /// program, whose symbols are bound once per set of arguments.
+    fn of(sdfg: &Sdfg, cond: Option<SymExpr>, statics: &BTreeMap<String, i64>, top: bool) -> Self {
+        let Some(c) = cond else {
+            return CheckPolicy::Always;
+        };
+        match c.eval(&|x| statics.get(x).copied()) {
+            Ok(v) if v != 0 => return CheckPolicy::Never,
+            Ok(_) => return CheckPolicy::Always,
+            Err(sdflow_ir::symexpr::EvalError::Unbound(_)) => {}
+            Err(_) => return CheckPolicy::Always,
+        }
+        let flow = sdfg.loop_and_assigned_symbols();
+        let bindable = c
+            .free_symbols()
+            .iter()
+            .all(|x| sdfg.symbols.get(x).is_some_and(|s| !s.dtype.is_float()) && !flow.contains(x));
+        if top && bindable {
+            CheckPolicy::AtBind(c)
+        } else {
+            CheckPolicy::AtRun(c)
+        }
+    }
+
+    /// Whether the step runs unchecked for the symbol values `values` (a condition that
+    /// cannot be evaluated with them does not hold).
+    pub fn unchecked_with(&self, values: &BTreeMap<String, i64>) -> bool {
+        match self {
+            CheckPolicy::Never => true,
+            CheckPolicy::Always => false,
+            CheckPolicy::AtBind(c) | CheckPolicy::AtRun(c) => {
+                c.eval_map(values).is_ok_and(|v| v != 0)
+            }
+        }
+    }
 }
 
 /// How a program executes: see the module documentation.
@@ -390,25 +447,27 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                         .collect();
                     let _ = write!(line, " writes {}", w.join(", "));
                 }
-                match &st.in_bounds {
-                    None => line.push_str(" checked"),
-                    Some(c) => match c.eval(&|_| None) {
-                        Ok(0) => line.push_str(" checked (out of bounds)"),
-                        Ok(_) => {}
-                        Err(_) => {
-                            let text = c.to_string();
-                            if text.len() <= 60 {
-                                let _ = write!(line, " in bounds if {text}");
-                            } else {
-                                let names: Vec<String> = c.free_symbols().into_iter().collect();
-                                let _ = write!(
-                                    line,
-                                    " in bounds by a condition on {}",
-                                    names.join(", ")
-                                );
-                            }
+                match &st.check {
+                    CheckPolicy::Never => {}
+                    CheckPolicy::Always => line.push_str(" checked"),
+                    CheckPolicy::AtBind(c) | CheckPolicy::AtRun(c) => {
+                        let when = if matches!(st.check, CheckPolicy::AtBind(_)) {
+                            "checked at bind"
+                        } else {
+                            "checked at run"
+                        };
+                        let text = c.to_string();
+                        if text.len() <= 60 {
+                            let _ = write!(line, " {when}: in bounds if {text}");
+                        } else {
+                            let names: Vec<String> = c.free_symbols().into_iter().collect();
+                            let _ = write!(
+                                line,
+                                " {when}: in bounds by a condition on {}",
+                                names.join(", ")
+                            );
                         }
-                    },
+                    }
                 }
                 let _ = writeln!(out, "{line}");
                 if let StepKind::Nested(p) = &st.kind {
@@ -475,6 +534,22 @@ fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
             }
         }
     }
+    // Names the control flow reads: a scalar among them outlives the map bodies.
+    let mut control = BTreeSet::new();
+    sdfg.body.visit(&mut |b| match b {
+        Block::Loop(l) => {
+            for e in [&l.init, &l.cond, &l.update] {
+                control.extend(e.free_symbols());
+            }
+        }
+        Block::If(i) => control.extend(i.cond.free_symbols()),
+        Block::Assign(a) => {
+            for (_, e) in a {
+                control.extend(e.free_symbols());
+            }
+        }
+        _ => {}
+    });
     let mut allocations = Vec::new();
     for (name, d) in &sdfg.arrays {
         if !d.transient() {
@@ -490,7 +565,9 @@ fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
         let lifetime = match d {
             DataDesc::Array(a) if a.storage == Storage::Local && parallel => Lifetime::PerWorker,
             DataDesc::Scalar { .. }
-                if body_scalars.contains(name) && !state_level.contains(name) =>
+                if body_scalars.contains(name)
+                    && !state_level.contains(name)
+                    && !control.contains(name) =>
             {
                 Lifetime::BodyLocal
             }
@@ -685,6 +762,7 @@ pub fn collapse_depth(m: &sdflow_ir::MapScope) -> usize {
 }
 
 fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, CodegenError> {
+    let statics = crate::args::static_ints(sdfg);
     let st = &sdfg.states[id.index()];
     let df = &st.graph;
     let order = df
@@ -769,7 +847,12 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
             kind,
             waits,
             writes,
-            in_bounds: bounds::node_condition(sdfg, df, n),
+            check: CheckPolicy::of(
+                sdfg,
+                bounds::node_condition(sdfg, df, n),
+                &statics,
+                parallel,
+            ),
         });
     }
     Ok(StatePlan {
