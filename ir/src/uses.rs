@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::control::Block;
 use crate::dataflow::{Dataflow, Node, NodeId};
 use crate::sdfg::Sdfg;
 
@@ -101,6 +102,38 @@ pub fn node_reads_writes(df: &Dataflow, n: NodeId) -> (BTreeSet<String>, BTreeSe
         .map(|e| df.edge(e).memlet.data.clone())
         .collect();
     (reads, writes)
+}
+
+/// Names mentioned by the control flow (conditions, loop bounds, assignments): symbols,
+/// and scalar containers read by the host.
+pub fn control_names(block: &Block) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    block.visit(&mut |b| match b {
+        Block::Loop(l) => {
+            for e in [&l.init, &l.cond, &l.update] {
+                out.extend(e.free_symbols());
+            }
+        }
+        Block::If(i) => out.extend(i.cond.free_symbols()),
+        Block::Assign(a) => {
+            for (_, e) in a {
+                out.extend(e.free_symbols());
+            }
+        }
+        _ => {}
+    });
+    out
+}
+
+/// Index tables read by any memlet of `df` or its map bodies.
+pub fn tables_read(df: &Dataflow) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for_each_use_deep(df, &mut |d, u| {
+        if !u.access_node {
+            out.insert(d.to_string());
+        }
+    });
+    out
 }
 
 impl Dataflow {

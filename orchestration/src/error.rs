@@ -47,7 +47,8 @@ pub enum BuildError {
     },
 }
 
-fn list(problems: &[Problem]) -> String {
+/// Validation problems, one per line.
+pub(crate) fn list(problems: &[Problem]) -> String {
     problems
         .iter()
         .map(|p| format!("  - {p}"))

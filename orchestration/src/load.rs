@@ -41,21 +41,13 @@ pub enum LoadError {
         source: crate::dace::ImportError,
     },
     /// Well-formed but invalid.
-    #[error("{path}: {} problem(s):\n{}", .problems.len(), list(.problems))]
+    #[error("{path}: {} problem(s):\n{}", .problems.len(), crate::error::list(.problems))]
     Invalid {
         /// The file.
         path: String,
         /// Every problem found.
         problems: Vec<Problem>,
     },
-}
-
-fn list(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| format!("  - {p}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Reads a program file without validating it.

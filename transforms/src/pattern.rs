@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use sdflow_ir::propagate::{BoundaryMemo, map_boundary_memo};
-pub use sdflow_ir::uses::{Use, for_each_use, node_reads_writes, reads_writes};
+pub use sdflow_ir::uses::{
+    Use, control_names, for_each_use, node_reads_writes, reads_writes, tables_read,
+};
 use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
 
 /// A producer → access node → consumers chain: the access node has exactly one
@@ -45,27 +47,6 @@ pub fn chain_at(df: &Dataflow, access: NodeId) -> Option<Chain> {
         access,
         consumers,
     })
-}
-
-/// Names mentioned by the control flow (conditions, loop bounds, assignments): symbols,
-/// and scalar containers read by the host.
-pub fn control_names(block: &Block) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    block.visit(&mut |b| match b {
-        Block::Loop(l) => {
-            for e in [&l.init, &l.cond, &l.update] {
-                out.extend(e.free_symbols());
-            }
-        }
-        Block::If(i) => out.extend(i.cond.free_symbols()),
-        Block::Assign(a) => {
-            for (_, e) in a {
-                out.extend(e.free_symbols());
-            }
-        }
-        _ => {}
-    });
-    out
 }
 
 /// Where a container is used in the whole program.
@@ -706,27 +687,6 @@ pub fn binds_any(df: &Dataflow, names: &[String]) -> bool {
         Node::Map(m) => m.params.iter().any(|p| names.contains(p)) || binds_any(&m.body, names),
         _ => false,
     })
-}
-
-/// Index tables read by any memlet of `df` or its map bodies.
-pub fn tables_read(df: &Dataflow) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for e in df.edge_ids() {
-        out.extend(
-            df.edge(e)
-                .memlet
-                .subset
-                .tables()
-                .iter()
-                .map(|t| t.to_string()),
-        );
-    }
-    for n in df.node_ids() {
-        if let Node::Map(m) = df.node(n) {
-            out.extend(tables_read(&m.body));
-        }
-    }
-    out
 }
 
 /// True when some write of `data` by node `n` of `df` carries a write-conflict

@@ -535,21 +535,7 @@ fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
         }
     }
     // Names the control flow reads: a scalar among them outlives the map bodies.
-    let mut control = BTreeSet::new();
-    sdfg.body.visit(&mut |b| match b {
-        Block::Loop(l) => {
-            for e in [&l.init, &l.cond, &l.update] {
-                control.extend(e.free_symbols());
-            }
-        }
-        Block::If(i) => control.extend(i.cond.free_symbols()),
-        Block::Assign(a) => {
-            for (_, e) in a {
-                control.extend(e.free_symbols());
-            }
-        }
-        _ => {}
-    });
+    let control = sdflow_ir::uses::control_names(&sdfg.body);
     let mut allocations = Vec::new();
     for (name, d) in &sdfg.arrays {
         if !d.transient() {
