@@ -1,0 +1,267 @@
+//! What the printer asks of a body before it prints it: whether a loop stays scalar, reads
+//! through tables, calls nested SDFGs, runs few iterations, and the row checks of a
+//! tiled map.
+
+use super::*;
+
+/// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
+/// nested SDFG call, or reads through an index table. A body whose table entries were
+/// checked per row (`rows_checked`: its gathers are plain loads; no gather of it goes
+/// through an index computed in the body, which stays checked per point) and that calls float
+/// min or max at least once per table read vectorizes instead: a min or max with its
+/// NaN and signed-zero rules is six instructions per value in scalar code and the same
+/// six per vector, while gathers over the few levels of a column gain little from
+/// vectors (measured on GT4Py's programs, `docs/perf.md`).
+pub(crate) fn stays_scalar(sdfg: &Sdfg, df: &Dataflow, rows_checked: bool) -> bool {
+    if df.node_ids().into_iter().any(|n| {
+        matches!(
+            df.node(n),
+            Node::Map(_) | Node::Library(_) | Node::Nested(_)
+        )
+    }) {
+        return true;
+    }
+    let tables: Vec<Vec<&str>> = df
+        .edge_ids()
+        .into_iter()
+        .map(|e| df.edge(e).memlet.subset.tables())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let computed = tables
+        .iter()
+        .flatten()
+        .any(|t| matches!(sdfg.arrays.get(*t), Some(DataDesc::Scalar { .. })));
+    let gathers = tables.len();
+    gathers > 0 && !(rows_checked && !computed && min_max_calls(df) >= gathers)
+}
+
+/// Whether output connector `c` of tasklet `n` goes only to transient scalars whose value
+/// only tasklets read (directly, or through copies into other such scalars), without a
+/// write-conflict resolution. Its NaN need not be canonical then: every reader's
+/// arithmetic gives a NaN whatever the payload of a NaN operand, and no operation
+/// (comparison, conversion to an integer, min, max, select) looks at the payload, so what
+/// reaches an array (a tasklet output stored there, canonicalized) has the same bits
+/// either way. The interpreter canonicalizes every tasklet output.
+pub(crate) fn only_tasklets_read(sdfg: &Sdfg, df: &Dataflow, n: NodeId, c: &str) -> bool {
+    let outs: Vec<_> = df
+        .out_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).src_conn.as_deref() == Some(c))
+        .collect();
+    !outs.is_empty()
+        && outs.iter().all(|&e| {
+            let dst = df.endpoints(e).1;
+            df.edge(e).memlet.wcr.is_none()
+                && df
+                    .node(dst)
+                    .as_access()
+                    .is_some_and(|d| scalar_only_computed_with(sdfg, df, d, 0))
+        })
+}
+
+/// Whether transient scalar `d` of map body `df` is read only by tasklets, or copied only
+/// into transient scalars for which this holds (at most a few copies deep), and is no
+/// index table.
+pub(crate) fn scalar_only_computed_with(sdfg: &Sdfg, df: &Dataflow, d: &str, depth: usize) -> bool {
+    let scalar = matches!(
+        sdfg.arrays.get(d),
+        Some(DataDesc::Scalar {
+            transient: true,
+            ..
+        })
+    );
+    scalar
+        && depth < 4
+        && df
+            .edge_ids()
+            .into_iter()
+            .all(|r| !df.edge(r).memlet.subset.tables().contains(&d))
+        && df.node_ids().into_iter().all(|x| {
+            df.node(x).as_access() != Some(d)
+                || df.out_edges(x).into_iter().all(|r| {
+                    let edge = df.edge(r);
+                    let to = df.endpoints(r).1;
+                    edge.memlet.wcr.is_none()
+                        && match df.node(to) {
+                            Node::Tasklet(_) => true,
+                            Node::Access(t) => {
+                                t != d && scalar_only_computed_with(sdfg, df, t, depth + 1)
+                            }
+                            _ => false,
+                        }
+                })
+        })
+}
+
+/// Float min and max calls in the tasklets of `df`.
+pub(crate) fn min_max_calls(df: &Dataflow) -> usize {
+    fn count(e: &Expr) -> usize {
+        match e {
+            Expr::Call(f, args) => {
+                usize::from(matches!(f, sdflow_ir::MathFn::Min | sdflow_ir::MathFn::Max))
+                    + args.iter().map(count).sum::<usize>()
+            }
+            Expr::Unary(_, a) | Expr::Cast(_, a) => count(a),
+            Expr::Binary(_, a, b) => count(a) + count(b),
+            Expr::Select(c, a, b) => count(c) + count(a) + count(b),
+            _ => 0,
+        }
+    }
+    df.node_ids()
+        .into_iter()
+        .map(|n| match df.node(n) {
+            Node::Tasklet(t) => t.code.iter().map(|st| count(&st.value)).sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// One index-table read of a map body checked per point of the map's outer loops: the
+/// dimension, the extent its value must lie in, and the inner-map parameters (constant
+/// ranges) its table index uses.
+pub(crate) struct RowCheck {
+    pub(crate) dim: Dim,
+    pub(crate) extent: SymExpr,
+    pub(crate) inner: Vec<(String, sdflow_ir::Range)>,
+}
+
+/// The row checks of `m`'s body when every index-table read there can be checked per
+/// point of the first `outer` parameters: its table index uses those, program symbols
+/// and parameters of inner maps of constant ranges only; and the body writes no table.
+/// `None` otherwise. A scalar table (an index the body computes at each point, GT4Py's
+/// dynamic vertical offsets) has no row check: its reads stay checked at each point, in
+/// the same gather whose other dimensions come from a table checked with its row.
+pub(crate) fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowCheck>> {
+    fn walk(
+        sdfg: &Sdfg,
+        df: &Dataflow,
+        allowed: &BTreeSet<String>,
+        inner: &BTreeMap<String, sdflow_ir::Range>,
+        out: &mut Vec<RowCheck>,
+    ) -> Option<()> {
+        for e in df.edge_ids() {
+            let memlet = &df.edge(e).memlet;
+            if memlet
+                .other_subset
+                .as_ref()
+                .is_some_and(|o| !o.tables().is_empty())
+            {
+                return None;
+            }
+            for (k, d) in memlet.subset.0.iter().enumerate() {
+                let Dim::Indirect { table, index, .. } = d else {
+                    continue;
+                };
+                let shape = sdfg.arrays.get(&memlet.data)?.as_array()?.shape.clone();
+                match sdfg.arrays.get(table)? {
+                    DataDesc::Scalar { .. } => continue,
+                    DataDesc::Array(_) => {}
+                }
+                let mut used = Vec::new();
+                for x in index.iter().flat_map(SymExpr::free_symbols) {
+                    if let Some(r) = inner.get(&x) {
+                        if !used
+                            .iter()
+                            .any(|(p, _): &(String, sdflow_ir::Range)| *p == x)
+                        {
+                            used.push((x.clone(), r.clone()));
+                        }
+                    } else if !allowed.contains(&x) && !sdfg.symbols.contains_key(&x) {
+                        return None;
+                    }
+                }
+                out.push(RowCheck {
+                    dim: d.clone(),
+                    extent: shape.get(k)?.clone(),
+                    inner: used,
+                });
+            }
+        }
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Map(im) => {
+                    let mut inner = inner.clone();
+                    for (p, r) in im.params.iter().zip(&im.ranges) {
+                        let constant = r.start.as_int().is_some()
+                            && r.end.as_int().is_some()
+                            && r.step.as_int() == Some(1);
+                        if constant {
+                            inner.insert(p.clone(), r.clone());
+                        }
+                    }
+                    walk(sdfg, &im.body, allowed, &inner, out)?;
+                }
+                // A callee that gathers through no table (GT4Py's `if` at a point) reads
+                // nothing a row check would cover.
+                Node::Nested(ns) if !gathers_anywhere(&ns.sdfg) => {}
+                Node::Nested(_) => return None,
+                _ => {}
+            }
+        }
+        Some(())
+    }
+    /// Containers written anywhere in `df`.
+    fn written(df: &Dataflow, out: &mut BTreeSet<String>) {
+        for n in df.node_ids() {
+            match df.node(n) {
+                Node::Access(a) if df.in_degree(n) > 0 => {
+                    out.insert(a.clone());
+                }
+                Node::Map(im) => written(&im.body, out),
+                _ => {}
+            }
+        }
+    }
+    let allowed: BTreeSet<String> = m.params[..outer].iter().cloned().collect();
+    let mut out = Vec::new();
+    walk(sdfg, &m.body, &allowed, &BTreeMap::new(), &mut out)?;
+    let mut writes = BTreeSet::new();
+    written(&m.body, &mut writes);
+    let writes_a_table = out
+        .iter()
+        .any(|c| matches!(&c.dim, Dim::Indirect { table, .. } if writes.contains(table)));
+    (!writes_a_table).then_some(out)
+}
+
+/// Whether any memlet of `sdfg` (its states, map bodies and callees) reads through an
+/// index table.
+pub(crate) fn gathers_anywhere(sdfg: &Sdfg) -> bool {
+    fn df_gathers(df: &Dataflow) -> bool {
+        df.edge_ids().into_iter().any(|e| {
+            let m = &df.edge(e).memlet;
+            !m.subset.tables().is_empty()
+                || m.other_subset
+                    .as_ref()
+                    .is_some_and(|o| !o.tables().is_empty())
+        }) || df.node_ids().into_iter().any(|n| match df.node(n) {
+            Node::Map(m) => df_gathers(&m.body),
+            Node::Nested(ns) => gathers_anywhere(&ns.sdfg),
+            _ => false,
+        })
+    }
+    sdfg.states.iter().any(|st| df_gathers(&st.graph))
+}
+
+/// Whether a map runs at most 16 iterations, known at build time.
+pub(crate) fn few_iterations(m: &MapScope) -> bool {
+    let sizes: Vec<SymExpr> = m.ranges.iter().map(|r| r.size()).collect();
+    constant_product(&sizes, 16).is_some()
+}
+
+/// The product of `sizes` (negative ones count as 0) when every one is a constant and the
+/// product is at most `limit`.
+pub(crate) fn constant_product(sizes: &[SymExpr], limit: i64) -> Option<i64> {
+    sizes.iter().try_fold(1i64, |acc, e| {
+        let n = e.simplify().as_int()?.max(0);
+        acc.checked_mul(n).filter(|v| *v <= limit)
+    })
+}
+
+/// Whether `df` calls a nested SDFG, directly or inside its maps.
+pub(crate) fn calls_nested(df: &Dataflow) -> bool {
+    df.node_ids().into_iter().any(|n| match df.node(n) {
+        Node::Nested(_) => true,
+        Node::Map(m) => calls_nested(&m.body),
+        _ => false,
+    })
+}

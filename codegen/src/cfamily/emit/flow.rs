@@ -1,0 +1,310 @@
+//! The control flow and the states of a function: blocks, loops, ifs and assignments;
+//! a state's steps with their barriers and check policies.
+
+use super::*;
+
+/// When a state-level node runs unchecked.
+enum Cond {
+    /// Always (its condition holds for any symbol values).
+    Always,
+    /// Never (it cannot be stated, or it fails whatever the values).
+    Never,
+    /// When bind-time condition number `k` held (`sdf_ok[k]`).
+    Bind(usize),
+    /// When this condition holds at the node (it reads loop variables or host scalars).
+    Runtime(SymExpr),
+}
+
+impl Emitter<'_> {
+    pub(crate) fn block(&mut self, sc: &Scope<'_>, b: &Flow) -> Result<(), CodegenError> {
+        match b {
+            Flow::State(sp) => {
+                let st = &sc.sdfg.states[sp.id.index()];
+                self.line(&format!("/* state '{}' */", st.name.replace("*/", "* /")));
+                self.state(
+                    &sc.at(LocPart::Text(format!("state '{}'", st.name))),
+                    &st.graph,
+                    sp,
+                )?;
+            }
+            Flow::Seq(items) => {
+                for i in items {
+                    self.block(sc, i)?;
+                }
+            }
+            Flow::Loop {
+                var: v,
+                init,
+                cond,
+                update,
+                body,
+                host_reads,
+            } => {
+                // Every thread evaluates the condition; when it reads a host scalar that
+                // the body writes, all must have read it before anyone writes it.
+                let host = sc.parallel && !host_reads.is_empty();
+                // Every thread evaluates the same values, so a symbolic error ends the
+                // run on all of them alike.
+                let here = sc.at(LocPart::Text(format!("loop over '{v}'")));
+                let u = self.fresh();
+                self.line(&format!("s_{v} = {};", here.sym(init)));
+                self.line("if (sdf_e->failed) goto sdf_end;");
+                self.line("for (;;) {");
+                self.indent += 1;
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(cond)));
+                self.line("if (sdf_e->failed) goto sdf_end;");
+                self.line(&format!("if (sdf_c{u} == 0) break;"));
+                if host {
+                    self.line("#pragma omp barrier");
+                }
+                self.block(sc, body)?;
+                self.line(&format!("s_{v} = {};", here.sym(update)));
+                self.line("if (sdf_e->failed) goto sdf_end;");
+                self.indent -= 1;
+                self.line("}");
+                if host {
+                    self.line("#pragma omp barrier");
+                }
+            }
+            Flow::If {
+                cond,
+                then,
+                otherwise,
+                host_reads,
+            } => {
+                let host = sc.parallel && !host_reads.is_empty();
+                let here = sc.at(LocPart::Text("if condition".into()));
+                let u = self.fresh();
+                self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(cond)));
+                self.line("if (sdf_e->failed) goto sdf_end;");
+                self.line(&format!("if (sdf_c{u} != 0) {{"));
+                self.indent += 1;
+                if host {
+                    self.line("#pragma omp barrier");
+                }
+                self.block(sc, then)?;
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+                if host {
+                    self.line("#pragma omp barrier");
+                }
+                self.block(sc, otherwise)?;
+                self.indent -= 1;
+                self.line("}");
+            }
+            Flow::Assign {
+                assignments: a,
+                host_reads,
+            } => {
+                self.line("{");
+                self.indent += 1;
+                for (k, (n, e)) in a.iter().enumerate() {
+                    let here = sc.at(LocPart::Text(format!("assignment to '{n}'")));
+                    self.line(&format!("const int64_t sdf_tmp{k} = {};", here.sym(e)));
+                }
+                self.line("if (sdf_e->failed) goto sdf_end;");
+                for (k, (n, _)) in a.iter().enumerate() {
+                    self.line(&format!("s_{n} = sdf_tmp{k};"));
+                }
+                if sc.parallel && !host_reads.is_empty() {
+                    self.line("#pragma omp barrier");
+                }
+                self.indent -= 1;
+                self.line("}");
+            }
+        }
+        Ok(())
+    }
+
+    /// A state-level graph: in a parallel region with worksharing and barriers where
+    /// dependences need them; elsewhere plain sequential code.
+    pub(crate) fn state(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        sp: &StatePlan,
+    ) -> Result<(), CodegenError> {
+        // Steps run `nowait`; a barrier goes before a step that waits for one that ran
+        // since the last barrier.
+        let mut pending: Vec<usize> = Vec::new();
+        for (k, step) in sp.steps.iter().enumerate() {
+            let n = step.node;
+            if sc.parallel {
+                let depends = pending.iter().any(|p| step.waits.contains(p));
+                if depends {
+                    self.line("#pragma omp barrier");
+                    pending.clear();
+                }
+            }
+            let cond = self.condition(sc, step);
+            let u = self.fresh();
+            self.line("{");
+            self.indent += 1;
+            match &cond {
+                Cond::Always | Cond::Never => self.line(&format!("const int sdf_c{u} = 1;")),
+                Cond::Bind(k) => self.line(&format!("const int sdf_c{u} = sdf_ok[{k}] != 0;")),
+                Cond::Runtime(c) => self.line(&format!(
+                    "int sdf_q = 0; const int sdf_c{u} = ({}) != 0 && !sdf_q;",
+                    sc.quiet_sym(c)
+                )),
+            }
+            if !matches!(cond, Cond::Never) {
+                self.line(&format!("if (sdf_c{u}) {{"));
+                self.indent += 1;
+                self.unchecked_node(sc, df, step)?;
+                self.indent -= 1;
+                self.line("} else {");
+            } else {
+                self.line(&format!("(void)sdf_c{u}; {{"));
+            }
+            if !matches!(cond, Cond::Always) {
+                self.indent += 1;
+                if sc.parallel {
+                    self.line("#pragma omp single nowait");
+                }
+                self.checked_node(sc, df, n)?;
+                self.indent -= 1;
+            }
+            self.line("}");
+            if sc.parallel {
+                self.line("if (sdf_e->failed) {\n#pragma omp atomic write");
+                self.line("    sdf_abort = sdf_seq + 1;");
+                self.line("}");
+            } else {
+                self.line("if (sdf_e->failed) goto sdf_end;");
+            }
+            self.indent -= 1;
+            self.line("}");
+            pending.push(k);
+        }
+        if sc.parallel && !pending.is_empty() {
+            // Errors end the run after the state, on every thread at once: `sdf_abort`
+            // holds the number of the state that failed, so a thread still reading it
+            // after an earlier state's barrier does not see a later state's error.
+            self.line("#pragma omp barrier");
+            self.line("sdf_seq++;");
+            self.line("{ int64_t sdf_a;\n#pragma omp atomic read");
+            self.line("  sdf_a = sdf_abort;");
+            self.line("  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }");
+        }
+        Ok(())
+    }
+
+    /// A state-level node as it runs when its in-bounds condition holds.
+    pub(crate) fn unchecked_node(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        step: &Step,
+    ) -> Result<(), CodegenError> {
+        let n = step.node;
+        match (&step.kind, df.node(n)) {
+            (&StepKind::ParallelMap { collapse, coarse }, Node::Map(m)) if sc.parallel => {
+                self.parallel_map(sc, m, collapse, coarse)?;
+            }
+            (_, Node::Access(dst)) if sc.parallel && self.shared_copies(sc, df, n, dst) => {}
+            (_, node) => {
+                if sc.parallel {
+                    self.line("#pragma omp single nowait");
+                }
+                self.line("{");
+                self.indent += 1;
+                // A `single nowait` block may run beside other nodes of the state:
+                // its write-conflict resolutions are atomic.
+                let inner = Scope {
+                    parallel: false,
+                    params: sc.params.clone(),
+                    locals: sc.locals.clone(),
+                    in_parallel_map: sc.in_parallel_map || sc.parallel,
+                    stop: None,
+                    loc: sc.loc.clone(),
+                    ..*sc
+                };
+                let inner = match node {
+                    Node::Map(_) => inner,
+                    other => inner.at(LocPart::Text(other.describe())),
+                };
+                self.node(&inner, df, n)?;
+                self.indent -= 1;
+                self.line("}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The copies into access node `n` (container `dst`) of a state in a parallel region,
+    /// shared among the threads when each is a loop nest ([`Emitter::copy_loops`]) between
+    /// two containers without a write-conflict resolution. Copies into one node run in
+    /// edge order: a barrier separates two of them. Returns false, printing nothing, when
+    /// one of them is not such a copy.
+    pub(crate) fn shared_copies(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        n: NodeId,
+        dst: &str,
+    ) -> bool {
+        let edges = df.in_edges(n);
+        let copies: Vec<(&str, &Edge)> = edges
+            .iter()
+            .filter_map(|&e| Some((df.node(df.endpoints(e).0).as_access()?, df.edge(e))))
+            .collect();
+        let shareable = !copies.is_empty()
+            && copies.iter().all(|&(src, edge)| {
+                let (s_sub, d_sub) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
+                src != dst
+                    && edge.memlet.wcr.is_none()
+                    && copy_loop_dims(sc.sdfg, src, &s_sub, dst, &d_sub).is_some()
+            });
+        if !shareable {
+            return false;
+        }
+        let inner = Scope {
+            parallel: false,
+            params: sc.params.clone(),
+            locals: sc.locals.clone(),
+            in_parallel_map: true,
+            stop: None,
+            loc: sc.loc.clone(),
+            ..*sc
+        };
+        let inner = inner.at(LocPart::Text(df.node(n).describe()));
+        for (k, &(src, edge)) in copies.iter().enumerate() {
+            if k > 0 {
+                self.line("#pragma omp barrier");
+            }
+            self.line(&format!(
+                "{{ /* copy {} */",
+                edge.memlet.to_string().replace("*/", "* /")
+            ));
+            self.indent += 1;
+            let looped = self.copy_loops(&inner, src, dst, edge, true);
+            debug_assert!(looped, "a shareable copy is a loop nest");
+            self.indent -= 1;
+            self.line("}");
+        }
+        true
+    }
+
+    /// When a step runs unchecked, as the plan decided ([`CheckPolicy`]): a bind-time
+    /// condition is numbered among those `bind` evaluates.
+    fn condition(&mut self, sc: &Scope<'_>, step: &Step) -> Cond {
+        match &step.check {
+            CheckPolicy::Never => Cond::Always,
+            CheckPolicy::Always => Cond::Never,
+            CheckPolicy::AtBind(c) => {
+                let mut sites = sc.sites.borrow_mut();
+                sites.bind_checks.push(c.clone());
+                Cond::Bind(sites.bind_checks.len() - 1)
+            }
+            CheckPolicy::AtRun(c) => Cond::Runtime(c.clone()),
+        }
+    }
+
+    /// A fresh number for labels and temporaries.
+    pub(crate) fn fresh(&mut self) -> usize {
+        self.labels += 1;
+        self.labels
+    }
+}

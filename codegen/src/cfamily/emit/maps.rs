@@ -1,0 +1,302 @@
+//! Map bodies and map loops: the scope of a body, parallel (`omp for`) and sequential
+//! loops, and the NaN canonicalization and write-conflict combination they use.
+
+use super::*;
+
+impl Emitter<'_> {
+    /// The graph of a map body, in topological order, by the current thread.
+    pub(crate) fn body(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
+        // Producer–consumer pairs are printed row-jammed (`jam.rs`) in the CPU's loops,
+        // not in device code (kernels, and nested functions printed for them).
+        if !self.fns.device
+            && !sc.checked
+            && let Some(pair) = jam::Jam::of(sc.sdfg, df)
+        {
+            return self.jammed(sc, &pair);
+        }
+        let order = df
+            .topological_order()
+            .map_err(|_| CodegenError::Unsupported("a map body has a cycle".into()))?;
+        for n in order {
+            match df.node(n) {
+                Node::Map(_) => self.node(sc, df, n)?,
+                other => self.node(&sc.at(LocPart::Text(other.describe())), df, n)?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn loop_header(&self, sc: &Scope<'_>, m: &MapScope, k: usize) -> String {
+        let (p, r) = (&m.params[k], &m.ranges[k]);
+        // The condition proved the step positive; a non-unit step stops instead of
+        // stepping past the largest integer.
+        let step = match r.step.as_int() {
+            Some(1) => format!("s_{p}++"),
+            _ => {
+                let st = sc.sub_sym(&r.step);
+                format!("s_{p} = (s_{p} > INT64_MAX - ({st})) ? INT64_MAX : s_{p} + ({st})")
+            }
+        };
+        format!(
+            "for (int64_t s_{p} = {}; s_{p} < {}; {step}) {{",
+            sc.sub_sym(&r.start),
+            sc.sub_sym(&r.end)
+        )
+    }
+
+    /// Body-local scalars of a map body, declared at the top of an iteration.
+    pub(crate) fn body_scope<'s>(
+        &mut self,
+        sc: &Scope<'s>,
+        m: &MapScope,
+        in_parallel_map: bool,
+    ) -> Scope<'s> {
+        let mut inner = Scope {
+            sdfg: sc.sdfg,
+            params: sc.params.clone(),
+            locals: sc.locals.clone(),
+            parallel: false,
+            in_parallel_map: sc.in_parallel_map || in_parallel_map,
+            checked: sc.checked,
+            stop: sc.stop.clone(),
+            loc: sc.loc.clone(),
+            depth: sc.depth,
+            sites: sc.sites,
+            rows_checked: sc.rows_checked,
+        };
+        inner.params.extend(m.params.iter().cloned());
+        // Checked loops record their parameters for messages (between the loops, in
+        // `checked_map`). Unchecked loops record them only around nested-SDFG calls,
+        // whose functions report errors with the interpreter's `map 'm' at i=…` path;
+        // a tight loop without calls stores nothing per point. Recording here, at the top
+        // of the innermost body, keeps collapsed loop nests perfectly nested.
+        if sc.checked || calls_nested(&m.body) {
+            if !sc.checked {
+                for (k, p) in m.params.iter().enumerate() {
+                    if sc.depth + k < MAX_PARAMS {
+                        self.line(&format!("sdf_pv[{}] = s_{p};", sc.depth + k));
+                    }
+                }
+            }
+            inner.loc.push(LocPart::Map {
+                label: m.label.clone(),
+                params: m.params.clone(),
+                depth: sc.depth,
+            });
+            inner.depth += m.params.len();
+        } else {
+            inner.loc.push(LocPart::Point {
+                label: m.label.clone(),
+                params: m.params.clone(),
+                depth: sc.depth,
+            });
+            inner.depth += m.params.len();
+        }
+        for d in m.body.accessed_data() {
+            if let Some(DataDesc::Scalar {
+                dtype,
+                transient: true,
+            }) = sc.sdfg.arrays.get(&d)
+                && !inner.locals.contains(&d)
+            {
+                self.line(&format!("{} a_{d} = 0;", ctype(*dtype)));
+                inner.locals.insert(d);
+            }
+        }
+        inner
+    }
+
+    pub(crate) fn sequential_map(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+    ) -> Result<(), CodegenError> {
+        self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
+        self.map_loops(sc, m, false)
+    }
+
+    pub(crate) fn parallel_map(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        collapse: usize,
+        coarse: bool,
+    ) -> Result<(), CodegenError> {
+        let sizes: Vec<String> = m
+            .ranges
+            .iter()
+            .map(|r| {
+                let size = r.size();
+                format!("sdf_max64({}, 0)", sc.sym(&size))
+            })
+            .collect();
+        let points = if sizes.is_empty() {
+            "1".to_string()
+        } else {
+            sizes.join(" * ")
+        };
+        // The plan collapses all but the innermost loop (when the inner bounds do not use
+        // outer parameters), so the innermost loop stays contiguous.
+        self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
+        // A map whose body holds maps (tiles, scan columns) does much more than one point
+        // of work per iteration: it runs in parallel whenever it has two iterations.
+        let threshold = if coarse { "2" } else { "SDF_PAR_MIN" };
+        self.line(&format!("if ({points} >= {threshold}) {{"));
+        self.indent += 1;
+        let schedule = self.opts.schedule.name();
+        if collapse > 1 {
+            self.line(&format!(
+                "#pragma omp for collapse({collapse}) schedule({schedule}) nowait"
+            ));
+        } else {
+            self.line(&format!("#pragma omp for schedule({schedule}) nowait"));
+        }
+        self.map_loops_from(sc, m, true, collapse.max(1))?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.line("#pragma omp single nowait");
+        self.line("{");
+        self.indent += 1;
+        // Beside other nodes of the state: write-conflict resolutions stay atomic.
+        self.map_loops(sc, m, true)?;
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// The NaN canonicalization the loop being printed wants ([`Emitter::blend_canon`]).
+    pub(crate) fn canon(&self) -> fn(&str, DType) -> String {
+        if self.blend_canon {
+            cexpr::canon_blend
+        } else {
+            cexpr::canon
+        }
+    }
+
+    /// [`combine`], canonicalizing as the loop being printed wants.
+    pub(crate) fn combine(&self, w: Wcr, old: &str, new: &str, t: DType) -> String {
+        combine_with(w, old, new, t, self.canon())
+    }
+
+    /// The map's loop nest and body, in the scope `sc` (the loops themselves are the
+    /// caller's to schedule); `parallel`: the body runs in a parallel map's iterations.
+    pub(crate) fn map_loops(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+    ) -> Result<(), CodegenError> {
+        self.map_loops_from(sc, m, parallel, 0)
+    }
+
+    /// [`Self::map_loops`]; with `outer` > 0, the index-table entries the body reads for
+    /// one point of the first `outer` loops — GT4Py's neighbour tables, read at a
+    /// horizontal point for every level — are checked once there, before the inner
+    /// loops, which then gather without a check (a bad entry runs them checked, as
+    /// before). The check per level kept the level loop from vectorizing.
+    pub(crate) fn map_loops_from(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        outer: usize,
+    ) -> Result<(), CodegenError> {
+        let checks = if outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked {
+            row_checks(sc.sdfg, m, outer)
+        } else {
+            None
+        };
+        let Some(checks) = checks.filter(|c| !c.is_empty()) else {
+            return self.map_loops_inner(sc, m, parallel, 0);
+        };
+        self.open_loops(sc, m, 0..outer);
+        let mut at = sc.clone();
+        at.params.extend(m.params[..outer].iter().cloned());
+        // Only where the inner loops run: the body reads the tables only then.
+        let nonempty: Vec<String> = m.ranges[outer..]
+            .iter()
+            .map(|r| format!("({}) < ({})", at.sub_sym(&r.start), at.sub_sym(&r.end)))
+            .collect();
+        self.line("int sdf_rok = 1;");
+        self.line(&format!("if ({}) {{", nonempty.join(" && ")));
+        self.indent += 1;
+        for c in &checks {
+            for (p, r) in &c.inner {
+                self.line(&format!(
+                    "for (int64_t s_{p} = {}; s_{p} < {}; s_{p}++) {{",
+                    r.start, r.end
+                ));
+                self.indent += 1;
+            }
+            let mut here = at.clone();
+            here.params.extend(c.inner.iter().map(|(p, _)| p.clone()));
+            let value = here.index_of(&c.dim, None, None);
+            let ext = here.sym_with(&c.extent, SymCheck::Plain);
+            self.line(&format!(
+                "{{ const int64_t sdf_rv = {value}; if (sdf_rv < 0 || sdf_rv >= ({ext})) sdf_rok = 0; }}"
+            ));
+            for _ in &c.inner {
+                self.indent -= 1;
+                self.line("}");
+            }
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line("if (sdf_rok) {");
+        self.indent += 1;
+        let mut proven = sc.clone();
+        proven.rows_checked = true;
+        self.map_loops_inner(&proven, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.map_loops_inner(sc, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("}");
+        self.close_loops(outer);
+        Ok(())
+    }
+
+    /// Opens the loops of `m`'s parameters `ks`.
+    pub(crate) fn open_loops(&mut self, sc: &Scope<'_>, m: &MapScope, ks: std::ops::Range<usize>) {
+        for k in ks {
+            let h = self.loop_header(sc, m, k);
+            self.line(&h);
+            self.indent += 1;
+        }
+    }
+
+    /// Closes `n` loops.
+    pub(crate) fn close_loops(&mut self, n: usize) {
+        for _ in 0..n {
+            self.indent -= 1;
+            self.line("}");
+        }
+    }
+
+    /// The loops of `m` from parameter `from` on, and the body.
+    pub(crate) fn map_loops_inner(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        from: usize,
+    ) -> Result<(), CodegenError> {
+        self.open_loops(sc, m, from..m.params.len());
+        let inner = self.body_scope(sc, m, parallel);
+        // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
+        // into it and stays scalar too; any other inner loop (a tile's rows) decides
+        // for itself.
+        let scalar = stays_scalar(sc.sdfg, &m.body, sc.rows_checked)
+            || (self.blend_canon && few_iterations(m));
+        let blend = std::mem::replace(&mut self.blend_canon, scalar);
+        let done = self.body(&inner, &m.body);
+        self.blend_canon = blend;
+        done?;
+        self.close_loops(m.params.len() - from);
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! [`Scope`]: where a name used in symbolic expressions and code is defined, and the
+//! C text of symbols, subscripts and element addresses in it.
+
+use super::*;
+
+/// Where a name used in symbolic expressions and code is defined.
+#[derive(Clone)]
+pub(crate) struct Scope<'a> {
+    pub(crate) sdfg: &'a Sdfg,
+    /// Map parameters in scope.
+    pub(crate) params: BTreeSet<String>,
+    /// Transient scalars declared as body locals.
+    pub(crate) locals: BTreeSet<String>,
+    /// Inside a parallel region (worksharing at state level).
+    pub(crate) parallel: bool,
+    /// Inside the body of a map that runs in parallel (wcr writes need atomics).
+    pub(crate) in_parallel_map: bool,
+    /// The checked version of a node: subscripts are checked one by one, symbolic
+    /// arithmetic everywhere raises its errors, map loops record their parameters.
+    pub(crate) checked: bool,
+    /// Where failure jumps to in a checked body (a label after the checked loops).
+    pub(crate) stop: Option<String>,
+    /// The location path of what is emitted, as the interpreter writes it.
+    pub(crate) loc: Vec<LocPart>,
+    /// Map parameters recorded (`sdf_pv`) by the enclosing checked loops.
+    pub(crate) depth: usize,
+    /// The program's error sites.
+    pub(crate) sites: &'a RefCell<Sites>,
+    /// Every index-table entry the body reads was checked for its row before the inner
+    /// loops ([`Emitter::row_checks`]): gathers index without a check.
+    pub(crate) rows_checked: bool,
+}
+
+impl<'a> Scope<'a> {
+    pub(crate) fn is_symbol(&self, n: &str) -> bool {
+        self.params.contains(n) || self.sdfg.symbols.contains_key(n)
+    }
+
+    pub(crate) fn scalar_lvalue(&self, n: &str) -> Option<String> {
+        match self.sdfg.arrays.get(n)? {
+            DataDesc::Scalar { .. } if self.locals.contains(n) => Some(format!("a_{n}")),
+            DataDesc::Scalar { .. } => Some(format!("a_{n}[0]")),
+            DataDesc::Array(_) => None,
+        }
+    }
+
+    /// The same scope with one more location step.
+    pub(crate) fn at(&self, part: LocPart) -> Scope<'a> {
+        let mut loc = self.loc.clone();
+        loc.push(part);
+        Scope {
+            params: self.params.clone(),
+            locals: self.locals.clone(),
+            stop: self.stop.clone(),
+            loc,
+            ..*self
+        }
+    }
+
+    /// Registers an error site at this scope's location.
+    pub(crate) fn site(&self, kind: SiteKind) -> usize {
+        self.sites.borrow_mut().add(&self.loc, kind)
+    }
+
+    /// A site whose failure names the map point it happened at also in unchecked loops
+    /// (which record no parameters as they run): its number and the C arguments that
+    /// pass the parameters, `first, count, p0, p1, p2, p3` (for `sdf_raise_at`). The
+    /// parameters are those of the maps of the function being printed, at most four;
+    /// with more, the failure names the unchecked maps without their points.
+    pub(crate) fn site_at_point(&self, kind: SiteKind) -> (usize, String) {
+        let mut first = None;
+        let mut names = Vec::new();
+        for part in self.loc.iter().rev() {
+            match part {
+                LocPart::Text(t) if t.starts_with("sdfg '") => break,
+                LocPart::Map { params, depth, .. } | LocPart::Point { params, depth, .. } => {
+                    first = Some(*depth);
+                    names.splice(0..0, params.iter().map(|p| format!("s_{p}")));
+                }
+                LocPart::Text(_) => {}
+            }
+        }
+        let has_point = self.loc.iter().any(|p| matches!(p, LocPart::Point { .. }));
+        match first {
+            Some(first) if has_point && !self.checked && names.len() <= 4 => {
+                let count = names.len();
+                names.resize(4, "0".to_string());
+                let site = self.sites.borrow_mut().add_with(&self.loc, kind, true);
+                (site, format!("{first}, {count}, {}", names.join(", ")))
+            }
+            _ => (self.site(kind), "0, 0, 0, 0, 0, 0".to_string()),
+        }
+    }
+
+    /// C text of a symbolic expression whose overflow or division by zero raises the
+    /// interpreter's error at this location.
+    pub(crate) fn sym(&self, e: &SymExpr) -> String {
+        let site = |x: &SymExpr, div: bool| {
+            let expr = x.to_string();
+            self.site(if div {
+                SiteKind::DivZero { expr }
+            } else {
+                SiteKind::Overflow { expr }
+            })
+        };
+        self.sym_with(e, SymCheck::Raise(&site))
+    }
+
+    /// C text of a subscript or map bound: plain C arithmetic in an unchecked node (its
+    /// in-bounds condition held), checked in a checked one.
+    pub(crate) fn sub_sym(&self, e: &SymExpr) -> String {
+        if self.checked {
+            self.sym(e)
+        } else {
+            self.sym_with(e, SymCheck::Plain)
+        }
+    }
+
+    /// C text of a condition: overflow makes it not hold (sets `sdf_q`).
+    pub(crate) fn quiet_sym(&self, e: &SymExpr) -> String {
+        self.sym_with(e, SymCheck::Quiet)
+    }
+
+    pub(crate) fn sym_with(&self, e: &SymExpr, check: SymCheck<'_>) -> String {
+        let names = SymNames {
+            scalar: &|n| {
+                let lv = self.scalar_lvalue(n)?;
+                let float = self
+                    .sdfg
+                    .arrays
+                    .get(n)
+                    .is_some_and(|d| d.dtype().is_float());
+                Some(if float {
+                    format!("sdf_f2i64({lv})")
+                } else {
+                    lv
+                })
+            },
+            is_symbol: &|n| self.is_symbol(n),
+            check,
+        };
+        cexpr::sym(e, &names)
+    }
+
+    /// The C lvalue of one element of `data` at `subset` (ranges at their start).
+    pub(crate) fn elem(&self, data: &str, subset: &Subset) -> String {
+        let Some(desc) = self.sdfg.arrays.get(data) else {
+            return format!("a_{data}[0]");
+        };
+        match desc {
+            DataDesc::Scalar { .. } => self.scalar_lvalue(data).unwrap_or_default(),
+            DataDesc::Array(a) => {
+                let idx: Vec<String> = subset
+                    .0
+                    .iter()
+                    .enumerate()
+                    .map(|(k, d)| self.index_of(d, a.shape.get(k), Some((data, k))))
+                    .collect();
+                format!("a_{data}[{}]", self.flat(&idx, &a.strides))
+            }
+        }
+    }
+
+    /// The C index of one dimension; `extent` is the dimension's size, against which a
+    /// value read from an index table is checked (a bad entry raises the error flag and
+    /// reads index 0 instead of memory outside the array).
+    pub(crate) fn index(&self, d: &Dim, extent: Option<&SymExpr>) -> String {
+        self.index_of(d, extent, None)
+    }
+
+    /// [`Scope::index`] of dimension `dim` of `data` when `of` names them: a bad
+    /// table entry then raises at a site of its own, whose message is the interpreter's
+    /// (the index, the dimension, the array and its extent).
+    pub(crate) fn index_of(
+        &self,
+        d: &Dim,
+        extent: Option<&SymExpr>,
+        of: Option<(&str, usize)>,
+    ) -> String {
+        match d {
+            Dim::Index(e) => self.sub_sym(e),
+            Dim::Range { start, .. } => self.sub_sym(start),
+            Dim::Indirect {
+                table,
+                index,
+                offset,
+            } => {
+                let idx: Vec<String> = index.iter().map(|e| self.sub_sym(e)).collect();
+                let strides = self
+                    .sdfg
+                    .arrays
+                    .get(table)
+                    .and_then(|d| d.as_array())
+                    .map(|a| a.strides.clone())
+                    .unwrap_or_default();
+                // A scalar table (a per-iteration index computed in a map body) is read
+                // as the scalar it is.
+                let value = match self.sdfg.arrays.get(table) {
+                    Some(DataDesc::Scalar { .. }) => {
+                        format!("(int64_t){}", self.scalar_lvalue(table).unwrap_or_default())
+                    }
+                    _ => format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides)),
+                };
+                // An array table's entries were checked with their row; a scalar table
+                // (an index computed at the point) is checked here.
+                let row_checked = self.rows_checked
+                    && matches!(self.sdfg.arrays.get(table), Some(DataDesc::Array(_)));
+                let value = match offset.as_int() {
+                    Some(0) => value,
+                    // Checked with its row: in range, so the sum cannot overflow.
+                    _ if row_checked && extent.is_some() => {
+                        format!("({value} + ({}))", self.sub_sym(offset))
+                    }
+                    _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
+                };
+                match (extent, of) {
+                    (Some(_), Some(_)) if row_checked => format!("({value})"),
+                    (Some(n), Some((data, dim))) => {
+                        let (site, at) = self.site_at_point(SiteKind::Index {
+                            data: data.to_string(),
+                            dim,
+                        });
+                        let n = self.sym_with(n, SymCheck::Plain);
+                        format!("sdf_inds({value}, {n}, {site}, {at})")
+                    }
+                    (Some(n), None) => {
+                        format!("sdf_ind({value}, {})", self.sym_with(n, SymCheck::Plain))
+                    }
+                    (None, _) => format!("({value})"),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn flat(&self, idx: &[String], strides: &[SymExpr]) -> String {
+        if idx.is_empty() {
+            return "0".to_string();
+        }
+        idx.iter()
+            .zip(strides)
+            .map(|(i, s)| match s.as_int() {
+                Some(1) => format!("({i})"),
+                _ => format!("({i}) * ({})", self.sym_with(s, SymCheck::Plain)),
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
