@@ -1,5 +1,9 @@
 //! The commands of the `sdflow` tool, as functions that return their output text, so they
 //! are tested directly as well as through the binary.
+//!
+//! Why one file of this size: each command is a function with its own error paths,
+//! tested directly; the larger commands have modules of their own (`bench.rs`,
+//! `view.rs`, `plot.rs`, `npz.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

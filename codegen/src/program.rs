@@ -2,6 +2,10 @@
 //! names, element types, shapes, strides and aliasing once and precomputes the argument
 //! vectors; [`BoundCall::call`] is then one FFI call. [`CompiledProgram::call_checked`]
 //! does both every time.
+//!
+//! Why one file of this size: the compiled program's calling paths (`bind`, bound
+//! calls, checked calls, interpreter-style bindings) share the library's entry points
+//! and state pool; argument checks are `args.rs`.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;

@@ -12,6 +12,10 @@
 //!
 //! Output is deterministic: nodes and edges are emitted in index order and identifiers
 //! are derived from positions (`s0_n2_n1` is node 1 in the body of map node 2 of state 0).
+//!
+//! Why one file of this size: the three levels of detail and the viewer's drawings
+//! share one naming of nodes and one set of label printers, so that a node has the same
+//! identifier in every drawing.
 
 use graphviz_rust::dot_structures::{
     Attribute, Edge as DotEdge, EdgeTy, Graph, Id, Node as DotNode, NodeId as DotNodeId, Stmt,

@@ -4,6 +4,10 @@
 //!
 //! Precedence, loosest first: `||`/`or`, `&&`/`and`, `not`, comparisons (not chained),
 //! `+ -`, `* / // %`, prefix `- !`. A `-` directly before a number is part of the literal.
+//!
+//! Why one file of this size: one lexer and one precedence-climbing parser serve every
+//! text form, and the types' parsing constructors live here so that no type depends on
+//! its parser.
 
 use std::fmt;
 use std::sync::Arc;

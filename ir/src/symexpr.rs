@@ -5,6 +5,10 @@
 //! 64-bit integers and named symbols with `+ - * // % min max`, comparisons and boolean
 //! connectives (booleans are the integers 0 and 1). Children are reference-counted, so
 //! clones are cheap; every operation is deterministic.
+//!
+//! Why one file of this size: the algebra (simplification to canonical sums, decided
+//! comparisons, folded min/max), substitution and evaluation work on one representation
+//! and share its normal form.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

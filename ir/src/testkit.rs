@@ -23,6 +23,11 @@
 //!
 //! Integer arrays are neighbour tables indexing the first dimension of the grid;
 //! [`crate::interp::random_bindings`] fills them with valid indices.
+//!
+//! Why one file of this size: the generator is one grammar of program shapes whose
+//! invariants (in bounds, written before read, no races, no NaN) every production must
+//! keep together; the expression generator and the result comparison are modules of
+//! their own (`testkit/exprs.rs`, `testkit/compare.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

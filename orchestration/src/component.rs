@@ -9,6 +9,9 @@
 //! - **Bound** arguments (metric fields, constants) are given once; calls pass the rest.
 //! - Options come from the backend tag, the code and the configuration file
 //!   ([`crate::config`]), per program; all programs and variants build in parallel.
+//!
+//! Why one file of this size: a component's programs, variants, static values and bound
+//! arguments are one object whose build and call paths share its argument table.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;

@@ -22,6 +22,10 @@
 //! `[<backend>]`, `[<backend>.<arch>]`, `[program.<name>]`, `[program.<name>.<backend>]`,
 //! `[program.<name>.<backend>.<arch>]`. The file is the deployment's word, so it overrides
 //! what the code chose. Every resolved option remembers where its value came from.
+//!
+//! Why one file of this size: the option table, the TOML reader with spans and the
+//! resolution by program, backend and architecture are read against each other: each
+//! option's parser, scope and source live in one table.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -9,6 +9,9 @@
 //! later step's key derived from its input's key and the options it reads), and compiled
 //! artifacts persistently in the build cache. Every intermediate can be printed
 //! (`sdflow show --emit sdfg|optimized|plan|c|cuda|report`).
+//!
+//! Why one file of this size: the steps, their content keys and memoization are one
+//! mechanism; each step is short.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,11 @@
 //! The `sdflow._sdflow` extension module: programs loaded from files, JSON text or DaCe
 //! SDFG objects, optimized, drawn, printed, compiled and called with NumPy arrays
 //! (`docs/python.md`). The pure-Python package `sdflow` re-exports it.
+//!
+//! Why one file of this size: the extension module's classes (`Program`,
+//! `CompiledProgram`, `BoundProgram`) share one conversion of Python values into
+//! arguments and one error mapping; the CUDA side is `device.rs`. Splitting the classes
+//! apart would spread that conversion over files.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

@@ -29,6 +29,11 @@
 //! caller's nodes that neither feed nor follow the call run after it, so they must not
 //! touch what the call or its inputs' producers write. Anything else keeps the call as
 //! it is, with a note in the report saying why.
+//!
+//! Why one file of this size: the pass's legality (what may be inlined, and why not)
+//! and its rewrite (symbol and connector mappings substituted, copies kept where
+//! aliasing requires) read the same analysis of the call; they are kept together so
+//! that a rule and its exception are read side by side.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -36,6 +36,9 @@
 //! scalar per element holds what the element held. Cost: the code grows by at most
 //! [`MAX_POINTS`] copies of a loop body without loops, and every loop and index computed
 //! per point of the neighbour loop is gone; no arithmetic is added or repeated.
+//!
+//! Why one file of this size: the rule, its legality and the rewrite of reads through
+//! the unrolled index share one description of the neighbour loop.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -20,6 +20,11 @@
 //! from A to B; B writes nothing A reads or writes, and reads nothing else A writes;
 //! both have the same schedule. Across states, state fusion puts producer and consumer
 //! in one graph first.
+//!
+//! Why one file of this size: the rule, its legality and its cost decision
+//! (recomputation against a buffer) share one description of the producer–consumer
+//! pair; the tiled form is `tiled_fusion.rs`, the containers a fusion declares
+//! `scratch.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

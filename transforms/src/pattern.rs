@@ -2,6 +2,10 @@
 //! writes which container in the whole program (per state, `ir::uses`), renaming containers and
 //! map parameters inside bodies, copying one graph into another, re-deriving a map node's
 //! edges from its body, walking the control flow's sequences, and dropping unused states.
+//!
+//! Why one file of this size: the graph plumbing the passes share (renaming, copying
+//! graphs, re-deriving map edges, walking sequences, compacting states); each helper is
+//! small, and the uses rule lives in `ir::uses`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -16,6 +16,9 @@
 //! Across states ([`merge_into_destinations`]): a transient assembled over several states
 //! (GT4Py's `concat_where`: one piece per state) and then copied whole into another
 //! transient that nothing touched before is that transient under another name.
+//!
+//! Why one file of this size: the two forms of the rule (within a state, and in place
+//! across two states) share the proof that the copy is redundant.
 
 use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Subset, SymExpr};
 

@@ -1,10 +1,16 @@
 //! The printer both backends share: a plan's control flow, states and nodes as C-family
 //! text — tasklets, copies, reductions, nested SDFGs (as functions taking the caller's
 //! error record, inlined where a map calls them at every point), parallel and sequential
-//! map loops, and the checked versions of nodes ([`checked`]) — with row-jamming of
-//! tiled producer–consumer pairs ([`jam`], CPU only). The C backend drives it for one
+//! map loops, and the checked versions of nodes (`checked`) — with row-jamming of
+//! tiled producer–consumer pairs (`jam`, CPU only). The C backend drives it for one
 //! translation unit with an OpenMP region (`cpu::emit`), the CUDA backend for kernels
-//! (`cuda::emit`), which set the `device` flag of [`Functions`].
+//! (`cuda::emit`), which set the `device` flag of `Functions`.
+//!
+//! This file holds the options, a function's frame (`emit_function`) and the emitter;
+//! the jobs are modules: `flow` (control flow, states, check policies), `maps` (map
+//! bodies and loops), `nodes` (tasklets, stores, reductions), `copies`, `nested`
+//! (nested SDFG calls), `scope` (names, symbols, subscripts), `analysis` (what a body
+//! needs before it is printed), `checked` and `jam`.
 //!
 //! In the C unit every thread walks the control flow (conditions read symbols and host
 //! scalars, the same for all threads); each top-level map is an `omp for` (`collapse`

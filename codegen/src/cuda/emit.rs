@@ -13,6 +13,11 @@
 //! a pointer to their values (as `double`, in a device buffer the host fills before a
 //! call), so the host prepares one parameter list per call, only the loop variables
 //! change, and a captured graph stays valid when only float symbols do.
+//!
+//! Why one file of this size: the kernel shapes (grid over a parallel map, copy,
+//! reduction; one-thread and checked kernels) and the kernels' common parameters are
+//! printed in one pass over the plan; the node bodies come from the shared printer
+//! (`cfamily/emit`).
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;

@@ -10,6 +10,10 @@
 //! [`GpuCall`] it returns is enqueued by [`GpuProgram::call_bound`] as often as a model
 //! needs. Float symbols reach the kernels through a small device buffer, so a call that
 //! changes only them (a time step `dt`, a coefficient) replays the graph captured before.
+//!
+//! Why one file of this size: the backend (build, cache, load), the program's binding
+//! and the host walk of a call share the kernel table and the symbol environment of a
+//! call; the device layer is `cuda/device/`, argument checks `args.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -17,6 +17,10 @@
 //! The C emitter turns waits into barriers and steps into worksharing loops or `single`
 //! blocks; the CUDA emitter turns parallel maps into kernels and waits into stream order.
 //! `sdflow show FILE --emit plan` prints a plan ([`Plan::to_text`]).
+//!
+//! Why one file of this size: the plan is one set of decisions taken in one walk
+//! (lifetimes, control flow, steps, waits, writes, check policies), and its printer
+//! `to_text` shows all of it; in-bounds conditions are `bounds.rs`.
 
 pub mod bounds;
 

@@ -6,6 +6,11 @@
 //! DaCe's inclusive range ends made half-open), Python tasklets of the arithmetic subset,
 //! copies, write-conflict resolution lambdas (sum, product, min, max) and the `Reduce`
 //! library node. Everything else is refused with an error that names the element.
+//!
+//! Why one file of this size: the walk over a DaCe document (descriptors, states,
+//! scopes, memlets, nested SDFGs) is one recursive conversion with one location path
+//! for errors; the rewrites that stand alone are modules beside it (`views.rs`,
+//! `subscripts.rs`, `alias.rs`, `order.rs`, `control.rs`, `python.rs`, `gt4py.rs`).
 
 mod alias;
 mod control;

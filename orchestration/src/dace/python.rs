@@ -1,6 +1,9 @@
 //! The subset of Python (tasklet code, interstate conditions) and SymPy (shapes, ranges,
 //! subsets) text that DaCe files use, parsed into sdflow's `Expr` and `SymExpr`.
 //! Anything outside the subset is an error naming the text, never a guess.
+//!
+//! Why one file of this size: one tokenizer and parser for the Python and SymPy subsets
+//! DaCe writes, with the translation of each construct beside its parse.
 
 use sdflow_ir::{BinOp, DType, Expr, MathFn, Stmt, SymExpr, UnOp, Value};
 

@@ -1,6 +1,9 @@
 //! One straight-line map body through the e-graph: its tasklets merged into one
 //! multi-output tasklet (each distinct memlet one input connector), the code added to an
 //! e-graph, saturated, extracted, and written back as single-assignment locals.
+//!
+//! Why one file of this size: a body into the e-graph and back is one round trip whose
+//! two halves must agree on the connectors and the order of effects.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,6 +5,10 @@
 //! executor deals in [`DevPtr`]s, not typed buffers. `cudarc`'s per-buffer event tracking
 //! is disabled before the stream is made (it costs ~2 µs per launch and breaks graph
 //! capture; there is one stream, so it protects nothing here).
+//!
+//! Why one file of this size: every `Device` operation over the driver API, each a few
+//! lines of unsafe FFI with its own error message; the staging buffers are
+//! `staging.rs`.
 
 use super::staging::{self, StagingPool};
 use super::{

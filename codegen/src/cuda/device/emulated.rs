@@ -20,6 +20,10 @@
 //! neither), the driver's own behaviour (CUBIN loading, capture rules beyond the ones
 //! checked here, stream priorities), and memory protection: a kernel that indexes
 //! outside its arrays reads or writes the host process's memory.
+//!
+//! Why one file of this size: the emulated device implements every `Device` operation
+//! for host memory, with the compatibility prelude that lets the CUDA text compile for
+//! the host.
 
 use super::{
     Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
