@@ -185,4 +185,18 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
         "{c3}"
     );
     assert!(!c0.contains("int sdf_q = 0;"));
+    // The grid: the CUDA printer launches what the plan says, and a step the plan gives
+    // no grid is a one-thread kernel.
+    let grids = |p: Plan| {
+        let cu = emit_cuda_plan(&sdfg, p, &CudaEmitOptions::default()).unwrap();
+        cu.kernels
+            .iter()
+            .filter(|k| !k.checked)
+            .map(|k| k.grid_sizes.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(grids(plan.clone()), [Some(vec![SymExpr::parse("N - 1").unwrap()])]);
+    let mut single = plan.clone();
+    first_state(&mut single.body).unwrap().steps[0].grid = None;
+    assert_eq!(grids(single), [None]);
 }

@@ -26,13 +26,13 @@ use std::fmt::Write as _;
 
 use sdflow_ir::typing::{Binding, TaskletNames};
 use sdflow_ir::{
-    BinOp, DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, Memlet, NestedSdfg,
-    Node, NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
+    BinOp, DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, NestedSdfg, Node,
+    NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
 
 use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, ctype, literal};
 use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
-use crate::plan::{CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind};
+use crate::plan::{CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind, copy_subsets};
 
 mod analysis;
 mod checked;

@@ -23,16 +23,14 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use sdflow_ir::{
-    DataDesc, Dataflow, Dim, EdgeId, LibraryNode, MapScope, Node, NodeId, Sdfg, SymExpr,
-};
+use sdflow_ir::{DataDesc, Dim, LibraryNode, MapScope, Node, Sdfg, SymExpr};
 
 use crate::CodegenError;
 use crate::cfamily::cexpr::ctype;
 use crate::cfamily::emit::*;
 use crate::cfamily::prelude::{Dialect, prelude};
 use crate::cfamily::sites::{LocPart, Sites};
-use crate::plan::{CheckPolicy, Lifetime};
+use crate::plan::{CheckPolicy, Lifetime, copy_subsets};
 use crate::plan::{Plan, StepKind};
 
 /// Options of the CUDA printer.
@@ -300,22 +298,6 @@ fn close_grid_kernel(em: &mut Emitter<'_>) {
     em.out.push_str("}\n\n");
 }
 
-/// The one copy into access node `n` when it comes from another container (a copy the
-/// CUDA printer spreads over a grid); `None` for several copies into the node or a copy
-/// within one container (which may overlap: it keeps the buffered one-thread form).
-fn parallel_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
-    let dst = df.node(n).as_access()?;
-    let copies: Vec<EdgeId> = df
-        .in_edges(n)
-        .into_iter()
-        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
-        .collect();
-    match copies.as_slice() {
-        [e] if df.node(df.endpoints(*e).0).as_access() != Some(dst) => Some(*e),
-        _ => None,
-    }
-}
-
 /// The parameters of every kernel of `plan`.
 fn kernel_params(plan: &Plan) -> KernelParams {
     let sig = &plan.signature;
@@ -457,15 +439,10 @@ pub fn emit_cuda_plan(
                 block_size: opts.block_size,
                 fault: opts.fault,
             };
-            let copy = match step.kind {
-                StepKind::Copy => parallel_copy(df, n),
-                _ => None,
-            };
-            let grid_sizes = match (&step.kind, df.node(n), copy) {
-                (StepKind::ParallelMap { .. }, Node::Map(m), _) => {
-                    // A grid covers every parameter whose range does not use an outer one.
-                    let g = crate::plan::independent_depth(m);
-                    let sizes: Vec<SymExpr> = m.ranges[..g].iter().map(|r| r.size()).collect();
+            // The plan's grid: which steps are grids, and over what.
+            let grid_sizes = match (&step.kind, df.node(n), &step.grid) {
+                (StepKind::ParallelMap { .. }, Node::Map(m), Some(sizes)) => {
+                    let g = sizes.len();
                     let setup: Vec<String> = sizes
                         .iter()
                         .enumerate()
@@ -499,10 +476,11 @@ pub fn emit_cuda_plan(
                         em.line("}");
                     }
                     close_grid_kernel(&mut em);
-                    Some(sizes)
+                    Some(sizes.clone())
                 }
-                (StepKind::Copy, Node::Access(dst), Some(e)) => {
+                (StepKind::Copy, Node::Access(dst), Some(sizes)) => {
                     // A copy between two containers: a grid over its elements.
+                    let e = crate::plan::grid_copy(df, n).expect("a grid copy has its edge");
                     let src = df
                         .node(df.endpoints(e).0)
                         .as_access()
@@ -516,9 +494,9 @@ pub fn emit_cuda_plan(
                     esc.in_parallel_map = true;
                     em.copy_element(&esc, src, dst, edge, "sdf_t");
                     close_grid_kernel(&mut em);
-                    Some(s_sub.0.iter().map(|d| d.size()).collect())
+                    Some(sizes.clone())
                 }
-                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), _) => {
+                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), Some(sizes)) => {
                     // A grid over the output elements; each thread combines its inputs in
                     // the interpreter's order.
                     let parts = ReduceParts::of(&sc, df, n, r)?;
@@ -533,7 +511,8 @@ pub fn emit_cuda_plan(
                     esc.in_parallel_map = true;
                     em.reduce_point(&esc, &parts);
                     close_grid_kernel(&mut em);
-                    Some(parts.sizes(&parts.kept))
+                    debug_assert_eq!(&parts.sizes(&parts.kept), sizes, "the plan's grid");
+                    Some(sizes.clone())
                 }
                 (_, node, _) => {
                     let _ = writeln!(

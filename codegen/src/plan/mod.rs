@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use sdflow_ir::{
-    Block, DType, DataDesc, Dataflow, LibraryNode, Node, NodeId, Schedule, Sdfg, StateId, Storage,
-    SymExpr, Wcr,
+    Block, DType, DataDesc, Dataflow, EdgeId, LibraryNode, Memlet, Node, NodeId, Schedule, Sdfg,
+    StateId, Storage, Subset, SymExpr, Wcr,
 };
 
 use crate::CodegenError;
@@ -251,6 +251,11 @@ pub struct Step {
     /// thread): decided once, with the program's static values. Every printer and the
     /// CUDA host read this and nothing else.
     pub check: CheckPolicy,
+    /// How a backend that runs a step on a grid of threads (CUDA) covers it: one thread
+    /// per point of these sizes, outermost first — a parallel map's independent
+    /// parameters ([`independent_depth`]), a copy's elements ([`grid_copy`]), a
+    /// reduction's output elements; `None`: one thread (and in a nested plan, always).
+    pub grid: Option<Vec<SymExpr>>,
 }
 
 /// When a step runs checked: whether the condition under which all its accesses are in
@@ -430,6 +435,10 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                     if *coarse {
                         line.push_str(" coarse");
                     }
+                }
+                if let Some(g) = &st.grid {
+                    let sizes: Vec<String> = g.iter().map(|e| e.to_string()).collect();
+                    let _ = write!(line, " grid [{}]", sizes.join(", "));
                 }
                 if !st.waits.is_empty() {
                     let w: Vec<String> = st.waits.iter().map(|w| w.to_string()).collect();
@@ -719,6 +728,74 @@ fn sdfg_accumulates(sdfg: &Sdfg) -> bool {
     sdfg.states.iter().any(|st| graph(sdfg, &st.graph))
 }
 
+/// The source and destination subsets of a copy from `src` to `dst` (an empty subset is
+/// the whole container).
+pub fn copy_subsets(sdfg: &Sdfg, src: &str, dst: &str, m: &Memlet) -> (Subset, Subset) {
+    let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
+    let s_sub = if m.subset.0.is_empty() {
+        full(src)
+    } else {
+        m.subset.clone()
+    };
+    let d_sub = match &m.other_subset {
+        Some(o) if !o.0.is_empty() => o.clone(),
+        Some(_) => full(dst),
+        None if m.subset.0.is_empty() => full(dst),
+        None => m.subset.clone(),
+    };
+    (s_sub, d_sub)
+}
+
+/// The one copy into access node `n` when it comes from another container (a copy a grid
+/// covers, one thread per element); `None` for several copies into the node or a copy
+/// within one container (which may overlap: it keeps the buffered one-thread form).
+pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
+    let dst = df.node(n).as_access()?;
+    let copies: Vec<EdgeId> = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
+        .collect();
+    match copies.as_slice() {
+        [e] if df.node(df.endpoints(*e).0).as_access() != Some(dst) => Some(*e),
+        _ => None,
+    }
+}
+
+/// The grid of step `n` of kind `kind` ([`Step::grid`]).
+fn grid_of(sdfg: &Sdfg, df: &Dataflow, n: NodeId, kind: &StepKind) -> Option<Vec<SymExpr>> {
+    match (kind, df.node(n)) {
+        (StepKind::ParallelMap { .. }, Node::Map(m)) => Some(
+            m.ranges[..independent_depth(m)]
+                .iter()
+                .map(|r| r.size())
+                .collect(),
+        ),
+        (StepKind::Copy, Node::Access(dst)) => {
+            let e = grid_copy(df, n)?;
+            let src = df.node(df.endpoints(e).0).as_access()?;
+            let (s_sub, _) = copy_subsets(sdfg, src, dst, &df.edge(e).memlet);
+            Some(s_sub.0.iter().map(|d| d.size()).collect())
+        }
+        (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r))) => {
+            // The input's axes that are kept: one thread per output element.
+            let input = df
+                .in_edges(n)
+                .into_iter()
+                .map(|e| df.edge(e))
+                .find(|e| e.dst_conn.as_deref() == Some("in"))?;
+            let isub = if input.memlet.subset.0.is_empty() {
+                Subset::full(sdfg.arrays.get(&input.memlet.data)?.shape())
+            } else {
+                input.memlet.subset.clone()
+            };
+            let kept = (0..isub.rank()).filter(|k| r.axes.as_ref().is_some_and(|a| !a.contains(k)));
+            Some(kept.map(|k| isub.0[k].size()).collect())
+        }
+        _ => None,
+    }
+}
+
 /// Whether node `n` of a state is work (not an access node without copies into it).
 pub fn is_step(df: &Dataflow, n: NodeId) -> bool {
     !matches!(df.node(n), Node::Access(_))
@@ -831,6 +908,11 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 }
             }
         }
+        let grid = if parallel {
+            grid_of(sdfg, df, n, &kind)
+        } else {
+            None
+        };
         steps.push(Step {
             node: n,
             label,
@@ -843,6 +925,7 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 &statics,
                 parallel,
             ),
+            grid,
         });
     }
     Ok(StatePlan {

@@ -281,24 +281,6 @@ pub(crate) fn copy_loop_dims(
     same.then_some((sk, dk))
 }
 
-/// The source and destination subsets of a copy from `src` to `dst` (an empty subset is
-/// the whole container).
-pub(crate) fn copy_subsets(sdfg: &Sdfg, src: &str, dst: &str, m: &Memlet) -> (Subset, Subset) {
-    let full = |d: &str| Subset::full(sdfg.arrays.get(d).map(|x| x.shape()).unwrap_or(&[]));
-    let s_sub = if m.subset.0.is_empty() {
-        full(src)
-    } else {
-        m.subset.clone()
-    };
-    let d_sub = match &m.other_subset {
-        Some(o) if !o.0.is_empty() => o.clone(),
-        Some(_) => full(dst),
-        None if m.subset.0.is_empty() => full(dst),
-        None => m.subset.clone(),
-    };
-    (s_sub, d_sub)
-}
-
 pub(crate) fn subset_volume(sc: &Scope<'_>, s: &Subset) -> String {
     if s.0.is_empty() {
         return "1".to_string();
