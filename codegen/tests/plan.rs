@@ -195,8 +195,45 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
             .map(|k| k.grid_sizes.clone())
             .collect::<Vec<_>>()
     };
-    assert_eq!(grids(plan.clone()), [Some(vec![SymExpr::parse("N - 1").unwrap()])]);
+    assert_eq!(
+        grids(plan.clone()),
+        [Some(vec![SymExpr::parse("N - 1").unwrap()])]
+    );
     let mut single = plan.clone();
     first_state(&mut single.body).unwrap().steps[0].grid = None;
     assert_eq!(grids(single), [None]);
+}
+
+/// The plan says which write-conflict resolutions are atomic; the C printer follows it.
+#[test]
+fn the_c_printer_makes_atomic_what_the_plan_says() {
+    use sdflow_codegen::cfamily::prelude::{Dialect, prelude};
+    use sdflow_codegen::cpu::emit::emit_plan;
+
+    let mut b = SdfgBuilder::new("acc");
+    b.array("a", DType::F64, [4]).array("out", DType::F64, [1]);
+    b.state("s", |s| {
+        s.tasklet(
+            "t",
+            &[("x", "a[2]")],
+            &[("o", "out[0] (wcr: sum)")],
+            "o = x",
+        );
+    });
+    let sdfg = b.build();
+    let plan = Plan::of(&sdfg).unwrap();
+    assert!(first_state(&mut plan.clone().body).unwrap().steps[0].atomic_writes());
+    let text = |p: &Plan| {
+        let (c, _) = emit_plan(&sdfg, p, &Default::default()).unwrap();
+        c.replace(&prelude(Dialect::C), "")
+    };
+    let atomic = text(&plan);
+    assert!(atomic.contains("#pragma omp atomic update"), "{atomic}");
+    let mut plain = plan.clone();
+    for w in &mut first_state(&mut plain.body).unwrap().steps[0].writes {
+        w.atomic = false;
+    }
+    let plain = text(&plain);
+    assert!(!plain.contains("#pragma omp atomic update"), "{plain}");
+    assert_ne!(atomic, plain);
 }

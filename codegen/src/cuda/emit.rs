@@ -489,9 +489,9 @@ pub fn emit_cuda_plan(
                     let (s_sub, _) = copy_subsets(sdfg, src, dst, &edge.memlet);
                     let what = format!("copy {}", edge.memlet);
                     open_grid_kernel(&mut em, &kernel, &what, &[], &subset_volume(&sc, &s_sub));
-                    // Write-conflict resolutions of the copy become atomic like a map's.
+                    // Write-conflict resolutions of the copy are atomic, as the plan says.
                     let mut esc = base(loc.clone());
-                    esc.in_parallel_map = true;
+                    esc.in_parallel_map = step.atomic_writes();
                     em.copy_element(&esc, src, dst, edge, "sdf_t");
                     close_grid_kernel(&mut em);
                     Some(sizes.clone())
@@ -508,7 +508,7 @@ pub fn emit_cuda_plan(
                     open_grid_kernel(&mut em, &kernel, "reduce", &setup, "sdf_nk");
                     em.line("const int64_t sdf_o = sdf_t;");
                     let mut esc = base(loc.clone());
-                    esc.in_parallel_map = true;
+                    esc.in_parallel_map = step.atomic_writes();
                     em.reduce_point(&esc, &parts);
                     close_grid_kernel(&mut em);
                     debug_assert_eq!(&parts.sizes(&parts.kept), sizes, "the plan's grid");
@@ -556,7 +556,8 @@ pub fn emit_cuda_plan(
                     st.name.replace("*/", "* /"),
                 );
                 let sc = base(loc.clone());
-                em.checked_node(&sc, df, n)?;
+                // One thread, in stream order: nothing runs beside it.
+                em.checked_node(&sc, df, n, false)?;
                 em.out.push_str("}\n\n");
                 text.push_str(&em.out);
                 kernels.push(KernelSpec {

@@ -274,6 +274,13 @@ pub enum CheckPolicy {
     AtRun(SymExpr),
 }
 
+impl Step {
+    /// Whether some write of the step combines atomically ([`Write::atomic`]).
+    pub fn atomic_writes(&self) -> bool {
+        self.writes.iter().any(|w| w.atomic)
+    }
+}
+
 impl CheckPolicy {
     /// The policy of a step whose in-bounds condition is `cond` (`None`: it cannot be
     /// stated) in `sdfg`, with its static integer values `statics`; `top`: a top-level
@@ -455,6 +462,7 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                                 if w.atomic { "atomic " } else { "" },
                                 c.name()
                             ),
+                            None if w.atomic => format!("{} (atomic inside)", w.data),
                             None => w.data.clone(),
                         })
                         .collect();
@@ -762,6 +770,18 @@ pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
     }
 }
 
+/// Whether some edge in `body` (map bodies at any depth) combines into container `data`
+/// with a write-conflict resolution.
+fn combines_into(body: &Dataflow, data: &str) -> bool {
+    body.edge_ids().into_iter().any(|e| {
+        let m = &body.edge(e).memlet;
+        m.wcr.is_some() && m.data == data
+    }) || body.graph.node_weights().any(|n| match n {
+        Node::Map(m) => combines_into(&m.body, data),
+        _ => false,
+    })
+}
+
 /// The grid of step `n` of kind `kind` ([`Step::grid`]).
 fn grid_of(sdfg: &Sdfg, df: &Dataflow, n: NodeId, kind: &StepKind) -> Option<Vec<SymExpr>> {
     match (kind, df.node(n)) {
@@ -887,10 +907,16 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 continue;
             }
             if !writes.iter().any(|w| w.data == m.data && w.wcr == m.wcr) {
+                // A map body may combine into a container its outer edge writes plainly
+                // (DaCe's programs propagate no resolution outward): atomic all the same.
+                let inside = match node {
+                    Node::Map(mp) => combines_into(&mp.body, &m.data),
+                    _ => false,
+                };
                 writes.push(Write {
                     data: m.data.clone(),
                     wcr: m.wcr,
-                    atomic: parallel && m.wcr.is_some(),
+                    atomic: parallel && (m.wcr.is_some() || inside),
                 });
             }
         }

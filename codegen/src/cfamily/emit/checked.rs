@@ -10,19 +10,22 @@
 use super::*;
 
 impl Emitter<'_> {
-    /// The checked version of state-level node `n`, by the calling thread.
+    /// The checked version of state-level node `n`, by the calling thread; `atomic`: its
+    /// write-conflict resolutions are atomic (the plan's [`Write::atomic`]: it runs beside
+    /// other work).
     pub(crate) fn checked_node(
         &mut self,
         sc: &Scope<'_>,
         df: &Dataflow,
         n: NodeId,
+        atomic: bool,
     ) -> Result<(), CodegenError> {
         let label = format!("sdf_stop{}", self.fresh());
         let inner = Scope {
             parallel: false,
             params: sc.params.clone(),
             locals: sc.locals.clone(),
-            in_parallel_map: sc.in_parallel_map || sc.parallel,
+            in_parallel_map: sc.in_parallel_map || atomic,
             checked: true,
             stop: Some(label.clone()),
             loc: sc.loc.clone(),

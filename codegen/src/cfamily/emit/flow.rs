@@ -163,7 +163,7 @@ impl Emitter<'_> {
                 if sc.parallel {
                     self.line("#pragma omp single nowait");
                 }
-                self.checked_node(sc, df, n)?;
+                self.checked_node(sc, df, n, step.atomic_writes())?;
                 self.indent -= 1;
             }
             self.line("}");
@@ -210,13 +210,13 @@ impl Emitter<'_> {
                 }
                 self.line("{");
                 self.indent += 1;
-                // A `single nowait` block may run beside other nodes of the state:
-                // its write-conflict resolutions are atomic.
+                // A `single nowait` block may run beside other nodes of the state: the
+                // plan says its write-conflict resolutions are atomic.
                 let inner = Scope {
                     parallel: false,
                     params: sc.params.clone(),
                     locals: sc.locals.clone(),
-                    in_parallel_map: sc.in_parallel_map || sc.parallel,
+                    in_parallel_map: sc.in_parallel_map || step.atomic_writes(),
                     stop: None,
                     loc: sc.loc.clone(),
                     ..*sc
