@@ -174,19 +174,7 @@ pub(crate) fn emit_function(
     let thread_locals = alloc(&|l| l == Lifetime::PerWorker);
     let mut out = String::new();
     let mut own_name = String::new();
-    let scope0 = Scope {
-        sdfg,
-        params: BTreeSet::new(),
-        locals: BTreeSet::new(),
-        parallel: false,
-        in_parallel_map: false,
-        checked: false,
-        stop: None,
-        loc: ctx.loc.clone(),
-        depth: ctx.depth,
-        sites: ctx.sites,
-        rows_checked: false,
-    };
+    let scope0 = Scope::new(sdfg, ctx.sites, ctx.loc.clone(), ctx.depth);
     let symbol_decls = |out: &mut String, ind: &str| {
         for (k, n) in sig.ints.iter().enumerate() {
             let _ = writeln!(out, "{ind}const int64_t s_{n} = ints[{k}];");
@@ -334,16 +322,7 @@ pub(crate) fn emit_function(
     };
     let _ = &scope.sites;
     let text = {
-        let mut em = Emitter {
-            opts,
-            fns: &mut *fns,
-            counter: &mut *counter,
-            out: String::new(),
-            indent: 2,
-            labels: 0,
-            deferred: None,
-            blend_canon: false,
-        };
+        let mut em = Emitter::new(opts, &mut *fns, &mut *counter, 2);
         em.block(&scope, &plan.body)?;
         em.out
     };
@@ -389,6 +368,27 @@ pub(crate) struct Emitter<'o> {
     /// (`sdf_canon_blend`), not the conditional a vectorized loop wants (`sdf_canon`),
     /// which a scalar loop compiles to a branch per value.
     pub(crate) blend_canon: bool,
+}
+
+impl<'o> Emitter<'o> {
+    /// An emitter printing at `indent` levels, its nested functions into `fns`.
+    pub(crate) fn new(
+        opts: &'o EmitOptions,
+        fns: &'o mut Functions,
+        counter: &'o mut usize,
+        indent: usize,
+    ) -> Emitter<'o> {
+        Emitter {
+            opts,
+            fns,
+            counter,
+            out: String::new(),
+            indent,
+            labels: 0,
+            deferred: None,
+            blend_canon: false,
+        }
+    }
 }
 
 impl Emitter<'_> {

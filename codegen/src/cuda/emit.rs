@@ -20,7 +20,6 @@
 //! (`cfamily/emit`).
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use sdflow_ir::{DataDesc, Dim, LibraryNode, MapScope, Node, Sdfg, SymExpr};
@@ -397,19 +396,7 @@ pub fn emit_cuda_plan(
         let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f[{k}];");
     }
     static_symbol_decls(&mut prologue, sdfg, "    ");
-    let base = |loc: Vec<LocPart>| Scope {
-        sdfg,
-        params: BTreeSet::new(),
-        locals: BTreeSet::new(),
-        parallel: false,
-        in_parallel_map: false,
-        checked: false,
-        stop: None,
-        loc,
-        depth: 0,
-        sites: &sites,
-        rows_checked: false,
-    };
+    let base = |loc: Vec<LocPart>| Scope::new(sdfg, &sites, loc, 0);
     let top_loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
     for (si, sp) in plan.body.states().into_iter().enumerate() {
         let st = &sdfg.states[sp.id.index()];
@@ -419,16 +406,7 @@ pub fn emit_cuda_plan(
         for (k, step) in sp.steps.iter().enumerate() {
             let n = step.node;
             let name = format!("sdf_k{si}_{k}");
-            let mut em = Emitter {
-                opts: &emit_opts,
-                fns: &mut fns,
-                counter: &mut counter,
-                out: String::new(),
-                indent: 1,
-                labels: 0,
-                deferred: None,
-                blend_canon: false,
-            };
+            let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
             let sc = base(loc.clone());
             // What every grid kernel's header names.
             let kernel = GridKernel {
@@ -540,16 +518,7 @@ pub fn emit_cuda_plan(
             });
             if step.check != CheckPolicy::Never {
                 let cname = format!("{name}_checked");
-                let mut em = Emitter {
-                    opts: &emit_opts,
-                    fns: &mut fns,
-                    counter: &mut counter,
-                    out: String::new(),
-                    indent: 1,
-                    labels: 0,
-                    deferred: None,
-                    blend_canon: false,
-                };
+                let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
                 let _ = writeln!(
                     em.out,
                     "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",

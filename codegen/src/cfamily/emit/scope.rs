@@ -44,6 +44,30 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// The scope of a function's top level in `sdfg`: no map parameters or locals, not
+    /// parallel, unchecked; errors registered in `sites` at location `loc`, under
+    /// `depth` enclosing map parameters.
+    pub(crate) fn new(
+        sdfg: &'a Sdfg,
+        sites: &'a RefCell<Sites>,
+        loc: Vec<LocPart>,
+        depth: usize,
+    ) -> Scope<'a> {
+        Scope {
+            sdfg,
+            params: BTreeSet::new(),
+            locals: BTreeSet::new(),
+            parallel: false,
+            in_parallel_map: false,
+            checked: false,
+            stop: None,
+            loc,
+            depth,
+            sites,
+            rows_checked: false,
+        }
+    }
+
     /// The same scope with one more location step.
     pub(crate) fn at(&self, part: LocPart) -> Scope<'a> {
         let mut loc = self.loc.clone();
