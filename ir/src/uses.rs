@@ -174,6 +174,16 @@ impl Sdfg {
         self.used_data(|u| u.written)
     }
 
+    /// Whether some state writes container `name` ([`Sdfg::written_data`], without
+    /// gathering the set).
+    pub fn writes(&self, name: &str) -> bool {
+        let mut found = false;
+        for s in &self.states {
+            for_each_use_deep(&s.graph, &mut |d, u| found |= u.written && d == name);
+        }
+        found
+    }
+
     /// Containers of this program that some state reads (an access node with an edge
     /// out of it, or an index table, at any depth of maps), sorted.
     pub fn read_data(&self) -> BTreeSet<String> {

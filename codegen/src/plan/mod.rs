@@ -283,9 +283,16 @@ impl Step {
 
 impl CheckPolicy {
     /// The policy of a step whose in-bounds condition is `cond` (`None`: it cannot be
-    /// stated) in `sdfg`, with its static integer values `statics`; `top`: a top-level
-    /// program, whose symbols are bound once per set of arguments.
-    fn of(sdfg: &Sdfg, cond: Option<SymExpr>, statics: &BTreeMap<String, i64>, top: bool) -> Self {
+    /// stated) in `sdfg`, with its static integer values `statics` and the symbols its
+    /// control flow assigns `flow`; `top`: a top-level program, whose symbols are bound
+    /// once per set of arguments.
+    fn of(
+        sdfg: &Sdfg,
+        cond: Option<SymExpr>,
+        statics: &BTreeMap<String, i64>,
+        flow: &BTreeSet<String>,
+        top: bool,
+    ) -> Self {
         let Some(c) = cond else {
             return CheckPolicy::Always;
         };
@@ -295,7 +302,6 @@ impl CheckPolicy {
             Err(sdflow_ir::symexpr::EvalError::Unbound(_)) => {}
             Err(_) => return CheckPolicy::Always,
         }
-        let flow = sdfg.loop_and_assigned_symbols();
         let bindable = c
             .free_symbols()
             .iter()
@@ -704,7 +710,7 @@ pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
     whole
         && same(&inner.shape, &outer.shape)
         && same(&inner.strides, &outer.strides)
-        && !ns.sdfg.written_data().contains(conn)
+        && !ns.sdfg.writes(conn)
 }
 
 /// Whether a map body (at any depth) calls a nested SDFG that combines into one of its
@@ -849,7 +855,9 @@ pub fn collapse_depth(m: &sdflow_ir::MapScope) -> usize {
 }
 
 fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, CodegenError> {
+    // What every step's check policy is decided with.
     let statics = crate::args::static_ints(sdfg);
+    let flow = sdfg.loop_and_assigned_symbols();
     let st = &sdfg.states[id.index()];
     let df = &st.graph;
     let order = df
@@ -949,6 +957,7 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 sdfg,
                 bounds::node_condition(sdfg, df, n),
                 &statics,
+                &flow,
                 parallel,
             ),
             grid,
