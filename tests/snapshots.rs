@@ -13,25 +13,29 @@ use std::path::{Path, PathBuf};
 
 use expect_test::expect_file;
 use sdflow::cli;
-use sdflow::codegen::cfamily::prelude::{Dialect, prelude};
+use sdflow::codegen::cfamily::Dialect;
+use sdflow::codegen::cpu::OpenMp;
+use sdflow::codegen::cuda::Cuda;
 use sdflow::ir::{dot, format};
 
 /// The snapshot file of a dialect's prelude.
-fn prelude_file(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::C => "prelude.c",
-        Dialect::Cuda => "prelude.cu",
-    }
+fn prelude_file(dialect: &dyn Dialect) -> String {
+    let ext = match dialect.name() {
+        "cuda" => "cu",
+        other => other,
+    };
+    format!("prelude.{ext}")
 }
 
 /// `text` with the prelude of `dialect` replaced by a line naming its snapshot: the
 /// prelude must be there, whole, once.
-fn without_prelude(text: &str, dialect: Dialect, name: &str) -> String {
-    let p = prelude(dialect);
+fn without_prelude(text: &str, dialect: &dyn Dialect, name: &str) -> String {
+    let p = dialect.prelude();
     assert_eq!(
         text.matches(&p).count(),
         1,
-        "{name}: the {dialect:?} prelude, once"
+        "{name}: the {} prelude, once",
+        dialect.name()
     );
     text.replacen(
         &p,
@@ -44,8 +48,8 @@ fn without_prelude(text: &str, dialect: Dialect, name: &str) -> String {
 #[test]
 fn prelude_snapshots() {
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/out");
-    for d in [Dialect::C, Dialect::Cuda] {
-        expect_file![out.join(prelude_file(d))].assert_eq(&prelude(d));
+    for d in [&OpenMp as &dyn Dialect, &Cuda] {
+        expect_file![out.join(prelude_file(d))].assert_eq(&d.prelude());
     }
 }
 
@@ -150,17 +154,11 @@ fn generated_code_snapshots() {
         expect_file![out.join(format!("{name}.plan"))].assert_eq(&plan);
         if name != "dycore" {
             let c = cli::show(&path, "c", true).unwrap_or_else(|e| panic!("{name}: {e}"));
-            expect_file![out.join(format!("{name}.c"))].assert_eq(&without_prelude(
-                &c,
-                Dialect::C,
-                &name,
-            ));
+            expect_file![out.join(format!("{name}.c"))]
+                .assert_eq(&without_prelude(&c, &OpenMp, &name));
             let cu = cli::show(&path, "cuda", true).unwrap_or_else(|e| panic!("{name}: {e}"));
-            expect_file![out.join(format!("{name}.cu"))].assert_eq(&without_prelude(
-                &cu,
-                Dialect::Cuda,
-                &name,
-            ));
+            expect_file![out.join(format!("{name}.cu"))]
+                .assert_eq(&without_prelude(&cu, &Cuda, &name));
         }
         seen += 1;
     }

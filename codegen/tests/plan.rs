@@ -129,7 +129,8 @@ fn first_state(flow: &mut Flow) -> Option<&mut sdflow_codegen::plan::StatePlan> 
 /// says — the bind-time condition, the checked code, the checked kernel.
 #[test]
 fn the_printers_follow_the_check_policy_of_the_plan() {
-    use sdflow_codegen::cfamily::prelude::{Dialect, prelude};
+    use sdflow_codegen::cfamily::Dialect;
+    use sdflow_codegen::cpu::OpenMp;
     use sdflow_codegen::cpu::emit::emit_plan;
     use sdflow_codegen::cuda::emit::{CudaEmitOptions, emit_cuda_plan};
     use sdflow_codegen::plan::CheckPolicy;
@@ -152,7 +153,7 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
         }
         let (c, sites) = emit_plan(&sdfg, &p, &Default::default()).unwrap();
         // The program's part: the prelude defines the helpers whatever the plan.
-        let c = c.replace(&prelude(Dialect::C), "");
+        let c = c.replace(&OpenMp.prelude(), "");
         let cu = emit_cuda_plan(&sdfg, p, &CudaEmitOptions::default()).unwrap();
         let checked_kernels = cu.kernels.iter().filter(|k| k.checked).count();
         (c, sites.bind_checks.len(), checked_kernels)
@@ -207,7 +208,8 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
 /// The plan says which write-conflict resolutions are atomic; the C printer follows it.
 #[test]
 fn the_c_printer_makes_atomic_what_the_plan_says() {
-    use sdflow_codegen::cfamily::prelude::{Dialect, prelude};
+    use sdflow_codegen::cfamily::Dialect;
+    use sdflow_codegen::cpu::OpenMp;
     use sdflow_codegen::cpu::emit::emit_plan;
 
     let mut b = SdfgBuilder::new("acc");
@@ -225,7 +227,7 @@ fn the_c_printer_makes_atomic_what_the_plan_says() {
     assert!(first_state(&mut plan.clone().body).unwrap().steps[0].atomic_writes());
     let text = |p: &Plan| {
         let (c, _) = emit_plan(&sdfg, p, &Default::default()).unwrap();
-        c.replace(&prelude(Dialect::C), "")
+        c.replace(&OpenMp.prelude(), "")
     };
     let atomic = text(&plan);
     assert!(atomic.contains("#pragma omp atomic update"), "{atomic}");

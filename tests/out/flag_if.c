@@ -122,14 +122,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     }
                 }
                 if (sdf_e->failed) {
-#pragma omp atomic write
+                #pragma omp atomic write
                     sdf_abort = sdf_seq + 1;
                 }
             }
             #pragma omp barrier
             sdf_seq++;
             { int64_t sdf_a;
-#pragma omp atomic read
+            #pragma omp atomic read
               sdf_a = sdf_abort;
               if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
         } else {
@@ -194,14 +194,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     }
                 }
                 if (sdf_e->failed) {
-#pragma omp atomic write
+                #pragma omp atomic write
                     sdf_abort = sdf_seq + 1;
                 }
             }
             #pragma omp barrier
             sdf_seq++;
             { int64_t sdf_a;
-#pragma omp atomic read
+            #pragma omp atomic read
               sdf_a = sdf_abort;
               if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
         }

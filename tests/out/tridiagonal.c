@@ -173,14 +173,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 }
             }
             if (sdf_e->failed) {
-#pragma omp atomic write
+            #pragma omp atomic write
                 sdf_abort = sdf_seq + 1;
             }
         }
         #pragma omp barrier
         sdf_seq++;
         { int64_t sdf_a;
-#pragma omp atomic read
+        #pragma omp atomic read
           sdf_a = sdf_abort;
           if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
         s_k = 1LL;
@@ -311,14 +311,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     }
                 }
                 if (sdf_e->failed) {
-#pragma omp atomic write
+                #pragma omp atomic write
                     sdf_abort = sdf_seq + 1;
                 }
             }
             #pragma omp barrier
             sdf_seq++;
             { int64_t sdf_a;
-#pragma omp atomic read
+            #pragma omp atomic read
               sdf_a = sdf_abort;
               if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
             s_k = sdf_sadd(s_k, 1LL, 45);
@@ -400,14 +400,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 }
             }
             if (sdf_e->failed) {
-#pragma omp atomic write
+            #pragma omp atomic write
                 sdf_abort = sdf_seq + 1;
             }
         }
         #pragma omp barrier
         sdf_seq++;
         { int64_t sdf_a;
-#pragma omp atomic read
+        #pragma omp atomic read
           sdf_a = sdf_abort;
           if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
         s_k = sdf_ssub(s_NZ, 2LL, 56);
@@ -504,14 +504,14 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     }
                 }
                 if (sdf_e->failed) {
-#pragma omp atomic write
+                #pragma omp atomic write
                     sdf_abort = sdf_seq + 1;
                 }
             }
             #pragma omp barrier
             sdf_seq++;
             { int64_t sdf_a;
-#pragma omp atomic read
+            #pragma omp atomic read
               sdf_a = sdf_abort;
               if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
             s_k = sdf_ssub(s_k, 1LL, 72);

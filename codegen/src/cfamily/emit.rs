@@ -31,6 +31,7 @@ use sdflow_ir::{
 };
 
 use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, ctype, literal};
+use crate::cfamily::dialect::{Dialect, Team};
 use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
 use crate::plan::{CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind, copy_subsets};
 
@@ -110,19 +111,27 @@ impl Default for EmitOptions {
 /// emitted) and the location path and parameter depth of its call. A node's unchecked and
 /// checked versions, and a map's parallel and single-thread loops, call the same function:
 /// emitting it once per call text would double the code at every level of nesting.
-#[derive(Default)]
 pub(crate) struct Functions {
-    /// Printing device code (CUDA): functions are `__device__`, write-conflict
-    /// resolutions in parallel maps use atomic compare-and-swap.
-    pub(crate) device: bool,
+    /// How the dialect being printed spells functions, atomics and a team's work.
+    pub(crate) dialect: &'static dyn Dialect,
     pub(crate) texts: Vec<String>,
     pub(crate) by_call: BTreeMap<(usize, String, usize), String>,
 }
 
-/// Where a function is emitted: the program's `run` (`top`) or a nested SDFG's function,
-/// the error sites, the location path and how many map parameters enclose it.
+impl Functions {
+    /// None emitted yet, in `dialect`.
+    pub(crate) fn new(dialect: &'static dyn Dialect) -> Functions {
+        Functions {
+            dialect,
+            texts: Vec::new(),
+            by_call: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a function is emitted (the program's `run` or a nested SDFG's function): the
+/// error sites, the location path and how many map parameters enclose it.
 pub(crate) struct FnCtx<'s> {
-    pub(crate) top: bool,
     pub(crate) sites: &'s RefCell<Sites>,
     pub(crate) loc: Vec<LocPart>,
     pub(crate) depth: usize,
@@ -130,8 +139,124 @@ pub(crate) struct FnCtx<'s> {
     pub(crate) per_point: bool,
 }
 
-/// Emits the program's `run` (top level) or a nested SDFG's static function; nested
-/// functions needed along the way are appended to `fns`.
+/// A function's frame: what its prologue declares — the arguments, the symbols, the
+/// transients by the plan's lifetimes — and its body. The program's `run` (`cpu::emit`,
+/// inside the OpenMP region) and a nested SDFG's function ([`emit_function`]) are
+/// printed from one.
+pub(crate) struct Frame<'a> {
+    pub(crate) sdfg: &'a Sdfg,
+    pub(crate) plan: &'a Plan,
+    /// Transients allocated once by the frame (`init`, or a nested function's entry).
+    pub(crate) transients: Vec<(&'a String, &'a DataDesc)>,
+    /// Transients each worker of the parallel region allocates ([`Lifetime::PerWorker`]).
+    pub(crate) thread_locals: Vec<(&'a String, &'a DataDesc)>,
+    scope0: Scope<'a>,
+}
+
+impl<'a> Frame<'a> {
+    /// The frame of `sdfg` printed from `plan`. The plan's lifetimes: per-worker arrays
+    /// are allocated by each thread of the parallel region; body-local scalars are
+    /// declared in every map iteration that uses them (`body_scope`); every other
+    /// transient is allocated once, in `init` (a nested function's on entry).
+    pub(crate) fn new(sdfg: &'a Sdfg, plan: &'a Plan, ctx: &'a FnCtx<'a>) -> Frame<'a> {
+        let alloc = |pred: &dyn Fn(Lifetime) -> bool| -> Vec<(&'a String, &'a DataDesc)> {
+            plan.allocations
+                .iter()
+                .filter(|a| pred(a.lifetime))
+                .filter_map(|a| sdfg.arrays.get_key_value(&a.name))
+                .collect()
+        };
+        Frame {
+            sdfg,
+            plan,
+            transients: alloc(&|l| !matches!(l, Lifetime::PerWorker | Lifetime::BodyLocal)),
+            thread_locals: alloc(&|l| l == Lifetime::PerWorker),
+            scope0: Scope::new(sdfg, ctx.sites, ctx.loc.clone(), ctx.depth),
+        }
+    }
+
+    /// The symbols' declarations: the integer and float arguments, then the static ones.
+    pub(crate) fn symbol_decls(&self, out: &mut String, ind: &str) {
+        let sig = &self.plan.signature;
+        for (k, n) in sig.ints.iter().enumerate() {
+            let _ = writeln!(out, "{ind}const int64_t s_{n} = ints[{k}];");
+        }
+        for (k, n) in sig.floats.iter().enumerate() {
+            let t = ctype(self.sdfg.symbols[n].dtype);
+            let _ = writeln!(out, "{ind}const {t} s_{n} = ({t})floats[{k}];");
+        }
+        static_symbol_decls(out, self.sdfg, ind);
+    }
+
+    /// The number of elements of `d`'s storage, as C.
+    pub(crate) fn size_of(&self, d: &DataDesc) -> String {
+        match d {
+            DataDesc::Scalar { .. } => "1".to_string(),
+            DataDesc::Array(a) => {
+                // 1 + Σ (shape_d − 1) · stride_d elements, 0 when a dimension is empty.
+                let mut empty = Vec::new();
+                let mut terms = vec!["1".to_string()];
+                for (n, s) in a.shape.iter().zip(&a.strides) {
+                    let n = self.scope0.sym_with(n, SymCheck::Plain);
+                    empty.push(format!("({n}) <= 0"));
+                    terms.push(format!(
+                        "(({n}) - 1) * ({})",
+                        self.scope0.sym_with(s, SymCheck::Plain)
+                    ));
+                }
+                if empty.is_empty() {
+                    "1".to_string()
+                } else {
+                    format!("(({}) ? 0 : ({}))", empty.join(" || "), terms.join(" + "))
+                }
+            }
+        }
+    }
+
+    /// The argument pointers' declarations.
+    pub(crate) fn arg_decls(&self, out: &mut String) {
+        for (k, a) in self.plan.signature.arrays.iter().enumerate() {
+            let t = ctype(a.dtype);
+            let _ = writeln!(out, "    {t}* restrict a_{} = ({t}*)args[{k}];", a.name);
+        }
+    }
+
+    /// The control flow's symbols, the body (`parallel`: run by a team that shares its
+    /// steps) and the label every error jumps to.
+    pub(crate) fn body(
+        &self,
+        out: &mut String,
+        opts: &EmitOptions,
+        fns: &mut Functions,
+        counter: &mut usize,
+        parallel: bool,
+    ) -> Result<(), CodegenError> {
+        for v in &self.plan.flow_symbols {
+            let _ = writeln!(out, "        int64_t s_{v} = 0;");
+        }
+        if !parallel
+            && self
+                .transients
+                .iter()
+                .any(|(_, d)| small_len(d.shape()).is_none())
+        {
+            out.push_str("        if (sdf_e->failed) goto sdf_end;\n");
+        }
+        let scope = Scope {
+            parallel,
+            ..self.scope0.clone()
+        };
+        let mut em = Emitter::new(opts, fns, counter, 2);
+        em.block(&scope, &self.plan.body)?;
+        out.push_str(&em.out);
+        out.push_str("        goto sdf_end;\n    sdf_end:;\n");
+        Ok(())
+    }
+}
+
+/// Emits a nested SDFG's static function (`plan`: its plan, made here when `None`), once
+/// per call text; nested functions needed along the way are appended to `fns` before it.
+/// Returns the function's name.
 pub(crate) fn emit_function(
     sdfg: &Sdfg,
     plan: Option<&Plan>,
@@ -140,13 +265,12 @@ pub(crate) fn emit_function(
     fns: &mut Functions,
     counter: &mut usize,
 ) -> Result<String, CodegenError> {
-    let top = ctx.top;
     let key = (
         sdfg as *const Sdfg as usize,
         format!("{:?}", ctx.loc),
         ctx.depth,
     );
-    if !top && let Some(name) = fns.by_call.get(&key) {
+    if let Some(name) = fns.by_call.get(&key) {
         return Ok(name.clone());
     }
     let own_plan;
@@ -157,200 +281,47 @@ pub(crate) fn emit_function(
             &own_plan
         }
     };
-    let sig = &plan.signature;
-    let flow = &plan.flow_symbols;
-    // The plan's lifetimes: per-worker arrays are allocated by each thread of the parallel
-    // region; body-local scalars are declared in every map iteration that uses them
-    // (`body_scope`); every other transient is allocated once, in `init` (a nested
-    // function's on entry).
-    let alloc = |pred: &dyn Fn(Lifetime) -> bool| -> Vec<(&String, &DataDesc)> {
-        plan.allocations
-            .iter()
-            .filter(|a| pred(a.lifetime))
-            .filter_map(|a| sdfg.arrays.get_key_value(&a.name))
-            .collect()
-    };
-    let transients = alloc(&|l| !matches!(l, Lifetime::PerWorker | Lifetime::BodyLocal));
-    let thread_locals = alloc(&|l| l == Lifetime::PerWorker);
+    let frame = Frame::new(sdfg, plan, ctx);
     let mut out = String::new();
-    let mut own_name = String::new();
-    let scope0 = Scope::new(sdfg, ctx.sites, ctx.loc.clone(), ctx.depth);
-    let symbol_decls = |out: &mut String, ind: &str| {
-        for (k, n) in sig.ints.iter().enumerate() {
-            let _ = writeln!(out, "{ind}const int64_t s_{n} = ints[{k}];");
-        }
-        for (k, n) in sig.floats.iter().enumerate() {
-            let t = ctype(sdfg.symbols[n].dtype);
-            let _ = writeln!(out, "{ind}const {t} s_{n} = ({t})floats[{k}];");
-        }
-        static_symbol_decls(out, sdfg, ind);
-    };
-    let size_of = |d: &DataDesc| -> String {
-        match d {
-            DataDesc::Scalar { .. } => "1".to_string(),
-            DataDesc::Array(a) => {
-                // 1 + Σ (shape_d − 1) · stride_d elements, 0 when a dimension is empty.
-                let mut empty = Vec::new();
-                let mut terms = vec!["1".to_string()];
-                for (n, s) in a.shape.iter().zip(&a.strides) {
-                    let n = scope0.sym_with(n, SymCheck::Plain);
-                    empty.push(format!("({n}) <= 0"));
-                    terms.push(format!(
-                        "(({n}) - 1) * ({})",
-                        scope0.sym_with(s, SymCheck::Plain)
-                    ));
-                }
-                if empty.is_empty() {
-                    "1".to_string()
-                } else {
-                    format!("(({}) ? 0 : ({}))", empty.join(" || "), terms.join(" + "))
-                }
-            }
-        }
-    };
-    let arg_decls = |out: &mut String| {
-        for (k, a) in sig.arrays.iter().enumerate() {
-            let t = ctype(a.dtype);
-            let _ = writeln!(out, "    {t}* restrict a_{} = ({t}*)args[{k}];", a.name);
-        }
-    };
-    if top {
-        out.push_str("typedef struct {\n");
-        for (n, d) in &transients {
-            let _ = writeln!(out, "    {}* t_{n};", ctype(d.dtype()));
-        }
-        out.push_str("    sdf_err_t err;\n} sdflow_state;\n\n");
-        out.push_str(
-            "/* The first checked error of the last run: [failed, site, v0, v1, map parameters...]. */\n\
-             void sdflow_error(void* handle, int64_t* out) {\n    sdflow_state* st = (sdflow_state*)handle;\n    memcpy(out, &st->err, sizeof st->err);\n}\n\n",
-        );
-        out.push_str("void sdflow_finalize(void* handle) {\n    sdflow_state* st = (sdflow_state*)handle;\n    if (!st) return;\n");
-        for (n, _) in &transients {
-            let _ = writeln!(out, "    free(st->t_{n});");
-        }
-        out.push_str("    free(st);\n}\n\n");
-        out.push_str(
-            "void* sdflow_init(const int64_t* ints, const double* floats) {\n    (void)floats;\n",
-        );
-        symbol_decls(&mut out, "    ");
-        out.push_str("    sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));\n    if (!st) return NULL;\n");
-        for (n, d) in &transients {
-            let _ = writeln!(
+    *counter += 1;
+    let name = format!("sdf_nested_{}", *counter);
+    let _ = writeln!(
+        out,
+        "/* nested SDFG '{}' */\nstatic {}int {name}(void* const* args, const int64_t* ints, const double* floats, sdf_err_t* sdf_e) {{\n    (void)ints; (void)floats; (void)args;",
+        sdfg.name,
+        // Called at every point of a map: inlined, so its few-element containers
+        // become registers and the call's argument arrays disappear.
+        fns.dialect.function_qualifiers(ctx.per_point),
+    );
+    frame.arg_decls(&mut out);
+    frame.symbol_decls(&mut out, "    ");
+    // A transient of a few elements known at build time lives on the stack: a callee
+    // called at every point of a map would otherwise allocate at every point (on a GPU,
+    // from a device heap of a few megabytes that a large grid exhausts). A larger one is
+    // allocated, and a failed allocation raises the error flag before the body runs.
+    for (n, d) in &frame.transients {
+        let t = ctype(d.dtype());
+        let _ = match small_len(d.shape()) {
+            Some(len) => writeln!(out, "    {t} a_{n}[{len}] = {{0}};"),
+            None => writeln!(
                 out,
-                "    {{ int64_t n = {}; st->t_{n} = ({}*)calloc((size_t)(n > 0 ? n : 1), sizeof({})); if (!st->t_{n}) {{ sdflow_finalize(st); return NULL; }} }}",
-                size_of(d),
-                ctype(d.dtype()),
-                ctype(d.dtype())
-            );
-        }
-        out.push_str("    return st;\n}\n\n");
-        out.push_str("int sdflow_run(void* handle, void* const* args, const int64_t* ints, const double* floats) {\n    sdflow_state* st = (sdflow_state*)handle;\n    (void)ints; (void)floats; (void)args; (void)st;\n");
-        let _ = writeln!(
-            out,
-            "    const int64_t* sdf_ok = ints + {};\n    (void)sdf_ok;",
-            sig.ints.len()
-        );
-        out.push_str(
-            "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n    memset(&st->err, 0, sizeof st->err);\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        sdf_err_t* sdf_e = SDF_ERR_PTR();\n        memset(sdf_e, 0, sizeof *sdf_e);\n        int64_t sdf_seq = 0;\n",
-        );
-        // The pointers are declared inside the parallel region, so that the function the
-        // compiler outlines for it holds them as `restrict` locals.
-        arg_decls(&mut out);
-        for (n, d) in &transients {
-            let t = ctype(d.dtype());
-            let _ = writeln!(out, "    {t}* restrict a_{n} = st->t_{n};");
-        }
-        symbol_decls(&mut out, "        ");
-        for (n, d) in &thread_locals {
-            let t = ctype(d.dtype());
-            let _ = writeln!(
-                out,
-                "        const int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t})); if (!a_{n}) sdf_fail();",
-                size_of(d)
-            );
-        }
-    } else {
-        *counter += 1;
-        let name = format!("sdf_nested_{}", *counter);
-        own_name = name.clone();
-        let _ = writeln!(
-            out,
-            "/* nested SDFG '{}' */\nstatic {}{}int {name}(void* const* args, const int64_t* ints, const double* floats, sdf_err_t* sdf_e) {{\n    (void)ints; (void)floats; (void)args;",
-            sdfg.name,
-            if fns.device { "__device__ " } else { "" },
-            // Called at every point of a map: inlined, so its few-element containers
-            // become registers and the call's argument arrays disappear.
-            match (ctx.per_point, fns.device) {
-                (true, true) => "__forceinline__ ",
-                (true, false) => "inline __attribute__((always_inline)) ",
-                (false, _) => "",
-            }
-        );
-        arg_decls(&mut out);
-        symbol_decls(&mut out, "    ");
-        // A transient of a few elements known at build time lives on the stack: a
-        // callee called at every point of a map would otherwise allocate at every point
-        // (on a GPU, from a device heap of a few megabytes that a large grid exhausts).
-        // A larger one is allocated, and a failed allocation raises the error flag
-        // before the body runs.
-        for (n, d) in &transients {
-            let t = ctype(d.dtype());
-            let _ = match small_len(d.shape()) {
-                Some(len) => writeln!(out, "    {t} a_{n}[{len}] = {{0}};"),
-                None => writeln!(
-                    out,
-                    "    int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t})); if (!a_{n}) sdf_fail();",
-                    size_of(d)
-                ),
-            };
-        }
-        out.push_str("    {\n");
+                "    int64_t n_{n} = {}; {t}* restrict a_{n} = ({t}*)calloc((size_t)(n_{n} > 0 ? n_{n} : 1), sizeof({t})); if (!a_{n}) sdf_fail();",
+                frame.size_of(d)
+            ),
+        };
     }
-    for v in flow {
-        let _ = writeln!(out, "        int64_t s_{v} = 0;");
-    }
-    if !top
-        && transients
-            .iter()
-            .any(|(_, d)| small_len(d.shape()).is_none())
-    {
-        out.push_str("        if (sdf_e->failed) goto sdf_end;\n");
-    }
-    let scope = Scope {
-        parallel: top,
-        ..scope0
-    };
-    let _ = &scope.sites;
-    let text = {
-        let mut em = Emitter::new(opts, &mut *fns, &mut *counter, 2);
-        em.block(&scope, &plan.body)?;
-        em.out
-    };
-    out.push_str(&text);
-    out.push_str("        goto sdf_end;\n    sdf_end:;\n");
-    if top {
-        for (n, _) in &thread_locals {
-            let _ = writeln!(out, "        free(a_{n});");
+    out.push_str("    {\n");
+    frame.body(&mut out, opts, fns, counter, false)?;
+    out.push_str("    }\n");
+    for (n, d) in &frame.transients {
+        if small_len(d.shape()).is_none() {
+            let _ = writeln!(out, "    free(a_{n});");
         }
-        out.push_str(concat!(
-            "        if (sdf_error_flag) {\n#pragma omp atomic write\n            sdf_status = 2;\n        }\n",
-            "        if (sdf_e->failed) {\n#pragma omp critical(sdf_err)\n",
-            "            if (!st->err.failed || sdf_err_before(sdf_e, &st->err)) st->err = *sdf_e;\n        }\n",
-            "    }\n    (void)sdf_abort;\n    if (st->err.failed) sdf_status = 3;\n    return sdf_status;\n}\n"
-        ));
-    } else {
-        out.push_str("    }\n");
-        for (n, d) in &transients {
-            if small_len(d.shape()).is_none() {
-                let _ = writeln!(out, "    free(a_{n});");
-            }
-        }
-        out.push_str("    return sdf_e->failed ? 3 : 0;\n}\n");
-        fns.texts.push(out);
-        fns.by_call.insert(key, own_name.clone());
-        return Ok(own_name);
     }
-    Ok(out)
+    out.push_str("    return sdf_e->failed ? 3 : 0;\n}\n");
+    fns.texts.push(out);
+    fns.by_call.insert(key, name.clone());
+    Ok(name)
 }
 
 pub(crate) struct Emitter<'o> {
@@ -392,6 +363,14 @@ impl<'o> Emitter<'o> {
 }
 
 impl Emitter<'_> {
+    /// Prints the spelling `f` of the dialect's team ([`Dialect::team`]), where it has one.
+    pub(crate) fn team_line(&mut self, f: impl FnOnce(&dyn Team) -> String) {
+        if let Some(t) = self.fns.dialect.team() {
+            let s = f(t);
+            self.line(&s);
+        }
+    }
+
     pub(crate) fn line(&mut self, s: &str) {
         for _ in 0..self.indent {
             self.out.push_str("    ");

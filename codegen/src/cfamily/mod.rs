@@ -2,8 +2,9 @@
 //! ([`cexpr`]) and the runtime prelude in each dialect ([`prelude`]).
 
 pub mod cexpr;
+pub mod dialect;
 pub mod emit;
 pub mod prelude;
 pub mod sites;
 
-pub use prelude::Dialect;
+pub use dialect::{Dialect, Team};

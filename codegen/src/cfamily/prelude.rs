@@ -1,64 +1,17 @@
 //! The helpers every generated translation unit starts with (wrapping and floored
 //! integer arithmetic, checked symbolic arithmetic, saturating conversions, float
-//! modulo, IEEE min/max, the error flag and record), in the two dialects of the C family.
+//! modulo, IEEE min/max, the error flag and record): the text both dialects of the C
+//! family share.
 //!
-//! Both dialects share one text, [`COMMON`]. What they spell differently is named by a
-//! few macros each dialect's head defines first — `SDF_FN` (a helper function), `SDF_STATE`
-//! (the error state: thread-local in C, a device global in CUDA), `SDF_SET_FLAG` and
-//! `SDF_CLAIM` (setting the flag, claiming the record: atomically on a device),
-//! `SDF_ERR_PTR`, and `SDF_ADD_OVF`/`SDF_SUB_OVF`/`SDF_MUL_OVF` (overflow checks: compiler
-//! builtins in C, exact helpers on a device) — so that no dialect rewrites the other's
-//! text. Each dialect then adds its clock and, for CUDA, the atomic write-conflict
-//! resolutions. Integer division by zero yields 0 and raises the error flag, which `run`
-//! returns as status 2.
-
-use std::fmt::Write as _;
-
-use sdflow_ir::{DType, Wcr};
-
-use super::cexpr::{combine, ctype};
-
-/// A dialect of the C family that sdflow prints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dialect {
-    /// C11 with OpenMP, compiled by the host's C compiler.
-    C,
-    /// CUDA C, compiled by NVRTC (or for the host, on the emulated device).
-    Cuda,
-}
-
-/// The prelude of a translation unit in `dialect`.
-pub fn prelude(dialect: Dialect) -> String {
-    match dialect {
-        Dialect::C => format!("{C_HEAD}{COMMON}{C_TAIL}"),
-        Dialect::Cuda => format!("{CUDA_HEAD}{COMMON}{CUDA_TAIL}{}", cuda_atomics()),
-    }
-}
-
-/// The C dialect: the standard headers, and the dialect's spellings.
-const C_HEAD: &str = r#"#include <stdint.h>
-#include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-#include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-/* How C spells what the dialects spell differently (see `cfamily::prelude`). */
-#define SDF_FN static inline
-#define SDF_STATE static _Thread_local
-#define SDF_SET_FLAG() (sdf_error_flag = 1)
-#define SDF_CLAIM() (sdf_err.failed ? 0 : (sdf_err.failed = 1))
-/* The calling thread's record, addressed once per function: thread-local storage in a
-   shared library costs a call per access, and the compiler would recompute the address
-   at every use; the empty asm makes the pointer a value it keeps. */
-#define SDF_ERR_PTR() __extension__({ sdf_err_t* sdf_p_ = &sdf_err; __asm__("" : "+r"(sdf_p_)); sdf_p_; })
-#define SDF_ADD_OVF(a, b, r) __builtin_add_overflow(a, b, r)
-#define SDF_SUB_OVF(a, b, r) __builtin_sub_overflow(a, b, r)
-#define SDF_MUL_OVF(a, b, r) __builtin_mul_overflow(a, b, r)
-
-"#;
+//! What the dialects spell differently is named by a few macros each dialect's head
+//! defines first (`cpu::dialect`, `cuda::dialect`) — `SDF_FN` (a helper function),
+//! `SDF_STATE` (the error state: thread-local in C, a device global in CUDA),
+//! `SDF_SET_FLAG` and `SDF_CLAIM` (setting the flag, claiming the record: atomically on a
+//! device), `SDF_ERR_PTR`, and `SDF_ADD_OVF`/`SDF_SUB_OVF`/`SDF_MUL_OVF` (overflow checks:
+//! compiler builtins in C, exact helpers on a device) — so that no dialect rewrites the
+//! other's text. Each dialect then adds its clock and, for CUDA, the atomic
+//! write-conflict resolutions ([`super::dialect::Dialect::prelude`]). Integer division by
+//! zero yields 0 and raises the error flag, which `run` returns as status 2.
 
 /// What both dialects share, in the spellings their heads define.
 pub const COMMON: &str = r#"/* Raised by integer division by zero: per thread in C, so concurrent calls of the same
@@ -258,116 +211,3 @@ SDF_FN float sdf_canonf_blend(float x) { return sdf_canonf(x); }
 #endif
 SDF_FN float sdf_fmod_float(float a, float b) { return a - floorf(a / b) * b; }
 "#;
-
-/// C's clock.
-const C_TAIL: &str = r#"/* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
-SDF_FN int64_t sdf_wall_ns(void) {
-    struct timespec ts;
-    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
-    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec; }
-"#;
-
-/// The CUDA dialect: fixed-width types without headers, exact overflow checks without
-/// compiler builtins, and the dialect's spellings.
-const CUDA_HEAD: &str = r#"#pragma nv_diag_suppress 177
-#pragma nv_diag_suppress 550
-typedef signed char int8_t;
-typedef int int32_t;
-typedef long long int64_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#define INT32_MIN (-2147483647 - 1)
-#define INT32_MAX 2147483647
-#define INT64_MIN (-9223372036854775807LL - 1)
-#define INT64_MAX 9223372036854775807LL
-#ifndef NAN
-#define NAN __longlong_as_double(0x7ff8000000000000ULL)
-#endif
-#ifndef INFINITY
-#define INFINITY __longlong_as_double(0x7ff0000000000000ULL)
-#endif
-#define restrict __restrict__
-/* How CUDA spells what the dialects spell differently (see `cfamily::prelude`). */
-#define SDF_FN static __device__ inline
-#define SDF_STATE __device__
-#define SDF_SET_FLAG() atomicExch(&sdf_error_flag, 1)
-#define SDF_CLAIM() (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) == 0ULL)
-#define SDF_ERR_PTR() (&sdf_err)
-#define SDF_ADD_OVF(a, b, r) sdf_ovf_add(a, b, r)
-#define SDF_SUB_OVF(a, b, r) sdf_ovf_sub(a, b, r)
-#define SDF_MUL_OVF(a, b, r) sdf_ovf_mul(a, b, r)
-SDF_FN void* sdf_calloc(size_t n, size_t s) {
-    void* p = malloc(n * s); if (p) memset(p, 0, n * s); return p; }
-#define calloc(n, s) sdf_calloc((n), (s))
-/* Signed overflow checks, exact, without compiler builtins. */
-SDF_FN bool sdf_ovf_add(int64_t a, int64_t b, int64_t* r) {
-    uint64_t u = (uint64_t)a + (uint64_t)b; *r = (int64_t)u;
-    return ((a ^ *r) & (b ^ *r)) < 0; }
-SDF_FN bool sdf_ovf_sub(int64_t a, int64_t b, int64_t* r) {
-    uint64_t u = (uint64_t)a - (uint64_t)b; *r = (int64_t)u;
-    return ((a ^ b) & (a ^ *r)) < 0; }
-SDF_FN bool sdf_ovf_mul(int64_t a, int64_t b, int64_t* r) {
-    *r = (int64_t)((uint64_t)a * (uint64_t)b);
-    if (a == 0 || b == 0) return false;
-    if ((a == -1 && b == INT64_MIN) || (b == -1 && a == INT64_MIN)) return true;
-    return (*r / b) != a; }
-"#;
-
-/// CUDA's clock: the device's `%globaltimer` (the host's on the emulated device).
-const CUDA_TAIL: &str = r#"/* A clock in nanoseconds: differences time a region. */
-SDF_FN int64_t sdf_wall_ns(void) {
-#ifdef SDFLOW_EMULATED
-    return sdf_emu_wall_ns(); }
-#else
-    uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return (int64_t)t; }
-#endif
-"#;
-
-/// `sdf_atomic_<wcr>_<type>(p, n)`: `*p = combine(*p, n)` atomically, by compare-and-swap
-/// of the element's bits (of its 32-bit word for `bool`), with exactly the combination
-/// the sequential code uses.
-fn cuda_atomics() -> String {
-    let mut out = String::from("/* Write-conflict resolutions in parallel maps. */\n");
-    for w in [Wcr::Sum, Wcr::Prod, Wcr::Min, Wcr::Max] {
-        for t in [DType::F64, DType::F32, DType::I64, DType::I32, DType::Bool] {
-            let f = format!("sdf_atomic_{}_{}", w.name(), t.name());
-            let c = combine(w, "o", "n", t);
-            let ct = ctype(t);
-            let _ = match t {
-                DType::F64 | DType::I64 => {
-                    let (from, to) = if t == DType::F64 {
-                        (
-                            "__longlong_as_double((long long)assumed)",
-                            "(unsigned long long)__double_as_longlong(r)",
-                        )
-                    } else {
-                        ("(int64_t)assumed", "(unsigned long long)r")
-                    };
-                    writeln!(
-                        out,
-                        "static __device__ inline void {f}({ct}* p, {ct} n) {{\n    unsigned long long* a = (unsigned long long*)p; unsigned long long old = *a, assumed;\n    do {{ assumed = old; const {ct} o = {from}; const {ct} r = {c}; old = atomicCAS(a, assumed, {to}); }} while (assumed != old); }}"
-                    )
-                }
-                DType::F32 | DType::I32 => {
-                    let (from, to) = if t == DType::F32 {
-                        (
-                            "__int_as_float((int)assumed)",
-                            "(unsigned int)__float_as_int(r)",
-                        )
-                    } else {
-                        ("(int32_t)assumed", "(unsigned int)r")
-                    };
-                    writeln!(
-                        out,
-                        "static __device__ inline void {f}({ct}* p, {ct} n) {{\n    unsigned int* a = (unsigned int*)p; unsigned int old = *a, assumed;\n    do {{ assumed = old; const {ct} o = {from}; const {ct} r = {c}; old = atomicCAS(a, assumed, {to}); }} while (assumed != old); }}"
-                    )
-                }
-                DType::Bool => writeln!(
-                    out,
-                    "static __device__ inline void {f}(bool* p, bool n) {{\n    unsigned int* a = (unsigned int*)((size_t)p & ~(size_t)3); const unsigned int sh = (unsigned int)(((size_t)p & 3) * 8);\n    unsigned int old = *a, assumed;\n    do {{ assumed = old; const bool o = ((assumed >> sh) & 0xffu) != 0; const bool r = {c};\n         old = atomicCAS(a, assumed, (assumed & ~(0xffu << sh)) | ((unsigned int)r << sh)); }} while (assumed != old); }}"
-                ),
-            };
-        }
-    }
-    out
-}

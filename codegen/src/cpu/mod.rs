@@ -9,7 +9,10 @@ use std::time::Duration;
 use rayon::prelude::*;
 use sdflow_ir::Sdfg;
 
+pub mod dialect;
 pub mod emit;
+
+pub use dialect::OpenMp;
 
 pub use emit::{ArgSpec, EmitOptions, OmpSchedule, Signature};
 

@@ -6,6 +6,9 @@
 
 pub mod array;
 pub mod device;
+pub mod dialect;
 pub mod emit;
 pub mod exec;
 pub mod nvrtc;
+
+pub use dialect::Cuda;

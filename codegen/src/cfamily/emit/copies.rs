@@ -101,14 +101,9 @@ impl Emitter<'_> {
         let dt = sc.sdfg.arrays.get(dst).map_or(DType::F64, DataDesc::dtype);
         if shared {
             if sk.is_empty() {
-                self.line("#pragma omp single nowait");
-            } else if sk.len() > 1 {
-                self.line(&format!(
-                    "#pragma omp for collapse({}) schedule(static) nowait",
-                    sk.len()
-                ));
+                self.team_line(|t| t.single().into());
             } else {
-                self.line("#pragma omp for schedule(static) nowait");
+                self.team_line(|t| t.share_loops(sk.len(), OmpSchedule::Static.name()));
             }
         }
         // The loop over the destination's contiguous dimension innermost: the last

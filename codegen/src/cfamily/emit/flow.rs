@@ -55,7 +55,7 @@ impl Emitter<'_> {
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} == 0) break;"));
                 if host {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                 }
                 self.block(sc, body)?;
                 self.line(&format!("s_{v} = {};", here.sym(update)));
@@ -63,7 +63,7 @@ impl Emitter<'_> {
                 self.indent -= 1;
                 self.line("}");
                 if host {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                 }
             }
             Flow::If {
@@ -80,14 +80,14 @@ impl Emitter<'_> {
                 self.line(&format!("if (sdf_c{u} != 0) {{"));
                 self.indent += 1;
                 if host {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                 }
                 self.block(sc, then)?;
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
                 if host {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                 }
                 self.block(sc, otherwise)?;
                 self.indent -= 1;
@@ -108,7 +108,7 @@ impl Emitter<'_> {
                     self.line(&format!("s_{n} = sdf_tmp{k};"));
                 }
                 if sc.parallel && !host_reads.is_empty() {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                 }
                 self.indent -= 1;
                 self.line("}");
@@ -133,7 +133,7 @@ impl Emitter<'_> {
             if sc.parallel {
                 let depends = pending.iter().any(|p| step.waits.contains(p));
                 if depends {
-                    self.line("#pragma omp barrier");
+                    self.team_line(|t| t.barrier().into());
                     pending.clear();
                 }
             }
@@ -161,14 +161,15 @@ impl Emitter<'_> {
             if !matches!(cond, Cond::Always) {
                 self.indent += 1;
                 if sc.parallel {
-                    self.line("#pragma omp single nowait");
+                    self.team_line(|t| t.single().into());
                 }
                 self.checked_node(sc, df, n, step.atomic_writes())?;
                 self.indent -= 1;
             }
             self.line("}");
             if sc.parallel {
-                self.line("if (sdf_e->failed) {\n#pragma omp atomic write");
+                self.line("if (sdf_e->failed) {");
+                self.team_line(|t| t.atomic_write().into());
                 self.line("    sdf_abort = sdf_seq + 1;");
                 self.line("}");
             } else {
@@ -182,9 +183,10 @@ impl Emitter<'_> {
             // Errors end the run after the state, on every thread at once: `sdf_abort`
             // holds the number of the state that failed, so a thread still reading it
             // after an earlier state's barrier does not see a later state's error.
-            self.line("#pragma omp barrier");
+            self.team_line(|t| t.barrier().into());
             self.line("sdf_seq++;");
-            self.line("{ int64_t sdf_a;\n#pragma omp atomic read");
+            self.line("{ int64_t sdf_a;");
+            self.team_line(|t| t.atomic_read().into());
             self.line("  sdf_a = sdf_abort;");
             self.line("  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }");
         }
@@ -206,7 +208,7 @@ impl Emitter<'_> {
             (_, Node::Access(dst)) if sc.parallel && self.shared_copies(sc, df, n, dst) => {}
             (_, node) => {
                 if sc.parallel {
-                    self.line("#pragma omp single nowait");
+                    self.team_line(|t| t.single().into());
                 }
                 self.line("{");
                 self.indent += 1;
@@ -272,7 +274,7 @@ impl Emitter<'_> {
         let inner = inner.at(LocPart::Text(df.node(n).describe()));
         for (k, &(src, edge)) in copies.iter().enumerate() {
             if k > 0 {
-                self.line("#pragma omp barrier");
+                self.team_line(|t| t.barrier().into());
             }
             self.line(&format!(
                 "{{ /* copy {} */",

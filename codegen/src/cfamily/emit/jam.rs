@@ -373,7 +373,7 @@ impl Emitter<'_> {
         ));
         self.prefetch(sc, jam, &blk, &ai)?;
         if jam.simd {
-            self.line("#pragma omp simd simdlen(8)");
+            self.team_line(|t| t.simd(8));
         }
         self.line(&format!(
             "for (int64_t s_{jb} = {blk}; s_{jb} < {end}; s_{jb}++) {{"

@@ -8,7 +8,7 @@ impl Emitter<'_> {
     pub(crate) fn body(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
         // Producer–consumer pairs are printed row-jammed (`jam.rs`) in the CPU's loops,
         // not in device code (kernels, and nested functions printed for them).
-        if !self.fns.device
+        if self.fns.dialect.team().is_some()
             && !sc.checked
             && let Some(pair) = jam::Jam::of(sc.sdfg, df)
         {
@@ -144,18 +144,12 @@ impl Emitter<'_> {
         self.line(&format!("if ({points} >= {threshold}) {{"));
         self.indent += 1;
         let schedule = self.opts.schedule.name();
-        if collapse > 1 {
-            self.line(&format!(
-                "#pragma omp for collapse({collapse}) schedule({schedule}) nowait"
-            ));
-        } else {
-            self.line(&format!("#pragma omp for schedule({schedule}) nowait"));
-        }
+        self.team_line(|t| t.share_loops(collapse, schedule));
         self.map_loops_from(sc, m, true, collapse.max(1))?;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
-        self.line("#pragma omp single nowait");
+        self.team_line(|t| t.single().into());
         self.line("{");
         self.indent += 1;
         // Beside other nodes of the state: write-conflict resolutions stay atomic.

@@ -21,7 +21,6 @@ impl Emitter<'_> {
         let mut loc = sc.loc.clone();
         loc.push(LocPart::Text(format!("sdfg '{}'", inner.name)));
         let ctx = FnCtx {
-            top: false,
             sites: sc.sites,
             loc,
             depth: sc.depth,

@@ -140,23 +140,9 @@ impl Emitter<'_> {
             return;
         };
         let combined = self.combine(w, lv, value, dt);
-        if sc.in_parallel_map && self.fns.device {
-            // One compare-and-swap loop per resolution and type (`sdf_atomic_*`).
-            self.line(&format!(
-                "sdf_atomic_{}_{}(&{lv}, {value});",
-                w.name(),
-                dt.name()
-            ));
-        } else if sc.in_parallel_map {
-            match (w, dt) {
-                (Wcr::Sum, t) if t.is_float() => {
-                    self.line("#pragma omp atomic update");
-                    self.line(&format!("{lv} += {value};"));
-                }
-                _ => {
-                    self.line("#pragma omp critical(sdf_wcr)");
-                    self.line(&format!("{{ {lv} = {combined}; }}"));
-                }
+        if sc.in_parallel_map {
+            for l in self.fns.dialect.atomic_combine(w, dt, lv, value, &combined) {
+                self.line(&l);
             }
         } else {
             self.line(&format!("{lv} = {combined};"));
