@@ -162,7 +162,7 @@ fn compiler_errors_name_the_generated_file() {
     let backend = CpuBackend {
         cache: Some(Cache::at(dir.join("cache"))),
         compiler: CompilerOptions {
-            flags: vec!["-shared".into(), "-fPIC".into(), "-DSDF_PAR_MIN=(".into()],
+            flags: vec!["-shared".into(), "-fPIC".into(), "-Dsdf_fail=(".into()],
             ..CompilerOptions::default()
         },
         ..CpuBackend::default()

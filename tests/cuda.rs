@@ -213,7 +213,7 @@ fn gpu_random_programs_equal_the_interpreter() {
 /// `tests/gt4py_corpus.rs` as well.
 #[test]
 fn no_one_thread_kernel_for_parallel_work() {
-    use sdflow_codegen::plan::{Plan, StepKind, nested_accumulates};
+    use sdflow_codegen::plan::{Plan, StepKind, Target, nested_accumulates};
     use sdflow_ir::Node;
     let mut programs = files("examples", ".sdfg.json");
     programs.extend(files("tests/dace", ".sdfg"));
@@ -225,7 +225,7 @@ fn no_one_thread_kernel_for_parallel_work() {
         let s = cli::load_program(p).unwrap();
         let mut opt = s.clone();
         sdflow_transforms::Pipeline::gpu().run(&mut opt).unwrap();
-        let plan = Plan::of(&opt).unwrap();
+        let plan = Plan::of(&opt, Target::Grid).unwrap();
         for sp in plan.body.states() {
             let st = &opt.states[sp.id.index()];
             for step in &sp.steps {
@@ -918,4 +918,82 @@ fn the_emulated_device_catches_a_kernel_one_point_short() {
     eprintln!("{caught} of {programs} examples with grid kernels caught one point short");
     assert!(programs >= 5, "{programs}");
     assert_eq!(caught, programs);
+}
+
+/// A step whose in-bounds condition reads only the program's symbols runs checked or
+/// not as that condition held when the call was bound: in bounds, the unchecked kernel
+/// computes the result; out of bounds, the checked kernel reports the interpreter's error.
+#[test]
+fn gpu_bind_time_conditions_choose_the_kernel() {
+    for (dev, handle) in devices("gpu_bind_time_conditions_choose_the_kernel") {
+        bind_time_conditions_choose_the_kernel(dev, handle);
+    }
+}
+
+fn bind_time_conditions_choose_the_kernel(dev: &str, handle: DeviceHandle) {
+    use sdflow_codegen::cuda::array::DeviceArray;
+    use sdflow_codegen::cuda::exec::DeviceArgs;
+    use sdflow_codegen::plan::CheckPolicy;
+    use sdflow_ir::interp::HostArray;
+    use sdflow_ir::{DType, SdfgBuilder};
+    let mut b = SdfgBuilder::new("head");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("a", DType::I64, ["M"])
+        .array("out", DType::I64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[("x", "a[i]")], &[("o", "out[i]")], "o = x * 3");
+        });
+    });
+    let s = b.build();
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let mut prog = backend.build(&s, &handle).unwrap();
+    let step = &prog.program().plan.body.states()[0].steps[0];
+    assert!(
+        matches!(step.check, CheckPolicy::AtBind(_)),
+        "{:?}",
+        step.check
+    );
+    let values = |n: i64| {
+        HostArray::from_values(
+            DType::I64,
+            &[n as usize],
+            &(0..n)
+                .map(|k| sdflow_ir::Value::I64(k + 1))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap()
+    };
+    // In bounds (N = 4 ≤ M = 6).
+    let a = DeviceArray::from_host(&handle, &values(6)).unwrap();
+    let out = DeviceArray::zeros(&handle, DType::I64, &[4]).unwrap();
+    let call = prog
+        .bind(DeviceArgs::new().array("a", &a).array("out", &out))
+        .unwrap();
+    let done = prog.call_bound(&call).unwrap();
+    prog.wait(done).unwrap();
+    assert_eq!(out.to_host().unwrap().bits(), vec![3, 6, 9, 12], "{dev}");
+    // Out of bounds (N = 5 > M = 3): the checked kernel stops with the interpreter's error.
+    let mut inputs = sdflow_ir::interp::Bindings::default();
+    inputs.arrays.insert("a".into(), values(3));
+    inputs
+        .arrays
+        .insert("out".into(), HostArray::zeros(DType::I64, &[5]));
+    inputs.symbols.insert("N".into(), sdflow_ir::Value::I64(5));
+    inputs.symbols.insert("M".into(), sdflow_ir::Value::I64(3));
+    let message = sdflow_ir::interp::run(&s, &mut inputs)
+        .unwrap_err()
+        .to_string();
+    let a = DeviceArray::from_host(&handle, &values(3)).unwrap();
+    let out = DeviceArray::zeros(&handle, DType::I64, &[5]).unwrap();
+    let call = prog
+        .bind(DeviceArgs::new().array("a", &a).array("out", &out))
+        .unwrap();
+    let done = prog.call_bound(&call).unwrap();
+    let e = prog.wait(done).unwrap_err().to_string();
+    assert!(e.contains(&message), "{dev}: {e} (interpreter: {message})");
 }

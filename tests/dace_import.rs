@@ -624,13 +624,13 @@ fn repeated_bodies_share_one_saturation() {
 /// the map's own edges, stays parallel with atomic updates.
 #[test]
 fn a_map_whose_nested_call_accumulates_runs_on_one_thread_until_the_callee_is_spliced_in() {
-    use sdflow::codegen::plan::{Plan, StepKind};
+    use sdflow::codegen::plan::{Plan, StepKind, Target};
     let backend = CpuBackend {
         cache: Some(Cache::at(std::env::temp_dir().join("sdflow-test-cache"))),
         ..CpuBackend::default()
     };
     let kinds = |s: &Sdfg| -> Vec<String> {
-        let plan = Plan::of(s).unwrap();
+        let plan = Plan::of(s, Target::default()).unwrap();
         plan.body
             .states()
             .iter()

@@ -271,7 +271,7 @@ fn every_gt4py_program_reproduces_gt4py() {
 /// the program; inlined, its maps meet the fusion passes (the fused maps are counted).
 #[test]
 fn every_gt4py_program_runs_its_maps_in_parallel() {
-    use sdflow::codegen::plan::{Plan, StepKind};
+    use sdflow::codegen::plan::{Plan, StepKind, Target};
     let mut lowered_maps = 0;
     let mut final_maps = 0;
     for p in programs() {
@@ -281,7 +281,12 @@ fn every_gt4py_program_runs_its_maps_in_parallel() {
             for (pipeline, name) in [(Pipeline::cpu(), "cpu"), (Pipeline::gpu(), "gpu")] {
                 let mut opt = sdfg.clone();
                 pipeline.run(&mut opt).unwrap();
-                let plan = Plan::of(&opt).unwrap();
+                let target = if name == "gpu" {
+                    Target::Grid
+                } else {
+                    Target::default()
+                };
+                let plan = Plan::of(&opt, target).unwrap();
                 let mut maps = 0;
                 for st in plan.body.states() {
                     for step in &st.steps {

@@ -3,7 +3,7 @@
 //! resolutions in a parallel state are atomic, and a control-flow condition on a scalar
 //! the dataflow writes is a counted sync point.
 
-use sdflow_codegen::plan::{Flow, Lifetime, Plan, StepKind};
+use sdflow_codegen::plan::{Flow, Lifetime, Plan, StepKind, Target};
 use sdflow_ir::{Block, DType, SdfgBuilder, StateId, SymExpr};
 
 #[test]
@@ -28,7 +28,7 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
     });
     let s = b.build();
     assert_eq!(s.validate(), Ok(()));
-    let plan = Plan::of(&s).unwrap();
+    let plan = Plan::of(&s, Target::default()).unwrap();
     let st = plan.body.states()[0];
     let by_label = |l: &str| st.steps.iter().position(|x| x.label == l).unwrap();
     let (p, q, r) = (by_label("p"), by_label("q"), by_label("r"));
@@ -43,13 +43,13 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
         st.steps[r].kind,
         StepKind::ParallelMap {
             collapse: 1,
-            coarse: false
+            min_points: 4096
         }
     ));
     assert_eq!(plan.allocation("t").unwrap().lifetime, Lifetime::Persistent);
     assert_eq!(plan.sync_points(), 0);
     // A nested program's plan is sequential: nothing waits, nothing is atomic.
-    let nested = Plan::nested(&s).unwrap();
+    let nested = Plan::nested(&s, Target::default()).unwrap();
     assert!(!nested.parallel);
     assert!(
         nested.body.states()[0]
@@ -89,7 +89,7 @@ fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
     ]));
     let s = b.build();
     assert_eq!(s.validate(), Ok(()));
-    let plan = Plan::of(&s).unwrap();
+    let plan = Plan::of(&s, Target::default()).unwrap();
     assert_eq!(plan.sync_points(), 1);
     let Flow::Seq(items) = &plan.body else {
         panic!("a sequence")
@@ -105,7 +105,7 @@ fn a_loop_on_a_scalar_the_dataflow_writes_is_a_sync_point() {
         "{text}"
     );
     assert!(
-        text.starts_with("plan 'lc' (parallel; 1 sync point)"),
+        text.starts_with("plan 'lc' (parallel, team; 1 sync point)"),
         "{text}"
     );
     assert!(text.contains("writes out (atomic sum)"), "{text}");
@@ -145,16 +145,18 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
         });
     });
     let sdfg = b.build();
-    let plan = Plan::of(&sdfg).unwrap();
+    let plan = Plan::of(&sdfg, Target::default()).unwrap();
+    let gplan = Plan::of(&sdfg, Target::Grid).unwrap();
     let with = |policy: Option<CheckPolicy>| {
-        let mut p = plan.clone();
+        let (mut p, mut g) = (plan.clone(), gplan.clone());
         if let Some(policy) = policy {
-            first_state(&mut p.body).unwrap().steps[0].check = policy;
+            first_state(&mut p.body).unwrap().steps[0].check = policy.clone();
+            first_state(&mut g.body).unwrap().steps[0].check = policy;
         }
         let (c, sites) = emit_plan(&sdfg, &p, &Default::default()).unwrap();
         // The program's part: the prelude defines the helpers whatever the plan.
         let c = c.replace(&OpenMp.prelude(), "");
-        let cu = emit_cuda_plan(&sdfg, p, &CudaEmitOptions::default()).unwrap();
+        let cu = emit_cuda_plan(&sdfg, g, &CudaEmitOptions::default()).unwrap();
         let checked_kernels = cu.kernels.iter().filter(|k| k.checked).count();
         (c, sites.bind_checks.len(), checked_kernels)
     };
@@ -197,10 +199,18 @@ fn the_printers_follow_the_check_policy_of_the_plan() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        grids(plan.clone()),
+        grids(gplan.clone()),
         [Some(vec![SymExpr::parse("N - 1").unwrap()])]
     );
-    let mut single = plan.clone();
+    // A plan made for a team has no grids: the CUDA printer refuses it.
+    let Err(e) = emit_cuda_plan(&sdfg, plan.clone(), &CudaEmitOptions::default()) else {
+        panic!("a team's plan printed as kernels")
+    };
+    assert_eq!(
+        e.to_string(),
+        "cannot generate code: the plan of 'shift' is made for a team of threads, not for a grid of them (make it with `Target::Grid`)"
+    );
+    let mut single = gplan.clone();
     first_state(&mut single.body).unwrap().steps[0].grid = None;
     assert_eq!(grids(single), [None]);
 }
@@ -223,7 +233,7 @@ fn the_c_printer_makes_atomic_what_the_plan_says() {
         );
     });
     let sdfg = b.build();
-    let plan = Plan::of(&sdfg).unwrap();
+    let plan = Plan::of(&sdfg, Target::default()).unwrap();
     assert!(first_state(&mut plan.clone().body).unwrap().steps[0].atomic_writes());
     let text = |p: &Plan| {
         let (c, _) = emit_plan(&sdfg, p, &Default::default()).unwrap();
@@ -238,4 +248,131 @@ fn the_c_printer_makes_atomic_what_the_plan_says() {
     let plain = text(&plain);
     assert!(!plain.contains("#pragma omp atomic update"), "{plain}");
     assert_ne!(atomic, plain);
+}
+
+/// The plan decides how a team shares a step — the parallel threshold, whether copies
+/// share their loops, which map body is row-jammed — and the C printer spells exactly
+/// that: changing one decision changes that part of the text.
+#[test]
+fn the_c_printer_follows_the_plans_sharing_and_jamming() {
+    use sdflow_codegen::cfamily::Dialect;
+    use sdflow_codegen::cpu::OpenMp;
+    use sdflow_codegen::cpu::emit::emit_plan;
+
+    let text = |sdfg: &sdflow_ir::Sdfg, p: &Plan| {
+        let (c, _) = emit_plan(sdfg, p, &Default::default()).unwrap();
+        c.replace(&OpenMp.prelude(), "")
+    };
+    // The threshold: the options' by default, whatever the plan says otherwise.
+    let mut b = SdfgBuilder::new("thr");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N"])
+        .array("b", DType::F64, ["N"])
+        .array("c", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[("x", "a[i]")], &[("y", "b[i]")], "y = x + 1.0");
+        });
+        s.copy("a[0:N]", "c[0:N]");
+    });
+    let sdfg = b.build();
+    assert_eq!(sdfg.validate(), Ok(()));
+    let plan = Plan::of(
+        &sdfg,
+        Target::Team {
+            parallel_min_points: 100,
+        },
+    )
+    .unwrap();
+    let steps = &plan.body.states()[0].steps;
+    let (m, c) = (
+        steps.iter().position(|s| s.label == "m").unwrap(),
+        steps.iter().position(|s| s.label == "c").unwrap(),
+    );
+    assert_eq!(
+        steps[m].kind,
+        StepKind::ParallelMap {
+            collapse: 1,
+            min_points: 100
+        }
+    );
+    assert_eq!(steps[c].kind, StepKind::Copy { shared: true });
+    let base = text(&sdfg, &plan);
+    assert!(base.contains(">= 100) {"), "{base}");
+    let mut other = plan.clone();
+    first_state(&mut other.body).unwrap().steps[m].kind = StepKind::ParallelMap {
+        collapse: 1,
+        min_points: 7,
+    };
+    let changed = text(&sdfg, &other);
+    assert!(changed.contains(">= 7) {") && !changed.contains(">= 100) {"));
+    assert_eq!(changed.replace(">= 7) {", ">= 100) {"), base);
+    // A copy the plan does not share runs on one thread of the team.
+    let shared_loops = base
+        .matches("#pragma omp for schedule(static) nowait")
+        .count();
+    let mut single = plan.clone();
+    first_state(&mut single.body).unwrap().steps[c].kind = StepKind::Copy { shared: false };
+    let single = text(&sdfg, &single);
+    assert_eq!(
+        single
+            .matches("#pragma omp for schedule(static) nowait")
+            .count(),
+        shared_loops - 1,
+        "{single}"
+    );
+    assert!(
+        plan.to_text().contains("copy 'c' shared"),
+        "{}",
+        plan.to_text()
+    );
+
+    // Row-jamming: the tiled hyperdiffusion's tile body is jammed where the plan says.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/hyperdiffusion.sdfg.json"
+    );
+    let mut hd = sdflow_ir::format::load(&std::fs::read_to_string(path).unwrap()).unwrap();
+    sdflow_transforms::Pipeline::cpu().run(&mut hd).unwrap();
+    let plan = Plan::of(&hd, Target::default()).unwrap();
+    let jammed = plan
+        .body
+        .states()
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter(|s| s.jam.is_some())
+        .count();
+    assert_eq!(jammed, 1, "{}", plan.to_text());
+    assert!(
+        plan.to_text()
+            .contains("rows jammed (+1 rows, +0 columns, simd)")
+    );
+    let with = text(&hd, &plan);
+    assert!(with.contains("row-jammed */") && with.contains("#pragma omp simd simdlen(8)"));
+    let mut plain = plan.clone();
+    for s in &mut first_state(&mut plain.body).unwrap().steps {
+        s.jam = None;
+    }
+    let without = text(&hd, &plain);
+    assert!(
+        !without.contains("row-jammed */") && !without.contains("omp simd"),
+        "{without}"
+    );
+    let mut no_simd = plan.clone();
+    for s in &mut first_state(&mut no_simd.body).unwrap().steps {
+        if let Some(j) = &mut s.jam {
+            j.simd = false;
+        }
+    }
+    let no_simd = text(&hd, &no_simd);
+    assert!(no_simd.contains("row-jammed */") && !no_simd.contains("omp simd"));
+    // A grid's plan jams nothing and shares no copies: kernels do neither.
+    let grid = Plan::of(&hd, Target::Grid).unwrap();
+    assert!(
+        grid.body
+            .states()
+            .iter()
+            .flat_map(|s| &s.steps)
+            .all(|s| s.jam.is_none())
+    );
 }

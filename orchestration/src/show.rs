@@ -209,7 +209,15 @@ pub fn show(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, Sho
                     problems.iter().map(|p| p.to_string()).collect(),
                 )));
             }
-            sdflow_codegen::Plan::of(&last)
+            // The plan the chosen backend prints: a grid on the GPU, the C unit's team
+            // with its threshold on the CPU.
+            let target = match options.backend {
+                Backend::Gpu => sdflow_codegen::plan::Target::Grid,
+                _ => sdflow_codegen::plan::Target::Team {
+                    parallel_min_points: options.parallel_min_points,
+                },
+            };
+            sdflow_codegen::Plan::of(&last, target)
                 .map(|p| p.to_text())
                 .map_err(codegen)
         }

@@ -1,7 +1,12 @@
 //! GPU scheduling: every top-level map of every state becomes a GPU kernel
-//! (`gpu_device`) and every host transient array moves to device storage; maps inside them keep their schedule (a sequential level loop of a
-//! vertical scan stays sequential inside the kernel's thread). The last pass of the GPU
-//! pipeline, after fusion decided what a kernel is.
+//! (`gpu_device`); maps inside them keep their schedule (a sequential level loop of a
+//! vertical scan stays sequential inside the kernel's thread). Runs after fusion decided
+//! what a kernel is, and before `loop_order`, which weighs a `gpu_device` map's accesses
+//! by the GPU's costs (the plan runs it as a parallel map, a grid on the GPU).
+//!
+//! Storage is left as it is: the CUDA backend keeps every container in device memory
+//! whatever its storage says (only `local` storage, private to a thread, is read), so a
+//! `device` mark would be read by nothing.
 
 use sdflow_ir::{Node, Schedule, Sdfg};
 
@@ -36,18 +41,6 @@ impl Pass for GpuSchedule {
             }
         }
         ch.add("maps_scheduled", n);
-        // Transients live in device memory (tile buffers, if any, stay per thread).
-        let mut moved = 0;
-        for d in sdfg.arrays.values_mut() {
-            if let sdflow_ir::DataDesc::Array(a) = d
-                && a.transient
-                && a.storage == sdflow_ir::Storage::Host
-            {
-                a.storage = sdflow_ir::Storage::Device;
-                moved += 1;
-            }
-        }
-        ch.add("transients_on_device", moved);
         ch
     }
 }

@@ -33,7 +33,11 @@ use sdflow_ir::{
 use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, ctype, literal};
 use crate::cfamily::dialect::{Dialect, Team};
 use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
-use crate::plan::{CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind, copy_subsets};
+use crate::plan::jam::Jam;
+use crate::plan::{
+    CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind, Target, copy_loop_dims,
+    copy_subsets,
+};
 
 mod analysis;
 mod checked;
@@ -114,15 +118,18 @@ impl Default for EmitOptions {
 pub(crate) struct Functions {
     /// How the dialect being printed spells functions, atomics and a team's work.
     pub(crate) dialect: &'static dyn Dialect,
+    /// What the plans of nested SDFGs called inside map bodies are made for.
+    pub(crate) target: Target,
     pub(crate) texts: Vec<String>,
     pub(crate) by_call: BTreeMap<(usize, String, usize), String>,
 }
 
 impl Functions {
-    /// None emitted yet, in `dialect`.
-    pub(crate) fn new(dialect: &'static dyn Dialect) -> Functions {
+    /// None emitted yet, in `dialect`, for plans made for `target`.
+    pub(crate) fn new(dialect: &'static dyn Dialect, target: Target) -> Functions {
         Functions {
             dialect,
+            target,
             texts: Vec::new(),
             by_call: BTreeMap::new(),
         }
@@ -171,7 +178,7 @@ impl<'a> Frame<'a> {
             plan,
             transients: alloc(&|l| !matches!(l, Lifetime::PerWorker | Lifetime::BodyLocal)),
             thread_locals: alloc(&|l| l == Lifetime::PerWorker),
-            scope0: Scope::new(sdfg, ctx.sites, ctx.loc.clone(), ctx.depth),
+            scope0: Scope::new(sdfg, plan, ctx.sites, ctx.loc.clone(), ctx.depth),
         }
     }
 
@@ -277,7 +284,7 @@ pub(crate) fn emit_function(
     let plan = match plan {
         Some(p) => p,
         None => {
-            own_plan = Plan::nested(sdfg)?;
+            own_plan = Plan::nested(sdfg, fns.target)?;
             &own_plan
         }
     };

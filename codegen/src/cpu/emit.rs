@@ -17,7 +17,7 @@ use crate::cfamily::cexpr::ctype;
 use crate::cfamily::emit::{FnCtx, Frame, Functions};
 use crate::cfamily::sites::{LocPart, Sites};
 use crate::cpu::OpenMp;
-use crate::plan::Plan;
+use crate::plan::{Plan, Target};
 
 /// Emits the translation unit of `sdfg`.
 pub fn emit_program(sdfg: &Sdfg, opts: &EmitOptions) -> Result<String, CodegenError> {
@@ -30,17 +30,25 @@ pub fn emit_program_checked(
     sdfg: &Sdfg,
     opts: &EmitOptions,
 ) -> Result<(String, Sites), CodegenError> {
-    emit_plan(sdfg, &Plan::of(sdfg)?, opts)
+    emit_plan(sdfg, &Plan::of(sdfg, target(opts))?, opts)
 }
 
-/// [`emit_program_checked`] printing `plan`, a plan of `sdfg` ([`Plan::of`]): the text
-/// is a function of the program and the plan, which decides what the printer does.
+/// What the C unit's plans are made for: the OpenMP team, with the options' threshold.
+pub fn target(opts: &EmitOptions) -> Target {
+    Target::Team {
+        parallel_min_points: opts.parallel_min_points,
+    }
+}
+
+/// [`emit_program_checked`] printing `plan`, a plan of `sdfg` ([`Plan::of`], for a team):
+/// the text is a function of the program and the plan, which decides what the printer
+/// does; of the options only the loop schedule is read here.
 pub fn emit_plan(
     sdfg: &Sdfg,
     plan: &Plan,
     opts: &EmitOptions,
 ) -> Result<(String, Sites), CodegenError> {
-    let mut fns = Functions::new(&OpenMp);
+    let mut fns = Functions::new(&OpenMp, plan.target);
     let mut counter = 0;
     let sites = RefCell::new(Sites::default());
     let loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
@@ -58,11 +66,6 @@ pub fn emit_plan(
         sdfg.name
     );
     out.push_str(&OpenMp.prelude());
-    let _ = writeln!(
-        out,
-        "#ifndef SDF_PAR_MIN\n#define SDF_PAR_MIN {}\n#endif\n",
-        opts.parallel_min_points
-    );
     out.push_str(
         "static int sdf_num_threads = 0;\n\
          /* Threads of the parallel region (0: the OpenMP default). */\n\

@@ -31,7 +31,7 @@ use crate::cfamily::emit::*;
 use crate::cfamily::sites::{LocPart, Sites};
 use crate::cuda::Cuda;
 use crate::plan::{CheckPolicy, Lifetime, copy_subsets};
-use crate::plan::{Plan, StepKind};
+use crate::plan::{Plan, StepKind, Target};
 
 /// Options of the CUDA printer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -317,7 +317,7 @@ fn kernel_params(plan: &Plan) -> KernelParams {
 
 /// Prints the CUDA translation unit of `sdfg` (validated by the caller) from its plan.
 pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, CodegenError> {
-    emit_cuda_plan(sdfg, Plan::of(sdfg)?, opts)
+    emit_cuda_plan(sdfg, Plan::of(sdfg, Target::Grid)?, opts)
 }
 
 /// [`emit_cuda`] printing `plan`, a plan of `sdfg` ([`Plan::of`]): the text is a function
@@ -327,6 +327,12 @@ pub fn emit_cuda_plan(
     plan: Plan,
     opts: &CudaEmitOptions,
 ) -> Result<CudaProgram, CodegenError> {
+    if plan.target != Target::Grid {
+        return Err(CodegenError::Unsupported(format!(
+            "the plan of '{}' is made for a team of threads, not for a grid of them (make it with `Target::Grid`)",
+            plan.name
+        )));
+    }
     // Local (per-worker) arrays become arrays private to each GPU thread, of a size known
     // when the program is compiled.
     let statics = crate::args::static_ints(sdfg);
@@ -366,7 +372,7 @@ pub fn emit_cuda_plan(
     }
     let params = kernel_params(&plan);
     let emit_opts = EmitOptions::default();
-    let mut fns = Functions::new(&Cuda);
+    let mut fns = Functions::new(&Cuda, Target::Grid);
     let mut counter = 0;
     let sites = RefCell::new(Sites::default());
     let mut kernels = Vec::new();
@@ -394,7 +400,7 @@ pub fn emit_cuda_plan(
         let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f[{k}];");
     }
     static_symbol_decls(&mut prologue, sdfg, "    ");
-    let base = |loc: Vec<LocPart>| Scope::new(sdfg, &sites, loc, 0);
+    let base = |loc: Vec<LocPart>| Scope::new(sdfg, &plan, &sites, loc, 0);
     let top_loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
     for (si, sp) in plan.body.states().into_iter().enumerate() {
         let st = &sdfg.states[sp.id.index()];
@@ -454,7 +460,7 @@ pub fn emit_cuda_plan(
                     close_grid_kernel(&mut em);
                     Some(sizes.clone())
                 }
-                (StepKind::Copy, Node::Access(dst), Some(sizes)) => {
+                (StepKind::Copy { .. }, Node::Access(dst), Some(sizes)) => {
                     // A copy between two containers: a grid over its elements.
                     let e = crate::plan::grid_copy(df, n).expect("a grid copy has its edge");
                     let src = df

@@ -34,7 +34,7 @@ use crate::args::{
 };
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cfamily::sites::RECORD_LEN;
-use crate::plan::Flow;
+use crate::plan::{CheckPolicy, Flow, Plan};
 use crate::program::CallError;
 
 /// Code generation, NVRTC compilation and caching for CUDA.
@@ -209,6 +209,34 @@ struct GraphKey {
     ints: Vec<i64>,
 }
 
+/// Per state of the plan (program order) and per step, whether the step's bind-time
+/// condition ([`CheckPolicy::AtBind`]) holds for a call's integer symbols: evaluated once
+/// when the call is bound, read at every launch of the step (`false` for the steps of
+/// other policies, which do not read it).
+#[derive(Clone, Debug, Default)]
+struct BindResults(Vec<Vec<bool>>);
+
+impl BindResults {
+    /// The results for `plan` with the symbol values `env`.
+    fn of(plan: &Plan, env: &BTreeMap<String, i64>) -> BindResults {
+        BindResults(
+            plan.body
+                .states()
+                .iter()
+                .map(|sp| {
+                    sp.steps
+                        .iter()
+                        .map(|st| {
+                            matches!(st.check, CheckPolicy::AtBind(_))
+                                && st.check.unchecked_with(env)
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+}
+
 /// The end of an enqueued call: wait on it to learn its outcome.
 #[derive(Debug)]
 pub struct Completion {
@@ -286,6 +314,7 @@ pub struct GpuCall {
     program: u64,
     program_name: String,
     key: GraphKey,
+    bound: BindResults,
     float_names: Vec<String>,
     floats: Vec<f64>,
     _arrays: Vec<Arc<Buffer>>,
@@ -547,9 +576,11 @@ impl GpuProgram {
             ptrs.push(a.ptr());
             keep.push(a.buf.clone());
         }
+        let bound = self.bind_results(&ints);
         Ok(GpuCall {
             program: self.id,
             program_name: self.name.clone(),
+            bound,
             key: GraphKey { arrays: ptrs, ints },
             float_names: sig.floats.clone(),
             floats,
@@ -571,7 +602,7 @@ impl GpuProgram {
                 c.program_name
             )));
         }
-        self.enqueue_call(&c.key, &c.floats)
+        self.enqueue_call(&c.key, &c.floats, &c.bound)
     }
 
     /// Checks arrays that another library allocated on the device (CuPy, anything with
@@ -635,8 +666,9 @@ impl GpuProgram {
                     .map_err(|e| self.run_err(e.to_string()))?;
             }
         }
+        let bound = self.bind_results(&ints);
         let key = GraphKey { arrays: ptrs, ints };
-        let done = self.enqueue_call(&key, &floats)?;
+        let done = self.enqueue_call(&key, &floats, &bound)?;
         let handle = self.device.clone();
         let mut dev = handle.lock();
         for &s in after {
@@ -681,10 +713,25 @@ impl GpuProgram {
             arrays: arrays.to_vec(),
             ints: ints.to_vec(),
         };
-        self.enqueue_call(&key, floats)
+        let bound = self.bind_results(ints);
+        self.enqueue_call(&key, floats, &bound)
     }
 
-    fn enqueue_call(&mut self, key: &GraphKey, floats: &[f64]) -> Result<Completion, CallError> {
+    /// The bind-time conditions' results for the integer symbols `ints` (the signature's).
+    fn bind_results(&self, ints: &[i64]) -> BindResults {
+        let mut env = self.statics.clone();
+        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
+            env.insert(n.clone(), *v);
+        }
+        BindResults::of(&self.prog.plan, &env)
+    }
+
+    fn enqueue_call(
+        &mut self,
+        key: &GraphKey,
+        floats: &[f64],
+        bound: &BindResults,
+    ) -> Result<Completion, CallError> {
         let handle = self.device.clone();
         let mut dev = handle.lock();
         let dev: &mut dyn Device = &mut **dev;
@@ -715,7 +762,7 @@ impl GpuProgram {
             }
             dev.begin_capture().map_err(|e| self.run_err(e.0))?;
         }
-        let enqueued = self.enqueue(dev, key);
+        let enqueued = self.enqueue(dev, key, bound);
         if graphs {
             let g = dev.end_capture().map_err(|e| self.run_err(e.0));
             enqueued?;
@@ -733,7 +780,12 @@ impl GpuProgram {
     }
 
     /// Enqueues every step of the control flow, in order.
-    fn enqueue(&self, device: &mut dyn Device, key: &GraphKey) -> Result<(), CallError> {
+    fn enqueue(
+        &self,
+        device: &mut dyn Device,
+        key: &GraphKey,
+        bound: &BindResults,
+    ) -> Result<(), CallError> {
         let sig = &self.prog.plan.signature;
         let mut env: BTreeMap<String, i64> = self.statics.clone();
         for (n, v) in sig.ints.iter().zip(&key.ints) {
@@ -763,6 +815,7 @@ impl GpuProgram {
             args,
             int_base,
             arrays: &key.arrays,
+            bound,
             state_no: 0,
         };
         run.flow(&self.prog.plan.body)
@@ -889,6 +942,7 @@ struct Run<'p> {
     args: Vec<KernelArg>,
     int_base: usize,
     arrays: &'p [DevPtr],
+    bound: &'p BindResults,
     state_no: usize,
 }
 
@@ -1021,9 +1075,19 @@ impl Run<'_> {
 
     fn step(&mut self, si: usize, k: usize, sp: &crate::plan::StatePlan) -> Result<(), CallError> {
         let step = &sp.steps[k];
-        // Unchecked when the in-bounds condition holds for the current symbol values
-        // (one that reads a scalar runs checked rather than waiting for the device).
-        let ok = step.check.unchecked_with(&self.env);
+        // Unchecked when the in-bounds condition holds: a bind-time one as evaluated when
+        // the call was bound, any other for the current symbol values (one that reads a
+        // scalar runs checked rather than waiting for the device).
+        let ok = match &step.check {
+            CheckPolicy::AtBind(_) => self
+                .bound
+                .0
+                .get(si)
+                .and_then(|s| s.get(k))
+                .copied()
+                .unwrap_or(false),
+            other => other.unchecked_with(&self.env),
+        };
         let sk = self.step_kernels[si][k];
         let kernel = if ok {
             sk.unchecked

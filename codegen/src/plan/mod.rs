@@ -23,6 +23,7 @@
 //! `to_text` shows all of it; in-bounds conditions are `bounds.rs`.
 
 pub mod bounds;
+pub mod jam;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -194,16 +195,22 @@ pub enum StepKind {
         /// How many of the outermost parameters are collapsed into one parallel loop
         /// (at least 1; the innermost stays a contiguous loop on the CPU).
         collapse: usize,
-        /// Its body holds maps (tiles, scan columns): parallel from two points on rather
-        /// than from the backend's minimum.
-        coarse: bool,
+        /// With fewer points than this, one worker of a team runs it: the target's
+        /// threshold ([`Target::Team`]), or 2 for a map whose body holds maps (tiles,
+        /// scan columns: much more than a point of work per iteration); 1 on a grid.
+        min_points: i64,
     },
     /// A map run by one worker (its schedule is sequential, or the plan is not parallel).
     SequentialMap,
     /// A tasklet run once.
     Tasklet,
     /// A copy between containers (an access node with copies into it).
-    Copy,
+    Copy {
+        /// A team shares the loops of its copies among its workers (each copy is a loop
+        /// nest between two different containers of matching sizes, without a
+        /// write-conflict resolution); otherwise one worker runs them.
+        shared: bool,
+    },
     /// A reduction library node.
     Reduce,
     /// A call of a nested SDFG, with the nested program's own plan.
@@ -216,7 +223,7 @@ impl StepKind {
             StepKind::ParallelMap { .. } => "parallel map",
             StepKind::SequentialMap => "sequential map",
             StepKind::Tasklet => "tasklet",
-            StepKind::Copy => "copy",
+            StepKind::Copy { .. } => "copy",
             StepKind::Reduce => "reduce",
             StepKind::Nested(_) => "nested call",
         }
@@ -254,8 +261,35 @@ pub struct Step {
     /// How a backend that runs a step on a grid of threads (CUDA) covers it: one thread
     /// per point of these sizes, outermost first — a parallel map's independent
     /// parameters ([`independent_depth`]), a copy's elements ([`grid_copy`]), a
-    /// reduction's output elements; `None`: one thread (and in a nested plan, always).
+    /// reduction's output elements; `None`: one thread (and in a nested plan, or for a
+    /// team, always).
     pub grid: Option<Vec<SymExpr>>,
+    /// The map's body is a producer–consumer pair printed row-jammed ([`jam`]; a team's
+    /// maps only).
+    pub jam: Option<jam::Jam>,
+}
+
+/// How the backend a plan is made for runs a state's steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A team of threads that all walk the control flow and share each step's loops (C
+    /// with OpenMP): parallel maps with fewer points than `parallel_min_points` run on one
+    /// worker, copies share their loops, producer–consumer pairs are row-jammed.
+    Team {
+        /// The smallest parallel map (in points) the team shares.
+        parallel_min_points: i64,
+    },
+    /// A grid of threads per step, the steps ordered by the host (CUDA): each step's grid.
+    Grid,
+}
+
+impl Default for Target {
+    /// The C backend's team with its default threshold.
+    fn default() -> Self {
+        Target::Team {
+            parallel_min_points: 4096,
+        }
+    }
 }
 
 /// When a step runs checked: whether the condition under which all its accesses are in
@@ -336,6 +370,8 @@ pub struct Plan {
     /// Steps of a state may run at once (the top-level program); a nested SDFG's plan
     /// runs sequentially inside the step that calls it.
     pub parallel: bool,
+    /// What the plan is made for.
+    pub target: Target,
     /// Every transient with its lifetime.
     pub allocations: Vec<Allocation>,
     /// Symbols the control flow assigns (loop variables, interstate assignments).
@@ -345,14 +381,15 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan of a whole program (`parallel`: its states' steps run in parallel).
-    pub fn of(sdfg: &Sdfg) -> Result<Plan, CodegenError> {
-        plan_sdfg(sdfg, true)
+    /// The plan of a whole program for `target` (its states' steps run in parallel).
+    pub fn of(sdfg: &Sdfg, target: Target) -> Result<Plan, CodegenError> {
+        plan_sdfg(sdfg, true, target)
     }
 
-    /// The plan of a nested SDFG, run sequentially inside the step that calls it.
-    pub fn nested(sdfg: &Sdfg) -> Result<Plan, CodegenError> {
-        plan_sdfg(sdfg, false)
+    /// The plan of a nested SDFG for `target`, run sequentially inside the step that
+    /// calls it.
+    pub fn nested(sdfg: &Sdfg, target: Target) -> Result<Plan, CodegenError> {
+        plan_sdfg(sdfg, false, target)
     }
 
     /// The number of sync points of the control flow.
@@ -363,6 +400,13 @@ impl Plan {
     /// The allocation of a transient.
     pub fn allocation(&self, name: &str) -> Option<&Allocation> {
         self.allocations.iter().find(|a| a.name == name)
+    }
+
+    /// Whether `name` is a scalar declared afresh in every map iteration that uses it
+    /// ([`Lifetime::BodyLocal`]).
+    pub fn body_local(&self, name: &str) -> bool {
+        self.allocation(name)
+            .is_some_and(|a| a.lifetime == Lifetime::BodyLocal)
     }
 
     /// Transients of one lifetime class, in name order.
@@ -381,12 +425,16 @@ impl Plan {
         let pad = "  ".repeat(ind);
         let _ = writeln!(
             out,
-            "{pad}plan '{}' ({}; {} sync point{})",
+            "{pad}plan '{}' ({}, {}; {} sync point{})",
             self.name,
             if self.parallel {
                 "parallel"
             } else {
                 "sequential"
+            },
+            match self.target {
+                Target::Team { .. } => "team",
+                Target::Grid => "grid",
             },
             self.sync_points(),
             if self.sync_points() == 1 { "" } else { "s" }
@@ -443,11 +491,27 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
             let _ = writeln!(out, "{pad}state '{}'", s.name);
             for (k, st) in s.steps.iter().enumerate() {
                 let mut line = format!("{pad}  {k}: {} '{}'", st.kind.name(), st.label);
-                if let StepKind::ParallelMap { collapse, coarse } = &st.kind {
-                    let _ = write!(line, " collapse {collapse}");
-                    if *coarse {
-                        line.push_str(" coarse");
+                match &st.kind {
+                    StepKind::ParallelMap {
+                        collapse,
+                        min_points,
+                    } => {
+                        let _ = write!(line, " collapse {collapse}");
+                        if *min_points > 1 {
+                            let _ = write!(line, " from {min_points} points");
+                        }
                     }
+                    StepKind::Copy { shared: true } => line.push_str(" shared"),
+                    _ => {}
+                }
+                if let Some(j) = &st.jam {
+                    let _ = write!(
+                        line,
+                        " rows jammed (+{} rows, +{} columns{})",
+                        j.dmax,
+                        j.k,
+                        if j.simd { ", simd" } else { "" }
+                    );
                 }
                 if let Some(g) = &st.grid {
                     let sizes: Vec<String> = g.iter().map(|e| e.to_string()).collect();
@@ -545,7 +609,7 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
 }
 
 /// The plan of one SDFG; `parallel` at the top level.
-fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
+fn plan_sdfg(sdfg: &Sdfg, parallel: bool, target: Target) -> Result<Plan, CodegenError> {
     let flow = sdfg.loop_and_assigned_symbols();
     let mut body_scalars = BTreeSet::new();
     let mut state_level = BTreeSet::new();
@@ -594,11 +658,12 @@ fn plan_sdfg(sdfg: &Sdfg, parallel: bool) -> Result<Plan, CodegenError> {
             lifetime,
         });
     }
-    let body = plan_block(sdfg, &sdfg.body, parallel)?;
+    let body = plan_block(sdfg, &sdfg.body, parallel, target)?;
     Ok(Plan {
         name: sdfg.name.clone(),
         signature: Signature::of(sdfg),
         parallel,
+        target,
         allocations,
         flow_symbols: flow.into_iter().collect(),
         body,
@@ -622,13 +687,18 @@ fn host_reads(sdfg: &Sdfg, es: &[&SymExpr]) -> Vec<String> {
     out.into_iter().collect()
 }
 
-fn plan_block(sdfg: &Sdfg, b: &Block, parallel: bool) -> Result<Flow, CodegenError> {
+fn plan_block(
+    sdfg: &Sdfg,
+    b: &Block,
+    parallel: bool,
+    target: Target,
+) -> Result<Flow, CodegenError> {
     Ok(match b {
-        Block::State(id) => Flow::State(plan_state(sdfg, *id, parallel)?),
+        Block::State(id) => Flow::State(plan_state(sdfg, *id, parallel, target)?),
         Block::Seq(items) => Flow::Seq(
             items
                 .iter()
-                .map(|i| plan_block(sdfg, i, parallel))
+                .map(|i| plan_block(sdfg, i, parallel, target))
                 .collect::<Result<_, _>>()?,
         ),
         Block::Loop(l) => Flow::Loop {
@@ -636,13 +706,13 @@ fn plan_block(sdfg: &Sdfg, b: &Block, parallel: bool) -> Result<Flow, CodegenErr
             init: l.init.clone(),
             cond: l.cond.clone(),
             update: l.update.clone(),
-            body: Box::new(plan_block(sdfg, &l.body, parallel)?),
+            body: Box::new(plan_block(sdfg, &l.body, parallel, target)?),
             host_reads: host_reads(sdfg, &[&l.init, &l.cond, &l.update]),
         },
         Block::If(i) => Flow::If {
             cond: i.cond.clone(),
-            then: Box::new(plan_block(sdfg, &i.then, parallel)?),
-            otherwise: Box::new(plan_block(sdfg, &i.otherwise, parallel)?),
+            then: Box::new(plan_block(sdfg, &i.then, parallel, target)?),
+            otherwise: Box::new(plan_block(sdfg, &i.otherwise, parallel, target)?),
             host_reads: host_reads(sdfg, &[&i.cond]),
         },
         Block::Assign(a) => {
@@ -776,6 +846,59 @@ pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
     }
 }
 
+/// Whether a team shares the copies into access node `n` (container `dst`) of a state:
+/// each is a loop nest ([`copy_loop_dims`]) between two different containers without a
+/// write-conflict resolution.
+fn shared_copies(sdfg: &Sdfg, df: &Dataflow, n: NodeId, dst: &str) -> bool {
+    let copies: Vec<(&str, &Memlet)> = df
+        .in_edges(n)
+        .into_iter()
+        .filter_map(|e| Some((df.node(df.endpoints(e).0).as_access()?, &df.edge(e).memlet)))
+        .collect();
+    !copies.is_empty()
+        && copies.iter().all(|&(src, m)| {
+            let (s_sub, d_sub) = copy_subsets(sdfg, src, dst, m);
+            src != dst
+                && m.wcr.is_none()
+                && copy_loop_dims(sdfg, src, &s_sub, dst, &d_sub).is_some()
+        })
+}
+
+/// The dimensions a copy from `s_sub` of `src` to `d_sub` of `dst` loops over, on each
+/// side: those whose size is not the constant 1, when both sides have as many and their
+/// sizes are equal in order. `None` otherwise (a copy that reshapes, or a container
+/// without dimensions whose subset has some), which the flat order handles.
+pub fn copy_loop_dims(
+    sdfg: &Sdfg,
+    src: &str,
+    s_sub: &Subset,
+    dst: &str,
+    d_sub: &Subset,
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    let dims = |data: &str, subset: &Subset| {
+        let rank = sdfg.arrays.get(data).map_or(0, DataDesc::rank);
+        if (rank == 0) != (subset.rank() == 0) {
+            return None;
+        }
+        Some(
+            (0..subset.rank())
+                .filter(|&k| subset.0[k].size().simplify().as_int() != Some(1))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (sk, dk) = (dims(src, s_sub)?, dims(dst, d_sub)?);
+    let same = sk.len() == dk.len()
+        && sk.iter().zip(&dk).all(|(&a, &b)| {
+            s_sub.0[a]
+                .size()
+                .sub(&d_sub.0[b].size())
+                .simplify()
+                .as_int()
+                == Some(0)
+        });
+    same.then_some((sk, dk))
+}
+
 /// Whether some edge in `body` (map bodies at any depth) combines into container `data`
 /// with a write-conflict resolution.
 fn combines_into(body: &Dataflow, data: &str) -> bool {
@@ -797,7 +920,7 @@ fn grid_of(sdfg: &Sdfg, df: &Dataflow, n: NodeId, kind: &StepKind) -> Option<Vec
                 .map(|r| r.size())
                 .collect(),
         ),
-        (StepKind::Copy, Node::Access(dst)) => {
+        (StepKind::Copy { .. }, Node::Access(dst)) => {
             let e = grid_copy(df, n)?;
             let src = df.node(df.endpoints(e).0).as_access()?;
             let (s_sub, _) = copy_subsets(sdfg, src, dst, &df.edge(e).memlet);
@@ -854,7 +977,12 @@ pub fn collapse_depth(m: &sdflow_ir::MapScope) -> usize {
         .max(1)
 }
 
-fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, CodegenError> {
+fn plan_state(
+    sdfg: &Sdfg,
+    id: StateId,
+    parallel: bool,
+    target: Target,
+) -> Result<StatePlan, CodegenError> {
     // What every step's check policy is decided with.
     let statics = crate::args::static_ints(sdfg);
     let flow = sdfg.loop_and_assigned_symbols();
@@ -891,20 +1019,34 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                     .node_ids()
                     .into_iter()
                     .any(|x| matches!(m.body.node(x), Node::Map(_)));
+                let min_points = match target {
+                    Target::Team { .. } if coarse => 2,
+                    Target::Team {
+                        parallel_min_points,
+                    } => parallel_min_points,
+                    Target::Grid => 1,
+                };
                 (
                     StepKind::ParallelMap {
                         collapse: collapse_depth(m),
-                        coarse,
+                        min_points,
                     },
                     m.label.clone(),
                 )
             }
             Node::Map(m) => (StepKind::SequentialMap, m.label.clone()),
             Node::Tasklet(t) => (StepKind::Tasklet, t.name.clone()),
-            Node::Access(a) => (StepKind::Copy, a.to_string()),
+            Node::Access(a) => (
+                StepKind::Copy {
+                    shared: parallel
+                        && matches!(target, Target::Team { .. })
+                        && shared_copies(sdfg, df, n, a),
+                },
+                a.to_string(),
+            ),
             Node::Library(LibraryNode::Reduce(_)) => (StepKind::Reduce, node.describe()),
             Node::Nested(ns) => (
-                StepKind::Nested(Box::new(plan_sdfg(&ns.sdfg, false)?)),
+                StepKind::Nested(Box::new(plan_sdfg(&ns.sdfg, false, target)?)),
                 ns.sdfg.name.clone(),
             ),
         };
@@ -942,10 +1084,14 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 }
             }
         }
-        let grid = if parallel {
+        let grid = if parallel && target == Target::Grid {
             grid_of(sdfg, df, n, &kind)
         } else {
             None
+        };
+        let jam = match (target, node) {
+            (Target::Team { .. }, Node::Map(m)) => jam::Jam::of(sdfg, &m.body),
+            _ => None,
         };
         steps.push(Step {
             node: n,
@@ -961,6 +1107,7 @@ fn plan_state(sdfg: &Sdfg, id: StateId, parallel: bool) -> Result<StatePlan, Cod
                 parallel,
             ),
             grid,
+            jam,
         });
     }
     Ok(StatePlan {

@@ -241,41 +241,6 @@ pub(crate) fn has_copy_in(df: &Dataflow, n: NodeId) -> bool {
         .any(|e| df.node(df.endpoints(e).0).as_access().is_some())
 }
 
-/// The dimensions a copy from `s_sub` of `src` to `d_sub` of `dst` loops over, on each
-/// side: those whose size is not the constant 1, when both sides have as many and their
-/// sizes are equal in order. `None` otherwise (a copy that reshapes, or a container
-/// without dimensions whose subset has some), which the flat order handles.
-pub(crate) fn copy_loop_dims(
-    sdfg: &Sdfg,
-    src: &str,
-    s_sub: &Subset,
-    dst: &str,
-    d_sub: &Subset,
-) -> Option<(Vec<usize>, Vec<usize>)> {
-    let dims = |data: &str, subset: &Subset| {
-        let rank = sdfg.arrays.get(data).map_or(0, DataDesc::rank);
-        if (rank == 0) != (subset.rank() == 0) {
-            return None;
-        }
-        Some(
-            (0..subset.rank())
-                .filter(|&k| subset.0[k].size().simplify().as_int() != Some(1))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let (sk, dk) = (dims(src, s_sub)?, dims(dst, d_sub)?);
-    let same = sk.len() == dk.len()
-        && sk.iter().zip(&dk).all(|(&a, &b)| {
-            s_sub.0[a]
-                .size()
-                .sub(&d_sub.0[b].size())
-                .simplify()
-                .as_int()
-                == Some(0)
-        });
-    same.then_some((sk, dk))
-}
-
 pub(crate) fn subset_volume(sc: &Scope<'_>, s: &Subset) -> String {
     if s.0.is_empty() {
         return "1".to_string();

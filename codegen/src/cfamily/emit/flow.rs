@@ -202,10 +202,19 @@ impl Emitter<'_> {
     ) -> Result<(), CodegenError> {
         let n = step.node;
         match (&step.kind, df.node(n)) {
-            (&StepKind::ParallelMap { collapse, coarse }, Node::Map(m)) if sc.parallel => {
-                self.parallel_map(sc, m, collapse, coarse)?;
+            (
+                &StepKind::ParallelMap {
+                    collapse,
+                    min_points,
+                },
+                Node::Map(m),
+            ) if sc.parallel => {
+                let sc = sc.jamming(m, step);
+                self.parallel_map(&sc, m, collapse, min_points)?;
             }
-            (_, Node::Access(dst)) if sc.parallel && self.shared_copies(sc, df, n, dst) => {}
+            (StepKind::Copy { shared: true }, Node::Access(dst)) if sc.parallel => {
+                self.shared_copies(sc, df, n, dst)?;
+            }
             (_, node) => {
                 if sc.parallel {
                     self.team_line(|t| t.single().into());
@@ -224,7 +233,7 @@ impl Emitter<'_> {
                     ..*sc
                 };
                 let inner = match node {
-                    Node::Map(_) => inner,
+                    Node::Map(m) => inner.jamming(m, step),
                     other => inner.at(LocPart::Text(other.describe())),
                 };
                 self.node(&inner, df, n)?;
@@ -236,32 +245,21 @@ impl Emitter<'_> {
     }
 
     /// The copies into access node `n` (container `dst`) of a state in a parallel region,
-    /// shared among the threads when each is a loop nest ([`Emitter::copy_loops`]) between
-    /// two containers without a write-conflict resolution. Copies into one node run in
-    /// edge order: a barrier separates two of them. Returns false, printing nothing, when
-    /// one of them is not such a copy.
+    /// which the plan shares among the threads ([`StepKind::Copy`]): each a loop nest
+    /// ([`Emitter::copy_loops`]). Copies into one node run in edge order: a barrier
+    /// separates two of them.
     pub(crate) fn shared_copies(
         &mut self,
         sc: &Scope<'_>,
         df: &Dataflow,
         n: NodeId,
         dst: &str,
-    ) -> bool {
+    ) -> Result<(), CodegenError> {
         let edges = df.in_edges(n);
         let copies: Vec<(&str, &Edge)> = edges
             .iter()
             .filter_map(|&e| Some((df.node(df.endpoints(e).0).as_access()?, df.edge(e))))
             .collect();
-        let shareable = !copies.is_empty()
-            && copies.iter().all(|&(src, edge)| {
-                let (s_sub, d_sub) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
-                src != dst
-                    && edge.memlet.wcr.is_none()
-                    && copy_loop_dims(sc.sdfg, src, &s_sub, dst, &d_sub).is_some()
-            });
-        if !shareable {
-            return false;
-        }
         let inner = Scope {
             parallel: false,
             params: sc.params.clone(),
@@ -281,12 +279,17 @@ impl Emitter<'_> {
                 edge.memlet.to_string().replace("*/", "* /")
             ));
             self.indent += 1;
-            let looped = self.copy_loops(&inner, src, dst, edge, true);
-            debug_assert!(looped, "a shareable copy is a loop nest");
+            if !self.copy_loops(&inner, src, dst, edge, true) {
+                // Not a loop nest after all: the team's first thread copies it.
+                self.team_line(|t| t.single().into());
+                self.line("{");
+                self.copy(&inner, src, dst, edge)?;
+                self.line("}");
+            }
             self.indent -= 1;
             self.line("}");
         }
-        true
+        Ok(())
     }
 
     /// When a step runs unchecked, as the plan decided ([`CheckPolicy`]): a bind-time

@@ -6,13 +6,12 @@ use super::*;
 impl Emitter<'_> {
     /// The graph of a map body, in topological order, by the current thread.
     pub(crate) fn body(&mut self, sc: &Scope<'_>, df: &Dataflow) -> Result<(), CodegenError> {
-        // Producer–consumer pairs are printed row-jammed (`jam.rs`) in the CPU's loops,
-        // not in device code (kernels, and nested functions printed for them).
-        if self.fns.dialect.team().is_some()
-            && !sc.checked
-            && let Some(pair) = jam::Jam::of(sc.sdfg, df)
+        // The body the plan jams (the step's map's, unchecked) is printed row-jammed.
+        if !sc.checked
+            && let Some((body, jam)) = sc.jam
+            && std::ptr::eq(body, df)
         {
-            return self.jammed(sc, &pair);
+            return self.jammed(sc, df, jam);
         }
         let order = df
             .topological_order()
@@ -53,6 +52,7 @@ impl Emitter<'_> {
     ) -> Scope<'s> {
         let mut inner = Scope {
             sdfg: sc.sdfg,
+            plan: sc.plan,
             params: sc.params.clone(),
             locals: sc.locals.clone(),
             parallel: false,
@@ -63,6 +63,7 @@ impl Emitter<'_> {
             depth: sc.depth,
             sites: sc.sites,
             rows_checked: sc.rows_checked,
+            jam: sc.jam,
         };
         inner.params.extend(m.params.iter().cloned());
         // Checked loops record their parameters for messages (between the loops, in
@@ -92,11 +93,10 @@ impl Emitter<'_> {
             });
             inner.depth += m.params.len();
         }
+        // The plan's body-local scalars, declared where a body first uses them.
         for d in m.body.accessed_data() {
-            if let Some(DataDesc::Scalar {
-                dtype,
-                transient: true,
-            }) = sc.sdfg.arrays.get(&d)
+            if let Some(DataDesc::Scalar { dtype, .. }) = sc.sdfg.arrays.get(&d)
+                && sc.plan.body_local(&d)
                 && !inner.locals.contains(&d)
             {
                 self.line(&format!("{} a_{d} = 0;", ctype(*dtype)));
@@ -120,7 +120,7 @@ impl Emitter<'_> {
         sc: &Scope<'_>,
         m: &MapScope,
         collapse: usize,
-        coarse: bool,
+        min_points: i64,
     ) -> Result<(), CodegenError> {
         let sizes: Vec<String> = m
             .ranges
@@ -138,10 +138,8 @@ impl Emitter<'_> {
         // The plan collapses all but the innermost loop (when the inner bounds do not use
         // outer parameters), so the innermost loop stays contiguous.
         self.line(&format!("/* map '{}' */", m.label.replace("*/", "* /")));
-        // A map whose body holds maps (tiles, scan columns) does much more than one point
-        // of work per iteration: it runs in parallel whenever it has two iterations.
-        let threshold = if coarse { "2" } else { "SDF_PAR_MIN" };
-        self.line(&format!("if ({points} >= {threshold}) {{"));
+        // Smaller than the plan's threshold, one thread runs it.
+        self.line(&format!("if ({points} >= {min_points}) {{"));
         self.indent += 1;
         let schedule = self.opts.schedule.name();
         self.team_line(|t| t.share_loops(collapse, schedule));

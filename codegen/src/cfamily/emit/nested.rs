@@ -83,6 +83,7 @@ impl Emitter<'_> {
         let out_edges: Vec<&Edge> = df.out_edges(n).into_iter().map(|e| df.edge(e)).collect();
         let shim = Scope {
             sdfg: sc.sdfg,
+            plan: sc.plan,
             params: {
                 let mut p = sc.params.clone();
                 p.extend(isig.ints.iter().map(|s| format!("sdf_is_{s}")));
@@ -97,6 +98,7 @@ impl Emitter<'_> {
             depth: sc.depth,
             sites: sc.sites,
             rows_checked: sc.rows_checked,
+            jam: None,
         };
         let mut ptrs = Vec::new();
         // Connectors the callee only reads, bound to a whole caller array laid out as the

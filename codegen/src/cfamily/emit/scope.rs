@@ -7,6 +7,8 @@ use super::*;
 #[derive(Clone)]
 pub(crate) struct Scope<'a> {
     pub(crate) sdfg: &'a Sdfg,
+    /// The plan of `sdfg` being printed.
+    pub(crate) plan: &'a Plan,
     /// Map parameters in scope.
     pub(crate) params: BTreeSet<String>,
     /// Transient scalars declared as body locals.
@@ -29,6 +31,8 @@ pub(crate) struct Scope<'a> {
     /// Every index-table entry the body reads was checked for its row before the inner
     /// loops ([`Emitter::row_checks`]): gathers index without a check.
     pub(crate) rows_checked: bool,
+    /// The map body the plan jams, and its shape (the step's map, unchecked).
+    pub(crate) jam: Option<(&'a Dataflow, &'a Jam)>,
 }
 
 impl<'a> Scope<'a> {
@@ -49,12 +53,14 @@ impl<'a> Scope<'a> {
     /// `depth` enclosing map parameters.
     pub(crate) fn new(
         sdfg: &'a Sdfg,
+        plan: &'a Plan,
         sites: &'a RefCell<Sites>,
         loc: Vec<LocPart>,
         depth: usize,
     ) -> Scope<'a> {
         Scope {
             sdfg,
+            plan,
             params: BTreeSet::new(),
             locals: BTreeSet::new(),
             parallel: false,
@@ -65,6 +71,18 @@ impl<'a> Scope<'a> {
             depth,
             sites,
             rows_checked: false,
+            jam: None,
+        }
+    }
+
+    /// The same scope, jamming the body of `m` (the map of `step`) as the plan says.
+    pub(crate) fn jamming<'s>(&self, m: &'s MapScope, step: &'s Step) -> Scope<'s>
+    where
+        'a: 's,
+    {
+        Scope {
+            jam: step.jam.as_ref().map(|j| (&m.body, j)),
+            ..self.clone()
         }
     }
 
