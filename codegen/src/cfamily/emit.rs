@@ -1,10 +1,11 @@
 //! The printer both backends share: a plan's control flow, states and nodes as C-family
 //! text — tasklets, copies, reductions, nested SDFGs (as functions taking the caller's
 //! error record, inlined where a map calls them at every point), parallel and sequential
-//! map loops, and the checked versions of nodes (`checked`) — with row-jamming of
-//! tiled producer–consumer pairs (`jam`, CPU only). The C backend drives it for one
-//! translation unit with an OpenMP region (`cpu::emit`), the CUDA backend for kernels
-//! (`cuda::emit`), which set the `device` flag of `Functions`.
+//! map loops, and the checked versions of nodes (`checked`) — with row-jamming where
+//! the plan jams a map body (`jam`). The C backend drives it for one translation unit
+//! with an OpenMP region (`cpu::emit`), the CUDA backend for kernels (`cuda::emit`);
+//! each names its dialect (`Functions::dialect`, see `cfamily::dialect`), which spells
+//! what the languages write differently and decides nothing.
 //!
 //! This file holds the options, a function's frame (`emit_function`) and the emitter;
 //! the jobs are modules: `flow` (control flow, states, check policies), `maps` (map

@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
-use sdflow_ir::{DataDesc, Dim, LibraryNode, MapScope, Node, Sdfg, SymExpr};
+use sdflow_ir::{DType, DataDesc, Dim, LibraryNode, MapScope, Node, Sdfg, SymExpr};
 
 use crate::CodegenError;
 use crate::cfamily::Dialect;
@@ -320,8 +320,9 @@ pub fn emit_cuda(sdfg: &Sdfg, opts: &CudaEmitOptions) -> Result<CudaProgram, Cod
     emit_cuda_plan(sdfg, Plan::of(sdfg, Target::Grid)?, opts)
 }
 
-/// [`emit_cuda`] printing `plan`, a plan of `sdfg` ([`Plan::of`]): the text is a function
-/// of the program and the plan, which decides what the printer does.
+/// [`emit_cuda`] printing `plan`, a plan of `sdfg` ([`Plan::of`] for [`Target::Grid`]):
+/// the text is a function of the program and the plan, which decides what the printer
+/// does.
 pub fn emit_cuda_plan(
     sdfg: &Sdfg,
     plan: Plan,
@@ -333,37 +334,6 @@ pub fn emit_cuda_plan(
             plan.name
         )));
     }
-    // Local (per-worker) arrays become arrays private to each GPU thread, of a size known
-    // when the program is compiled.
-    let statics = crate::args::static_ints(sdfg);
-    let mut thread_arrays = Vec::new();
-    for a in plan.with_lifetime(Lifetime::PerWorker) {
-        let mut n: i64 = 1;
-        for e in &a.shape {
-            match e.eval(&|x| statics.get(x).copied()) {
-                Ok(v) => n = n.saturating_mul(v.max(0)),
-                Err(_) => {
-                    return Err(CodegenError::Unsupported(format!(
-                        "transient '{}' has local (per-thread) storage of shape [{}], which is not known when the program is compiled; \
-                         the CUDA backend gives each thread a fixed-size array (specialize the symbols, or optimize with the GPU pipeline, which does not tile)",
-                        a.name,
-                        a.shape
-                            .iter()
-                            .map(|e| e.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            }
-        }
-        if n > 4096 {
-            return Err(CodegenError::Unsupported(format!(
-                "transient '{}' has local (per-thread) storage of {n} elements; the CUDA backend gives each thread at most 4096",
-                a.name
-            )));
-        }
-        thread_arrays.push((a.name.clone(), a.dtype, n.max(1)));
-    }
     if opts.block_size == 0 || !opts.block_size.is_multiple_of(32) || opts.block_size > 1024 {
         return Err(CodegenError::Unsupported(format!(
             "block size {} is not a multiple of 32 between 32 and 1024",
@@ -371,36 +341,14 @@ pub fn emit_cuda_plan(
         )));
     }
     let params = kernel_params(&plan);
+    let head = kernel_head(sdfg, &params);
+    let prologue = kernel_prologue(sdfg, &params, &thread_arrays(sdfg, &plan)?);
     let emit_opts = EmitOptions::default();
     let mut fns = Functions::new(&Cuda, Target::Grid);
     let mut counter = 0;
     let sites = RefCell::new(Sites::default());
     let mut kernels = Vec::new();
     let mut text = String::new();
-    let head = {
-        let mut h = String::new();
-        for a in &params.arrays {
-            let d = &sdfg.arrays[a];
-            let _ = write!(h, "{}* __restrict__ a_{a}, ", ctype(d.dtype()));
-        }
-        for n in &params.ints {
-            let _ = write!(h, "const int64_t s_{n}, ");
-        }
-        if !params.floats.is_empty() {
-            h.push_str("const double* __restrict__ sdf_f, ");
-        }
-        h.trim_end_matches(", ").to_string()
-    };
-    let mut prologue = String::from("    sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;\n");
-    for (n, t, len) in &thread_arrays {
-        let _ = writeln!(prologue, "    {} a_{n}[{len}] = {{0}};", ctype(*t));
-    }
-    for (k, n) in params.floats.iter().enumerate() {
-        let t = ctype(sdfg.symbols[n].dtype);
-        let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f[{k}];");
-    }
-    static_symbol_decls(&mut prologue, sdfg, "    ");
-    let base = |loc: Vec<LocPart>| Scope::new(sdfg, &plan, &sites, loc, 0);
     let top_loc = vec![LocPart::Text(format!("sdfg '{}'", sdfg.name))];
     for (si, sp) in plan.body.states().into_iter().enumerate() {
         let st = &sdfg.states[sp.id.index()];
@@ -408,10 +356,9 @@ pub fn emit_cuda_plan(
         let mut loc = top_loc.clone();
         loc.push(LocPart::Text(format!("state '{}'", st.name)));
         for (k, step) in sp.steps.iter().enumerate() {
-            let n = step.node;
             let name = format!("sdf_k{si}_{k}");
             let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
-            let sc = base(loc.clone());
+            let sc = Scope::new(sdfg, &plan, &sites, loc.clone(), 0);
             // What every grid kernel's header names.
             let kernel = GridKernel {
                 name: &name,
@@ -421,97 +368,7 @@ pub fn emit_cuda_plan(
                 block_size: opts.block_size,
                 fault: opts.fault,
             };
-            // The plan's grid: which steps are grids, and over what.
-            let grid_sizes = match (&step.kind, df.node(n), &step.grid) {
-                (StepKind::ParallelMap { .. }, Node::Map(m), Some(sizes)) => {
-                    let g = sizes.len();
-                    let setup: Vec<String> = sizes
-                        .iter()
-                        .enumerate()
-                        .map(|(d, size)| {
-                            format!("const int64_t sdf_n{d} = sdf_max64({}, 0);", sc.sym(size))
-                        })
-                        .collect();
-                    let total = if g == 0 {
-                        "1".to_string()
-                    } else {
-                        (0..g)
-                            .map(|d| format!("sdf_n{d}"))
-                            .collect::<Vec<_>>()
-                            .join(" * ")
-                    };
-                    let what = format!("map '{}'", m.label);
-                    open_grid_kernel(&mut em, &kernel, &what, &setup, &total);
-                    grid_point(&mut em, &sc, m, g);
-                    let mut inner_sc = base(loc.clone());
-                    inner_sc.params.extend(m.params[..g].iter().cloned());
-                    for d in g..m.params.len() {
-                        let h = em.loop_header(&inner_sc, m, d);
-                        em.line(&h);
-                        em.indent += 1;
-                        inner_sc.params.insert(m.params[d].clone());
-                    }
-                    let inner = em.body_scope(&inner_sc, m, true);
-                    em.body(&inner, &m.body)?;
-                    for _ in g..m.params.len() {
-                        em.indent -= 1;
-                        em.line("}");
-                    }
-                    close_grid_kernel(&mut em);
-                    Some(sizes.clone())
-                }
-                (StepKind::Copy { .. }, Node::Access(dst), Some(sizes)) => {
-                    // A copy between two containers: a grid over its elements.
-                    let e = crate::plan::grid_copy(df, n).expect("a grid copy has its edge");
-                    let src = df
-                        .node(df.endpoints(e).0)
-                        .as_access()
-                        .expect("a copy comes from an access node");
-                    let edge = df.edge(e);
-                    let (s_sub, _) = copy_subsets(sdfg, src, dst, &edge.memlet);
-                    let what = format!("copy {}", edge.memlet);
-                    open_grid_kernel(&mut em, &kernel, &what, &[], &subset_volume(&sc, &s_sub));
-                    // Write-conflict resolutions of the copy are atomic, as the plan says.
-                    let mut esc = base(loc.clone());
-                    esc.in_parallel_map = step.atomic_writes();
-                    em.copy_element(&esc, src, dst, edge, "sdf_t");
-                    close_grid_kernel(&mut em);
-                    Some(sizes.clone())
-                }
-                (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), Some(sizes)) => {
-                    // A grid over the output elements; each thread combines its inputs in
-                    // the interpreter's order.
-                    let parts = ReduceParts::of(&sc, df, n, r)?;
-                    let setup = [format!(
-                        "const int64_t sdf_nk = {}, sdf_nr = {};",
-                        parts.count(&sc, &parts.kept),
-                        parts.count(&sc, &parts.red)
-                    )];
-                    open_grid_kernel(&mut em, &kernel, "reduce", &setup, "sdf_nk");
-                    em.line("const int64_t sdf_o = sdf_t;");
-                    let mut esc = base(loc.clone());
-                    esc.in_parallel_map = step.atomic_writes();
-                    em.reduce_point(&esc, &parts);
-                    close_grid_kernel(&mut em);
-                    debug_assert_eq!(&parts.sizes(&parts.kept), sizes, "the plan's grid");
-                    Some(sizes.clone())
-                }
-                (_, node, _) => {
-                    let _ = writeln!(
-                        em.out,
-                        "/* state '{}', {} */\nextern \"C\" __global__ void {name}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
-                        st.name.replace("*/", "* /"),
-                        node.describe().replace("*/", "* /"),
-                    );
-                    let inner = match node {
-                        Node::Map(_) => sc,
-                        other => sc.at(LocPart::Text(other.describe())),
-                    };
-                    em.node(&inner, df, n)?;
-                    em.out.push_str("}\n\n");
-                    None
-                }
-            };
+            let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
             text.push_str(&em.out);
             kernels.push(KernelSpec {
                 name: name.clone(),
@@ -528,9 +385,8 @@ pub fn emit_cuda_plan(
                     "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
                     st.name.replace("*/", "* /"),
                 );
-                let sc = base(loc.clone());
                 // One thread, in stream order: nothing runs beside it.
-                em.checked_node(&sc, df, n, false)?;
+                em.checked_node(&sc, df, step.node, false)?;
                 em.out.push_str("}\n\n");
                 text.push_str(&em.out);
                 kernels.push(KernelSpec {
@@ -563,4 +419,193 @@ pub fn emit_cuda_plan(
         sites: sites.into_inner(),
         block_size: opts.block_size,
     })
+}
+
+/// The per-thread arrays of the kernels: the plan's per-worker transients, each of a size
+/// known when the program is compiled (at most 4096 elements).
+fn thread_arrays(sdfg: &Sdfg, plan: &Plan) -> Result<Vec<(String, DType, i64)>, CodegenError> {
+    let statics = crate::args::static_ints(sdfg);
+    let mut out = Vec::new();
+    for a in plan.with_lifetime(Lifetime::PerWorker) {
+        let mut n: i64 = 1;
+        for e in &a.shape {
+            match e.eval(&|x| statics.get(x).copied()) {
+                Ok(v) => n = n.saturating_mul(v.max(0)),
+                Err(_) => {
+                    return Err(CodegenError::Unsupported(format!(
+                        "transient '{}' has local (per-thread) storage of shape [{}], which is not known when the program is compiled; \
+                         the CUDA backend gives each thread a fixed-size array (specialize the symbols, or optimize with the GPU pipeline, which does not tile)",
+                        a.name,
+                        a.shape
+                            .iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+        }
+        if n > 4096 {
+            return Err(CodegenError::Unsupported(format!(
+                "transient '{}' has local (per-thread) storage of {n} elements; the CUDA backend gives each thread at most 4096",
+                a.name
+            )));
+        }
+        out.push((a.name.clone(), a.dtype, n.max(1)));
+    }
+    Ok(out)
+}
+
+/// The parameter list every kernel takes ([`KernelParams`]), as CUDA C.
+fn kernel_head(sdfg: &Sdfg, params: &KernelParams) -> String {
+    let mut h = String::new();
+    for a in &params.arrays {
+        let d = &sdfg.arrays[a];
+        let _ = write!(h, "{}* __restrict__ a_{a}, ", ctype(d.dtype()));
+    }
+    for n in &params.ints {
+        let _ = write!(h, "const int64_t s_{n}, ");
+    }
+    if !params.floats.is_empty() {
+        h.push_str("const double* __restrict__ sdf_f, ");
+    }
+    h.trim_end_matches(", ").to_string()
+}
+
+/// What every kernel declares first: the error record, the per-thread arrays, the float
+/// symbols read from their buffer, the static symbols.
+fn kernel_prologue(
+    sdfg: &Sdfg,
+    params: &KernelParams,
+    thread_arrays: &[(String, DType, i64)],
+) -> String {
+    let mut prologue = String::from("    sdf_err_t* sdf_e = SDF_ERR_PTR(); (void)sdf_e;\n");
+    for (n, t, len) in thread_arrays {
+        let _ = writeln!(prologue, "    {} a_{n}[{len}] = {{0}};", ctype(*t));
+    }
+    for (k, n) in params.floats.iter().enumerate() {
+        let t = ctype(sdfg.symbols[n].dtype);
+        let _ = writeln!(prologue, "    const {t} s_{n} = ({t})sdf_f[{k}];");
+    }
+    static_symbol_decls(&mut prologue, sdfg, "    ");
+    prologue
+}
+
+/// The unchecked kernel of `step` (a node of `df`) in scope `sc`: a grid over what the
+/// plan's grid covers — a parallel map's independent parameters, a copy's elements, a
+/// reduction's output elements — or one thread. Returns the grid's sizes.
+fn step_kernel(
+    em: &mut Emitter<'_>,
+    sc: &Scope<'_>,
+    df: &sdflow_ir::Dataflow,
+    step: &crate::plan::Step,
+    kernel: &GridKernel<'_>,
+) -> Result<Option<Vec<SymExpr>>, CodegenError> {
+    let n = step.node;
+    Ok(match (&step.kind, df.node(n), &step.grid) {
+        (StepKind::ParallelMap { .. }, Node::Map(m), Some(sizes)) => {
+            grid_map_kernel(em, sc, m, sizes, kernel)?;
+            Some(sizes.clone())
+        }
+        (StepKind::Copy { .. }, Node::Access(dst), Some(sizes)) => {
+            // A copy between two containers: a grid over its elements.
+            let Some((e, src)) = crate::plan::grid_copy(df, n)
+                .and_then(|e| Some((e, df.node(df.endpoints(e).0).as_access()?)))
+            else {
+                return Err(CodegenError::Unsupported(format!(
+                    "the plan gives copy '{dst}' a grid, but it is not one copy from another container"
+                )));
+            };
+            let edge = df.edge(e);
+            let (s_sub, _) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
+            let what = format!("copy {}", edge.memlet);
+            open_grid_kernel(em, kernel, &what, &[], &subset_volume(sc, &s_sub));
+            // Write-conflict resolutions of the copy are atomic, as the plan says.
+            let mut esc = sc.clone();
+            esc.in_parallel_map = step.atomic_writes();
+            em.copy_element(&esc, src, dst, edge, "sdf_t");
+            close_grid_kernel(em);
+            Some(sizes.clone())
+        }
+        (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), Some(sizes)) => {
+            // A grid over the output elements; each thread combines its inputs in the
+            // interpreter's order.
+            let parts = ReduceParts::of(sc, df, n, r)?;
+            let setup = [format!(
+                "const int64_t sdf_nk = {}, sdf_nr = {};",
+                parts.count(sc, &parts.kept),
+                parts.count(sc, &parts.red)
+            )];
+            open_grid_kernel(em, kernel, "reduce", &setup, "sdf_nk");
+            em.line("const int64_t sdf_o = sdf_t;");
+            let mut esc = sc.clone();
+            esc.in_parallel_map = step.atomic_writes();
+            em.reduce_point(&esc, &parts);
+            close_grid_kernel(em);
+            debug_assert_eq!(&parts.sizes(&parts.kept), sizes, "the plan's grid");
+            Some(sizes.clone())
+        }
+        (_, node, _) => {
+            let _ = writeln!(
+                em.out,
+                "/* state '{}', {} */\nextern \"C\" __global__ void {}({}) {{\n{}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+                kernel.state.replace("*/", "* /"),
+                node.describe().replace("*/", "* /"),
+                kernel.name,
+                kernel.head,
+                kernel.prologue,
+            );
+            let inner = match node {
+                Node::Map(_) => sc.clone(),
+                other => sc.at(LocPart::Text(other.describe())),
+            };
+            em.node(&inner, df, n)?;
+            em.out.push_str("}\n\n");
+            None
+        }
+    })
+}
+
+/// A grid kernel over the first `sizes.len()` parameters of parallel map `m`, the other
+/// parameters looped over in each thread.
+fn grid_map_kernel(
+    em: &mut Emitter<'_>,
+    sc: &Scope<'_>,
+    m: &MapScope,
+    sizes: &[SymExpr],
+    kernel: &GridKernel<'_>,
+) -> Result<(), CodegenError> {
+    let g = sizes.len();
+    let setup: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .map(|(d, size)| format!("const int64_t sdf_n{d} = sdf_max64({}, 0);", sc.sym(size)))
+        .collect();
+    let total = if g == 0 {
+        "1".to_string()
+    } else {
+        (0..g)
+            .map(|d| format!("sdf_n{d}"))
+            .collect::<Vec<_>>()
+            .join(" * ")
+    };
+    let what = format!("map '{}'", m.label);
+    open_grid_kernel(em, kernel, &what, &setup, &total);
+    grid_point(em, sc, m, g);
+    let mut inner_sc = sc.clone();
+    inner_sc.params.extend(m.params[..g].iter().cloned());
+    for d in g..m.params.len() {
+        let h = em.loop_header(&inner_sc, m, d);
+        em.line(&h);
+        em.indent += 1;
+        inner_sc.params.insert(m.params[d].clone());
+    }
+    let inner = em.body_scope(&inner_sc, m, true);
+    em.body(&inner, &m.body)?;
+    for _ in g..m.params.len() {
+        em.indent -= 1;
+        em.line("}");
+    }
+    close_grid_kernel(em);
+    Ok(())
 }

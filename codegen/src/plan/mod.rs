@@ -1,5 +1,6 @@
-//! The execution plan: one backend-neutral description of how a program runs, decided
-//! once and printed by every backend.
+//! The execution plan: one description of how a program runs, decided once for a
+//! [`Target`] (a team of threads that share each step's loops, or a grid of threads per
+//! step) and printed by the backend of that target.
 //!
 //! A [`Plan`] says, for one SDFG:
 //! - where each transient lives and for how long ([`Lifetime`]): allocated once per
@@ -11,8 +12,10 @@
 //! - per state, the ordered [`Step`]s (parallel map, single, copy, reduction, nested call),
 //!   each with the earlier steps it waits for (a path in the state's graph), its writes and
 //!   whether their write-conflict resolution must be atomic, its [`CheckPolicy`] (when it
-//!   runs its checked version, decided once with the static values), and for a parallel
-//!   map its collapse depth and parallel threshold.
+//!   runs its checked version, decided once with the static values), for a parallel map
+//!   its collapse depth and the fewest points a team shares, for a copy whether a team
+//!   shares its loops, for a map on a team whether its body is row-jammed ([`jam`]), and
+//!   on a grid the step's grid.
 //!
 //! The C emitter turns waits into barriers and steps into worksharing loops or `single`
 //! blocks; the CUDA emitter turns parallel maps into kernels and waits into stream order.

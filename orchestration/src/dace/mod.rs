@@ -817,7 +817,9 @@ impl StateCx<'_> {
             .map_or(DType::F64, DataDesc::dtype)
     }
 
-    /// Builds the graph of scope `key` (`-1`: the state) into `df`.
+    /// Builds the graph of scope `key` (`-1`: the state) into `df`: its nodes (a map's
+    /// body built recursively), then its edges, nested SDFGs' aliasing connectors merged,
+    /// each map's edges derived from its body, and written views checked.
     fn build(&self, key: &str, df: &mut Dataflow) -> Result<(), ImportError> {
         let members: Vec<String> = self
             .scopes
@@ -829,155 +831,199 @@ impl StateCx<'_> {
             .collect();
         let mut ids: BTreeMap<String, NodeId> = BTreeMap::new();
         for id in &members {
-            let n = *self.by_id.get(id.as_str()).ok_or_else(|| {
-                err(
-                    &self.loc,
-                    format!("scope_dict names node '{id}', which the state does not have"),
-                )
-            })?;
-            let nl = self.node_loc(id);
-            let a = attrs(n);
-            let node = match s(n, "type").unwrap_or("") {
-                "AccessNode" => Node::Access(self.access_data(id).unwrap_or_default()),
-                "MapExit" => continue,
-                "MapEntry" => {
-                    let params: Vec<String> = a
-                        .get("params")
-                        .and_then(J::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(J::as_str)
-                        .map(name_of)
-                        .collect();
-                    let sub = subset_of(a.get("range"), &nl)?.unwrap_or_default();
-                    let ranges = sub
-                        .0
-                        .iter()
-                        .map(|d| match d {
-                            Dim::Index(e) => {
-                                Ok(Range::new(e.clone(), e.add(&SymExpr::Int(1)).simplify()))
-                            }
-                            Dim::Range { start, end, step } => Ok(Range {
-                                start: start.clone(),
-                                end: end.clone(),
-                                step: step.clone(),
-                            }),
-                            Dim::Indirect { .. } => Err(err(&nl, "an indirect map range")),
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let mut body = Dataflow::new();
-                    self.build(id, &mut body)?;
-                    Node::Map(MapScope {
-                        label: name_of(s(a, "label").unwrap_or("map")),
-                        params,
-                        ranges,
-                        schedule: Schedule::default(),
-                        body,
-                    })
-                }
-                "Tasklet" => {
-                    let (lang, text) = tasklet_code(n);
-                    let conns = |k: &str| connectors(n, k);
-                    let (stmts, ins) = match self.rewritten.get(id) {
-                        Some(r) => (r.code.clone(), r.inputs.clone()),
-                        None if lang == "Python" => (
-                            python::statements(text)
-                                .map_err(|e| err(&nl, format!("tasklet code '{text}': {e}")))?,
-                            conns("in_connectors"),
-                        ),
-                        None => {
-                            let (i, o) = (conns("in_connectors"), conns("out_connectors"));
-                            let stmts = cpp::gt4py_timer(text, &i, &o).ok_or_else(|| {
-                                err(
-                                    &nl,
-                                    format!(
-                                        "tasklets in {lang} are not supported (of C++, only GT4Py's metrics timers are recognised)"
-                                    ),
-                                )
-                            })?;
-                            (stmts, i)
-                        }
-                    };
-                    let mut inputs = BTreeMap::new();
-                    for c in ins {
-                        let dt = self
-                            .in_edge(id, &c)
-                            .and_then(|e| e.data.as_deref())
-                            .map_or(DType::F64, |d| self.dtype_of(d));
-                        inputs.insert(c, dt);
-                    }
-                    let mut outputs = BTreeMap::new();
-                    for c in conns("out_connectors") {
-                        let dt = self
-                            .edges
-                            .iter()
-                            .find(|e| e.src == *id && e.src_conn.as_deref() == Some(c.as_str()))
-                            .and_then(|e| e.data.as_deref())
-                            .map_or(DType::F64, |d| self.dtype_of(d));
-                        outputs.insert(c, dt);
-                    }
-                    Node::Tasklet(Tasklet {
-                        name: name_of(s(a, "label").unwrap_or("tasklet")),
-                        inputs,
-                        outputs,
-                        code: stmts,
-                    })
-                }
-                "NestedSDFG" => {
-                    let inner = a
-                        .get("sdfg")
-                        .ok_or_else(|| err(&nl, "a nested SDFG without its SDFG"))?;
-                    let inner = convert_sdfg(inner, &format!("{nl} > nested sdfg"))?;
-                    let mut symbol_mapping = BTreeMap::new();
-                    for (k, v) in a
-                        .get("symbol_mapping")
-                        .and_then(J::as_object)
-                        .into_iter()
-                        .flatten()
-                    {
-                        let k = name_of(k);
-                        let v = sym_of(v, &nl)?;
-                        // GT4Py maps symbols of its temporaries that the caller does not
-                        // have to themselves (`__gtir_var_2_Edge_range_0` to itself); DaCe
-                        // accepts the mapping as long as the nested SDFG does not use the
-                        // symbol, and so does the importer: such an identity mapping of a
-                        // name unknown here (neither a symbol nor a map parameter of this
-                        // state) is dropped. A nested SDFG that uses it is refused by
-                        // validation, naming the symbol.
-                        if v == SymExpr::sym(&k)
-                            && !self.sdfg.symbols.contains_key(&k)
-                            && !self.map_params().contains(&k)
-                        {
-                            continue;
-                        }
-                        symbol_mapping.insert(k, v);
-                    }
-                    Node::Nested(sdflow_ir::NestedSdfg {
-                        sdfg: Box::new(inner),
-                        symbol_mapping,
-                    })
-                }
-                "LibraryNode" if s(n, "classpath").is_some_and(|c| c.ends_with("Reduce")) => {
-                    let op = wcr_of(s(a, "wcr"), &nl)?
-                        .ok_or_else(|| err(&nl, "a Reduce without wcr"))?;
-                    let axes = match a.get("axes") {
-                        Some(J::Array(v)) => {
-                            Some(v.iter().filter_map(J::as_u64).map(|x| x as usize).collect())
-                        }
-                        _ => None,
-                    };
-                    let identity = a.get("identity").and_then(J::as_f64).map(Value::F64);
-                    Node::Library(LibraryNode::Reduce(Reduce { op, axes, identity }))
-                }
-                other => {
-                    return Err(err(
-                        &nl,
-                        format!("nodes of type '{other}' are not supported yet"),
-                    ));
-                }
-            };
-            ids.insert(id.clone(), df.add_node(node));
+            if let Some(node) = self.node(id)? {
+                ids.insert(id.clone(), df.add_node(node));
+            }
         }
+        let Endpoints {
+            mut sources,
+            mut dests,
+            write_backs,
+        } = self.edges(key, df, &ids);
+        // DaCe's nested-SDFG connectors alias the caller's memory, sdflow's are copied in
+        // and out: connectors of one container become one.
+        for id in &members {
+            if self.kind(id) == "NestedSDFG" {
+                alias::widen_read_windows(df, ids[id], &self.node_loc(id))?;
+                alias::merge_aliases(self.sdfg, df, ids[id], &self.node_loc(id))?;
+            }
+        }
+        // Each map's edges from its body, attached to the access nodes DaCe used.
+        for id in &members {
+            if self.kind(id) != "MapEntry" {
+                continue;
+            }
+            let n = ids[id];
+            let src = sources.remove(id).unwrap_or_default();
+            let dst = dests.remove(id).unwrap_or_default();
+            sdflow_transforms::pattern::connect_map(
+                &self.sdfg.arrays,
+                df,
+                n,
+                &src,
+                &dst,
+                &mut sdflow_ir::propagate::BoundaryMemo::default(),
+            );
+        }
+        self.check_write_backs(df, write_backs)
+    }
+
+    /// The node DaCe's node `id` becomes (`None`: a map exit, which is its entry's map).
+    fn node(&self, id: &str) -> Result<Option<Node>, ImportError> {
+        let n = *self.by_id.get(id).ok_or_else(|| {
+            err(
+                &self.loc,
+                format!("scope_dict names node '{id}', which the state does not have"),
+            )
+        })?;
+        let nl = self.node_loc(id);
+        let a = attrs(n);
+        Ok(Some(match s(n, "type").unwrap_or("") {
+            "AccessNode" => Node::Access(self.access_data(id).unwrap_or_default()),
+            "MapExit" => return Ok(None),
+            "MapEntry" => self.map_node(id, a, &nl)?,
+            "Tasklet" => self.tasklet_node(id, n, a, &nl)?,
+            "NestedSDFG" => self.nested_node(a, &nl)?,
+            "LibraryNode" if s(n, "classpath").is_some_and(|c| c.ends_with("Reduce")) => {
+                reduce_node(a, &nl)?
+            }
+            other => {
+                return Err(err(
+                    &nl,
+                    format!("nodes of type '{other}' are not supported yet"),
+                ));
+            }
+        }))
+    }
+
+    /// The map of map entry `id` (attributes `a`), its body built from its scope.
+    fn map_node(&self, id: &str, a: &J, nl: &str) -> Result<Node, ImportError> {
+        let params: Vec<String> = a
+            .get("params")
+            .and_then(J::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(J::as_str)
+            .map(name_of)
+            .collect();
+        let sub = subset_of(a.get("range"), nl)?.unwrap_or_default();
+        let ranges = sub
+            .0
+            .iter()
+            .map(|d| match d {
+                Dim::Index(e) => Ok(Range::new(e.clone(), e.add(&SymExpr::Int(1)).simplify())),
+                Dim::Range { start, end, step } => Ok(Range {
+                    start: start.clone(),
+                    end: end.clone(),
+                    step: step.clone(),
+                }),
+                Dim::Indirect { .. } => Err(err(nl, "an indirect map range")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut body = Dataflow::new();
+        self.build(id, &mut body)?;
+        Ok(Node::Map(MapScope {
+            label: name_of(s(a, "label").unwrap_or("map")),
+            params,
+            ranges,
+            schedule: Schedule::default(),
+            body,
+        }))
+    }
+
+    /// The tasklet of DaCe's tasklet `id` (node `n`, attributes `a`): Python code parsed,
+    /// a rewritten one's code taken, GT4Py's C++ timers recognised.
+    fn tasklet_node(&self, id: &str, n: &J, a: &J, nl: &str) -> Result<Node, ImportError> {
+        let (lang, text) = tasklet_code(n);
+        let conns = |k: &str| connectors(n, k);
+        let (stmts, ins) = match self.rewritten.get(id) {
+            Some(r) => (r.code.clone(), r.inputs.clone()),
+            None if lang == "Python" => (
+                python::statements(text)
+                    .map_err(|e| err(nl, format!("tasklet code '{text}': {e}")))?,
+                conns("in_connectors"),
+            ),
+            None => {
+                let (i, o) = (conns("in_connectors"), conns("out_connectors"));
+                let stmts = cpp::gt4py_timer(text, &i, &o).ok_or_else(|| {
+                    err(
+                        nl,
+                        format!(
+                            "tasklets in {lang} are not supported (of C++, only GT4Py's metrics timers are recognised)"
+                        ),
+                    )
+                })?;
+                (stmts, i)
+            }
+        };
+        let mut inputs = BTreeMap::new();
+        for c in ins {
+            let dt = self
+                .in_edge(id, &c)
+                .and_then(|e| e.data.as_deref())
+                .map_or(DType::F64, |d| self.dtype_of(d));
+            inputs.insert(c, dt);
+        }
+        let mut outputs = BTreeMap::new();
+        for c in conns("out_connectors") {
+            let dt = self
+                .edges
+                .iter()
+                .find(|e| e.src == *id && e.src_conn.as_deref() == Some(c.as_str()))
+                .and_then(|e| e.data.as_deref())
+                .map_or(DType::F64, |d| self.dtype_of(d));
+            outputs.insert(c, dt);
+        }
+        Ok(Node::Tasklet(Tasklet {
+            name: name_of(s(a, "label").unwrap_or("tasklet")),
+            inputs,
+            outputs,
+            code: stmts,
+        }))
+    }
+
+    /// The nested SDFG node of attributes `a`, its SDFG converted and its symbol mapping
+    /// read.
+    fn nested_node(&self, a: &J, nl: &str) -> Result<Node, ImportError> {
+        let inner = a
+            .get("sdfg")
+            .ok_or_else(|| err(nl, "a nested SDFG without its SDFG"))?;
+        let inner = convert_sdfg(inner, &format!("{nl} > nested sdfg"))?;
+        let mut symbol_mapping = BTreeMap::new();
+        for (k, v) in a
+            .get("symbol_mapping")
+            .and_then(J::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let k = name_of(k);
+            let v = sym_of(v, nl)?;
+            // GT4Py maps symbols of its temporaries that the caller does not
+            // have to themselves (`__gtir_var_2_Edge_range_0` to itself); DaCe
+            // accepts the mapping as long as the nested SDFG does not use the
+            // symbol, and so does the importer: such an identity mapping of a
+            // name unknown here (neither a symbol nor a map parameter of this
+            // state) is dropped. A nested SDFG that uses it is refused by
+            // validation, naming the symbol.
+            if v == SymExpr::sym(&k)
+                && !self.sdfg.symbols.contains_key(&k)
+                && !self.map_params().contains(&k)
+            {
+                continue;
+            }
+            symbol_mapping.insert(k, v);
+        }
+        Ok(Node::Nested(sdflow_ir::NestedSdfg {
+            sdfg: Box::new(inner),
+            symbol_mapping,
+        }))
+    }
+
+    /// Adds the edges of scope `key` to `df` (whose nodes are `ids`): where an endpoint
+    /// lands at this level, the memlet in sdflow's terms (a copy names its source's data,
+    /// scalars have no subset, a reduction's connectors are `in`/`out`). Edges into a map
+    /// entry or out of a map exit are not added but returned, with the views written back.
+    fn edges(&self, key: &str, df: &mut Dataflow, ids: &BTreeMap<String, NodeId>) -> Endpoints {
         // Where an edge endpoint lands at this level: a node, the map node of a map exit,
         // or (for the scope's own entry and exit) a body access node of the data.
         let mut sources: BTreeMap<String, BTreeMap<String, NodeId>> = BTreeMap::new();
@@ -1095,34 +1141,21 @@ impl StateCx<'_> {
             }
             df.add_edge(from, src_conn, to, dst_conn, memlet);
         }
-        // DaCe's nested-SDFG connectors alias the caller's memory, sdflow's are copied in
-        // and out: connectors of one container become one.
-        for id in &members {
-            if self.kind(id) == "NestedSDFG" {
-                alias::widen_read_windows(df, ids[id], &self.node_loc(id))?;
-                alias::merge_aliases(self.sdfg, df, ids[id], &self.node_loc(id))?;
-            }
+        Endpoints {
+            sources,
+            dests,
+            write_backs,
         }
-        // Each map's edges from its body, attached to the access nodes DaCe used.
-        for id in &members {
-            if self.kind(id) != "MapEntry" {
-                continue;
-            }
-            let n = ids[id];
-            let src = sources.remove(id).unwrap_or_default();
-            let dst = dests.remove(id).unwrap_or_default();
-            sdflow_transforms::pattern::connect_map(
-                &self.sdfg.arrays,
-                df,
-                n,
-                &src,
-                &dst,
-                &mut sdflow_ir::propagate::BoundaryMemo::default(),
-            );
-        }
-        // A written view is copied back whole: it must be written whole, by maps that
-        // write each of its points (affine, one parameter per dimension, over ranges that
-        // cover its shape), or the copy would put stale values into the viewed array.
+    }
+
+    /// A written view is copied back whole: it must be written whole, by maps that write
+    /// each of its points (affine, one parameter per dimension, over ranges that cover its
+    /// shape), or the copy would put stale values into the viewed array.
+    fn check_write_backs(
+        &self,
+        df: &Dataflow,
+        write_backs: Vec<(NodeId, bool)>,
+    ) -> Result<(), ImportError> {
         for (v, marked) in write_backs {
             let computed = df
                 .in_edges(v)
@@ -1153,6 +1186,30 @@ impl StateCx<'_> {
         }
         Ok(())
     }
+}
+
+/// What [`Builder::edges`] leaves to its caller: per map entry the access node each of
+/// its inputs comes from, per map entry (by its exit) the node each output goes to, and
+/// the views written back (`true`: marked by DaCe's `views` connector).
+struct Endpoints {
+    sources: BTreeMap<String, BTreeMap<String, NodeId>>,
+    dests: BTreeMap<String, BTreeMap<String, NodeId>>,
+    write_backs: Vec<(NodeId, bool)>,
+}
+
+/// The reduction of attributes `a`.
+fn reduce_node(a: &J, nl: &str) -> Result<Node, ImportError> {
+    let op = wcr_of(s(a, "wcr"), nl)?.ok_or_else(|| err(nl, "a Reduce without wcr"))?;
+    let axes = match a.get("axes") {
+        Some(J::Array(v)) => Some(v.iter().filter_map(J::as_u64).map(|x| x as usize).collect()),
+        _ => None,
+    };
+    let identity = a.get("identity").and_then(J::as_f64).map(Value::F64);
+    Ok(Node::Library(LibraryNode::Reduce(Reduce {
+        op,
+        axes,
+        identity,
+    })))
 }
 
 /// Containers some state accesses both at its top level and inside a map scope (in

@@ -253,82 +253,175 @@ pub(crate) fn optimize(
     stop: &mut Option<StopNote>,
     memo: &std::sync::Mutex<SaturationMemo>,
 ) -> Option<BodyOutcome> {
-    let order = body.topological_order().ok()?;
-    let mut tasklets = Vec::new();
-    for n in &order {
-        match body.node(*n) {
-            IrNode::Tasklet(_) => tasklets.push(*n),
-            IrNode::Access(_) => {}
-            _ => return None,
-        }
+    let shape = StraightLine::of(cx, body)?;
+    let mut built = build(cx, body, &shape)?;
+    let mut roots: Vec<Id> = built.b.impure.clone();
+    roots.extend(built.outputs.iter().map(|o| o.value));
+    let prefix = fresh_prefix(cx)?;
+    let in_name = |k: usize| format!("{prefix}in{k}");
+    let out_name = |k: usize| format!("{prefix}out{k}");
+    let mut leaf_name: Vec<String> = built.b.leaves.iter().map(|(n, _)| n.clone()).collect();
+    for (k, inp) in built.inputs.iter().enumerate() {
+        leaf_name[inp.leaf] = in_name(k);
     }
-    if tasklets.is_empty() {
+    let sat = saturate(&mut built, &roots, &leaf_name, &prefix, rules, limits, memo);
+    *stop = Some(sat.stop);
+    let (cost_after, code) = sat.code?;
+    let tasklets = &shape.tasklets;
+    if tasklets.len() < 2 && cost_after >= built.cost_before {
         return None;
     }
-    // Edges: reads access → tasklet, writes tasklet → access, both with connectors.
-    for e in body.edge_ids() {
-        let (s, d) = body.endpoints(e);
-        let edge = body.edge(e);
-        match (body.node(s), body.node(d)) {
-            (IrNode::Access(_), IrNode::Tasklet(_)) if edge.dst_conn.is_some() => {}
-            (IrNode::Tasklet(_), IrNode::Access(_)) if edge.src_conn.is_some() => {}
+    let name = match tasklets.as_slice() {
+        [one] => match body.node(*one) {
+            IrNode::Tasklet(t) => t.name.clone(),
             _ => return None,
-        }
-        if edge.memlet.other_subset.is_some() {
-            return None;
-        }
-    }
-    // Containers: a transient scalar written once and read from the same access node
-    // is a local; anything else is outside, and may be read or written, not both, and
-    // written by one edge at most.
-    let mut writes: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut reads: BTreeSet<&str> = BTreeSet::new();
-    let mut nodes_of: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in &order {
-        if let IrNode::Access(d) = body.node(*n) {
-            *nodes_of.entry(d).or_default() += 1;
-            *writes.entry(d).or_default() += body.in_degree(*n);
-        }
-    }
-    // What the body reads, by the one rule (`ir::uses`): a container read through a
-    // memlet's subset (an index table, or a scalar index as GT4Py's dynamic offsets read
-    // it) is read too, and is no local value.
-    let mut tables: BTreeSet<&str> = BTreeSet::new();
-    sdflow_ir::uses::for_each_use(body, |d, u| {
-        if u.read {
-            reads.insert(d);
-        }
-        if !u.access_node {
-            tables.insert(d);
-        }
-    });
-    let local = |d: &str| -> bool {
-        !tables.contains(d)
-            && matches!(
-                cx.arrays.get(d),
-                Some(DataDesc::Scalar {
-                    transient: true,
-                    ..
-                })
-            )
-            && nodes_of.get(d) == Some(&1)
-            && writes.get(d) == Some(&1)
+        },
+        [first, ..] => match body.node(*first) {
+            IrNode::Tasklet(t) => format!("{}+{}", t.name, tasklets.len() - 1),
+            _ => return None,
+        },
+        [] => return None,
     };
-    for (d, w) in &writes {
-        if !local(d) && (*w > 1 || (*w == 1 && reads.contains(d))) {
+    let merged = Tasklet {
+        name,
+        inputs: built
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, i)| (in_name(k), i.dtype))
+            .collect(),
+        outputs: built
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, o)| (out_name(k), o.dtype))
+            .collect(),
+        code,
+    };
+    Some(BodyOutcome {
+        body: rewrite(body, &shape, &built, merged, &in_name, &out_name),
+        merged: tasklets.len(),
+        cost_before: built.cost_before,
+        cost_after,
+    })
+}
+
+/// A straight-line body: its nodes in topological order, its tasklets among them, and
+/// the containers that hold values local to it.
+struct StraightLine<'b> {
+    order: Vec<NodeId>,
+    tasklets: Vec<NodeId>,
+    /// Transient scalars written once and read from the same access node (and not read
+    /// through a subset): their values become e-graph classes, not containers.
+    locals: BTreeSet<&'b str>,
+}
+
+impl<'b> StraightLine<'b> {
+    /// `body`'s shape, or `None` when it is not straight-line dataflow of tasklets and
+    /// access nodes with connectors on every edge, or a container outside it is both
+    /// read and written, or written by more than one edge.
+    fn of(cx: &Context<'_>, body: &'b Dataflow) -> Option<StraightLine<'b>> {
+        let order = body.topological_order().ok()?;
+        let mut tasklets = Vec::new();
+        for n in &order {
+            match body.node(*n) {
+                IrNode::Tasklet(_) => tasklets.push(*n),
+                IrNode::Access(_) => {}
+                _ => return None,
+            }
+        }
+        if tasklets.is_empty() {
             return None;
         }
-    }
-    for e in body.edge_ids() {
-        let (_, d) = body.endpoints(e);
-        if let IrNode::Access(data) = body.node(d)
-            && local(data)
-            && body.edge(e).memlet.wcr.is_some()
-        {
-            return None;
+        // Edges: reads access → tasklet, writes tasklet → access, both with connectors.
+        for e in body.edge_ids() {
+            let (s, d) = body.endpoints(e);
+            let edge = body.edge(e);
+            match (body.node(s), body.node(d)) {
+                (IrNode::Access(_), IrNode::Tasklet(_)) if edge.dst_conn.is_some() => {}
+                (IrNode::Tasklet(_), IrNode::Access(_)) if edge.src_conn.is_some() => {}
+                _ => return None,
+            }
+            if edge.memlet.other_subset.is_some() {
+                return None;
+            }
         }
+        // Containers: a transient scalar written once and read from the same access node
+        // is a local; anything else is outside, and may be read or written, not both, and
+        // written by one edge at most.
+        let mut writes: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut reads: BTreeSet<&str> = BTreeSet::new();
+        let mut nodes_of: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in &order {
+            if let IrNode::Access(d) = body.node(*n) {
+                *nodes_of.entry(d).or_default() += 1;
+                *writes.entry(d).or_default() += body.in_degree(*n);
+            }
+        }
+        // What the body reads, by the one rule (`ir::uses`): a container read through a
+        // memlet's subset (an index table, or a scalar index as GT4Py's dynamic offsets read
+        // it) is read too, and is no local value.
+        let mut tables: BTreeSet<&str> = BTreeSet::new();
+        sdflow_ir::uses::for_each_use(body, |d, u| {
+            if u.read {
+                reads.insert(d);
+            }
+            if !u.access_node {
+                tables.insert(d);
+            }
+        });
+        let is_local = |d: &str| -> bool {
+            !tables.contains(d)
+                && matches!(
+                    cx.arrays.get(d),
+                    Some(DataDesc::Scalar {
+                        transient: true,
+                        ..
+                    })
+                )
+                && nodes_of.get(d) == Some(&1)
+                && writes.get(d) == Some(&1)
+        };
+        for (d, w) in &writes {
+            if !is_local(d) && (*w > 1 || (*w == 1 && reads.contains(d))) {
+                return None;
+            }
+        }
+        for e in body.edge_ids() {
+            let (_, d) = body.endpoints(e);
+            if let IrNode::Access(data) = body.node(d)
+                && is_local(data)
+                && body.edge(e).memlet.wcr.is_some()
+            {
+                return None;
+            }
+        }
+        let locals = nodes_of.keys().copied().filter(|d| is_local(d)).collect();
+        Some(StraightLine {
+            order,
+            tasklets,
+            locals,
+        })
     }
 
+    fn local(&self, d: &str) -> bool {
+        self.locals.contains(d)
+    }
+}
+
+/// A body's e-graph as built from its tasklets, with the inputs (one leaf per distinct
+/// read), the outputs (a class per write) and the cost of the code as written.
+struct Built<'c> {
+    b: Builder<'c>,
+    inputs: Vec<Input>,
+    outputs: Vec<Output>,
+    cost_before: u64,
+}
+
+/// The e-graph of the tasklets of `shape` (a body of `body`), or `None` when a
+/// tasklet's code cannot be elaborated or a connector is missing.
+fn build<'c>(cx: &'c Context<'c>, body: &Dataflow, shape: &StraightLine<'_>) -> Option<Built<'c>> {
+    let local = |d: &str| shape.local(d);
     let mut b = Builder {
         cx,
         eg: EGraph::new(Fold),
@@ -343,7 +436,8 @@ pub(crate) fn optimize(
     let mut outputs: Vec<Output> = Vec::new();
     let mut local_value: HashMap<String, Id> = HashMap::default();
     let mut cost_before = 0;
-    for &tn in &tasklets {
+    let tasklets = &shape.tasklets;
+    for &tn in tasklets {
         let IrNode::Tasklet(t) = body.node(tn) else {
             continue;
         };
@@ -435,13 +529,17 @@ pub(crate) fn optimize(
             }
         }
     }
-    let mut roots: Vec<Id> = b.impure.clone();
-    roots.extend(outputs.iter().map(|o| o.value));
-    // The key below is taken before rebuilding (on a memo miss only, for the runner):
-    // the classes as built, their nodes' operands canonical, determine the rebuilt graph.
+    Some(Built {
+        b,
+        inputs,
+        outputs,
+        cost_before,
+    })
+}
 
-    // Names of the new connectors and locals: free of symbols and map parameters (the
-    // symbols are sorted, so the first at or after a prefix is the one to check).
+/// A prefix for the new connectors and locals that no symbol or map parameter starts
+/// with (the symbols are sorted, so the first at or after a prefix is the one to check).
+fn fresh_prefix(cx: &Context<'_>) -> Option<String> {
     let taken = |p: &str| {
         cx.symbols
             .range::<str, _>((std::ops::Bound::Included(p), std::ops::Bound::Unbounded))
@@ -449,7 +547,7 @@ pub(crate) fn optimize(
             .is_some_and(|(k, _)| k.starts_with(p))
             || cx.params.iter().any(|q| q.starts_with(p))
     };
-    let prefix = (0..)
+    (0..)
         .map(|k| {
             if k == 0 {
                 "_".to_string()
@@ -457,14 +555,26 @@ pub(crate) fn optimize(
                 format!("_{k}_")
             }
         })
-        .find(|p| !taken(p))?;
-    let in_name = |k: usize| format!("{prefix}in{k}");
-    let out_name = |k: usize| format!("{prefix}out{k}");
-    let mut leaf_name: Vec<String> = b.leaves.iter().map(|(n, _)| n.clone()).collect();
-    for (k, inp) in inputs.iter().enumerate() {
-        leaf_name[inp.leaf] = in_name(k);
-    }
+        .find(|p| !taken(p))
+}
 
+/// Saturates, extracts and writes the code of `built`'s e-graph for `roots`, or takes
+/// the result of an earlier body that built the same e-graph (`memo`).
+fn saturate(
+    built: &mut Built<'_>,
+    roots: &[Id],
+    leaf_name: &[String],
+    prefix: &str,
+    rules: &[Rule],
+    limits: &Limits,
+    memo: &std::sync::Mutex<SaturationMemo>,
+) -> Saturated {
+    let b = &mut built.b;
+    let outputs = &built.outputs;
+    let out_name = |k: usize| format!("{prefix}out{k}");
+    // The key below is taken before rebuilding (on a memo miss only, for the runner):
+    // the classes as built, their nodes' operands canonical, determine the rebuilt graph.
+    //
     // Saturation, extraction and emission depend only on the e-graph as built (its
     // leaves are the inputs by position, not by container), the roots, the names given
     // to leaves and new values, and the rules and limits: a body that builds the same
@@ -494,8 +604,8 @@ pub(crate) fn optimize(
             classes,
             roots: roots.iter().map(|r| b.eg.find(*r)).collect(),
             leaves: b.leaves.clone(),
-            leaf_name: leaf_name.clone(),
-            prefix: prefix.clone(),
+            leaf_name: leaf_name.to_vec(),
+            prefix: prefix.to_string(),
             outputs: outputs.len(),
             limits: [
                 limits.iter_limit,
@@ -507,7 +617,7 @@ pub(crate) fn optimize(
         }
     };
     let hit = memo.lock().ok().and_then(|m| m.get(&key).cloned());
-    let sat = match hit {
+    match hit {
         Some(sat) => sat,
         None => {
             b.eg.rebuild();
@@ -527,12 +637,12 @@ pub(crate) fn optimize(
             };
             let eg = runner.egraph;
             let ex = extract(&eg, &node_cost);
-            let code = Emission::plan(&eg, &ex, &roots).map(|plan| {
+            let code = Emission::plan(&eg, &ex, roots).map(|plan| {
                 let code = plan.statements(
                     &eg,
                     &ex,
-                    &leaf_name,
-                    &prefix,
+                    leaf_name,
+                    prefix,
                     &outputs.iter().map(|o| o.value).collect::<Vec<_>>(),
                     &out_name,
                 );
@@ -547,39 +657,22 @@ pub(crate) fn optimize(
             }
             sat
         }
-    };
-    *stop = Some(sat.stop);
-    let (cost_after, code) = sat.code?;
-    if tasklets.len() < 2 && cost_after >= cost_before {
-        return None;
     }
+}
 
-    let name = match tasklets.as_slice() {
-        [one] => match body.node(*one) {
-            IrNode::Tasklet(t) => t.name.clone(),
-            _ => return None,
-        },
-        [first, ..] => match body.node(*first) {
-            IrNode::Tasklet(t) => format!("{}+{}", t.name, tasklets.len() - 1),
-            _ => return None,
-        },
-        [] => return None,
-    };
-    let merged = Tasklet {
-        name,
-        inputs: inputs
-            .iter()
-            .enumerate()
-            .map(|(k, i)| (in_name(k), i.dtype))
-            .collect(),
-        outputs: outputs
-            .iter()
-            .enumerate()
-            .map(|(k, o)| (out_name(k), o.dtype))
-            .collect(),
-        code,
-    };
-
+/// `body` with the tasklets of `shape` and its local containers replaced by `merged`,
+/// which reads `built`'s inputs and writes its outputs (access nodes left without edges
+/// are removed).
+fn rewrite(
+    body: &Dataflow,
+    shape: &StraightLine<'_>,
+    built: &Built<'_>,
+    merged: Tasklet,
+    in_name: &dyn Fn(usize) -> String,
+    out_name: &dyn Fn(usize) -> String,
+) -> Dataflow {
+    let (order, inputs, outputs) = (&shape.order, &built.inputs, &built.outputs);
+    let local = |d: &str| shape.local(d);
     let mut nb = body.clone();
     let gone: BTreeSet<NodeId> = order
         .iter()
@@ -592,7 +685,7 @@ pub(crate) fn optimize(
         .collect();
     let kept_sources: BTreeSet<NodeId> = inputs.iter().map(|i| i.source).collect();
     let kept_targets: BTreeSet<NodeId> = outputs.iter().map(|o| o.target).collect();
-    for n in &order {
+    for n in order {
         let isolated_after = match body.node(*n) {
             IrNode::Access(_) if !gone.contains(n) => {
                 !kept_sources.contains(n)
@@ -612,12 +705,7 @@ pub(crate) fn optimize(
     for (k, o) in outputs.iter().enumerate() {
         nb.add_edge(tn, Some(&out_name(k)), o.target, None, o.memlet.clone());
     }
-    Some(BodyOutcome {
-        body: nb,
-        merged: tasklets.len(),
-        cost_before,
-        cost_after,
-    })
+    nb
 }
 
 /// The extracted DAG in emission order: which classes become locals.
