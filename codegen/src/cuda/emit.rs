@@ -557,7 +557,7 @@ fn step_kernel(
             );
             let inner = match node {
                 Node::Map(_) => sc.clone(),
-                other => sc.at(LocPart::Text(other.describe())),
+                other => sc.at(LocPart::Text(other.describe())).calling(other, step),
             };
             em.node(&inner, df, n)?;
             em.out.push_str("}\n\n");

@@ -234,7 +234,9 @@ impl Emitter<'_> {
                 };
                 let inner = match node {
                     Node::Map(m) => inner.jamming(m, step),
-                    other => inner.at(LocPart::Text(other.describe())),
+                    other => inner
+                        .at(LocPart::Text(other.describe()))
+                        .calling(other, step),
                 };
                 self.node(&inner, df, n)?;
                 self.indent -= 1;

@@ -64,6 +64,7 @@ impl Emitter<'_> {
             sites: sc.sites,
             rows_checked: sc.rows_checked,
             jam: sc.jam,
+            callee: None,
         };
         inner.params.extend(m.params.iter().cloned());
         // Checked loops record their parameters for messages (between the loops, in

@@ -26,7 +26,13 @@ impl Emitter<'_> {
             depth: sc.depth,
             per_point: !sc.params.is_empty(),
         };
-        let fname = emit_function(inner, None, self.opts, &ctx, self.fns, self.counter)?;
+        // A state-level call's callee plan is the step's; a call in a map body is
+        // planned where its function is printed.
+        let plan = sc
+            .callee
+            .filter(|(c, _)| std::ptr::eq(*c, ns))
+            .map(|(_, p)| p);
+        let fname = emit_function(inner, plan, self.opts, &ctx, self.fns, self.counter)?;
         let isig = Signature::of(inner);
         self.line(&format!(
             "{{ /* nested SDFG '{}' */",
@@ -99,6 +105,7 @@ impl Emitter<'_> {
             sites: sc.sites,
             rows_checked: sc.rows_checked,
             jam: None,
+            callee: None,
         };
         let mut ptrs = Vec::new();
         // Connectors the callee only reads, bound to a whole caller array laid out as the

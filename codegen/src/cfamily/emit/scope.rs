@@ -33,6 +33,8 @@ pub(crate) struct Scope<'a> {
     pub(crate) rows_checked: bool,
     /// The map body the plan jams, and its shape (the step's map, unchecked).
     pub(crate) jam: Option<(&'a Dataflow, &'a Jam)>,
+    /// The nested SDFG a state-level step calls, and the callee's plan (the step's).
+    pub(crate) callee: Option<(&'a NestedSdfg, &'a Plan)>,
 }
 
 impl<'a> Scope<'a> {
@@ -72,6 +74,7 @@ impl<'a> Scope<'a> {
             sites,
             rows_checked: false,
             jam: None,
+            callee: None,
         }
     }
 
@@ -82,6 +85,22 @@ impl<'a> Scope<'a> {
     {
         Scope {
             jam: step.jam.as_ref().map(|j| (&m.body, j)),
+            ..self.clone()
+        }
+    }
+
+    /// The same scope, calling `node` (the node of `step`) with the callee's plan from
+    /// the step when it is a nested SDFG.
+    pub(crate) fn calling<'s>(&self, node: &'s Node, step: &'s Step) -> Scope<'s>
+    where
+        'a: 's,
+    {
+        let callee = match (node, &step.kind) {
+            (Node::Nested(ns), StepKind::Nested(p)) => Some((ns, &**p)),
+            _ => None,
+        };
+        Scope {
+            callee,
             ..self.clone()
         }
     }
