@@ -768,15 +768,7 @@ impl StateCx<'_> {
         self.by_id
             .values()
             .filter(|n| s(n, "type") == Some("MapEntry"))
-            .flat_map(|n| {
-                attrs(n)
-                    .get("params")
-                    .and_then(J::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(J::as_str)
-                    .map(name_of)
-            })
+            .flat_map(|n| params_of(attrs(n)))
             .collect()
     }
 
@@ -898,14 +890,7 @@ impl StateCx<'_> {
 
     /// The map of map entry `id` (attributes `a`), its body built from its scope.
     fn map_node(&self, id: &str, a: &J, nl: &str) -> Result<Node, ImportError> {
-        let params: Vec<String> = a
-            .get("params")
-            .and_then(J::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(J::as_str)
-            .map(name_of)
-            .collect();
+        let params = params_of(a);
         let sub = subset_of(a.get("range"), nl)?.unwrap_or_default();
         let ranges = sub
             .0
@@ -1195,6 +1180,17 @@ struct Endpoints {
     sources: BTreeMap<String, BTreeMap<String, NodeId>>,
     dests: BTreeMap<String, BTreeMap<String, NodeId>>,
     write_backs: Vec<(NodeId, bool)>,
+}
+
+/// The parameters of a map entry of attributes `a`, as sdflow names them.
+fn params_of(a: &J) -> Vec<String> {
+    a.get("params")
+        .and_then(J::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(J::as_str)
+        .map(name_of)
+        .collect()
 }
 
 /// The reduction of attributes `a`.
