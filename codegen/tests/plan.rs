@@ -43,7 +43,8 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
         st.steps[r].kind,
         StepKind::ParallelMap {
             collapse: 1,
-            min_points: 4096
+            min_points: 4096,
+            row_checks: None
         }
     ));
     assert_eq!(plan.allocation("t").unwrap().lifetime, Lifetime::Persistent);
@@ -293,7 +294,8 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
         steps[m].kind,
         StepKind::ParallelMap {
             collapse: 1,
-            min_points: 100
+            min_points: 100,
+            row_checks: None
         }
     );
     assert_eq!(steps[c].kind, StepKind::Copy { shared: true });
@@ -303,6 +305,7 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
     first_state(&mut other.body).unwrap().steps[m].kind = StepKind::ParallelMap {
         collapse: 1,
         min_points: 7,
+        row_checks: None,
     };
     let changed = text(&sdfg, &other);
     assert!(changed.contains(">= 7) {") && !changed.contains(">= 100) {"));
@@ -375,4 +378,68 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
             .flat_map(|s| &s.steps)
             .all(|s| s.jam.is_none())
     );
+}
+
+/// The plan decides which index-table reads a team checks once per row (a horizontal
+/// point, before the level loop): the printer checks them there where the plan says, and
+/// per element where it does not.
+#[test]
+fn the_c_printer_checks_table_reads_per_row_where_the_plan_says() {
+    use sdflow_codegen::cfamily::Dialect;
+    use sdflow_codegen::cpu::OpenMp;
+    use sdflow_codegen::cpu::emit::emit_plan;
+
+    let mut b = SdfgBuilder::new("gather");
+    b.symbol("E", DType::I64)
+        .symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("e2c", DType::I64, ["E", "2"])
+        .array("u", DType::F64, ["C", "K"])
+        .array("out", DType::F64, ["E", "K"]);
+    b.state("s", |s| {
+        s.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
+            m.tasklet(
+                "t",
+                &[("a", "u[e2c[e, 0], k]"), ("b", "u[e2c[e, 1], k]")],
+                &[("o", "out[e, k]")],
+                "o = a - b",
+            );
+        });
+    });
+    let sdfg = b.build();
+    assert_eq!(sdfg.validate(), Ok(()));
+    let plan = Plan::of(&sdfg, Target::default()).unwrap();
+    let StepKind::ParallelMap { row_checks, .. } = &plan.body.states()[0].steps[0].kind else {
+        panic!("a parallel map: {}", plan.to_text())
+    };
+    assert_eq!(
+        row_checks.as_ref().map(Vec::len),
+        Some(2),
+        "{}",
+        plan.to_text()
+    );
+    assert!(plan.to_text().contains("tables checked per row (2 reads)"));
+    let text = |p: &Plan| {
+        let (c, _) = emit_plan(&sdfg, p, &Default::default()).unwrap();
+        c.replace(&OpenMp.prelude(), "")
+    };
+    let per_row = text(&plan);
+    assert!(per_row.contains("int sdf_rok = 1;"), "{per_row}");
+    let mut plain = plan.clone();
+    if let StepKind::ParallelMap { row_checks, .. } =
+        &mut first_state(&mut plain.body).unwrap().steps[0].kind
+    {
+        *row_checks = None;
+    }
+    let per_element = text(&plain);
+    assert!(!per_element.contains("sdf_rok"), "{per_element}");
+    // A grid's plan checks no rows: each thread is one point.
+    let grid = Plan::of(&sdfg, Target::Grid).unwrap();
+    assert!(matches!(
+        grid.body.states()[0].steps[0].kind,
+        StepKind::ParallelMap {
+            row_checks: None,
+            ..
+        }
+    ));
 }

@@ -27,6 +27,7 @@
 
 pub mod bounds;
 pub mod jam;
+pub mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -202,6 +203,10 @@ pub enum StepKind {
         /// threshold ([`Target::Team`]), or 2 for a map whose body holds maps (tiles,
         /// scan columns: much more than a point of work per iteration); 1 on a grid.
         min_points: i64,
+        /// On a team, the index-table reads of the body checked once per point of the
+        /// collapsed loops ([`rows`]), the inner loops then gathering without a check;
+        /// `None`: checked where they are read.
+        row_checks: Option<Vec<rows::RowCheck>>,
     },
     /// A map run by one worker (its schedule is sequential, or the plan is not parallel).
     SequentialMap,
@@ -498,10 +503,19 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                     StepKind::ParallelMap {
                         collapse,
                         min_points,
+                        row_checks,
                     } => {
                         let _ = write!(line, " collapse {collapse}");
                         if *min_points > 1 {
                             let _ = write!(line, " from {min_points} points");
+                        }
+                        if let Some(c) = row_checks {
+                            let _ = write!(
+                                line,
+                                " tables checked per row ({} read{})",
+                                c.len(),
+                                if c.len() == 1 { "" } else { "s" }
+                            );
                         }
                     }
                     StepKind::Copy { shared: true } => line.push_str(" shared"),
@@ -1029,10 +1043,20 @@ fn plan_state(
                     } => parallel_min_points,
                     Target::Grid => 1,
                 };
+                let collapse = collapse_depth(m);
+                // Checked per row where a team shares the outer loops and an inner loop
+                // stays: only then is there a row to check before it.
+                let row_checks = match target {
+                    Target::Team { .. } if collapse < m.params.len() => {
+                        rows::row_checks(sdfg, m, collapse).filter(|c| !c.is_empty())
+                    }
+                    _ => None,
+                };
                 (
                     StepKind::ParallelMap {
-                        collapse: collapse_depth(m),
+                        collapse,
                         min_points,
+                        row_checks,
                     },
                     m.label.clone(),
                 )

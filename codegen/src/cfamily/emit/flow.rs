@@ -203,14 +203,15 @@ impl Emitter<'_> {
         let n = step.node;
         match (&step.kind, df.node(n)) {
             (
-                &StepKind::ParallelMap {
+                StepKind::ParallelMap {
                     collapse,
                     min_points,
+                    row_checks,
                 },
                 Node::Map(m),
             ) if sc.parallel => {
                 let sc = sc.jamming(m, step);
-                self.parallel_map(&sc, m, collapse, min_points)?;
+                self.parallel_map(&sc, m, *collapse, *min_points, row_checks.as_deref())?;
             }
             (StepKind::Copy { shared: true }, Node::Access(dst)) if sc.parallel => {
                 self.shared_copies(sc, df, n, dst)?;

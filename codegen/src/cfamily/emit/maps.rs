@@ -122,6 +122,7 @@ impl Emitter<'_> {
         m: &MapScope,
         collapse: usize,
         min_points: i64,
+        row_checks: Option<&[RowCheck]>,
     ) -> Result<(), CodegenError> {
         let sizes: Vec<String> = m
             .ranges
@@ -144,7 +145,7 @@ impl Emitter<'_> {
         self.indent += 1;
         let schedule = self.opts.schedule.name();
         self.team_line(|t| t.share_loops(collapse, schedule));
-        self.map_loops_from(sc, m, true, collapse.max(1))?;
+        self.map_loops_from(sc, m, true, collapse.max(1), row_checks)?;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
@@ -182,27 +183,25 @@ impl Emitter<'_> {
         m: &MapScope,
         parallel: bool,
     ) -> Result<(), CodegenError> {
-        self.map_loops_from(sc, m, parallel, 0)
+        self.map_loops_from(sc, m, parallel, 0, None)
     }
 
-    /// [`Self::map_loops`]; with `outer` > 0, the index-table entries the body reads for
-    /// one point of the first `outer` loops — GT4Py's neighbour tables, read at a
-    /// horizontal point for every level — are checked once there, before the inner
-    /// loops, which then gather without a check (a bad entry runs them checked, as
-    /// before). The check per level kept the level loop from vectorizing.
+    /// [`Self::map_loops`]; with `outer` > 0 and the plan's `row_checks` (`plan::rows`),
+    /// the index-table entries the body reads for one point of the first `outer` loops
+    /// are checked once there, before the inner loops, which then gather without a check
+    /// (a bad entry runs them checked, as before).
     pub(crate) fn map_loops_from(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
         outer: usize,
+        row_checks: Option<&[RowCheck]>,
     ) -> Result<(), CodegenError> {
-        let checks = if outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked {
-            row_checks(sc.sdfg, m, outer)
-        } else {
-            None
-        };
-        let Some(checks) = checks.filter(|c| !c.is_empty()) else {
+        let checks = row_checks
+            .filter(|c| !c.is_empty())
+            .filter(|_| outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked);
+        let Some(checks) = checks else {
             return self.map_loops_inner(sc, m, parallel, 0);
         };
         self.open_loops(sc, m, 0..outer);
@@ -216,7 +215,7 @@ impl Emitter<'_> {
         self.line("int sdf_rok = 1;");
         self.line(&format!("if ({}) {{", nonempty.join(" && ")));
         self.indent += 1;
-        for c in &checks {
+        for c in checks {
             for (p, r) in &c.inner {
                 self.line(&format!(
                     "for (int64_t s_{p} = {}; s_{p} < {}; s_{p}++) {{",
