@@ -1,10 +1,11 @@
 //! `sdflow-codegen`: whole-program code generators, their compilers, loaders and runtime
 //! ABI.
 //!
-//! - [`plan`]: the execution plan, one backend-neutral description of how a program
-//!   runs, which every printer prints.
+//! - [`plan`]: the execution plan, one description of how a program runs, made for a
+//!   target (a team of threads, a grid of them), which that target's printer prints.
 //! - [`cfamily`]: what the two C-family printers share — the printer of control flow,
-//!   states and nodes, C text of expressions, the prelude in each dialect, error sites.
+//!   states and nodes behind a dialect trait, C text of expressions, the prelude's common
+//!   text, error sites.
 //! - [`cpu`]: C with OpenMP for the whole program (`sdflow_init` allocates transients
 //!   once, `sdflow_run` runs the whole control flow in one parallel region,
 //!   `sdflow_finalize`), compiled by the system C compiler ([`compile`]), kept in a

@@ -7,7 +7,8 @@
 //! each names its dialect (`Functions::dialect`, see `cfamily::dialect`), which spells
 //! what the languages write differently and decides nothing.
 //!
-//! This file holds the options, a function's frame (`emit_function`) and the emitter;
+//! This file holds the options, a function's frame (`Frame`), nested SDFGs' functions
+//! (`emit_function`) and the emitter;
 //! the jobs are modules: `flow` (control flow, states, check policies), `maps` (map
 //! bodies and loops), `nodes` (tasklets, stores, reductions), `copies`, `nested`
 //! (nested SDFG calls), `scope` (names, symbols, subscripts), `analysis` (what a body
