@@ -176,6 +176,40 @@ fn transient_scalars_in_map_bodies_are_private_to_an_iteration() {
             .contains("transient scalar 's' is used both inside map 'm' and outside map bodies")),
         "{text:?}"
     );
+    // Written in a body, read by the control flow (a loop's condition): invalid, since
+    // no one iteration's value is the scalar's.
+    let mut b = SdfgBuilder::new("steer");
+    b.symbol("N", DType::I64)
+        .symbol("k", DType::I64)
+        .array("x", DType::I64, ["N"])
+        .array("out", DType::I64, ["N"])
+        .transient_scalar("t", DType::I64);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("w", &[("v", "x[i]")], &[("o", "t")], "o = v");
+            m.tasklet("r", &[("a", "t")], &[("o", "out[i]")], "o = a");
+        });
+    });
+    b.body(Block::for_loop(
+        "k",
+        SymExpr::Int(0),
+        SymExpr::parse("t < 1").unwrap(),
+        SymExpr::parse("k + 1").unwrap(),
+        Block::State(StateId(0)),
+    ));
+    let text: Vec<String> = b
+        .build()
+        .validate()
+        .unwrap_err()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert!(
+        text.iter().any(|t| t.contains(
+            "transient scalar 't' is written inside map 'm' and read by the control flow"
+        )),
+        "{text:?}"
+    );
 }
 
 /// `c[e2c[e, n] - r]`: a gather through a neighbour table whose entries are absolute

@@ -87,7 +87,7 @@ pub(super) fn check_map(
 /// The boundary rule and coverage of body memlets by the map's edges.
 /// Transient scalars in a map body are private to one iteration: each read in the body
 /// must be of a value the body wrote (an access node written before it is read), and the
-/// scalar must not be used outside map bodies.
+/// scalar must not be used outside map bodies — by a state, or by the control flow.
 fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Loc<'_>) {
     let body = &m.body;
     for n in body.node_ids() {
@@ -109,6 +109,16 @@ fn check_private_scalars(cx: &mut Cx, scope: &Scope<'_>, m: &MapScope, loc: &Loc
                 loc,
                 format!(
                     "transient scalar '{d}' is read in map '{}' before the body writes it; transient scalars in map bodies are private to one iteration",
+                    m.label
+                ),
+            );
+        }
+        if scope.control.contains(d) {
+            cx.push(
+                ProblemKind::BadMap,
+                loc,
+                format!(
+                    "transient scalar '{d}' is written inside map '{}' and read by the control flow; a scalar in a map body is private to one iteration",
                     m.label
                 ),
             );

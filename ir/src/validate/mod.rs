@@ -38,7 +38,7 @@
 //!   scalars and `local` arrays, which are private to the body's iteration (a `local`
 //!   array must be transient and is never accessed outside map bodies; a transient scalar
 //!   in a body is written by the body before it is read there, and is not used outside
-//!   map bodies). Conversely each map in-edge's data is read in
+//!   map bodies, by a state or by the control flow). Conversely each map in-edge's data is read in
 //!   the body (or used there as an indirection table) and each out-edge's data is written
 //!   there. Every body memlet of an input or output, over the map's parameters, lies within
 //!   the map edge's memlet of the same data where decidable.
@@ -188,6 +188,8 @@ pub(crate) struct Scope<'a> {
     flow: &'a BTreeSet<String>,
     /// Containers with an access node in a state's graph (outside map bodies).
     state_level: &'a rustc_hash::FxHashSet<&'a str>,
+    /// Names the control flow's expressions read (loop bounds, conditions, assignments).
+    control: &'a BTreeSet<String>,
     /// Enclosing map parameters, outermost first.
     params: Vec<String>,
     /// Their boxes (where expressible).
@@ -201,11 +203,13 @@ impl<'a> Scope<'a> {
         sdfg: &'a Sdfg,
         flow: &'a BTreeSet<String>,
         state_level: &'a rustc_hash::FxHashSet<&'a str>,
+        control: &'a BTreeSet<String>,
     ) -> Scope<'a> {
         Scope {
             sdfg,
             flow,
             state_level,
+            control,
             params: Vec::new(),
             boxes: Vec::new(),
             boxes_id: memo::NO_BOXES,
@@ -323,7 +327,8 @@ pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
         .iter()
         .flat_map(|s| s.graph.graph.node_weights().filter_map(|n| n.as_access()))
         .collect();
-    let scope = Scope::new(sdfg, &flow, &state_level);
+    let control = crate::uses::control_names(&sdfg.body);
+    let scope = Scope::new(sdfg, &flow, &state_level, &control);
     check_declarations(cx, sdfg, &scope, &loc);
     check_arg_order(cx, sdfg, &loc);
     control::check_control(cx, sdfg, &scope, &loc);

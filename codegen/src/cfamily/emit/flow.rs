@@ -283,11 +283,10 @@ impl Emitter<'_> {
             ));
             self.indent += 1;
             if !self.copy_loops(&inner, src, dst, edge, true) {
-                // Not a loop nest after all: the team's first thread copies it.
-                self.team_line(|t| t.single().into());
-                self.line("{");
-                self.copy(&inner, src, dst, edge)?;
-                self.line("}");
+                return Err(CodegenError::Unsupported(format!(
+                    "the plan shares the copy {} among threads, but it is not a loop nest",
+                    edge.memlet
+                )));
             }
             self.indent -= 1;
             self.line("}");
