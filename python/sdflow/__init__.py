@@ -19,6 +19,7 @@ from ._sdflow import (
     Report,
     SdflowError,
     ValidationError,
+    cache_dir,
     load,
     version,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Report",
     "SdflowError",
     "ValidationError",
+    "cache_dir",
     "load",
     "version",
 ]

@@ -19,6 +19,10 @@ def load(source: Union[str, bytes, os.PathLike[str], Any]) -> Program:
 def version() -> str:
     """The package version."""
 
+def cache_dir() -> str:
+    """The persistent build cache's directory (``SDFLOW_CACHE_DIR``, else ``sdflow`` in
+    the user's cache directory)."""
+
 class Report:
     """What ``Program.optimize`` did; ``str(report)`` is the text ``sdflow opt --report`` prints."""
 

@@ -1335,11 +1335,22 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// The persistent build cache's directory: `SDFLOW_CACHE_DIR`, else `sdflow` in the
+/// user's cache directory (as every sdflow build uses it).
+#[pyfunction]
+fn cache_dir() -> String {
+    sdflow_codegen::Cache::from_env()
+        .dir()
+        .to_string_lossy()
+        .into_owned()
+}
+
 #[pymodule]
 fn _sdflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_dir, m)?)?;
     m.add_class::<Program>()?;
     m.add_class::<Report>()?;
     m.add_class::<CompiledProgram>()?;

@@ -1,0 +1,347 @@
+"""GT4Py backends that compile with sdflow.
+
+    >>> import sdflow.gt4py
+    >>> prog = my_program.with_backend(sdflow.gt4py.cpu)
+    >>> prog(a, b, out=c, offset_provider=grid.connectivities)
+
+A GT4Py program goes through GT4Py's own front end and its GTIR → SDFG lowering (the
+translation step of GT4Py's DaCe workflow, without DaCe's optimizer, instrumentation or
+compiler); sdflow optimizes the SDFG, builds it into its persistent, multi-process build
+cache and calls it. How GT4Py's arguments reach the compiled program (fields with their
+domains, tuples of fields, neighbour tables, scalars) is worked out once per compiled
+variant, not per call. ``docs/gt4py.md`` in the repository has the whole story.
+
+Needs GT4Py 1.2.x (``gt4py.next``) and DaCe 2.0 (the lowering builds DaCe SDFG objects);
+importing ``sdflow`` alone imports neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Optional, Sequence
+
+import dace
+from gt4py._core import definitions as core_defs, filecache
+from gt4py.next import backend as gtx_backend
+from gt4py.next import custom_layout_allocators as gtx_allocators
+from gt4py.next.otf import stages, workflow
+from gt4py.next.program_processors.runners.dace import sdfg_args as gtx_dace_args
+from gt4py.next.program_processors.runners.dace.workflow.translation import DaCeTranslator
+from gt4py.next.type_system import type_specifications as ts
+
+from . import CallError, SdflowError, cache_dir, load
+
+__all__ = [
+    "SdflowArtifact",
+    "SdflowGT4PyProgram",
+    "SdflowWorkflow",
+    "cpu",
+    "gpu",
+    "make_backend",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """GT4Py's translation step as a plain GTIR → SDFG lowering: for the CPU (the GPU
+    schedule is sdflow's), without DaCe's auto-optimizer, without stride or origin
+    constants (sdflow specializes what it can prove), without the timing
+    instrumentation and without the end-of-call synchronization. DaCe's source-line
+    records are off while it runs: they cost half of the lowering's time (a Python stack
+    inspection per node) and sdflow does not read them."""
+
+    translator: DaCeTranslator = dataclasses.field(
+        default_factory=lambda: DaCeTranslator(
+            device_type=core_defs.DeviceType.CPU,
+            auto_optimize=False,
+            auto_optimize_args=None,
+            async_sdfg_call=False,
+            unstructured_horizontal_has_unit_stride=False,
+            use_metrics=False,
+        )
+    )
+
+    def __call__(self, inp: Any) -> stages.ProgramSource:
+        with dace.config.temporary_config():
+            dace.Config.set("compiler", "lineinfo", value="none")
+            return self.translator(inp)
+
+
+def _cached(translation: Translation) -> Any:
+    """The translation, kept in sdflow's cache directory (``gt4py-translation``) by the
+    fingerprint of the GTIR program and its compile-time arguments, as GT4Py's DaCe
+    backend keeps its own: a fresh process with a warm cache skips GT4Py's lowering."""
+    return workflow.CachedStep.persistent(
+        translation,
+        input_fingerprinter=stages.compilable_program_fingerprinter,
+        cache=filecache.FileCache(pathlib.Path(cache_dir()) / "gt4py-translation"),
+    )
+
+
+# --- How GT4Py's canonical arguments map onto the SDFG's ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """A field parameter (or one element of a tuple parameter): the SDFG array of that
+    name, and for each dimension the domain's start and stop symbols the SDFG reads."""
+
+    array: str
+    dims: tuple[Any, ...]
+    ranges: tuple[tuple[int, Optional[str], Optional[str]], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scalar:
+    """A scalar parameter, or a zero-dimensional field passed as its value."""
+
+    name: str
+    field: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tuple:
+    elements: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Skip:
+    """A parameter the SDFG does not take: a static argument compiled in, or one the
+    program never reads."""
+
+
+def _binding(name: str, type_: ts.TypeSpec, arguments: set[str], symbols: set[str]) -> Any:
+    if isinstance(type_, ts.TupleType):
+        return _Tuple(
+            tuple(
+                _binding(f"{name}_{i}", t, arguments, symbols) for i, t in enumerate(type_.types)
+            )
+        )
+    if isinstance(type_, ts.FieldType):
+        if len(type_.dims) == 0:
+            return _Scalar(name, True) if name in arguments else _Skip()
+        if name not in arguments:
+            return _Skip()
+        ranges = []
+        for i, dim in enumerate(type_.dims):
+            start = gtx_dace_args.range_start_symbol(name, dim).name
+            stop = gtx_dace_args.range_stop_symbol(name, dim).name
+            ranges.append(
+                (i, start if start in symbols else None, stop if stop in symbols else None)
+            )
+        return _Field(name, tuple(type_.dims), tuple(r for r in ranges if r[1] or r[2]))
+    if isinstance(type_, ts.ScalarType):
+        return _Scalar(name, False) if name in arguments else _Skip()
+    raise SdflowError(f"parameter '{name}': type {type_} is not supported by sdflow's GT4Py backend")
+
+
+def _describe(arg: Any) -> str:
+    t = type(arg).__name__
+    dims = getattr(getattr(arg, "domain", None), "dims", None)
+    if dims is not None:
+        return f"a field over ({', '.join(d.value for d in dims)})"
+    return f"a {t}"
+
+
+def _put(kw: dict, binding: Any, arg: Any, param: str) -> None:
+    """Adds what one argument gives to the call's keyword arguments."""
+    if isinstance(binding, _Field):
+        try:
+            kw[binding.array] = arg.ndarray
+            domain = arg.domain
+        except AttributeError:
+            raise CallError(f"argument '{param}': expected a field, got {_describe(arg)}") from None
+        if domain.dims != binding.dims:
+            dims = ", ".join(d.value for d in binding.dims)
+            raise CallError(
+                f"argument '{param}': expected a field over ({dims}), got {_describe(arg)}"
+            )
+        ranges = domain.ranges
+        for i, start, stop in binding.ranges:
+            r = ranges[i]
+            if start:
+                kw[start] = r.start
+            if stop:
+                kw[stop] = r.stop
+    elif isinstance(binding, _Scalar):
+        if binding.field:
+            kw[binding.name] = arg.as_scalar() if hasattr(arg, "as_scalar") else arg
+        else:
+            kw[binding.name] = arg
+    elif isinstance(binding, _Tuple):
+        if not isinstance(arg, tuple) or len(arg) != len(binding.elements):
+            n = len(binding.elements)
+            raise CallError(f"argument '{param}': expected a tuple of {n}, got {_describe(arg)}")
+        for i, (b, a) in enumerate(zip(binding.elements, arg)):
+            _put(kw, b, a, f"{param}[{i}]")
+
+
+class SdflowGT4PyProgram:
+    """A compiled sdflow program called with GT4Py's canonical arguments (what GT4Py's
+    compiled-program pool passes: the program's parameters in order, the
+    ``offset_provider``, and ``out`` for a field operator).
+
+    How each parameter maps onto the SDFG — which array, which domain symbols, which
+    tuple element, which neighbour tables — was decided when the program was loaded; a
+    call walks that list and hands the arrays to the compiled program by address.
+    """
+
+    def __init__(
+        self,
+        program: Any,
+        compiled: Any,
+        parameters: Sequence[tuple[str, Any]],
+        tables: Sequence[tuple[str, str]],
+    ) -> None:
+        self.program = program
+        """The lowered program (:class:`sdflow.Program`): ``show()`` prints its C, its plan,
+        its optimized SDFG."""
+        self._compiled = compiled
+        self.name = compiled.name
+        self._parameters = tuple(parameters)
+        self._tables = tuple(tables)
+        self._device = compiled.backend == "cuda"
+
+    @property
+    def compiled(self) -> Any:
+        """The underlying :class:`sdflow.CompiledProgram`."""
+        return self._compiled
+
+    def arguments(self, *args: Any, offset_provider: Any, out: Any = None) -> dict[str, Any]:
+        """The keyword arguments of the compiled program for one GT4Py call."""
+        if out is not None:
+            args = (*args, out)
+        if len(args) != len(self._parameters):
+            raise CallError(
+                f"program '{self.name}': {len(args)} argument(s) given, the program takes "
+                f"{len(self._parameters)} ({', '.join(n for n, _ in self._parameters)})"
+            )
+        kw: dict[str, Any] = {}
+        for (param, binding), arg in zip(self._parameters, args):
+            _put(kw, binding, arg, param)
+        for array, offset in self._tables:
+            try:
+                table = offset_provider[offset]
+            except (KeyError, TypeError):
+                have = ", ".join(sorted(offset_provider)) if hasattr(offset_provider, "keys") else "none"
+                raise CallError(
+                    f"program '{self.name}': the offset provider has no connectivity "
+                    f"'{offset}', which the program reads (it has: {have})"
+                ) from None
+            try:
+                kw[array] = table.ndarray
+            except AttributeError:
+                raise CallError(
+                    f"program '{self.name}': offset '{offset}' is {_describe(table)}, "
+                    "the program needs a neighbour table"
+                ) from None
+        return kw
+
+    def __call__(self, *args: Any, offset_provider: Any, out: Any = None) -> None:
+        kw = self.arguments(*args, offset_provider=offset_provider, out=out)
+        # A device call returns once its work is enqueued, ordered on the arrays' stream;
+        # nothing here waits for it.
+        self._compiled(**kw)
+
+
+# --- The workflow: translation, then sdflow's build ---------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SdflowArtifact:
+    """What a compilation produces: the lowered SDFG and how to build and call it.
+    Picklable, so that GT4Py's process pool can build it in a worker; loading it builds
+    the same program again, which the persistent build cache answers without compiling."""
+
+    sdfg_json: str
+    backend: str
+    options: tuple[tuple[str, Any], ...]
+    parameters: tuple[tuple[str, Any], ...]
+
+    def compile(self) -> Any:
+        return load(self.sdfg_json).compile(self.backend, options=dict(self.options) or None)
+
+    def load(self) -> SdflowGT4PyProgram:
+        compiled = self.compile()
+        prog = load(self.sdfg_json)
+        arguments = set(prog.arguments)
+        symbols = set(prog.symbols)
+        parameters = [
+            (name, _binding(name, type_, arguments, symbols)) for name, type_ in self.parameters
+        ]
+        tables = []
+        for a in prog.arguments:
+            m = gtx_dace_args.CONNECTIVITY_INDENTIFIER_RE.match(a)
+            if m is not None:
+                tables.append((a, m[1]))
+        return SdflowGT4PyProgram(prog, compiled, parameters, tables)
+
+
+@dataclasses.dataclass(frozen=True)
+class SdflowWorkflow:
+    """GT4Py's ``executor``: a compilable program (GTIR with its compile-time arguments)
+    to an :class:`SdflowArtifact`, built."""
+
+    translation: Any
+    backend: str = "cpu"
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self, inp: Any) -> SdflowArtifact:
+        source = self.translation(inp)
+        text = source.source_code
+        if not isinstance(text, str):
+            text = json.dumps(text)
+        artifact = SdflowArtifact(
+            sdfg_json=text,
+            backend=self.backend,
+            options=self.options,
+            parameters=tuple((p.name, p.type_) for p in source.entry_point.parameters),
+        )
+        artifact.compile()  # into the persistent cache, here (possibly a build worker)
+        return artifact
+
+
+def make_backend(
+    device: str = "cpu",
+    *,
+    options: Optional[dict[str, Any]] = None,
+    allocator: Any = None,
+    name: Optional[str] = None,
+) -> gtx_backend.Backend:
+    """A GT4Py backend that compiles with sdflow.
+
+    ``device``: ``"cpu"`` (C with OpenMP, NumPy fields) or ``"gpu"`` (CUDA, CuPy fields,
+    calls that return once enqueued). ``options``: sdflow's backend options
+    (``docs/configuration.md``), e.g. ``{"threads": 8}``. ``allocator``: the fields'
+    allocator, GT4Py's standard one for the device unless given (a host allocator with
+    the ``gpu`` device runs on NumPy fields, copied to and from the device per call).
+    """
+    if device == "cpu":
+        backend, default_allocator = "cpu", gtx_allocators.StandardCPUFieldBufferAllocator()
+    elif device == "gpu":
+        backend = "cuda"
+        default_allocator = allocator or gtx_allocators.StandardGPUFieldBufferAllocator()
+    else:
+        raise SdflowError(f"device '{device}': expected 'cpu' or 'gpu'")
+    opts = tuple(sorted((options or {}).items()))
+    return gtx_backend.Backend(
+        name=name or f"sdflow_{device}",
+        executor=SdflowWorkflow(translation=_cached(Translation()), backend=backend, options=opts),
+        allocator=allocator or default_allocator,
+        transforms=gtx_backend.DEFAULT_TRANSFORMS,
+    )
+
+
+cpu = make_backend("cpu")
+"""sdflow's CPU backend for GT4Py: C with OpenMP, fields in host memory."""
+
+
+def __getattr__(attr: str) -> Any:
+    # The GPU backend's allocator needs CuPy; it is made when first asked for.
+    if attr == "gpu":
+        value = make_backend("gpu")
+        globals()["gpu"] = value
+        return value
+    raise AttributeError(f"module 'sdflow.gt4py' has no attribute '{attr}'")

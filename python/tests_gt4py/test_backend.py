@@ -1,0 +1,231 @@
+"""sdflow as a GT4Py backend (`sdflow.gt4py`), run in the GT4Py environment
+(`scripts/gt4py/env.sh`: GT4Py 1.2.1, ICON4Py's diffusion 0.4.1, DaCe 2.0.0a10).
+
+Every ICON4Py diffusion program of `tests/gt4py` runs through `sdflow.gt4py.cpu`
+from GT4Py's own call (`program.with_backend(...)(…, offset_provider=…)`) and is compared
+with the outputs GT4Py's gtfn and embedded backends computed when the corpus was made.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import gt4py.next as gtx
+from gt4py.next.type_system import type_specifications as ts
+from icon4py.model.common import dimension as dims
+from icon4py.model.common.grid import simple
+
+import sdflow
+import sdflow.gt4py
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "gt4py"
+PROGRAMS = sorted(p.name[: -len(".simple.npz")] for p in CORPUS.glob("*.simple.npz"))
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return simple.simple_grid(num_levels=10)
+
+
+def corpus(name):
+    npz = np.load(CORPUS / f"{name}.simple.npz")
+    meta = json.loads(str(npz["meta_json"]))
+    program = getattr(importlib.import_module(meta["module"]), meta["program"])
+    return program, npz, meta
+
+
+def gt4py_arguments(program, npz, backend=sdflow.gt4py.cpu):
+    """The program's arguments as GT4Py fields and scalars, from the corpus's inputs."""
+    args, fields = {}, {}
+    for p in program.past_stage.past_node.params:
+        name = str(p.id)
+        value = np.array(npz["in__" + name])
+        if isinstance(p.type, ts.FieldType):
+            fields[name] = args[name] = gtx.as_field(p.type.dims, value, allocator=backend)
+        elif p.type.kind == ts.ScalarKind.INT32:
+            args[name] = gtx.int32(value.item())
+        elif p.type.kind == ts.ScalarKind.FLOAT64:
+            args[name] = gtx.float64(value.item())
+        else:
+            args[name] = value.item()
+    return args, fields
+
+
+def assert_equals_references(fields, npz, meta):
+    for field in meta["outputs"]:
+        ref = "gtfn" if f"out__gtfn__{field}" in npz.files else "embedded"
+        want = npz[f"out__{ref}__{field}"]
+        got = fields[field].asnumpy()
+        if meta.get("embedded_vs_gtfn", {}).get(field, {}).get("bitwise", False):
+            assert np.array_equal(got, want), field
+        else:
+            scale = max(np.abs(want).max(), np.finfo(float).tiny)
+            assert np.abs(got - want).max() / scale <= 1e-12, field
+
+
+def test_the_corpus_grid_is_icon4pys_simple_grid(grid):
+    # The references were computed on these neighbour tables; the tests pass the grid's own.
+    for name in PROGRAMS:
+        npz = np.load(CORPUS / f"{name}.simple.npz")
+        for key in (k for k in npz.files if k.startswith("conn__")):
+            table = grid.connectivities[key[len("conn__") :]].asnumpy()
+            assert np.array_equal(table, npz[key]), (name, key)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_diffusion_program_equals_gt4pys_outputs(name, grid):
+    program, npz, meta = corpus(name)
+    args, fields = gt4py_arguments(program, npz)
+    program.with_backend(sdflow.gt4py.cpu)(**args, offset_provider=grid.connectivities)
+    assert_equals_references(fields, npz, meta)
+
+
+def compiled_variants(prog):
+    """The sdflow programs GT4Py's pool holds for a program (one per static variant), the
+    builds running in GT4Py's worker processes finished."""
+    pool = prog._compiled_programs
+    for key in list(pool._compilation_jobs):
+        pool._finish_compilation_job(key)
+    return list(pool.compiled_programs.values())
+
+
+def test_static_arguments_and_compile_time_domains_specialize_the_program(grid):
+    # As ICON4Py's `setup_program` does: compile ahead of time with the domain bounds and
+    # a scalar static, then call without JIT.
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, fields = gt4py_arguments(program, npz)
+    prog = program.with_backend(sdflow.gt4py.cpu).with_compilation_options(enable_jit=False)
+    statics = ("horizontal_start", "horizontal_end", "vertical_start", "vertical_end")
+    prog.compile(
+        **{k: [args[k]] for k in statics},
+        diff_multfac_w=[args["diff_multfac_w"], gtx.float64(0.0)],
+        offset_provider=grid.connectivities,
+    )
+    variants = compiled_variants(prog)
+    assert len(variants) == 2
+    for v in variants:
+        assert isinstance(v, sdflow.gt4py.SdflowGT4PyProgram)
+        # The static values are compiled in: the SDFG takes none of them.
+        for k in (*statics, "diff_multfac_w"):
+            assert k not in v.program.arguments and k not in v.program.symbols, k
+    w0 = fields["w"].asnumpy().copy()
+    prog(**args, offset_provider=grid.connectivities)
+    assert_equals_references(fields, npz, meta)
+
+    # The other variant: diff_multfac_w = 0 leaves w as it was.
+    args2, fields2 = gt4py_arguments(program, npz)
+    args2["diff_multfac_w"] = gtx.float64(0.0)
+    prog(**args2, offset_provider=grid.connectivities)
+    np.testing.assert_array_equal(fields2["w"].asnumpy(), w0)
+
+    # A value that was not compiled is GT4Py's error, not a silent JIT.
+    args2["vertical_end"] = gtx.int32(5)
+    with pytest.raises(RuntimeError, match="No program compiled for this set of static arguments"):
+        prog(**args2, offset_provider=grid.connectivities)
+
+
+def test_a_compile_time_domain_smaller_than_the_fields_writes_only_inside_it(grid):
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, fields = gt4py_arguments(program, npz)
+    args["horizontal_start"], args["horizontal_end"] = gtx.int32(4), gtx.int32(11)
+    args["vertical_start"], args["vertical_end"] = gtx.int32(2), gtx.int32(7)
+    prog = program.with_backend(sdflow.gt4py.cpu).with_compilation_options(enable_jit=False)
+    prog.compile(
+        **{k: [args[k]] for k in ("horizontal_start", "horizontal_end", "vertical_start", "vertical_end")},
+        offset_provider=grid.connectivities,
+    )
+    w0 = fields["w"].asnumpy().copy()
+    prog(**args, offset_provider=grid.connectivities)
+    want = w0.copy()
+    full = npz["out__gtfn__w"]
+    want[4:11, 2:7] = full[4:11, 2:7]
+    np.testing.assert_array_equal(fields["w"].asnumpy(), want)
+
+
+def test_fields_with_a_nonzero_origin_pass_their_domain(grid):
+    # A field whose domain starts above 0 (a slice of a larger one, as GT4Py allows): the
+    # domain's range symbols carry the origin, and the program indexes accordingly.
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, fields = gt4py_arguments(program, npz)
+    big = gtx.as_field(
+        fields["z_nabla2_c"].domain.dims,
+        np.pad(fields["z_nabla2_c"].asnumpy(), ((0, 0), (3, 0)), constant_values=np.nan),
+        origin={fields["z_nabla2_c"].domain.dims[1]: 3},
+        allocator=sdflow.gt4py.cpu,
+    )
+    assert big.domain.ranges[1].start == -3
+    args["z_nabla2_c"] = big
+    program.with_backend(sdflow.gt4py.cpu)(**args, offset_provider=grid.connectivities)
+    assert_equals_references(fields, npz, meta)
+
+
+# --- bad arguments ---------------------------------------------------------------------------
+
+
+def compiled_once(program, args, grid):
+    """The program called once through GT4Py, and the sdflow program GT4Py then holds, with
+    the arguments as GT4Py passes them to it (in parameter order)."""
+    prog = program.with_backend(sdflow.gt4py.cpu)
+    prog(**args, offset_provider=grid.connectivities)
+    (decorated,) = compiled_variants(prog)
+    return decorated, [args[str(p.id)] for p in program.past_stage.past_node.params]
+
+
+# GT4Py checks the argument types of every call in Python's debug mode (`__debug__`, as
+# these tests run); under `python -O` it passes them to the compiled program unchecked, and
+# sdflow's checks answer. Both are tested.
+
+
+def test_a_field_of_the_wrong_element_type_is_a_clear_error(grid):
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, _ = gt4py_arguments(program, npz)
+    bad = gtx.as_field(args["area"].domain.dims, args["area"].asnumpy().astype(np.float32))
+    assert __debug__
+    with pytest.raises(gtx.errors.DSLError, match=r"'area' to be of type 'Field\[\[Cell\], float64\]', got 'Field\[\[Cell\], float32\]'"):
+        program.with_backend(sdflow.gt4py.cpu)(**{**args, "area": bad}, offset_provider=grid.connectivities)
+    decorated, arrays = compiled_once(program, args, grid)
+    arrays[0] = bad
+    with pytest.raises(sdflow.CallError, match="program 'apply_nabla2_to_w': 'area' is f32, the program needs f64"):
+        decorated(*arrays, offset_provider=grid.connectivities)
+
+
+def test_a_field_of_the_wrong_dimensions_is_a_clear_error(grid):
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, _ = gt4py_arguments(program, npz)
+    bad = gtx.as_field(args["area"].domain.dims, args["area"].asnumpy().copy())
+    with pytest.raises(gtx.errors.DSLError, match=r"'w' to be of type 'Field\[\[Cell, K\], float64\]', got 'Field\[\[Cell\], float64\]'"):
+        program.with_backend(sdflow.gt4py.cpu)(**{**args, "w": bad}, offset_provider=grid.connectivities)
+    decorated, arrays = compiled_once(program, args, grid)
+    arrays[3] = bad
+    with pytest.raises(sdflow.CallError, match=r"argument 'w': expected a field over \(Cell, K\), got a field over \(Cell\)"):
+        decorated(*arrays, offset_provider=grid.connectivities)
+    # The same number of dimensions, other ones: a field over edges where cells are read.
+    arrays[3] = gtx.as_field((dims.EdgeDim, dims.KDim), np.zeros((27, 10)))
+    with pytest.raises(sdflow.CallError, match=r"argument 'w': expected a field over \(Cell, K\), got a field over \(Edge, K\)"):
+        decorated(*arrays, offset_provider=grid.connectivities)
+
+
+def test_a_missing_connectivity_is_a_clear_error(grid):
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, _ = gt4py_arguments(program, npz)
+    decorated, arrays = compiled_once(program, args, grid)
+    without = {k: v for k, v in grid.connectivities.items() if k != "C2E2CO"}
+    with pytest.raises(sdflow.CallError, match="the offset provider has no connectivity 'C2E2CO'"):
+        decorated(*arrays, offset_provider=without)
+
+
+def test_a_scalar_where_a_field_is_expected_is_a_clear_error(grid):
+    program, npz, meta = corpus("apply_nabla2_to_w")
+    args, _ = gt4py_arguments(program, npz)
+    decorated, arrays = compiled_once(program, args, grid)
+    arrays[0] = 1.0
+    with pytest.raises(sdflow.CallError, match="argument 'area': expected a field, got a float"):
+        decorated(*arrays, offset_provider=grid.connectivities)
+    with pytest.raises(sdflow.CallError, match=r"2 argument\(s\) given, the program takes 9"):
+        decorated(*arrays[:2], offset_provider=grid.connectivities)
