@@ -287,6 +287,7 @@ class SdflowGT4PyProgram:
         self._bound: Any = None
         self._key: Any = None
         self._lock = threading.Lock()
+        self._pending: list[Any] = []
 
     @property
     def compiled(self) -> Any:
@@ -346,7 +347,31 @@ class SdflowGT4PyProgram:
         # Another thread is calling this program (or the call cannot be reused): a call
         # that checks everything. A device call returns once its work is enqueued, ordered
         # on the arrays' stream; nothing here waits for it.
-        self._compiled(**self.arguments(*args, offset_provider=offset_provider))
+        done = self._compiled(**self.arguments(*args, offset_provider=offset_provider))
+        if done is not None:
+            self._track(done)
+
+    def _track(self, done: Any) -> None:
+        """Keeps an enqueued call's completion until it is known to be done, so that a
+        failure of the program on the device (an index-table entry out of range, say)
+        is raised: by the first call after it finished, or by :meth:`wait`."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        try:
+            for p in pending:
+                if p.done:
+                    p.wait()  # raises the program's error, if it failed
+                else:
+                    self._pending.append(p)
+        finally:
+            self._pending.append(done)
+
+    def wait(self) -> None:
+        """Waits for this program's enqueued device calls; raises the first failure."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for p in pending:
+            p.wait()
 
 
 # --- The workflow: translation, then sdflow's build ---------------------------------------

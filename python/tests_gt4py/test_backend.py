@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -285,3 +288,83 @@ def test_a_failed_bind_leaves_nothing_to_reuse(grid):
     w0 = fields["w"].asnumpy().copy()
     decorated(*arrays, offset_provider=grid.connectivities)
     assert not np.array_equal(fields["w"].asnumpy(), w0)
+
+
+# --- the GPU backend on the emulated device ---------------------------------------------------
+
+EMULATED = r'''
+import ctypes, sys, types
+import numpy as np
+import gt4py.next as gtx
+from gt4py.next import custom_layout_allocators as allocators
+from icon4py.model.common.grid import simple
+import sdflow, sdflow.gt4py
+from sdflow import _sdflow
+sys.path.insert(0, sys.argv[1])
+import test_backend as tb
+
+
+def main():
+    grid = simple.simple_grid(num_levels=10)
+    # NumPy fields: each call copies them to the device and back.
+    gpu = sdflow.gt4py.make_backend("gpu", allocator=allocators.StandardCPUFieldBufferAllocator())
+    assert gpu.name == "sdflow_gpu"
+    for name in ("apply_nabla2_to_w", "calculate_nabla4", "apply_diffusion_to_vn"):
+        program, npz, meta = tb.corpus(name)
+        args, fields = tb.gt4py_arguments(program, npz, backend=gpu)
+        program.with_backend(gpu)(**args, offset_provider=grid.connectivities)
+        tb.assert_equals_references(fields, npz, meta)
+
+    # Fields on the device (as CuPy's are: an array with __cuda_array_interface__ and a
+    # stream): the call returns once enqueued; wait() waits for it.
+    program, npz, meta = tb.corpus("apply_nabla2_to_w")
+    args, fields = tb.gt4py_arguments(program, npz, backend=gpu)
+    prog = program.with_backend(gpu)
+    prog(**args, offset_provider=grid.connectivities)
+    (decorated,) = tb.compiled_variants(prog)
+
+    class Dev:
+        def __init__(self, a):
+            self.ptr = _sdflow._device_alloc(a.nbytes)
+            self.shape, self.dtype = a.shape, a.dtype
+            self.view()[...] = a
+            self.__cuda_array_interface__ = dict(
+                shape=a.shape, typestr=a.dtype.str, data=(self.ptr, False),
+                strides=None, version=3, stream=7)
+
+        def view(self):
+            # Memory of the emulated device is host memory.
+            buf = (ctypes.c_byte * (int(np.prod(self.shape)) * self.dtype.itemsize)).from_address(self.ptr)
+            return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape)
+
+    def on_device(f):
+        return types.SimpleNamespace(ndarray=Dev(f.asnumpy()), domain=f.domain)
+
+    args, fields = tb.gt4py_arguments(program, npz)
+    dev = {k: on_device(v) if k in fields else v for k, v in args.items()}
+    tables = {k: types.SimpleNamespace(ndarray=Dev(v.asnumpy())) for k, v in grid.connectivities.items()}
+    positional = [dev[str(p.id)] for p in program.past_stage.past_node.params]
+    assert decorated(*positional, offset_provider=tables) is None
+    assert len(decorated._pending) == 1
+    decorated.wait()
+    assert decorated._pending == []
+    got = dev["w"].ndarray.view()
+    assert np.array_equal(got, npz["out__gtfn__w"]), np.abs(got - npz["out__gtfn__w"]).max()
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_the_gpu_backend_runs_on_the_emulated_device(tmp_path):
+    script = tmp_path / "emulated.py"
+    script.write_text(EMULATED)
+    env = dict(os.environ, SDFLOW_CUDA_DEVICE="emulated")
+    r = subprocess.run(
+        [sys.executable, "-W", "ignore", str(script), str(pathlib.Path(__file__).parent)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "OK", r.stdout + r.stderr
