@@ -234,25 +234,15 @@ class _Reuse:
         self.possible = all(walk(b, (i,)) for i, (_, b) in enumerate(parameters))
         self.fields = _tuple_getter(fields)
         self.ints = _tuple_getter(ints)
-        self.float_names = tuple(n for n, _ in floats)
+        self.float_names = tuple(str(n) for n, _ in floats)
         self.floats = _tuple_getter([p for _, p in floats])
         self.offsets = tuple(o for _, o in tables)
 
-    def key(self, args: Sequence[Any], offset_provider: Any) -> tuple[Any, ...]:
-        tables = tuple(offset_provider[o] for o in self.offsets)
-        return (self.fields(args), self.ints(args), offset_provider, tables)
-
-    def same(self, key: tuple[Any, ...], args: Sequence[Any], offset_provider: Any) -> bool:
-        fields, ints, provider, tables = key
-        if not all(map(operator.is_, self.fields(args), fields)) or self.ints(args) != ints:
-            return False
-        if offset_provider is provider:
-            return True
+    def tables(self, offset_provider: Any) -> Optional[tuple[Any, ...]]:
         try:
-            now = tuple(offset_provider[o] for o in self.offsets)
+            return tuple(offset_provider[o] for o in self.offsets)
         except (KeyError, TypeError):
-            return False
-        return all(map(operator.is_, now, tables))
+            return None
 
 
 class SdflowGT4PyProgram:
@@ -284,8 +274,13 @@ class SdflowGT4PyProgram:
         reuse = _Reuse(self._parameters, self._tables)
         # Device calls go through the device-array path (enqueued, not bound).
         self._reuse = reuse if reuse.possible and compiled.backend != "cuda" else None
+        # The previous call's bound program, and what it was bound with.
         self._bound: Any = None
-        self._key: Any = None
+        self._fields: tuple[Any, ...] = ()
+        self._ints: tuple[Any, ...] = ()
+        self._floats: tuple[Any, ...] = ()
+        self._provider: Any = None
+        self._provider_tables: tuple[Any, ...] = ()
         self._lock = threading.Lock()
         self._pending: list[Any] = []
 
@@ -331,16 +326,24 @@ class SdflowGT4PyProgram:
         if reuse is not None and len(args) == len(self._parameters) and self._lock.acquire(False):
             try:
                 bound = self._bound
-                if bound is None or not reuse.same(self._key, args, offset_provider):
-                    kw = self.arguments(*args, offset_provider=offset_provider)
-                    key = reuse.key(args, offset_provider)
-                    self._bound = None  # a failed bind leaves nothing to reuse
-                    bound = self._compiled.bind(**kw)
-                    self._bound, self._key = bound, key
-                if reuse.float_names:
-                    bound(**dict(zip(reuse.float_names, reuse.floats(args))))
-                else:
-                    bound()
+                if (
+                    bound is not None
+                    and all(map(operator.is_, reuse.fields(args), self._fields))
+                    and reuse.ints(args) == self._ints
+                    and (
+                        offset_provider is self._provider
+                        or (now := reuse.tables(offset_provider)) is not None
+                        and all(map(operator.is_, now, self._provider_tables))
+                    )
+                ):
+                    floats = reuse.floats(args)
+                    if floats != self._floats:
+                        bound(**dict(zip(reuse.float_names, floats)))
+                        self._floats = floats
+                    else:
+                        bound()
+                    return
+                self._bind(args, offset_provider)
             finally:
                 self._lock.release()
             return
@@ -350,6 +353,18 @@ class SdflowGT4PyProgram:
         done = self._compiled(**self.arguments(*args, offset_provider=offset_provider))
         if done is not None:
             self._track(done)
+
+    def _bind(self, args: Sequence[Any], offset_provider: Any) -> None:
+        """Checks and binds a call's arguments, calls, and keeps them for the next call."""
+        reuse = self._reuse
+        kw = self.arguments(*args, offset_provider=offset_provider)
+        self._bound = None  # a failed bind leaves nothing to reuse
+        bound = self._compiled.bind(**kw)
+        self._fields, self._ints = reuse.fields(args), reuse.ints(args)
+        self._provider, self._provider_tables = offset_provider, reuse.tables(offset_provider)
+        self._floats = reuse.floats(args)
+        self._bound = bound
+        bound()
 
     def _track(self, done: Any) -> None:
         """Keeps an enqueued call's completion until it is known to be done, so that a
