@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod component;
+pub mod compose;
 pub mod config;
 pub mod dace;
 mod error;

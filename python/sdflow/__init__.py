@@ -20,6 +20,7 @@ from ._sdflow import (
     SdflowError,
     ValidationError,
     cache_dir,
+    compose,
     load,
     version,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "SdflowError",
     "ValidationError",
     "cache_dir",
+    "compose",
     "load",
     "version",
 ]

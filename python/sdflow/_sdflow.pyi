@@ -19,6 +19,19 @@ def load(source: Union[str, bytes, os.PathLike[str], Any]) -> Program:
 def version() -> str:
     """The package version."""
 
+def compose(
+    name: str,
+    data: list[tuple[str, str, int]],
+    symbols: list[tuple[str, str]],
+    calls: list[tuple["Program", dict[str, str], dict[str, Union[int, str]]]],
+) -> "Program":
+    """A sequence of program calls as one program: the step's containers
+    ``(name, dtype, ndim)`` (extents and strides ``__<name>_size_<d>``,
+    ``__<name>_stride_<d>``, from the arrays passed), its other symbols
+    ``(name, dtype)``, and each call ``(program, {callee container: step container},
+    {callee symbol: integer or expression})``. Raises ``SdflowError`` naming the call
+    and what does not fit."""
+
 def cache_dir() -> str:
     """The persistent build cache's directory (``SDFLOW_CACHE_DIR``, else ``sdflow`` in
     the user's cache directory)."""

@@ -25,6 +25,7 @@ import threading
 from typing import Any, Optional, Sequence
 
 import dace
+import numpy as np
 from gt4py._core import definitions as core_defs, filecache
 from gt4py.next import backend as gtx_backend
 from gt4py.next import custom_layout_allocators as gtx_allocators
@@ -33,16 +34,22 @@ from gt4py.next.program_processors.runners.dace import sdfg_args as gtx_dace_arg
 from gt4py.next.program_processors.runners.dace.workflow.translation import DaCeTranslator
 from gt4py.next.type_system import type_specifications as ts
 
-from . import CallError, SdflowError, cache_dir, load
+from . import CallError, SdflowError, cache_dir, compose, load
 
 __all__ = [
+    "Orchestrated",
     "SdflowArtifact",
     "SdflowGT4PyProgram",
     "SdflowWorkflow",
     "cpu",
     "gpu",
     "make_backend",
+    "orchestrate",
 ]
+
+# The calls of sdflow programs made by the step being recorded on this thread
+# (`orchestrate`), and whether they are only recorded (True) or also run.
+_recording = threading.local()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +270,7 @@ class SdflowGT4PyProgram:
         compiled: Any,
         parameters: Sequence[tuple[str, Any]],
         tables: Sequence[tuple[str, str]],
+        generic: Any = None,
     ) -> None:
         self.program = program
         """The lowered program (:class:`sdflow.Program`): ``show()`` prints its C, its plan,
@@ -283,6 +291,11 @@ class SdflowGT4PyProgram:
         self._provider_tables: tuple[Any, ...] = ()
         self._lock = threading.Lock()
         self._pending: list[Any] = []
+        # The program for fields laid out otherwise than the allocator lays them out
+        # (made with another allocator, or views): built when first needed.
+        self._make_generic = generic
+        self._generic: Any = None
+        self._lock_generic = threading.Lock()
 
     @property
     def compiled(self) -> Any:
@@ -322,6 +335,14 @@ class SdflowGT4PyProgram:
     def __call__(self, *args: Any, offset_provider: Any, out: Any = None) -> None:
         if out is not None:
             args = (*args, out)
+        recording = getattr(_recording, "calls", None)
+        if recording is not None:
+            recording.append((self, args, offset_provider))
+            if _recording.deferred:
+                return
+        self._run(args, offset_provider)
+
+    def _run(self, args: Sequence[Any], offset_provider: Any) -> None:
         reuse = self._reuse
         if reuse is not None and len(args) == len(self._parameters) and self._lock.acquire(False):
             try:
@@ -350,16 +371,36 @@ class SdflowGT4PyProgram:
         # Another thread is calling this program (or the call cannot be reused): a call
         # that checks everything. A device call returns once its work is enqueued, ordered
         # on the arrays' stream; nothing here waits for it.
-        done = self._compiled(**self.arguments(*args, offset_provider=offset_provider))
+        kw = self.arguments(*args, offset_provider=offset_provider)
+        try:
+            done = self._compiled(**kw)
+        except CallError as e:
+            if not self._other_layout(e):
+                raise
+            done = self._generic_program()(**kw)
         if done is not None:
             self._track(done)
+
+    def _other_layout(self, e: CallError) -> bool:
+        return self._make_generic is not None and "(its declared or specialized layout)" in str(e)
+
+    def _generic_program(self) -> Any:
+        with self._lock_generic:
+            if self._generic is None:
+                self._generic = self._make_generic()
+            return self._generic
 
     def _bind(self, args: Sequence[Any], offset_provider: Any) -> None:
         """Checks and binds a call's arguments, calls, and keeps them for the next call."""
         reuse = self._reuse
         kw = self.arguments(*args, offset_provider=offset_provider)
         self._bound = None  # a failed bind leaves nothing to reuse
-        bound = self._compiled.bind(**kw)
+        try:
+            bound = self._compiled.bind(**kw)
+        except CallError as e:
+            if not self._other_layout(e):
+                raise
+            bound = self._generic_program().bind(**kw)
         self._fields, self._ints = reuse.fields(args), reuse.ints(args)
         self._provider, self._provider_tables = offset_provider, reuse.tables(offset_provider)
         self._floats = reuse.floats(args)
@@ -402,13 +443,26 @@ class SdflowArtifact:
     backend: str
     options: tuple[tuple[str, Any], ...]
     parameters: tuple[tuple[str, Any], ...]
+    #: For each field the allocator lays out: (array, rank, the dimension it is contiguous in).
+    layout: tuple[tuple[str, int, int], ...] = ()
 
-    def compile(self) -> Any:
-        return load(self.sdfg_json).compile(self.backend, options=dict(self.options) or None)
+    def program(self, layout: bool = True) -> Any:
+        """The lowered program; with ``layout``, specialized for fields laid out as the
+        backend's allocator lays them out (each field's stride in its contiguous
+        dimension a static 1, the transients laid out alike: ``specialize_layout``)."""
+        prog = load(self.sdfg_json)
+        if layout and self.layout:
+            arrays = {name: _laid_out(rank, unit) for name, rank, unit in self.layout}
+            prog, _ = prog.specialize_layout(arrays=arrays)
+        return prog
+
+    def compile(self, layout: bool = True) -> Any:
+        options = dict(self.options) or None
+        return self.program(layout).compile(self.backend, options=options)
 
     def load(self) -> SdflowGT4PyProgram:
         compiled = self.compile()
-        prog = load(self.sdfg_json)
+        prog = self.program()
         arguments = set(prog.arguments)
         symbols = set(prog.symbols)
         parameters = [
@@ -419,7 +473,39 @@ class SdflowArtifact:
             m = gtx_dace_args.CONNECTIVITY_INDENTIFIER_RE.match(a)
             if m is not None:
                 tables.append((a, m[1]))
-        return SdflowGT4PyProgram(prog, compiled, parameters, tables)
+        generic = (lambda: self.compile(layout=False)) if self.layout else None
+        return SdflowGT4PyProgram(prog, compiled, parameters, tables, generic)
+
+
+def _laid_out(rank: int, unit: int) -> np.ndarray:
+    """A small array of ``rank`` dimensions contiguous in dimension ``unit``."""
+    return np.moveaxis(np.zeros((2,) * rank), rank - 1, unit)
+
+
+def _layout(parameters: Sequence[tuple[str, Any]], allocator: Any) -> tuple[tuple[str, int, int], ...]:
+    """For every field parameter of two or more dimensions (tuple elements included):
+    the dimension the allocator makes contiguous, read off a small field it allocates."""
+    if allocator is None or getattr(allocator, "device_type", None) != core_defs.DeviceType.CPU:
+        return ()
+    import gt4py.next as gtx
+
+    out = []
+
+    def walk(name: str, type_: Any) -> None:
+        if isinstance(type_, ts.TupleType):
+            for i, t in enumerate(type_.types):
+                walk(f"{name}_{i}", t)
+        elif isinstance(type_, ts.FieldType) and len(type_.dims) >= 2:
+            field = gtx.zeros({d: 3 + i for i, d in enumerate(type_.dims)}, allocator=allocator)
+            strides = field.ndarray.strides
+            itemsize = field.ndarray.itemsize
+            units = [i for i, st in enumerate(strides) if st == itemsize]
+            if len(units) == 1:
+                out.append((name, len(type_.dims), units[0]))
+
+    for name, type_ in parameters:
+        walk(name, type_)
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,17 +516,21 @@ class SdflowWorkflow:
     translation: Any
     backend: str = "cpu"
     options: tuple[tuple[str, Any], ...] = ()
+    #: The fields' allocator: the program is specialized for the layout it gives.
+    allocator: Any = None
 
     def __call__(self, inp: Any) -> SdflowArtifact:
         source = self.translation(inp)
         text = source.source_code
         if not isinstance(text, str):
             text = json.dumps(text)
+        parameters = tuple((p.name, p.type_) for p in source.entry_point.parameters)
         artifact = SdflowArtifact(
             sdfg_json=text,
             backend=self.backend,
             options=self.options,
-            parameters=tuple((p.name, p.type_) for p in source.entry_point.parameters),
+            parameters=parameters,
+            layout=_layout(parameters, self.allocator),
         )
         artifact.compile()  # into the persistent cache, here (possibly a build worker)
         return artifact
@@ -471,7 +561,12 @@ def make_backend(
     opts = tuple(sorted((options or {}).items()))
     return gtx_backend.Backend(
         name=name or f"sdflow_{device}",
-        executor=SdflowWorkflow(translation=_cached(Translation()), backend=backend, options=opts),
+        executor=SdflowWorkflow(
+            translation=_cached(Translation()),
+            backend=backend,
+            options=opts,
+            allocator=allocator or default_allocator,
+        ),
         allocator=allocator or default_allocator,
         transforms=gtx_backend.DEFAULT_TRANSFORMS,
     )
@@ -488,3 +583,231 @@ def __getattr__(attr: str) -> Any:
         globals()["gpu"] = value
         return value
     raise AttributeError(f"module 'sdflow.gt4py' has no attribute '{attr}'")
+
+
+# --- A model step as one program -------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    """A recorded step that cannot be composed into one program (the reason)."""
+
+
+class _Composed:
+    """A recorded step composed into one compiled program, bound to the step's arrays.
+
+    The step's containers are the distinct buffers its calls pass (two fields over one
+    buffer are one container); integer and boolean scalars and the fields' domains are
+    compiled in as constants; each float scalar of each call is a symbol of the step,
+    set when it changes. ``matches`` says whether a new recording is the same step: the
+    same programs, the same field and table objects, the same integer scalars."""
+
+    def __init__(self, name: str, calls: list, backend: str, options: Optional[dict]):
+        self.signature = [self._signature(p, args, op) for p, args, op in calls]
+        data: dict[tuple, tuple[str, Any]] = {}  # buffer key -> (container, ndarray)
+        names: set[str] = set()
+        symbols: list[tuple[str, str]] = []
+        self.float_symbols: list[str] = []
+        composed_calls = []
+
+        def container(arr: Any, hint: str) -> str:
+            ai = getattr(arr, "__array_interface__", None)
+            if ai is None:
+                raise _Unsupported(f"'{hint}' is not a host array (only the CPU backend composes steps)")
+            key = (ai["data"][0], tuple(arr.shape), arr.strides, arr.dtype.str)
+            if key not in data:
+                n, k = hint, 1
+                while n in names:
+                    n, k = f"{hint}_{k}", k + 1
+                names.add(n)
+                data[key] = (n, arr)
+            return data[key][0]
+
+        for i, (prog, args, op) in enumerate(calls):
+            sdfg_symbols = set(prog.program.symbols)
+            bind: dict[str, str] = {}
+            values: dict[str, Any] = {}
+            containers: dict[str, tuple[str, tuple]] = {}  # callee array -> (step container, dim names)
+
+            def put(binding: Any, arg: Any, param: str) -> None:
+                if isinstance(binding, _Tuple):
+                    for j, (b, a) in enumerate(zip(binding.elements, arg)):
+                        put(b, a, f"{param}_{j}")
+                elif isinstance(binding, _Field):
+                    outer = container(arg.ndarray, binding.array)
+                    bind[binding.array] = outer
+                    containers[binding.array] = (outer, tuple(d.value for d in binding.dims))
+                    for d, start, stop in binding.ranges:
+                        r = arg.domain.ranges[d]
+                        if start:
+                            values[start] = int(r.start)
+                        if stop:
+                            values[stop] = int(r.stop)
+                elif isinstance(binding, _Scalar):
+                    if binding.field:
+                        raise _Unsupported(f"call {i} ('{prog.name}'): zero-dimensional field '{param}'")
+                    if binding.name not in sdfg_symbols:
+                        raise _Unsupported(f"call {i} ('{prog.name}'): scalar '{param}' is a container")
+                    if binding.float:
+                        sym = f"{binding.name}__{i}"
+                        symbols.append((sym, prog.program.symbols[binding.name]))
+                        self.float_symbols.append(sym)
+                        values[binding.name] = sym
+                    else:
+                        values[binding.name] = int(arg)
+
+            for (param, binding), arg in zip(prog._parameters, args):
+                put(binding, arg, param)
+            for array, offset in prog._tables:
+                outer = container(op[offset].ndarray, array)
+                bind[array] = outer
+                containers[array] = (outer, ("source", "neighbor"))
+            # Extents and strides (GT4Py's `__<array>_<Dim>_size`, `…_stride`; a
+            # table's dimensions are `source` and `neighbor`): the step's container's.
+            extents = {
+                f"__{array}_{dim}_{kind}": f"__{outer}_{kind}_{d}"
+                for array, (outer, dims) in containers.items()
+                for d, dim in enumerate(dims)
+                for kind in ("size", "stride")
+            }
+            for sym in sorted(sdfg_symbols - set(values)):
+                if sym not in extents:
+                    raise _Unsupported(f"call {i} ('{prog.name}'): symbol '{sym}' has no value in the step")
+                values[sym] = extents[sym]
+            composed_calls.append((prog.program, bind, values))
+
+        self.arrays = {n: arr for n, arr in data.values()}
+        step = compose(
+            name,
+            [(n, _dtype_name(arr), arr.ndim) for n, arr in data.values()],
+            symbols,
+            composed_calls,
+        )
+        self.program = step
+        self.compiled = step.compile(backend, options=options)
+        self.floats = tuple(self._floats(calls))
+        self.bound = self.compiled.bind(**self.arrays, **dict(zip(self.float_symbols, self.floats)))
+
+    @staticmethod
+    def _signature(prog: Any, args: Sequence[Any], op: Any) -> tuple:
+        reuse = _Reuse(prog._parameters, prog._tables)
+        if not reuse.possible:
+            raise _Unsupported(f"'{prog.name}' takes a zero-dimensional field")
+        return (prog, reuse, reuse.fields(args), reuse.ints(args), reuse.tables(op))
+
+    def _floats(self, calls: list) -> list[Any]:
+        out: list[Any] = []
+        for (prog, args, _), (_, reuse, *_rest) in zip(calls, self.signature):
+            out.extend(reuse.floats(args))
+        return out
+
+    def matches(self, calls: list) -> bool:
+        if len(calls) != len(self.signature):
+            return False
+        for (prog, args, op), (p, reuse, fields, ints, tables) in zip(calls, self.signature):
+            if prog is not p or len(args) != len(prog._parameters):
+                return False
+            if not all(map(operator.is_, reuse.fields(args), fields)) or reuse.ints(args) != ints:
+                return False
+            now = reuse.tables(op)
+            if now is None or not all(map(operator.is_, now, tables)):
+                return False
+        return True
+
+    def run(self, calls: list) -> None:
+        floats = tuple(self._floats(calls))
+        if floats != self.floats:
+            self.bound(**dict(zip(self.float_symbols, floats)))
+            self.floats = floats
+        else:
+            self.bound()
+
+
+def _dtype_name(arr: Any) -> str:
+    names = {"f8": "f64", "f4": "f32", "i8": "i64", "i4": "i32", "b1": "bool"}
+    key = arr.dtype.str[1:]
+    if key not in names:
+        raise _Unsupported(f"arrays of {arr.dtype} are not supported")
+    return names[key]
+
+
+class Orchestrated:
+    """A model step (a function that calls GT4Py programs on sdflow backends) run as one
+    program. See :func:`orchestrate`."""
+
+    def __init__(self, fn: Any, *, name: Optional[str] = None, options: Optional[dict] = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "step")
+        self.options = options
+        self.composed: Optional[_Composed] = None
+        self.why_not: Optional[str] = None
+        """Why the last recorded step could not be composed (it then ran program by program)."""
+        self.steps_composed = 0
+        """Calls that ran as one program."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_recording, "calls", None) is not None:
+            raise SdflowError(f"step '{self.name}': orchestrated steps do not nest")
+        deferred = self.composed is not None
+        calls: list = []
+        _recording.calls, _recording.deferred = calls, deferred
+        try:
+            result = self.fn(*args, **kwargs)
+        finally:
+            _recording.calls = None
+        if deferred:
+            if self.composed.matches(calls):
+                self.composed.run(calls)
+                self.steps_composed += 1
+                return result
+            # Another sequence (other fields, other integer values): program by program.
+            for prog, a, op in calls:
+                prog._run(a, op)
+        self._compose(calls)
+        return result
+
+    def _compose(self, calls: list) -> None:
+        self.composed = None
+        if not calls:
+            self.why_not = "the step called no sdflow program"
+            return
+        backends = {p.compiled.backend for p, _, _ in calls}
+        if backends != {"cpu"}:
+            self.why_not = f"only steps on the CPU backend are composed (this one: {', '.join(sorted(backends))})"
+            return
+        try:
+            self.composed = _Composed(_identifier(self.name), calls, "cpu", self.options)
+            self.why_not = None
+        except (_Unsupported, SdflowError) as e:
+            self.why_not = str(e)
+
+
+def _identifier(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if out and not out[0].isdigit() else f"step_{out}"
+
+
+def orchestrate(fn: Any = None, *, name: Optional[str] = None, options: Optional[dict] = None) -> Any:
+    """Runs a model step — a function that calls GT4Py programs compiled by sdflow, such as
+    an ICON4Py granule's ``run`` — as one program.
+
+    The first call runs the step program by program and records the calls: which
+    program, which fields (by object), which scalars, which neighbour tables. sdflow then
+    composes the sequence into one SDFG (a state per call, each callee inlined, the
+    fields two calls share one container), optimizes it across the former program
+    boundaries and compiles it. A later call runs the function again only to record: the
+    programs are not run one by one; when the recording is the same step (the same
+    programs on the same field objects, integer scalars and tables), the composed
+    program runs once, with this call's float scalars. Any other sequence runs program
+    by program and becomes the step composed for the next calls.
+
+    The function must not read field values between its program calls (they are run
+    after it returns), and every program it calls must be on an sdflow CPU backend; a
+    step that cannot be composed runs program by program, and ``why_not`` says why.
+
+        step = sdflow.gt4py.orchestrate(diffusion.run)
+        for _ in range(n):
+            step(diagnostic_state, prognostic_state, dtime)
+    """
+    if fn is None:
+        return lambda f: Orchestrated(f, name=name, options=options)
+    return Orchestrated(fn, name=name, options=options)

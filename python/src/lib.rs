@@ -19,7 +19,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
 use sdflow_codegen::cuda::exec::ForeignArray;
 use sdflow_codegen::{Args, Backend, BoundCall, CompiledProgram as CpuProgram};
-use sdflow_ir::{DType, DataDesc, Sdfg, Value};
+use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr, Value};
 use sdflow_orchestration::component::{Component, ProgramSpec, Programs};
 use sdflow_orchestration::show::ShowOptions;
 use sdflow_orchestration::workflow::Executable;
@@ -1335,6 +1335,93 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// A sequence of program calls as one program (`sdflow_orchestration::compose`): `data`
+/// lists the step's containers `(name, dtype, ndim)` (each array's extents and strides
+/// become the symbols `__<name>_size_<d>` and `__<name>_stride_<d>`, given by the arrays
+/// passed), `symbols` its other symbols `(name, dtype)`, `calls` each call
+/// `(program, {callee container: step container}, {callee symbol: value})`, a value being
+/// an expression over the step's symbols (text) or an integer.
+#[pyfunction]
+fn compose(
+    name: &str,
+    data: Vec<(String, String, usize)>,
+    symbols: Vec<(String, String)>,
+    calls: Vec<(
+        Py<Program>,
+        BTreeMap<String, String>,
+        BTreeMap<String, Bound<'_, PyAny>>,
+    )>,
+) -> PyResult<Program> {
+    use sdflow_orchestration::compose::{Step, StepCall};
+    let dtype = |what: &str, t: &str| {
+        DType::from_name(t).ok_or_else(|| {
+            SdflowError::new_err(format!("step '{name}': {what}: unknown element type '{t}'"))
+        })
+    };
+    let mut step = Step {
+        name: name.to_string(),
+        ..Step::default()
+    };
+    for (n, t, ndim) in &data {
+        let dt = dtype(&format!("container '{n}'"), t)?;
+        let desc = if *ndim == 0 {
+            DataDesc::Scalar {
+                dtype: dt,
+                transient: false,
+            }
+        } else {
+            let shape: Vec<SymExpr> = (0..*ndim)
+                .map(|d| SymExpr::sym(&format!("__{n}_size_{d}")))
+                .collect();
+            let strides: Vec<SymExpr> = (0..*ndim)
+                .map(|d| SymExpr::sym(&format!("__{n}_stride_{d}")))
+                .collect();
+            for d in 0..*ndim {
+                step.symbols.push((format!("__{n}_size_{d}"), DType::I64));
+                step.symbols.push((format!("__{n}_stride_{d}"), DType::I64));
+            }
+            let mut a = sdflow_ir::Array::new(dt, shape);
+            a.strides = strides;
+            DataDesc::Array(a)
+        };
+        step.data.push((n.clone(), desc));
+    }
+    for (n, t) in &symbols {
+        step.symbols
+            .push((n.clone(), dtype(&format!("symbol '{n}'"), t)?));
+    }
+    for (i, (prog, bindings, values)) in calls.iter().enumerate() {
+        let mut mapping = BTreeMap::new();
+        for (k, v) in values {
+            let text = if let Ok(i) = v.extract::<i64>() {
+                i.to_string()
+            } else {
+                v.extract::<String>().map_err(|_| {
+                    SdflowError::new_err(format!(
+                        "step '{name}', call {i}: the value of symbol '{k}' must be an integer or an expression (text)"
+                    ))
+                })?
+            };
+            let e = SymExpr::parse(&text).map_err(|e| {
+                SdflowError::new_err(format!(
+                    "step '{name}', call {i}: symbol '{k}' = '{text}': {e}"
+                ))
+            })?;
+            mapping.insert(k.clone(), e);
+        }
+        step.calls.push(StepCall {
+            sdfg: (*prog.get().sdfg).clone(),
+            data: bindings.clone(),
+            symbols: mapping,
+        });
+    }
+    let sdfg = sdflow_orchestration::compose::compose(&step).map_err(sdflow_err)?;
+    Ok(Program {
+        sdfg: Arc::new(sdfg),
+        origin: format!("<step '{name}'>"),
+    })
+}
+
 /// The persistent build cache's directory: `SDFLOW_CACHE_DIR`, else `sdflow` in the
 /// user's cache directory (as every sdflow build uses it).
 #[pyfunction]
@@ -1351,6 +1438,7 @@ fn _sdflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(cache_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(compose, m)?)?;
     m.add_class::<Program>()?;
     m.add_class::<Report>()?;
     m.add_class::<CompiledProgram>()?;

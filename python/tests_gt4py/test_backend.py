@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import gt4py.next as gtx
+from gt4py.next import common as gtx_common
 from gt4py.next.type_system import type_specifications as ts
 from icon4py.model.common import dimension as dims
 from icon4py.model.common.grid import simple
@@ -368,3 +369,35 @@ def test_the_gpu_backend_runs_on_the_emulated_device(tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "OK", r.stdout + r.stderr
+
+
+# --- layout ------------------------------------------------------------------------------------
+
+
+def test_the_program_is_specialized_for_the_allocators_layout_and_takes_others_too(grid):
+    # GT4Py's CPU allocator makes the horizontal dimension contiguous: the program is
+    # compiled with those strides static; fields laid out otherwise (NumPy's row-major
+    # arrays wrapped as they are, as GT4Py's `common._field` wraps a buffer it did not
+    # allocate) run the program compiled for any layout.
+    program, npz, meta = corpus("apply_diffusion_to_vn")
+    args, fields = gt4py_arguments(program, npz)
+    assert fields["vn"].ndarray.strides[0] == 8
+    prog = program.with_backend(sdflow.gt4py.cpu)
+    prog(**args, offset_provider=grid.connectivities)
+    (decorated,) = compiled_variants(prog)
+    # A static stride is no argument any more (the lowering declares it as one).
+    assert "__vn_Edge_stride" not in decorated.program.arguments
+    assert "__vn_K_stride" in decorated.program.arguments
+    assert decorated._generic is None
+    assert_equals_references(fields, npz, meta)
+
+    row_major, fields2 = {}, {}
+    for k, v in args.items():
+        if k in fields:
+            fields2[k] = row_major[k] = gtx_common._field(np.array(npz["in__" + k]), domain=v.domain)
+        else:
+            row_major[k] = v
+    assert fields2["vn"].ndarray.flags["C_CONTIGUOUS"]
+    prog(**row_major, offset_provider=grid.connectivities)
+    assert decorated._generic is not None
+    assert_equals_references(fields2, npz, meta)
