@@ -1335,6 +1335,14 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// One call of a step as Python gives it: the program, its containers' bindings, its
+/// symbols' values.
+type StepCallArgs<'py> = (
+    Py<Program>,
+    BTreeMap<String, String>,
+    BTreeMap<String, Bound<'py, PyAny>>,
+);
+
 /// A sequence of program calls as one program (`sdflow_orchestration::compose`): `data`
 /// lists the step's containers `(name, dtype, ndim)` (each array's extents and strides
 /// become the symbols `__<name>_size_<d>` and `__<name>_stride_<d>`, given by the arrays
@@ -1346,11 +1354,7 @@ fn compose(
     name: &str,
     data: Vec<(String, String, usize)>,
     symbols: Vec<(String, String)>,
-    calls: Vec<(
-        Py<Program>,
-        BTreeMap<String, String>,
-        BTreeMap<String, Bound<'_, PyAny>>,
-    )>,
+    calls: Vec<StepCallArgs<'_>>,
 ) -> PyResult<Program> {
     use sdflow_orchestration::compose::{Step, StepCall};
     let dtype = |what: &str, t: &str| {
