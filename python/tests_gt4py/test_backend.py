@@ -401,3 +401,69 @@ def test_the_program_is_specialized_for_the_allocators_layout_and_takes_others_t
     prog(**row_major, offset_provider=grid.connectivities)
     assert decorated._generic is not None
     assert_equals_references(fields2, npz, meta)
+
+
+# --- a step as one program (orchestrate) -------------------------------------------------------
+
+
+def two_program_step(backend):
+    """calculate_nabla2_for_w then apply_nabla2_to_w on shared fields (z_nabla2_c flows
+    from the first to the second), as a granule calls them."""
+    p1, npz1, _ = corpus("calculate_nabla2_for_w")
+    p2, npz2, _ = corpus("apply_nabla2_to_w")
+    a1, _ = gt4py_arguments(p1, npz1, backend)
+    a2, _ = gt4py_arguments(p2, npz2, backend)
+    for shared in ("z_nabla2_c", "w", "geofac_n2s"):
+        a2[shared] = a1[shared]
+    return p1.with_backend(backend), p2.with_backend(backend), a1, a2
+
+
+def test_an_orchestrated_step_equals_the_program_by_program_step(grid):
+    conn = grid.connectivities
+
+    def step(q1, q2, a1, a2, factor):
+        q1(**a1, offset_provider=conn)
+        q2(**{**a2, "diff_multfac_w": gtx.float64(factor)}, offset_provider=conn)
+
+    e1, e2, r1, r2 = two_program_step(None)
+    s1, s2, a1, a2 = two_program_step(sdflow.gt4py.cpu)
+    orchestrated = sdflow.gt4py.orchestrate(step)
+    for k in range(4):
+        step(e1, e2, r1, r2, 0.1 * (k + 1))  # GT4Py's embedded backend, program by program
+        orchestrated(s1, s2, a1, a2, 0.1 * (k + 1))
+        assert orchestrated.why_not is None
+        assert orchestrated.steps_composed == k  # the first call records, program by program
+        for f in ("w", "z_nabla2_c"):
+            np.testing.assert_allclose(a2[f].asnumpy(), r2[f].asnumpy(), rtol=1e-14, atol=0)
+    # One program: the two callees inlined and fused (GT4Py lowers them to 14 maps).
+    optimized, report = orchestrated.composed.program.optimize()
+    assert optimized.stats()["nested"] == 0 and optimized.stats()["maps"] == 2, optimized.stats()
+    assert "nested_inlined=2" in str(report)
+
+    # Another field: that call runs program by program and is the step composed next.
+    z = gtx.as_field(a1["z_nabla2_c"].domain.dims, np.zeros(a1["z_nabla2_c"].shape), allocator=sdflow.gt4py.cpu)
+    zr = gtx.as_field(z.domain.dims, np.zeros(z.shape))
+    a1["z_nabla2_c"] = a2["z_nabla2_c"] = z
+    r1["z_nabla2_c"] = r2["z_nabla2_c"] = zr
+    for k in range(2):
+        step(e1, e2, r1, r2, 0.5)
+        orchestrated(s1, s2, a1, a2, 0.5)
+        assert orchestrated.steps_composed == 3 + k
+        np.testing.assert_allclose(a2["w"].asnumpy(), r2["w"].asnumpy(), rtol=1e-14, atol=0)
+
+
+def test_a_step_that_cannot_be_composed_says_why_and_steps_do_not_nest(grid):
+    conn = grid.connectivities
+    s1, s2, a1, a2 = two_program_step(sdflow.gt4py.cpu)
+    orchestrated = sdflow.gt4py.orchestrate(lambda: None, name="empty")
+    orchestrated()
+    assert orchestrated.composed is None
+    assert orchestrated.why_not == "the step called no sdflow program"
+
+    def step():
+        s1(**a1, offset_provider=conn)
+        s2(**a2, offset_provider=conn)
+
+    inner = sdflow.gt4py.orchestrate(step)
+    with pytest.raises(sdflow.SdflowError, match="step 'step': orchestrated steps do not nest"):
+        sdflow.gt4py.orchestrate(lambda: inner())()
