@@ -42,7 +42,9 @@ __all__ = [
     "SdflowGT4PyProgram",
     "SdflowWorkflow",
     "cpu",
+    "cpu_horizontal_first",
     "gpu",
+    "row_major_layout_mapper",
     "make_backend",
     "orchestrate",
 ]
@@ -50,6 +52,9 @@ __all__ = [
 # The calls of sdflow programs made by the step being recorded on this thread
 # (`orchestrate`), and whether they are only recorded (True) or also run.
 _recording = threading.local()
+# How many threads record a step now (a call checks this first: one global read).
+_recorders = 0
+_recorders_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +283,7 @@ class SdflowGT4PyProgram:
         self._compiled = compiled
         self.name = compiled.name
         self._parameters = tuple(parameters)
+        self._arity = len(self._parameters)
         self._tables = tuple(tables)
         reuse = _Reuse(self._parameters, self._tables)
         # Device calls go through the device-array path (enqueued, not bound).
@@ -335,16 +341,17 @@ class SdflowGT4PyProgram:
     def __call__(self, *args: Any, offset_provider: Any, out: Any = None) -> None:
         if out is not None:
             args = (*args, out)
-        recording = getattr(_recording, "calls", None)
-        if recording is not None:
-            recording.append((self, args, offset_provider))
-            if _recording.deferred:
-                return
+        if _recorders:  # some thread records a step: is it this one?
+            recording = getattr(_recording, "calls", None)
+            if recording is not None:
+                recording.append((self, args, offset_provider))
+                if _recording.deferred:
+                    return
         self._run(args, offset_provider)
 
     def _run(self, args: Sequence[Any], offset_provider: Any) -> None:
         reuse = self._reuse
-        if reuse is not None and len(args) == len(self._parameters) and self._lock.acquire(False):
+        if reuse is not None and len(args) == self._arity and self._lock.acquire(False):
             try:
                 bound = self._bound
                 if (
@@ -482,13 +489,11 @@ def _laid_out(rank: int, unit: int) -> np.ndarray:
     return np.moveaxis(np.zeros((2,) * rank), rank - 1, unit)
 
 
-def _layout(parameters: Sequence[tuple[str, Any]], allocator: Any) -> tuple[tuple[str, int, int], ...]:
+def _layout(parameters: Sequence[tuple[str, Any]], mapper: Any) -> tuple[tuple[str, int, int], ...]:
     """For every field parameter of two or more dimensions (tuple elements included):
-    the dimension the allocator makes contiguous, read off a small field it allocates."""
-    if allocator is None or getattr(allocator, "device_type", None) != core_defs.DeviceType.CPU:
+    the dimension the allocator's layout mapper makes contiguous."""
+    if mapper is None:
         return ()
-    import gt4py.next as gtx
-
     out = []
 
     def walk(name: str, type_: Any) -> None:
@@ -496,12 +501,8 @@ def _layout(parameters: Sequence[tuple[str, Any]], allocator: Any) -> tuple[tupl
             for i, t in enumerate(type_.types):
                 walk(f"{name}_{i}", t)
         elif isinstance(type_, ts.FieldType) and len(type_.dims) >= 2:
-            field = gtx.zeros({d: 3 + i for i, d in enumerate(type_.dims)}, allocator=allocator)
-            strides = field.ndarray.strides
-            itemsize = field.ndarray.itemsize
-            units = [i for i, st in enumerate(strides) if st == itemsize]
-            if len(units) == 1:
-                out.append((name, len(type_.dims), units[0]))
+            layout = list(mapper(type_.dims))
+            out.append((name, len(type_.dims), layout.index(max(layout))))
 
     for name, type_ in parameters:
         walk(name, type_)
@@ -516,8 +517,11 @@ class SdflowWorkflow:
     translation: Any
     backend: str = "cpu"
     options: tuple[tuple[str, Any], ...] = ()
-    #: The fields' allocator: the program is specialized for the layout it gives.
-    allocator: Any = None
+    #: The allocator's layout mapper (GT4Py's ``layout_mapper``: dimensions to a layout
+    #: map whose largest entry is the contiguous dimension); the program is specialized
+    #: for it. A module-level function, so that the workflow pickles for GT4Py's
+    #: compilation workers.
+    layout_mapper: Any = None
 
     def __call__(self, inp: Any) -> SdflowArtifact:
         source = self.translation(inp)
@@ -530,15 +534,40 @@ class SdflowWorkflow:
             backend=self.backend,
             options=self.options,
             parameters=parameters,
-            layout=_layout(parameters, self.allocator),
+            layout=_layout(parameters, self.layout_mapper),
         )
         artifact.compile()  # into the persistent cache, here (possibly a build worker)
         return artifact
 
 
+def row_major_layout_mapper(dims: Sequence[Any]) -> tuple[int, ...]:
+    """GT4Py layout map of row-major buffers: the dimensions in the order the field
+    declares them, the last one contiguous (``(Cell, K)``: the levels of a cell side by
+    side), as NumPy lays out arrays by default."""
+    return tuple(range(len(dims)))
+
+
+class RowMajorCPUFieldBufferAllocator(gtx_allocators.BaseFieldBufferAllocator):
+    """GT4Py's CPU allocator with row-major buffers, rows unpadded."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            device_type=core_defs.DeviceType.CPU,
+            array_utils=gtx_allocators.core_allocators.numpy_array_utils,
+            layout_mapper=row_major_layout_mapper,
+            # No padding: a row of 10 levels or of 3 neighbours padded to 64 bytes would
+            # be a third to a half more memory to stream.
+            byte_alignment=8,
+        )
+
+
+LAYOUTS = ("row_major", "horizontal_first")
+
+
 def make_backend(
     device: str = "cpu",
     *,
+    layout: Optional[str] = None,
     options: Optional[dict[str, Any]] = None,
     allocator: Any = None,
     name: Optional[str] = None,
@@ -546,34 +575,59 @@ def make_backend(
     """A GT4Py backend that compiles with sdflow.
 
     ``device``: ``"cpu"`` (C with OpenMP, NumPy fields) or ``"gpu"`` (CUDA, CuPy fields,
-    calls that return once enqueued). ``options``: sdflow's backend options
-    (``docs/configuration.md``), e.g. ``{"threads": 8}``. ``allocator``: the fields'
-    allocator, GT4Py's standard one for the device unless given (a host allocator with
-    the ``gpu`` device runs on NumPy fields, copied to and from the device per call).
+    calls that return once enqueued). ``layout``: how the backend's allocator lays out
+    fields, and so what the programs are specialized for: ``"row_major"`` (the CPU's
+    default: the last dimension contiguous, the levels of a column side by side) or
+    ``"horizontal_first"`` (GT4Py's standard allocators, and the GPU's default: the
+    horizontal dimension contiguous, as a Fortran model's ``(nproma, nlev)`` arrays).
+    Fields laid out otherwise are taken too, by a program compiled for any layout.
+    ``options``: sdflow's backend options (``docs/configuration.md``), e.g.
+    ``{"threads": 8}``. ``allocator``: another allocator (``layout`` is then read off
+    it); a host allocator with the ``gpu`` device runs on NumPy fields, copied to and
+    from the device per call.
     """
+    if layout is not None and layout not in LAYOUTS:
+        raise SdflowError(f"layout '{layout}': expected one of {', '.join(LAYOUTS)}")
+    if allocator is not None and layout is not None:
+        raise SdflowError("give a layout or an allocator, not both")
     if device == "cpu":
-        backend, default_allocator = "cpu", gtx_allocators.StandardCPUFieldBufferAllocator()
+        backend = "cpu"
+        if allocator is None:
+            if (layout or "row_major") == "row_major":
+                allocator = RowMajorCPUFieldBufferAllocator()
+            else:
+                allocator = gtx_allocators.StandardCPUFieldBufferAllocator()
     elif device == "gpu":
         backend = "cuda"
-        default_allocator = allocator or gtx_allocators.StandardGPUFieldBufferAllocator()
+        if layout == "row_major":
+            raise SdflowError("the gpu device lays fields out horizontal_first")
+        allocator = allocator or gtx_allocators.StandardGPUFieldBufferAllocator()
     else:
         raise SdflowError(f"device '{device}': expected 'cpu' or 'gpu'")
     opts = tuple(sorted((options or {}).items()))
     return gtx_backend.Backend(
-        name=name or f"sdflow_{device}",
+        name=name or f"sdflow_{device}" + (f"_{layout}" if layout else ""),
         executor=SdflowWorkflow(
             translation=_cached(Translation()),
             backend=backend,
             options=opts,
-            allocator=allocator or default_allocator,
+            layout_mapper=(
+                getattr(allocator, "layout_mapper", None)
+                if getattr(allocator, "device_type", None) == core_defs.DeviceType.CPU
+                else None
+            ),
         ),
-        allocator=allocator or default_allocator,
+        allocator=allocator,
         transforms=gtx_backend.DEFAULT_TRANSFORMS,
     )
 
 
 cpu = make_backend("cpu")
-"""sdflow's CPU backend for GT4Py: C with OpenMP, fields in host memory."""
+"""sdflow's CPU backend for GT4Py: C with OpenMP, row-major fields in host memory."""
+
+cpu_horizontal_first = make_backend("cpu", layout="horizontal_first")
+"""sdflow's CPU backend with GT4Py's standard CPU allocator (horizontal dimension
+contiguous), the layout gtfn's and DaCe's CPU backends allocate."""
 
 
 def __getattr__(attr: str) -> Any:
@@ -747,13 +801,18 @@ class Orchestrated:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(_recording, "calls", None) is not None:
             raise SdflowError(f"step '{self.name}': orchestrated steps do not nest")
+        global _recorders
         deferred = self.composed is not None
         calls: list = []
         _recording.calls, _recording.deferred = calls, deferred
+        with _recorders_lock:
+            _recorders += 1
         try:
             result = self.fn(*args, **kwargs)
         finally:
             _recording.calls = None
+            with _recorders_lock:
+                _recorders -= 1
         if deferred:
             if self.composed.matches(calls):
                 self.composed.run(calls)

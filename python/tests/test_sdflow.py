@@ -571,3 +571,33 @@ def test_sizes_are_inferred_by_the_same_rules_on_every_backend():
     assert len(messages) == 1, messages
     (message,) = messages
     assert "'out'" in message and "'u'" in message and "N" in message, message
+
+
+def test_compose_runs_a_sequence_of_calls_as_one_program():
+    lap = sdflow.load(ROOT / "examples" / "laplace.sdfg.json")
+    step = sdflow.compose(
+        "twice",
+        [("a", "f64", 2), ("b", "f64", 2), ("c", "f64", 2)],
+        [],
+        [
+            (lap, {"u": "a", "out": "b"}, {"N": "__a_size_0"}),
+            (lap, {"u": "b", "out": "c"}, {"N": "__b_size_0"}),
+        ],
+    )
+    assert step.arguments[:3] == ["a", "b", "c"]
+    n = 17
+    a = np.random.default_rng(5).random((n, n))
+    want_b, want_c = np.zeros((n, n)), np.zeros((n, n))
+    one = lap.compile("cpu")
+    one(u=a, out=want_b)
+    one(u=want_b, out=want_c)
+    b, c = np.zeros((n, n)), np.zeros((n, n))
+    step.compile("cpu")(a=a, b=b, c=c)
+    assert np.array_equal(b, want_b) and np.array_equal(c, want_c)
+    with pytest.raises(sdflow.SdflowError, match=r"call 1 \('laplace'\): symbol 'N' has no value"):
+        sdflow.compose("twice", [("a", "f64", 2), ("b", "f64", 2)], [], [
+            (lap, {"u": "a", "out": "b"}, {"N": "__a_size_0"}),
+            (lap, {"u": "b", "out": "a"}, {}),
+        ])
+    with pytest.raises(sdflow.SdflowError, match="container 'a': unknown element type 'f65'"):
+        sdflow.compose("x", [("a", "f65", 2)], [], [])

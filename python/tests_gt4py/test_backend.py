@@ -374,33 +374,48 @@ def test_the_gpu_backend_runs_on_the_emulated_device(tmp_path):
 # --- layout ------------------------------------------------------------------------------------
 
 
-def test_the_program_is_specialized_for_the_allocators_layout_and_takes_others_too(grid):
-    # GT4Py's CPU allocator makes the horizontal dimension contiguous: the program is
-    # compiled with those strides static; fields laid out otherwise (NumPy's row-major
-    # arrays wrapped as they are, as GT4Py's `common._field` wraps a buffer it did not
-    # allocate) run the program compiled for any layout.
+@pytest.mark.parametrize(
+    "backend, unit, other",
+    [("cpu", "K", "horizontal_first"), ("cpu_horizontal_first", "Edge", "row_major")],
+)
+def test_the_program_is_specialized_for_the_allocators_layout_and_takes_others_too(grid, backend, unit, other):
+    # `sdflow.gt4py.cpu` allocates row-major fields (the levels of an edge side by side),
+    # `cpu_horizontal_first` as GT4Py's standard allocator does (the edges side by side):
+    # each compiles its programs with those strides static. Fields laid out otherwise
+    # run the program compiled for any layout.
+    backend = getattr(sdflow.gt4py, backend)
     program, npz, meta = corpus("apply_diffusion_to_vn")
-    args, fields = gt4py_arguments(program, npz)
-    assert fields["vn"].ndarray.strides[0] == 8
-    prog = program.with_backend(sdflow.gt4py.cpu)
+    args, fields = gt4py_arguments(program, npz, backend)
+    vn = fields["vn"].ndarray
+    assert vn.strides[list(fields["vn"].domain.dims).index(getattr(dims, f"{unit}Dim"))] == 8
+    prog = program.with_backend(backend)
     prog(**args, offset_provider=grid.connectivities)
     (decorated,) = compiled_variants(prog)
-    # A static stride is no argument any more (the lowering declares it as one).
-    assert "__vn_Edge_stride" not in decorated.program.arguments
-    assert "__vn_K_stride" in decorated.program.arguments
+    # A static stride is no argument any more (the lowering declares every one).
+    static, runtime = (f"__vn_{unit}_stride", "__vn_Edge_stride" if unit == "K" else "__vn_K_stride")
+    assert static not in decorated.program.arguments
+    assert runtime in decorated.program.arguments
     assert decorated._generic is None
     assert_equals_references(fields, npz, meta)
 
-    row_major, fields2 = {}, {}
-    for k, v in args.items():
-        if k in fields:
-            fields2[k] = row_major[k] = gtx_common._field(np.array(npz["in__" + k]), domain=v.domain)
-        else:
-            row_major[k] = v
-    assert fields2["vn"].ndarray.flags["C_CONTIGUOUS"]
-    prog(**row_major, offset_provider=grid.connectivities)
+    other_backend = sdflow.gt4py.make_backend("cpu", layout=other)
+    args2, fields2 = gt4py_arguments(program, npz, other_backend)
+    assert fields2["vn"].ndarray.strides != vn.strides
+    prog(**args2, offset_provider=grid.connectivities)
     assert decorated._generic is not None
     assert_equals_references(fields2, npz, meta)
+
+
+def test_the_backends_build_in_gt4pys_worker_processes():
+    # GT4Py ships the executor to its compilation workers by pickling it; one that does
+    # not pickle is built in the calling thread, one program at a time.
+    import pickle
+
+    for b in (sdflow.gt4py.cpu, sdflow.gt4py.cpu_horizontal_first):
+        again = pickle.loads(pickle.dumps(b.executor))
+        assert again.layout_mapper is b.executor.layout_mapper
+    with pytest.raises(sdflow.SdflowError, match="layout 'column': expected one of row_major, horizontal_first"):
+        sdflow.gt4py.make_backend("cpu", layout="column")
 
 
 # --- a step as one program (orchestrate) -------------------------------------------------------
