@@ -21,7 +21,7 @@ Run in the GT4Py environment (scripts/gt4py/env.sh) with sdflow installed
 (scripts/test-gt4py.sh installs it):
 
     scripts/gt4py/.venv/bin/python -O scripts/gt4py/backend_perf.py [--copies N]
-        [--reps R] [--only NAME]... [--overhead] [--build] [--no-gt4py] [--json OUT]
+        [--reps R] [--only NAME]... [--overhead] [--build] [--no-gt4py] [--no-table] [--json OUT]
 
 `-O`: GT4Py type-checks every call's arguments in Python's debug mode (tens of
 microseconds); a model runs optimized.
@@ -174,6 +174,7 @@ def main() -> int:
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--build", action="store_true")
     ap.add_argument("--no-gt4py", action="store_true", help="sdflow only (no gtfn, no dace)")
+    ap.add_argument("--no-table", action="store_true", help="only --build and --overhead")
     ap.add_argument("--json", type=Path)
     opts = ap.parse_args()
 
@@ -223,6 +224,10 @@ def main() -> int:
         log("\ncall overhead on the simple grid (µs per call, best of 5 runs)")
         result["overhead_us"] = overhead(programs, bk, 2000)
 
+    if opts.no_table:
+        if opts.json:
+            opts.json.write_text(json.dumps(result, indent=1) + "\n")
+        return 1 if failed else 0
     grid = perf.GT4Py(opts.copies, perf.NLEV)
     rows = []
     result["programs"] = {}
