@@ -55,25 +55,6 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def gt4py_args(program, inputs: dict, allocator):
-    import gt4py.next as gtx
-    from gt4py.next.type_system import type_specifications as ts
-
-    args, fields = {}, {}
-    for p in program.past_stage.past_node.params:
-        name = str(p.id)
-        value = inputs[name]
-        if isinstance(p.type, ts.FieldType):
-            fields[name] = args[name] = gtx.as_field(p.type.dims, np.array(value), allocator=allocator)
-        elif p.type.kind == ts.ScalarKind.INT32:
-            args[name] = gtx.int32(value.item())
-        elif p.type.kind == ts.ScalarKind.FLOAT64:
-            args[name] = gtx.float64(value.item())
-        else:
-            args[name] = value.item()
-    return args, fields
-
-
 def backends(gt4py_too: bool) -> dict:
     import gt4py.next as gtx
     from gt4py.next.program_processors.runners import dace as gtx_dace
@@ -87,7 +68,7 @@ def backends(gt4py_too: bool) -> dict:
 
 
 def time_program(case, program, backend, offset_provider, reps: int) -> dict:
-    args, fields = gt4py_args(program, case.inputs, backend)
+    args, fields = perf.gt4py_arguments(program, case.inputs, backend)
     prog = program.with_backend(backend)
     call = lambda: prog(**args, offset_provider=offset_provider)
     t0 = time.perf_counter()
@@ -125,7 +106,7 @@ def overhead(programs: list[str], bk: dict, reps: int) -> list[dict]:
         program = getattr(importlib.import_module(case.meta["module"]), case.meta["program"])
         row = {"program": name}
         for bname, backend in bk.items():
-            args, _ = gt4py_args(program, case.inputs, backend)
+            args, _ = perf.gt4py_arguments(program, case.inputs, backend)
             prog = program.with_backend(backend)
             prog(**args, offset_provider=conn)
             prog(**args, offset_provider=conn)

@@ -451,6 +451,28 @@ def run_sdflow(
     return stage
 
 
+def gt4py_arguments(program, inputs: dict, allocator) -> tuple[dict, dict]:
+    """A GT4Py program's arguments from NumPy values by parameter name: fields made with
+    `allocator` (a copy of each value, in the allocator's layout), scalars of the
+    parameter's type; and the fields alone."""
+    import gt4py.next as gtx
+    from gt4py.next.type_system import type_specifications as ts
+
+    args, fields = {}, {}
+    for p in program.past_stage.past_node.params:
+        name = str(p.id)
+        value = inputs[name]
+        if isinstance(p.type, ts.FieldType):
+            fields[name] = args[name] = gtx.as_field(p.type.dims, np.array(value), allocator=allocator)
+        elif p.type.kind == ts.ScalarKind.INT32:
+            args[name] = gtx.int32(value.item())
+        elif p.type.kind == ts.ScalarKind.FLOAT64:
+            args[name] = gtx.float64(value.item())
+        else:
+            args[name] = value.item()
+    return args, fields
+
+
 class GT4Py:
     """GT4Py's backends on the large grid: the programs imported from ICON4Py, fields made
     with `gtx.as_field`, and the simple grid's neighbour tables tiled as for sdflow."""
@@ -512,27 +534,13 @@ class GT4Py:
                 )
 
     def run(self, case: Case, backend_name: str, warmup: int, reps: int) -> Stage:
-        from gt4py.next.type_system import type_specifications as ts
-
-        gtx = self.gtx
         stage = Stage(f"GT4Py {backend_name}")
         step = "import"
         try:
             program = getattr(importlib.import_module(case.meta["module"]), case.meta["program"])
             backend = self.backends[backend_name]
             step = "arguments"
-            args, fields = {}, {}
-            for p in program.past_stage.past_node.params:
-                name = str(p.id)
-                value = case.inputs[name]
-                if isinstance(p.type, ts.FieldType):
-                    fields[name] = args[name] = gtx.as_field(p.type.dims, value.copy(), allocator=backend)
-                elif p.type.kind == ts.ScalarKind.INT32:
-                    args[name] = gtx.int32(value.item())
-                elif p.type.kind == ts.ScalarKind.FLOAT64:
-                    args[name] = gtx.float64(value.item())
-                else:
-                    args[name] = value.item()
+            args, fields = gt4py_arguments(program, case.inputs, backend)
             prog = program.with_backend(backend)
             call = lambda: prog(**args, offset_provider=self.offset_provider)
             # The first call translates and compiles (up to minutes for gtfn): timed apart,
