@@ -32,19 +32,19 @@ mod device;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 create_exception!(
-    _sdflow,
+    sdflow._sdflow,
     SdflowError,
     PyException,
     "An error of sdflow: a program that cannot be read, optimized or compiled."
 );
 create_exception!(
-    _sdflow,
+    sdflow._sdflow,
     ValidationError,
     SdflowError,
     "A program that is not a valid SDFG; the message lists every problem and where."
 );
 create_exception!(
-    _sdflow,
+    sdflow._sdflow,
     CallError,
     SdflowError,
     "A call whose arguments do not fit the program, or a program that failed while running."
