@@ -483,6 +483,30 @@ fn small_dace_files_compute_what_dace_computes() {
             "B",
             vec![16.0, 14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0],
         ),
+        // Float symbols of nested SDFGs mapped to expressions and a literal, as GT4Py maps
+        // its scalar lambdas' values and a `concat_where`'s scalar branch: `mid` gets
+        // u = 1/s*1/t*(t - s) and z = 0, `leaf` inside it w = u and v = 2*u + z;
+        // B[i] = (A[i] + v) * w. DaCe's result with s = 0.5, t = 3 (u rounds as DaCe's
+        // (t - s)/(s*t) does, not as 1/s*1/t*(t - s) would).
+        (
+            "float_symbol_values.sdfg",
+            vec![("A", a8()), ("B", z8())],
+            vec![
+                ("s", sdflow::ir::Value::F64(0.5)),
+                ("t", sdflow::ir::Value::F64(3.0)),
+            ],
+            "B",
+            vec![
+                5.555555555555556,
+                7.222222222222223,
+                8.888888888888891,
+                10.555555555555557,
+                12.222222222222223,
+                13.888888888888891,
+                15.555555555555557,
+                17.222222222222225,
+            ],
+        ),
     ];
     for (file, args, symbols, out, want) in cases {
         let sdfg = sdflow::cli::load_program(&dir().join("small").join(file))

@@ -1,4 +1,4 @@
-"""Write the three small DaCe 2.0.0a10 files of `tests/dace/small/` that stand for the GT4Py
+"""Write the small DaCe 2.0.0a10 files of `tests/dace/small/` that stand for the GT4Py
 import failures (run with the generator's environment: `.venv/bin/python small_files.py OUT`).
 
 * `symbol_assumptions.sdfg`: a nested SDFG whose `symbol_mapping` DaCe prints in SymPy's form
@@ -12,6 +12,11 @@ import failures (run with the generator's environment: `.venv/bin/python small_f
   j = i) through the connector memlet A[0:i + 1], narrower than what the callee addresses
   from DaCe's pointer at A[0] (GT4Py's auto-optimized `geofac_n2s_c[0:i - r0 + 1]`).
   B[i] = 2 A[N - 1 - i].
+* `float_symbol_values.sdfg`: nested SDFGs whose float symbols are mapped to expressions and
+  literals, as GT4Py maps the values of its scalar lambdas (`1/a*1/b*(b - a)`) and the scalar
+  branch of a `concat_where` (`0`): `mid` gets u = 1/s*1/t*(t - s) and z = 0 from the
+  program; `leaf`, inside `mid`, gets w = u (passed on) and v = 2*u + z.
+  B[i] = (A[i] + v) * w (no multiply-add for the C compiler to contract).
 """
 
 import sys
@@ -104,6 +109,45 @@ for e in st.out_edges(mx):
 wide.validate()
 wide.save(str(out / "wide_read_window.sdfg"))
 
+# -- float_symbol_values ---------------------------------------------------------------------
+leaf = dace.SDFG("leaf")
+leaf.add_symbol("w", dace.float64)
+leaf.add_symbol("v", dace.float64)
+leaf.add_array("a", [M], dace.float64)
+leaf.add_array("b", [M], dace.float64)
+lst = leaf.add_state("body")
+lst.add_mapped_tasklet(
+    "affine", dict(j="0:M"), dict(x=dace.Memlet("a[j]")), "y = (x + v) * w",
+    dict(y=dace.Memlet("b[j]")), external_edges=True,
+)
+mid = dace.SDFG("mid")
+mid.add_symbol("u", dace.float64)
+mid.add_symbol("z", dace.float64)
+mid.add_array("a", [M], dace.float64)
+mid.add_array("b", [M], dace.float64)
+mst = mid.add_state("call")
+u = dace.symbol("u", dace.float64)
+zs = dace.symbol("z", dace.float64)
+mnested = mst.add_nested_sdfg(
+    leaf, {"a"}, {"b"}, symbol_mapping={"M": M, "w": u, "v": 2 * u + zs}
+)
+mst.add_edge(mst.add_read("a"), None, mnested, "a", dace.Memlet("a[0:M]"))
+mst.add_edge(mnested, "b", mst.add_write("b"), None, dace.Memlet("b[0:M]"))
+fsv = dace.SDFG("float_symbol_values")
+fsv.add_symbol("s", dace.float64)
+fsv.add_symbol("t", dace.float64)
+fsv.add_array("A", [N], dace.float64)
+fsv.add_array("B", [N], dace.float64)
+fst = fsv.add_state("call")
+s_, t_ = dace.symbol("s", dace.float64), dace.symbol("t", dace.float64)
+fnested = fst.add_nested_sdfg(
+    mid, {"a"}, {"b"}, symbol_mapping={"M": N, "u": 1 / s_ * 1 / t_ * (t_ - s_), "z": 0}
+)
+fst.add_edge(fst.add_read("A"), None, fnested, "a", dace.Memlet("A[0:N]"))
+fst.add_edge(fnested, "b", fst.add_write("B"), None, dace.Memlet("B[0:N]"))
+fsv.validate()
+fsv.save(str(out / "float_symbol_values.sdfg"))
+
 # What DaCe computes, for the test.
 import numpy as np
 
@@ -118,3 +162,7 @@ A = np.arange(8, dtype=np.float64) + 1
 B = np.zeros(8)
 wide(A=A, B=B, N=8)
 print("wide_read_window:", B.tolist())
+A = np.arange(8, dtype=np.float64)
+B = np.zeros(8)
+fsv(A=A, B=B, N=8, s=0.5, t=3.0)
+print("float_symbol_values:", B.tolist())

@@ -15,6 +15,7 @@
 mod alias;
 mod control;
 mod cpp;
+mod float_symbols;
 mod gt4py;
 mod order;
 pub mod python;
@@ -27,8 +28,8 @@ use std::io::Read;
 use serde_json::Value as J;
 
 use sdflow_ir::{
-    Array, Block, DType, DataDesc, Dataflow, Dim, LibraryNode, MapScope, Memlet, Node, NodeId,
-    Range, Reduce, Schedule, Sdfg, Subset, SymExpr, Symbol, Tasklet, Value, Wcr,
+    Array, Block, DType, DataDesc, Dataflow, Dim, Expr, LibraryNode, MapScope, Memlet, Node,
+    NodeId, Range, Reduce, Schedule, Sdfg, Subset, SymExpr, Symbol, Tasklet, Value, Wcr,
 };
 
 /// Why a DaCe file could not be imported: what, and where in the file.
@@ -973,8 +974,10 @@ impl StateCx<'_> {
         let inner = a
             .get("sdfg")
             .ok_or_else(|| err(nl, "a nested SDFG without its SDFG"))?;
-        let inner = convert_sdfg(inner, &format!("{nl} > nested sdfg"))?;
+        let mut inner = convert_sdfg(inner, &format!("{nl} > nested sdfg"))?;
         let mut symbol_mapping = BTreeMap::new();
+        // Float symbols mapped to anything but a caller symbol of their type.
+        let mut computed = Vec::new();
         for (k, v) in a
             .get("symbol_mapping")
             .and_then(J::as_object)
@@ -982,6 +985,23 @@ impl StateCx<'_> {
             .flatten()
         {
             let k = name_of(k);
+            if let Some(dt) = inner.symbols.get(&k).map(|s| s.dtype)
+                && !dt.is_int()
+            {
+                let text = match v {
+                    J::String(t) => t.clone(),
+                    J::Number(n) => n.to_string(),
+                    other => return Err(err(nl, format!("expected an expression, found {other}"))),
+                };
+                let e = python::expr(&text)
+                    .map_err(|e| err(nl, format!("the value '{text}' of symbol '{k}': {e}")))?;
+                let passes = matches!(&e, Expr::Var(c)
+                    if self.sdfg.symbols.get(c).map(|s| s.dtype) == Some(dt));
+                if !passes {
+                    computed.push((k, e));
+                    continue;
+                }
+            }
             let v = sym_of(v, nl)?;
             // GT4Py maps symbols of its temporaries that the caller does not
             // have to themselves (`__gtir_var_2_Edge_range_0` to itself); DaCe
@@ -997,6 +1017,16 @@ impl StateCx<'_> {
                 continue;
             }
             symbol_mapping.insert(k, v);
+        }
+        for (k, e) in computed {
+            float_symbols::inline_mapping(
+                &mut inner,
+                &mut symbol_mapping,
+                &k,
+                &e,
+                &self.sdfg.symbols,
+            )
+            .map_err(|m| err(nl, m))?;
         }
         Ok(Node::Nested(sdflow_ir::NestedSdfg {
             sdfg: Box::new(inner),
