@@ -35,7 +35,9 @@ pub struct StepCall {
 pub struct Step {
     /// The composed program's name.
     pub name: String,
-    /// The caller's containers (its arguments), in calling order.
+    /// The caller's containers, in calling order: its arguments, and transients (the
+    /// step's scratch: fields that live only within the step, which the caller does not
+    /// pass and never sees; their extents and strides are constants).
     pub data: Vec<(String, DataDesc)>,
     /// The caller's symbols.
     pub symbols: Vec<(String, DType)>,
@@ -46,7 +48,9 @@ pub struct Step {
 /// The step as one program: a state per call, in order. Every argument container of a
 /// callee that the callee reads or writes must be bound, to a caller container of its
 /// element type and rank; every symbol of a callee must have a value whose free symbols
-/// are the caller's. The result is validated.
+/// are the caller's. The step's transient containers are not arguments of the result;
+/// like any transient, their values do not outlive a call, so the optimizer may keep
+/// them in registers or drop them. The result is validated.
 pub fn compose(step: &Step) -> Result<Sdfg, BuildError> {
     let err = |message: String| BuildError::Program {
         program: step.name.clone(),
@@ -57,14 +61,28 @@ pub fn compose(step: &Step) -> Result<Sdfg, BuildError> {
         sdfg.symbols.insert(name.clone(), Symbol::new(*dtype));
     }
     for (name, desc) in &step.data {
-        if desc.transient() {
+        if desc.transient()
+            && let Some(s) = desc
+                .shape()
+                .iter()
+                .chain(match desc {
+                    DataDesc::Array(a) => a.strides.iter(),
+                    _ => [].iter(),
+                })
+                .find(|e| !e.free_symbols().is_empty())
+        {
             return Err(err(format!(
-                "container '{name}' is transient; a step's containers are its arguments"
+                "transient container '{name}' has the extent or stride '{s}'; a step's transients have constant ones"
             )));
         }
         sdfg.arrays.insert(name.clone(), desc.clone());
     }
-    sdfg.arg_order = step.data.iter().map(|(n, _)| n.clone()).collect();
+    sdfg.arg_order = step
+        .data
+        .iter()
+        .filter(|(_, d)| !d.transient())
+        .map(|(n, _)| n.clone())
+        .collect();
     for (i, call) in step.calls.iter().enumerate() {
         let callee = &call.sdfg;
         let at = format!("call {i} ('{}')", callee.name);

@@ -182,3 +182,49 @@ fn what_does_not_fit_is_an_error_naming_the_call() {
         "program 'twice': call 0 ('laplace'): 'v' is no container of the program"
     );
 }
+
+/// `lap(a) -> b; lap(b) -> c` with `b` the step's scratch: a transient of constant
+/// extents, not an argument; `c` is the same, optimized or not.
+#[test]
+fn a_scratch_container_is_a_transient_of_the_step() {
+    let m = 9;
+    let mut s = step();
+    let mut b = Array::new(DType::F64, vec![SymExpr::from(m as i64); 2]);
+    b.transient = true;
+    s.data[1] = ("b".into(), DataDesc::Array(b.clone()));
+    let composed = compose(&s).unwrap();
+    assert!(!composed.arguments().contains(&"b".to_string()));
+    assert!(composed.arrays["b"].transient());
+
+    let full = compose(&step()).unwrap();
+    let zeros = vec![0.0; m * m];
+    let mut want = bindings(
+        &[("a", inputs(m)), ("b", zeros.clone()), ("c", zeros.clone())],
+        &[("M", m as i64)],
+        m,
+    );
+    run(&full, &mut want).unwrap();
+    let args = [("a", inputs(m)), ("c", zeros)];
+    for optimized in [false, true] {
+        let mut p = composed.clone();
+        if optimized {
+            Pipeline::cpu().run(&mut p).unwrap();
+        }
+        let mut got = bindings(&args, &[("M", m as i64)], m);
+        run(&p, &mut got).unwrap();
+        assert_eq!(
+            got.arrays["c"].to_f64_vec(),
+            want.arrays["c"].to_f64_vec(),
+            "optimized: {optimized}"
+        );
+        assert!(!got.arrays.contains_key("b"));
+    }
+
+    // A transient's extents are constants.
+    b.shape = vec![SymExpr::sym("M"), SymExpr::sym("M")];
+    s.data[1] = ("b".into(), DataDesc::Array(b));
+    assert_eq!(
+        error_of(&s),
+        "program 'twice': transient container 'b' has the extent or stride 'M'; a step's transients have constant ones"
+    );
+}

@@ -661,9 +661,19 @@ class _Composed:
     set when it changes. ``matches`` says whether a new recording is the same step: the
     same programs, the same field and table objects, the same integer scalars."""
 
-    def __init__(self, name: str, calls: list, backend: str, options: Optional[dict]):
+    def __init__(
+        self,
+        name: str,
+        calls: list,
+        backend: str,
+        options: Optional[dict],
+        scratch: frozenset = frozenset(),
+    ):
         self.signature = [self._signature(p, args, op) for p, args, op in calls]
         data: dict[tuple, tuple[str, Any]] = {}  # buffer key -> (container, ndarray)
+        # The step's own containers (buffer keys in `scratch`): their extents and element
+        # strides, constants of the step.
+        own: dict[str, tuple[list[int], list[int]]] = {}
         names: set[str] = set()
         symbols: list[tuple[str, str]] = []
         self.float_symbols: list[str] = []
@@ -673,13 +683,15 @@ class _Composed:
             ai = getattr(arr, "__array_interface__", None)
             if ai is None:
                 raise _Unsupported(f"'{hint}' is not a host array (only the CPU backend composes steps)")
-            key = (ai["data"][0], tuple(arr.shape), arr.strides, arr.dtype.str)
+            key = _buffer_key(arr)
             if key not in data:
                 n, k = hint, 1
                 while n in names:
                     n, k = f"{hint}_{k}", k + 1
                 names.add(n)
                 data[key] = (n, arr)
+                if key in scratch:
+                    own[n] = ([int(e) for e in arr.shape], [int(s // arr.itemsize) for s in arr.strides])
             return data[key][0]
 
         for i, (prog, args, op) in enumerate(calls):
@@ -724,7 +736,9 @@ class _Composed:
             # Extents and strides (GT4Py's `__<array>_<Dim>_size`, `…_stride`; a
             # table's dimensions are `source` and `neighbor`): the step's container's.
             extents = {
-                f"__{array}_{dim}_{kind}": f"__{outer}_{kind}_{d}"
+                f"__{array}_{dim}_{kind}": (
+                    own[outer][kind == "stride"][d] if outer in own else f"__{outer}_{kind}_{d}"
+                )
                 for array, (outer, dims) in containers.items()
                 for d, dim in enumerate(dims)
                 for kind in ("size", "stride")
@@ -735,12 +749,14 @@ class _Composed:
                 values[sym] = extents[sym]
             composed_calls.append((prog.program, bind, values))
 
-        self.arrays = {n: arr for n, arr in data.values()}
+        self.arrays = {n: arr for n, arr in data.values() if n not in own}
+        self.scratch = sorted(str(n) for n in own)
         step = compose(
             name,
             [(n, _dtype_name(arr), arr.ndim) for n, arr in data.values()],
             symbols,
             composed_calls,
+            scratch=own,
         )
         self.program = step
         self.compiled = step.compile(backend, options=options)
@@ -782,6 +798,12 @@ class _Composed:
             self.bound()
 
 
+def _buffer_key(arr: Any) -> tuple:
+    """What identifies a host array's elements: address, shape, strides, element type."""
+    ai = arr.__array_interface__
+    return (ai["data"][0], tuple(arr.shape), arr.strides, arr.dtype.str)
+
+
 def _dtype_name(arr: Any) -> str:
     names = {"f8": "f64", "f4": "f32", "i8": "i64", "i4": "i32", "b1": "bool"}
     key = arr.dtype.str[1:]
@@ -794,10 +816,21 @@ class Orchestrated:
     """A model step (a function that calls GT4Py programs on sdflow backends) run as one
     program. See :func:`orchestrate`."""
 
-    def __init__(self, fn: Any, *, name: Optional[str] = None, options: Optional[dict] = None):
+    def __init__(
+        self,
+        fn: Any,
+        *,
+        name: Optional[str] = None,
+        options: Optional[dict] = None,
+        scratch: Sequence[Any] = (),
+    ):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "step")
         self.options = options
+        for f in scratch:
+            if not hasattr(getattr(f, "ndarray", None), "__array_interface__"):
+                raise TypeError(f"step '{self.name}': scratch must be fields on the host, got {_describe(f)}")
+        self.scratch = tuple(scratch)
         self.composed: Optional[_Composed] = None
         self.why_not: Optional[str] = None
         """Why the last recorded step could not be composed (it then ran program by program)."""
@@ -840,7 +873,8 @@ class Orchestrated:
             self.why_not = f"only steps on the CPU backend are composed (this one: {', '.join(sorted(backends))})"
             return
         try:
-            self.composed = _Composed(_identifier(self.name), calls, "cpu", self.options)
+            scratch = frozenset(_buffer_key(f.ndarray) for f in self.scratch)
+            self.composed = _Composed(_identifier(self.name), calls, "cpu", self.options, scratch)
             self.why_not = None
         except (_Unsupported, SdflowError) as e:
             self.why_not = str(e)
@@ -851,7 +885,13 @@ def _identifier(name: str) -> str:
     return out if out and not out[0].isdigit() else f"step_{out}"
 
 
-def orchestrate(fn: Any = None, *, name: Optional[str] = None, options: Optional[dict] = None) -> Any:
+def orchestrate(
+    fn: Any = None,
+    *,
+    name: Optional[str] = None,
+    options: Optional[dict] = None,
+    scratch: Sequence[Any] = (),
+) -> Any:
     """Runs a model step — a function that calls GT4Py programs compiled by sdflow, such as
     an ICON4Py granule's ``run`` — as one program.
 
@@ -869,10 +909,16 @@ def orchestrate(fn: Any = None, *, name: Optional[str] = None, options: Optional
     after it returns), and every program it calls must be on an sdflow CPU backend; a
     step that cannot be composed runs program by program, and ``why_not`` says why.
 
-        step = sdflow.gt4py.orchestrate(diffusion.run)
+    ``scratch`` names fields that live only within the step: every value the step reads
+    from them it wrote earlier in the same step, and nothing reads them after it (an
+    ICON4Py granule's work fields). In the composed program they are transients, which
+    the optimizer may keep in registers or drop; the fields themselves keep the values of
+    the last step run program by program.
+
+        step = sdflow.gt4py.orchestrate(diffusion.run, scratch=[diffusion.z_nabla2_e, …])
         for _ in range(n):
             step(diagnostic_state, prognostic_state, dtime)
     """
     if fn is None:
-        return lambda f: Orchestrated(f, name=name, options=options)
-    return Orchestrated(fn, name=name, options=options)
+        return lambda f: Orchestrated(f, name=name, options=options, scratch=scratch)
+    return Orchestrated(fn, name=name, options=options, scratch=scratch)

@@ -1348,13 +1348,17 @@ type StepCallArgs<'py> = (
 /// become the symbols `__<name>_size_<d>` and `__<name>_stride_<d>`, given by the arrays
 /// passed), `symbols` its other symbols `(name, dtype)`, `calls` each call
 /// `(program, {callee container: step container}, {callee symbol: value})`, a value being
-/// an expression over the step's symbols (text) or an integer.
+/// an expression over the step's symbols (text) or an integer. `scratch` names containers
+/// of `data` that are the step's own (`{name: (extents, element strides)}`): transients
+/// of those constant extents and strides, not arguments of the step.
 #[pyfunction]
+#[pyo3(signature = (name, data, symbols, calls, scratch = None))]
 fn compose(
     name: &str,
     data: Vec<(String, String, usize)>,
     symbols: Vec<(String, String)>,
     calls: Vec<StepCallArgs<'_>>,
+    scratch: Option<BTreeMap<String, (Vec<i64>, Vec<i64>)>>,
 ) -> PyResult<Program> {
     use sdflow_orchestration::compose::{Step, StepCall};
     let dtype = |what: &str, t: &str| {
@@ -1366,9 +1370,31 @@ fn compose(
         name: name.to_string(),
         ..Step::default()
     };
+    let scratch = scratch.unwrap_or_default();
+    if let Some(n) = scratch
+        .keys()
+        .find(|n| !data.iter().any(|(d, _, _)| d == *n))
+    {
+        return Err(SdflowError::new_err(format!(
+            "step '{name}': scratch container '{n}' is not one of the step's containers"
+        )));
+    }
     for (n, t, ndim) in &data {
         let dt = dtype(&format!("container '{n}'"), t)?;
-        let desc = if *ndim == 0 {
+        let desc = if let Some((extents, strides)) = scratch.get(n) {
+            if extents.len() != *ndim || strides.len() != *ndim {
+                return Err(SdflowError::new_err(format!(
+                    "step '{name}': scratch container '{n}' has {ndim} dimension(s), given {} extent(s) and {} stride(s)",
+                    extents.len(),
+                    strides.len()
+                )));
+            }
+            let mut a =
+                sdflow_ir::Array::new(dt, extents.iter().map(|e| SymExpr::from(*e)).collect());
+            a.strides = strides.iter().map(|e| SymExpr::from(*e)).collect();
+            a.transient = true;
+            DataDesc::Array(a)
+        } else if *ndim == 0 {
             DataDesc::Scalar {
                 dtype: dt,
                 transient: false,

@@ -601,3 +601,23 @@ def test_compose_runs_a_sequence_of_calls_as_one_program():
         ])
     with pytest.raises(sdflow.SdflowError, match="container 'a': unknown element type 'f65'"):
         sdflow.compose("x", [("a", "f65", 2)], [], [])
+
+    # `b` the step's scratch: a transient of the given extents and strides, no argument.
+    scratch = sdflow.compose(
+        "twice",
+        [("a", "f64", 2), ("b", "f64", 2), ("c", "f64", 2)],
+        [],
+        [
+            (lap, {"u": "a", "out": "b"}, {"N": "__a_size_0"}),
+            (lap, {"u": "b", "out": "c"}, {"N": n}),
+        ],
+        scratch={"b": ([n, n], [n, 1])},
+    )
+    assert "b" not in scratch.arguments
+    c = np.zeros((n, n))
+    scratch.compile("cpu")(a=a, c=c)
+    assert np.array_equal(c, want_c)
+    with pytest.raises(sdflow.SdflowError, match="scratch container 'd' is not one of the step's containers"):
+        sdflow.compose("x", [("a", "f64", 2)], [], [], scratch={"d": ([1], [1])})
+    with pytest.raises(sdflow.SdflowError, match=r"scratch container 'a' has 2 dimension\(s\), given 1 extent\(s\) and 1 stride\(s\)"):
+        sdflow.compose("x", [("a", "f64", 2)], [], [], scratch={"a": ([1], [1])})

@@ -479,6 +479,9 @@ def test_a_step_that_cannot_be_composed_says_why_and_steps_do_not_nest(grid):
         s1(**a1, offset_provider=conn)
         s2(**a2, offset_provider=conn)
 
+    with pytest.raises(TypeError, match="step 'step': scratch must be fields on the host, got a int"):
+        sdflow.gt4py.orchestrate(step, scratch=[3])
+
     inner = sdflow.gt4py.orchestrate(step)
     with pytest.raises(sdflow.SdflowError, match="step 'step': orchestrated steps do not nest"):
         sdflow.gt4py.orchestrate(lambda: inner())()
