@@ -218,7 +218,7 @@ def _tuple_getter(positions: Sequence[Any]) -> Any:
 
 
 class _Reuse:
-    """What decides whether a call may reuse the previous call's bound arguments: the
+    """What decides whether a call may reuse bound arguments of an earlier call: the
     same field objects (GT4Py fields are immutable: the same object has the same buffer
     and domain), the same integer and boolean scalars, the same neighbour tables. Float
     scalars change freely: they are set on the bound program at each call."""
@@ -257,6 +257,24 @@ class _Reuse:
             return None
 
 
+#: How many bindings (sets of arguments) a program keeps for reuse.
+_KEPT_BINDINGS = 4
+
+
+@dataclasses.dataclass(eq=False)
+class _Binding:
+    """One set of arguments checked and bound: the field objects, integer scalars and
+    tables it was bound for (compared by identity), the float scalars last set, the
+    bound program (which keeps the arrays alive)."""
+
+    fields: tuple[Any, ...]
+    ints: tuple[Any, ...]
+    provider: Any
+    tables: Optional[tuple[Any, ...]]
+    floats: tuple[Any, ...]
+    bound: Any
+
+
 class SdflowGT4PyProgram:
     """A compiled sdflow program called with GT4Py's canonical arguments (what GT4Py's
     compiled-program pool passes: the program's parameters in order, the
@@ -288,13 +306,9 @@ class SdflowGT4PyProgram:
         reuse = _Reuse(self._parameters, self._tables)
         # Device calls go through the device-array path (enqueued, not bound).
         self._reuse = reuse if reuse.possible and compiled.backend != "cuda" else None
-        # The previous call's bound program, and what it was bound with.
-        self._bound: Any = None
-        self._fields: tuple[Any, ...] = ()
-        self._ints: tuple[Any, ...] = ()
-        self._floats: tuple[Any, ...] = ()
-        self._provider: Any = None
-        self._provider_tables: tuple[Any, ...] = ()
+        # The latest bindings, most recent first (a step may call a program on several
+        # sets of fields: ICON4Py's diffusion interpolates two fields with one program).
+        self._bindings: list[_Binding] = []
         self._lock = threading.Lock()
         self._pending: list[Any] = []
         # The program for fields laid out otherwise than the allocator lays them out
@@ -353,24 +367,28 @@ class SdflowGT4PyProgram:
         reuse = self._reuse
         if reuse is not None and len(args) == self._arity and self._lock.acquire(False):
             try:
-                bound = self._bound
-                if (
-                    bound is not None
-                    and all(map(operator.is_, reuse.fields(args), self._fields))
-                    and reuse.ints(args) == self._ints
-                    and (
-                        offset_provider is self._provider
-                        or (now := reuse.tables(offset_provider)) is not None
-                        and all(map(operator.is_, now, self._provider_tables))
-                    )
-                ):
-                    floats = reuse.floats(args)
-                    if floats != self._floats:
-                        bound(**dict(zip(reuse.float_names, floats)))
-                        self._floats = floats
-                    else:
-                        bound()
-                    return
+                bindings = self._bindings
+                if bindings:
+                    fields, ints = reuse.fields(args), reuse.ints(args)
+                    for i, b in enumerate(bindings):
+                        if (
+                            all(map(operator.is_, fields, b.fields))
+                            and ints == b.ints
+                            and (
+                                offset_provider is b.provider
+                                or (now := reuse.tables(offset_provider)) is not None
+                                and all(map(operator.is_, now, b.tables))
+                            )
+                        ):
+                            floats = reuse.floats(args)
+                            if floats != b.floats:
+                                b.bound(**dict(zip(reuse.float_names, floats)))
+                                b.floats = floats
+                            else:
+                                b.bound()
+                            if i:
+                                bindings.insert(0, bindings.pop(i))
+                            return
                 self._bind(args, offset_provider)
             finally:
                 self._lock.release()
@@ -401,17 +419,24 @@ class SdflowGT4PyProgram:
         """Checks and binds a call's arguments, calls, and keeps them for the next call."""
         reuse = self._reuse
         kw = self.arguments(*args, offset_provider=offset_provider)
-        self._bound = None  # a failed bind leaves nothing to reuse
         try:
-            bound = self._compiled.bind(**kw)
+            bound = self._compiled.bind(**kw)  # a failed bind keeps nothing
         except CallError as e:
             if not self._other_layout(e):
                 raise
             bound = self._generic_program().bind(**kw)
-        self._fields, self._ints = reuse.fields(args), reuse.ints(args)
-        self._provider, self._provider_tables = offset_provider, reuse.tables(offset_provider)
-        self._floats = reuse.floats(args)
-        self._bound = bound
+        self._bindings.insert(
+            0,
+            _Binding(
+                reuse.fields(args),
+                reuse.ints(args),
+                offset_provider,
+                reuse.tables(offset_provider),
+                reuse.floats(args),
+                bound,
+            ),
+        )
+        del self._bindings[_KEPT_BINDINGS:]
         bound()
 
     def _track(self, done: Any) -> None:

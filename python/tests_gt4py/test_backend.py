@@ -256,19 +256,29 @@ def test_repeated_calls_reuse_the_bound_arguments_and_rebind_when_they_change(gr
 
     both()
     (decorated,) = compiled_variants(prog)
-    first = decorated._bound
-    assert first is not None
+    (first,) = decorated._bindings
     both()  # the same fields again: w is updated a second time, from the bound arguments
     both(diff_multfac_w=gtx.float64(0.37))  # a float scalar: set on the bound program
-    assert decorated._bound is first
+    assert decorated._bindings == [first]
     # A new field object (other values): bound anew.
+    old_z = args["z_nabla2_c"]
     z = gtx.as_field(args["z_nabla2_c"].domain.dims, npz["in__z_nabla2_c"][::-1].copy())
     args["z_nabla2_c"] = z
     both(z_nabla2_c=lambda a: a["z_nabla2_c"] if a is args else gtx.as_field(z.domain.dims, z.asnumpy().copy()))
-    assert decorated._bound is not first
-    second = decorated._bound
+    second = decorated._bindings[0]
+    assert decorated._bindings == [second, first]
     both(horizontal_end=gtx.int32(9))  # an integer scalar: bound anew
-    assert decorated._bound is not second
+    third = decorated._bindings[0]
+    assert decorated._bindings == [third, second, first]
+    # The first fields again (as a step calling the program on two sets of fields):
+    # the first binding, reused and moved to the front.
+    both(z_nabla2_c=lambda a: old_z if a is args else gtx.as_field(old_z.domain.dims, old_z.asnumpy().copy()), horizontal_end=gtx.int32(18))
+    assert decorated._bindings == [first, third, second]
+    # At most four kept: the least recently used goes.
+    for end in (10, 11):
+        both(horizontal_end=gtx.int32(end))
+    assert len(decorated._bindings) == 4 and second not in decorated._bindings
+    both(z_nabla2_c=lambda a: z if a is args else gtx.as_field(z.domain.dims, z.asnumpy().copy()), horizontal_end=gtx.int32(9))
     # The domain bound took effect: only cells below 9 changed in this last call.
     before = fields["w"].asnumpy().copy()
     both(horizontal_start=gtx.int32(12), horizontal_end=gtx.int32(14))
@@ -277,15 +287,16 @@ def test_repeated_calls_reuse_the_bound_arguments_and_rebind_when_they_change(gr
     assert not np.array_equal(after[12:14], before[12:14])
 
 
-def test_a_failed_bind_leaves_nothing_to_reuse(grid):
+def test_a_failed_bind_keeps_nothing_to_reuse(grid):
     program, npz, meta = corpus("apply_nabla2_to_w")
     args, fields = gt4py_arguments(program, npz)
     decorated, arrays = compiled_once(program, args, grid)
     bad = list(arrays)
     bad[0] = gtx.as_field(args["area"].domain.dims, args["area"].asnumpy().astype(np.float32))
+    kept = list(decorated._bindings)
     with pytest.raises(sdflow.CallError, match="'area' is f32"):
         decorated(*bad, offset_provider=grid.connectivities)
-    assert decorated._bound is None
+    assert decorated._bindings == kept
     w0 = fields["w"].asnumpy().copy()
     decorated(*arrays, offset_provider=grid.connectivities)
     assert not np.array_equal(fields["w"].asnumpy(), w0)
