@@ -1337,6 +1337,9 @@ fn version() -> &'static str {
 
 /// One call of a step as Python gives it: the program, its containers' bindings, its
 /// symbols' values.
+/// A scratch container's extents and element strides.
+type Layout = (Vec<i64>, Vec<i64>);
+
 type StepCallArgs<'py> = (
     Py<Program>,
     BTreeMap<String, String>,
@@ -1358,7 +1361,7 @@ fn compose(
     data: Vec<(String, String, usize)>,
     symbols: Vec<(String, String)>,
     calls: Vec<StepCallArgs<'_>>,
-    scratch: Option<BTreeMap<String, (Vec<i64>, Vec<i64>)>>,
+    scratch: Option<BTreeMap<String, Layout>>,
 ) -> PyResult<Program> {
     use sdflow_orchestration::compose::{Step, StepCall};
     let dtype = |what: &str, t: &str| {
