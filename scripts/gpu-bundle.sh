@@ -19,7 +19,11 @@
 # the lowered SDFG specialized for column-major fields (`--layout F`), on the GPU and on
 # the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt); and, where
 # python3 there has CuPy, scripts/python/cupy_check.py with the Python package built here
-# for Python 3.12 (PYTHON_GPU; cupy_check.txt). NVRTC comes
+# for Python 3.12 (PYTHON_GPU; cupy_check.txt); and, first, where the GT4Py environment
+# exists here (scripts/gt4py/env.sh), scripts/gt4py/gpu_check.py with its packages
+# carried (gt4py-site.tar.xz): `sdflow.gt4py.gpu` with CuPy fields on the GT4Py corpus and
+# ICON4Py's diffusion granule (gt4py_check.txt; GT4PY_CHECK passes it options, e.g.
+# "--copies 2000"). NVRTC comes
 # from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +70,18 @@ else
     echo "gpu-bundle: no maturin in target/pyenv or no ${PYTHON_GPU:-python3.12}: no CuPy check" >&2
 fi
 
+# The GT4Py environment's packages (scripts/gt4py/.venv, made by scripts/gt4py/env.sh) for
+# scripts/gt4py/gpu_check.py there, less those the GPU machine's Python has (NumPy, pandas,
+# pytest, the build tools) and sdflow (the wheel above).
+rm -f "$out/gt4py-site.tar.xz"
+venv_site=scripts/gt4py/.venv/lib/python3.12/site-packages
+if [ -d "$venv_site/gt4py" ] && [ -d "$venv_site/icon4py" ]; then
+    (cd "$venv_site" && ls | grep -v -E '^(cmake|pip|setuptools|pandas|numpy|_pytest|pytest|py\.py|pygments|ninja|nanobind|pybind11|maturin|skbuild|scikit_build|sdflow|__pycache__|_distutils_hack|distutils-precedence\.pth|wheel|iniconfig|pluggy)' |
+        tar -cf - --exclude=__pycache__ --exclude='*/tests' -T - | xz -T0 -6) > "$out/gt4py-site.tar.xz"
+else
+    echo "gpu-bundle: no GT4Py environment in scripts/gt4py/.venv (scripts/gt4py/env.sh): no GT4Py GPU check" >&2
+fi
+
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs the prebuilt GPU tests and the CUDA benchmark; see scripts/gpu-bundle.sh.
@@ -86,6 +102,17 @@ export SDFLOW_CACHE_DIR=${SDFLOW_CACHE_DIR:-$results/cache}
 (nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv) \
     > "$results/device.txt" 2>&1
 status=0
+# sdflow.gt4py.gpu with CuPy fields: the GT4Py corpus, the host time per call, ICON4Py's
+# diffusion granule (GT4PY_CHECK: gpu_check.py's options).
+if [ -e "$here/gt4py-site.tar.xz" ] && ls "$here"/whl/*.whl >/dev/null 2>&1 &&
+    python3 -c "import cupy" 2>/dev/null; then
+    gsite=$(mktemp -d)
+    xz -dc "$here/gt4py-site.tar.xz" | tar -xf - -C "$gsite" &&
+        python3 -m pip install -q --no-index --no-deps --no-compile --target "$gsite" "$here"/whl/*.whl &&
+        PYTHONPATH=$gsite PYTHONUNBUFFERED=1 timeout "${GT4PY_TIMEOUT:-300}" \
+            python3 -O -W ignore scripts/gt4py/gpu_check.py ${GT4PY_CHECK:-} > "$results/gt4py_check.txt" 2>&1 ||
+        status=1
+fi
 "$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
 "$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -636,7 +636,22 @@ fn errors_are_kept_until_read(dev: &str, handle: DeviceHandle) {
     // The first call fails; the array is mended and the second call succeeds; waiting
     // on the second still reports the first one's error.
     let ones = HostArray::from_values(DType::I64, &[8], &[sdflow_ir::Value::I64(1); 8]).unwrap();
+    assert!(!prog.failed(), "{dev}: no failure before the first call");
     let first = prog.call_bound(&call).unwrap();
+    // Once the failing call is done, the host sees that it failed without a wait.
+    while !first.is_done() {
+        std::thread::yield_now();
+    }
+    let syncs = handle.lock().counters().syncs;
+    assert!(
+        prog.failed(),
+        "{dev}: the failure is seen once the call is done"
+    );
+    assert_eq!(
+        handle.lock().counters().syncs,
+        syncs,
+        "{dev}: seen without a wait"
+    );
     a.copy_from_host(&ones).unwrap();
     let second = prog.call_bound(&call).unwrap();
     drop(first);
@@ -648,6 +663,10 @@ fn errors_are_kept_until_read(dev: &str, handle: DeviceHandle) {
     // Read and cleared: the next call reports success.
     let done = prog.call_bound(&call).unwrap();
     prog.wait(done).unwrap();
+    assert!(
+        !prog.failed(),
+        "{dev}: the flags on the host are cleared too"
+    );
     assert_eq!(
         out.to_host().unwrap().bits(),
         vec![100u64; 8],

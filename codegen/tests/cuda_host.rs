@@ -101,8 +101,8 @@ fn a_call_enqueues_every_kernel_in_order_and_never_waits() {
         "a call never waits for the device"
     );
     assert_eq!(after.copies, before.copies, "device arrays: no copies");
-    // init, forward for k = 1..5, last, backward for k = 4..0.
-    assert_eq!(after.launches - before.launches, 1 + 5 + 1 + 5);
+    // init, forward for k = 1..5, last, backward for k = 4..0; the error flags' peek.
+    assert_eq!(after.launches - before.launches, 1 + 5 + 1 + 5 + 1);
     assert!(done.is_done(), "the recording device completes at once");
     p.wait(done).unwrap();
     let end = counters(&p);
@@ -130,7 +130,7 @@ fn a_call_enqueues_every_kernel_in_order_and_never_waits() {
     let other = bind(&p, &swapped);
     let c = counters(&p);
     let done = p.call_bound(&other).unwrap();
-    assert_eq!(counters(&p).launches - c.launches, 12, "captured anew");
+    assert_eq!(counters(&p).launches - c.launches, 13, "captured anew");
     p.wait(done).unwrap();
     // Without graphs, every call launches its kernels one by one.
     p.set_graphs(false);
@@ -139,7 +139,7 @@ fn a_call_enqueues_every_kernel_in_order_and_never_waits() {
     let d = counters(&p);
     assert_eq!(
         (d.launches - c.launches, d.replays, d.syncs),
-        (12, c.replays, c.syncs)
+        (13, c.replays, c.syncs)
     );
     p.wait(done).unwrap();
 }
@@ -442,7 +442,8 @@ fn a_loop_on_a_device_scalar_waits_once_per_condition() {
     // The recording device runs no kernel: cnt stays 0, the loop runs k = 0, 1, 2 and
     // reads cnt at each of its four condition evaluations.
     assert_eq!(after.syncs - before.syncs, 4);
-    assert_eq!(after.launches - before.launches, 3 + 1);
+    // Three iterations and the condition's scalar; then the error flags' peek.
+    assert_eq!(after.launches - before.launches, 3 + 1 + 1);
     p.wait(done).unwrap();
 }
 
@@ -537,6 +538,8 @@ fn a_copy_between_containers_is_a_grid_of_its_elements() {
             ("sdf_k0_0".to_string(), [12, 1, 1], [256, 1, 1]),
             // 500 elements.
             ("sdf_k1_0".to_string(), [2, 1, 1], [256, 1, 1]),
+            // The error flags to the host after the call; read at the wait.
+            ("sdf_status_peek".to_string(), [1, 1, 1], [1, 1, 1]),
             ("sdf_status_read".to_string(), [1, 1, 1], [1, 1, 1]),
         ]
     );
@@ -594,6 +597,7 @@ fn a_reduction_is_a_grid_over_its_outputs() {
             ("sdf_k0_0".to_string(), [4, 1, 1], [256, 1, 1]),
             // One output: one block, one thread of it working.
             ("sdf_k1_0".to_string(), [1, 1, 1], [256, 1, 1]),
+            ("sdf_status_peek".to_string(), [1, 1, 1], [1, 1, 1]),
             ("sdf_status_read".to_string(), [1, 1, 1], [1, 1, 1]),
         ]
     );

@@ -442,17 +442,27 @@ class SdflowGT4PyProgram:
     def _track(self, done: Any) -> None:
         """Keeps an enqueued call's completion until it is known to be done, so that a
         failure of the program on the device (an index-table entry out of range, say)
-        is raised: by the first call after it finished, or by :meth:`wait`."""
+        is raised: by the first call after it finished, or by :meth:`wait`. Nothing here
+        waits for the device: a finished call's error flags are read from the copy the
+        call left on the host (``Completion.failed``)."""
         with self._lock:
             pending, self._pending = self._pending, []
+        finished = 0
         try:
+            # In enqueue order, which is the order they finish in (one stream): the first
+            # that is not done ends the look, so calls enqueued far ahead of the device
+            # cost one query each, not one per call in flight.
             for p in pending:
-                if p.done:
-                    p.wait()  # raises the program's error, if it failed
-                else:
-                    self._pending.append(p)
+                if not p.done:
+                    break
+                finished += 1
+                if p.failed:
+                    p.wait()  # raises the program's error
+                # else: finished without an error; its arrays are released
         finally:
-            self._pending.append(done)
+            with self._lock:
+                self._pending[:0] = pending[finished:]
+                self._pending.append(done)
 
     def wait(self) -> None:
         """Waits for this program's enqueued device calls; raises the first failure."""

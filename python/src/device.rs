@@ -354,6 +354,18 @@ impl Completion {
             .is_none_or(GpuCompletion::is_done)
     }
 
+    /// Whether the call's work is done and the program reported an error meanwhile (in
+    /// this call or one before it), read without waiting: :meth:`wait` then raises it.
+    #[getter]
+    fn failed(&self) -> bool {
+        self.done()
+            && self
+                .program
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .failed()
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<sdflow.Completion of '{}': {}>",

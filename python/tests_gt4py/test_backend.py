@@ -362,6 +362,24 @@ def main():
     assert decorated._pending == []
     got = dev["w"].ndarray.view()
     assert np.array_equal(got, npz["out__gtfn__w"]), np.abs(got - npz["out__gtfn__w"]).max()
+
+    # A neighbour-table entry out of range fails on the device. Nothing waits for it:
+    # once the call is done, its failure is read from the flags it left on the host, and
+    # the next call raises it (the finished call is not waited for).
+    bad = {k: types.SimpleNamespace(ndarray=Dev(v.asnumpy())) for k, v in grid.connectivities.items()}
+    bad["C2E2CO"].ndarray.view()[3, 1] = 10**6
+    decorated(*positional, offset_provider=bad)
+    (failing,) = decorated._pending
+    assert failing.done and failing.failed
+    try:
+        decorated(*positional, offset_provider=tables)
+    except sdflow.CallError as e:
+        assert "index 1000000 out of bounds for dimension 0 of 'z_nabla2_c'" in str(e), str(e)
+    else:
+        raise AssertionError("the failure was not raised")
+    # Raised and cleared: the next call and its wait succeed.
+    decorated(*positional, offset_provider=tables)
+    decorated.wait()
     print("OK")
 
 

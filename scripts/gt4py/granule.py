@@ -87,7 +87,7 @@ def _tables(grid: base.Grid) -> dict[str, tuple[gtx.FieldOffset, np.ndarray]]:
     return {name: (offsets[name], np.asarray(conn.asnumpy())) for name, conn in grid.connectivities.items()}
 
 
-def make_grid(kind: str, num_levels: int = 10, copies: int = 1) -> base.Grid:
+def make_grid(kind: str, num_levels: int = 10, copies: int = 1, allocator: Any = None) -> base.Grid:
     """``"simple"``: `simple.simple_grid(num_levels=...)` (``copies`` must be 1).
 
     ``"large"``: ``copies`` disjoint copies of the simple grid as one `base.Grid`, the class
@@ -98,11 +98,14 @@ def make_grid(kind: str, num_levels: int = 10, copies: int = 1) -> base.Grid:
     other. Like the simple grid it is global (``limited_area=False``) with no halo: every
     zone starts at 0 except the halo zones, which start (and all zones end) at the
     dimension's size.
+
+    ``allocator``: where the neighbour tables live (a GT4Py allocator or backend; None: host
+    memory). A GPU backend's calls take every array on the device, the tables too.
     """
     if kind == "simple":
         if copies != 1:
             raise ValueError("the simple grid has one copy; use kind='large'")
-        return simple.simple_grid(num_levels=num_levels)
+        return simple.simple_grid(num_levels=num_levels, allocator=allocator)
     if kind != "large":
         raise ValueError(f"unknown grid kind {kind!r}: expected 'simple' or 'large'")
     if copies < 1:
@@ -122,7 +125,7 @@ def make_grid(kind: str, num_levels: int = 10, copies: int = 1) -> base.Grid:
         big = np.concatenate(
             [table + gtx.int32(c * small_size[to_dim]) for c in range(copies)], axis=0
         ).astype(gtx.int32)
-        connectivities[name] = base.construct_connectivity(offset, big, skip_value=None)
+        connectivities[name] = base.construct_connectivity(offset, big, skip_value=None, allocator=allocator)
 
     # As simple.simple_grid: halo zones are empty (they start at the end), every other zone
     # spans the whole dimension.

@@ -93,4 +93,6 @@ extern "C" __global__ void sdf_status_read(int64_t* out) {
     out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err);
     sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
     for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
+extern "C" __global__ void sdf_status_peek(int64_t* out) {
+    out[0] = sdf_error_flag; out[1] = sdf_err.failed; }
 

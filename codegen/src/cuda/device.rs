@@ -106,7 +106,8 @@ fn driver_error(
 pub struct Counters {
     /// Kernel launches enqueued (also those captured into a graph; not replays).
     pub launches: u64,
-    /// Copies enqueued: host to device, device to host and device to device.
+    /// Copies enqueued: host to device, device to host and device to device (not the
+    /// mirrors, [`Device::mirror`]).
     pub copies: u64,
     /// Host waits: [`Device::synchronize`], [`Device::copy_d2h_sync`] and [`Event::wait`]
     /// on events this device recorded.
@@ -114,6 +115,9 @@ pub struct Counters {
     /// Graph replays.
     pub replays: u64,
 }
+
+/// The most bytes [`Device::mirror`] copies.
+pub const MIRROR_BYTES: usize = 64;
 
 /// Everything one enqueues on the program's one stream, in order. Nothing here blocks the
 /// host except `synchronize`, `copy_d2h_sync` and the allocations/frees at load time.
@@ -172,6 +176,16 @@ pub trait Device: Send {
     /// Makes another library's stream wait, without blocking the host, for the work
     /// enqueued so far on the program's stream.
     fn signal_stream(&mut self, stream: u64) -> Result<(), DeviceError>;
+    /// Enqueues a copy of the `bytes` (at most [`MIRROR_BYTES`]) at `src` into host memory
+    /// this device keeps for `src` (its mirror), also during a capture (the graph then
+    /// copies at each replay). The first call for `src` makes the mirror: not during a
+    /// capture. A program mirrors its error record after each call, so that the host sees
+    /// a failure of finished work without waiting for the work enqueued since.
+    fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError>;
+    /// The mirror of `src` (zeros where none was made) as the copies so far left it,
+    /// without waiting: every copy enqueued before an event that is done has landed; a
+    /// later copy may be landing (a value that changed meanwhile can be read torn).
+    fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]);
     /// Checks that `[p, p + bytes)` is memory of this device (another library's
     /// allocation a program is given).
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError>;

@@ -110,6 +110,9 @@ pub struct CudaProgram {
 /// record...]` to its argument and clears them, so an error stays until it is read (a
 /// later call does not hide an earlier one's failure).
 pub const STATUS_READ: &str = "sdf_status_read";
+/// The kernel that copies the error flag and the record's failed word, unchanged, to
+/// the first two words of its argument (for the host's mirror of them).
+pub const STATUS_PEEK: &str = "sdf_status_peek";
 
 const STATUS_KERNELS: &str =
     "/* The error flag and record: kept from the first failure until they are read. */
@@ -117,6 +120,8 @@ extern \"C\" __global__ void sdf_status_read(int64_t* out) {
     out[0] = sdf_error_flag; memcpy(out + 1, &sdf_err, sizeof sdf_err);
     sdf_error_flag = 0; memset(&sdf_err, 0, sizeof sdf_err);
     for (int k = 0; k < SDF_MAXP; k++) sdf_pv[k] = 0; }
+extern \"C\" __global__ void sdf_status_peek(int64_t* out) {
+    out[0] = sdf_error_flag; out[1] = sdf_err.failed; }
 
 ";
 

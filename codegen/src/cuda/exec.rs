@@ -25,7 +25,7 @@ use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr};
 
 use super::array::{Buffer, DeviceArray};
 use super::device::{DevPtr, Device, DeviceHandle, Event, GraphId, KernelArg, KernelId};
-use super::emit::{CudaEmitOptions, CudaProgram, STATUS_READ, emit_cuda};
+use super::emit::{CudaEmitOptions, CudaProgram, STATUS_PEEK, STATUS_READ, emit_cuda};
 use super::nvrtc::{self, Arch, NvrtcOptions, Output};
 use crate::CodegenError;
 use crate::args::{
@@ -34,6 +34,10 @@ use crate::args::{
 };
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cfamily::sites::RECORD_LEN;
+
+/// The error record's first two words (the flag of an unreported failure and the first
+/// site's number), nonzero once the program failed: what the host mirrors per call.
+const ERROR_FLAG_BYTES: usize = 16;
 use crate::plan::{CheckPolicy, Flow, Plan};
 use crate::program::CallError;
 
@@ -151,6 +155,7 @@ impl CudaBackend {
         if host_library {
             let mut names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
             names.push(STATUS_READ.into());
+            names.push(STATUS_PEEK.into());
             return super::device::build_library(&prog.source, &names, self.cache.as_ref());
         }
         self.compile(prog, Arch { major, minor })
@@ -167,6 +172,8 @@ pub struct GpuProgram {
     /// Per state (in plan order) and step: its kernels' positions in `kernels`.
     step_kernels: Vec<Vec<StepKernels>>,
     read: KernelId,
+    /// The kernel that copies the error flags to `status` without clearing them.
+    peek: KernelId,
     /// Device storage of the persistent transients, in `params.arrays` order after the
     /// arguments.
     transients: Vec<DevPtr>,
@@ -366,6 +373,7 @@ impl GpuProgram {
     ) -> Result<GpuProgram, CodegenError> {
         let mut names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
         names.push(STATUS_READ.into());
+        names.push(STATUS_PEEK.into());
         let statics = static_ints(sdfg);
         let nargs = prog.plan.signature.arrays.len();
         let transient_descs: Vec<DataDesc> = prog.params.arrays[nargs..]
@@ -376,6 +384,10 @@ impl GpuProgram {
             let mut dev = device.lock();
             let ids = dev.load_module(image, &names).map_err(load_err)?;
             let status = dev.alloc_zeroed((1 + RECORD_LEN) * 8).map_err(load_err)?;
+            if let Err(e) = dev.mirror(status, ERROR_FLAG_BYTES) {
+                dev.free(status);
+                return Err(load_err(e));
+            }
             let floats = prog.params.floats.len();
             let floats_buffer = if floats > 0 {
                 match dev.alloc_zeroed(floats * 8) {
@@ -416,6 +428,7 @@ impl GpuProgram {
             kernels: ids[..k].to_vec(),
             step_kernels,
             read: ids[k],
+            peek: ids[k + 1],
             transients: Vec::new(),
             transient_descs,
             floats_buffer,
@@ -818,7 +831,34 @@ impl GpuProgram {
             bound,
             state_no: 0,
         };
-        run.flow(&self.prog.plan.body)
+        run.flow(&self.prog.plan.body)?;
+        // The error flags to the host after the call's work (in the graph, when captured):
+        // `failed` reads them without waiting for later calls.
+        self.mirror_flags(device)
+    }
+
+    /// Enqueues the copy of the error flags to the host (through `status`).
+    fn mirror_flags(&self, device: &mut dyn Device) -> Result<(), CallError> {
+        device
+            .launch(
+                self.peek,
+                [1, 1, 1],
+                [1, 1, 1],
+                &[KernelArg::Ptr(self.status)],
+            )
+            .and_then(|()| device.mirror(self.status, ERROR_FLAG_BYTES))
+            .map_err(|e| self.run_err(e.0))
+    }
+
+    /// Whether the device reported an error in work that has finished, read without
+    /// waiting (from the error flags the calls copy to the host after their work): `true`
+    /// means [`GpuProgram::wait`] on a completion returns the error; `false` that none
+    /// was seen yet (an error in work not done yet shows later). After a `wait` that
+    /// returned an error, this may stay `true` until the next call's flags land.
+    pub fn failed(&self) -> bool {
+        let mut flags = [0u8; ERROR_FLAG_BYTES];
+        self.device.lock().read_mirror(self.status, &mut flags);
+        flags.iter().any(|&b| b != 0)
     }
 
     /// Turns replay of captured CUDA graphs on or off (on by default). Off, every call
@@ -844,6 +884,10 @@ impl GpuProgram {
             )
             .map_err(|e| self.run_err(e.0))?;
             dev.copy_d2h_sync(&mut bytes, self.status)
+                .map_err(|e| self.run_err(e.0))?;
+            // The record is cleared: so will its mirror be, once this copy lands.
+            dev.memset_zero(self.status, ERROR_FLAG_BYTES)
+                .and_then(|()| dev.mirror(self.status, ERROR_FLAG_BYTES))
                 .map_err(|e| self.run_err(e.0))?;
         }
         let words: Vec<i64> = bytes

@@ -13,7 +13,7 @@
 use super::staging::{self, StagingPool};
 use super::{
     Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    arg_slots, check_args, driver_error,
+    MIRROR_BYTES, arg_slots, check_args, driver_error,
 };
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -41,6 +41,11 @@ pub struct CudaDevice {
     deferred_frees: Vec<DevPtr>,
     slots: Vec<u64>,
     params: Vec<*mut c_void>,
+    /// Pinned host mirrors ([`Device::mirror`]) of device addresses, [`MIRROR_BYTES`]
+    /// each; those of freed addresses wait in `retired` until the device is dropped (a
+    /// copy into one may still be under way).
+    mirrors: HashMap<DevPtr, *mut u8>,
+    retired: Vec<*mut u8>,
     launches: u64,
     copies: u64,
     replays: u64,
@@ -195,6 +200,8 @@ impl CudaDevice {
             capturing: false,
             deferred_frees: Vec::new(),
             slots: Vec::new(),
+            mirrors: HashMap::new(),
+            retired: Vec::new(),
             params: Vec::new(),
             launches: 0,
             copies: 0,
@@ -433,6 +440,9 @@ impl Device for CudaDevice {
     }
 
     fn free(&mut self, p: DevPtr) {
+        if let Some(m) = self.mirrors.remove(&p) {
+            self.retired.push(m);
+        }
         if self.capturing {
             self.deferred_frees.push(p);
             return;
@@ -536,6 +546,53 @@ impl Device for CudaDevice {
         self.copies += 1;
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        if bytes > MIRROR_BYTES {
+            return Err(DeviceError(format!(
+                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
+            )));
+        }
+        self.bind()?;
+        let host = match self.mirrors.get(&src) {
+            Some(&p) => p,
+            None => {
+                self.not_while_capturing("making a mirror")?;
+                // SAFETY: a plain pinned allocation, zeroed before it is shared.
+                let p = unsafe { cu::malloc_host(MIRROR_BYTES, 0) }
+                    .map_err(|e| driver_error("allocating a pinned mirror", e))?
+                    as *mut u8;
+                // SAFETY: just allocated, MIRROR_BYTES bytes.
+                unsafe { std::ptr::write_bytes(p, 0, MIRROR_BYTES) };
+                self.mirrors.insert(src, p);
+                p
+            }
+        };
+        if bytes == 0 {
+            return Ok(());
+        }
+        let stream = self.cu_stream();
+        // SAFETY: `host` is a live pinned buffer of MIRROR_BYTES >= bytes (freed only when
+        // the device is dropped, after the stream is synchronized); `src` is the caller's
+        // device range. Readers read it with volatile loads only.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(host, bytes);
+            cu::memcpy_dtoh_async(dst, src, stream)
+        }
+        .map_err(|e| driver_error(format_args!("mirroring {bytes} bytes"), e))?;
+        Ok(())
+    }
+
+    fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]) {
+        dst.fill(0);
+        if let Some(&p) = self.mirrors.get(&src) {
+            for (i, b) in dst.iter_mut().take(MIRROR_BYTES).enumerate() {
+                // SAFETY: a live pinned buffer of MIRROR_BYTES; a DMA may be writing it,
+                // hence the volatile loads (the value may be torn, as documented).
+                *b = unsafe { std::ptr::read_volatile(p.add(i)) };
+            }
+        }
     }
 
     fn copy_d2d(&mut self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
@@ -736,6 +793,14 @@ impl Drop for CudaDevice {
             for (graph, exec) in self.graphs.drain(..) {
                 let _ = cu::graph::exec_destroy(exec);
                 let _ = cu::graph::destroy(graph);
+            }
+            for p in self
+                .mirrors
+                .drain()
+                .map(|(_, p)| p)
+                .chain(self.retired.drain(..))
+            {
+                let _ = cu::free_host(p as *mut c_void);
             }
             for (p, (_, asynchronous)) in self.allocations.drain() {
                 let _ = if asynchronous {

@@ -27,7 +27,7 @@
 
 use super::{
     Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
-    arg_slots, check_args,
+    MIRROR_BYTES, arg_slots, check_args,
 };
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
@@ -184,6 +184,10 @@ enum Op {
         dst: DevPtr,
         bytes: usize,
     },
+    Mirror {
+        src: DevPtr,
+        bytes: usize,
+    },
 }
 
 /// The emulated device. See the module documentation.
@@ -198,6 +202,7 @@ pub struct EmulatedDevice {
     copies: u64,
     replays: u64,
     syncs: Arc<AtomicU64>,
+    mirrors: BTreeMap<DevPtr, Vec<u8>>,
 }
 
 // SAFETY: the loaded libraries and the host memory behind the device pointers are used
@@ -240,6 +245,7 @@ impl EmulatedDevice {
             copies: 0,
             replays: 0,
             syncs: Arc::new(AtomicU64::new(0)),
+            mirrors: BTreeMap::new(),
         }
     }
 
@@ -312,6 +318,16 @@ impl EmulatedDevice {
                 self.check(*dst, *bytes, "memset")?;
                 // SAFETY: the range lies in a live allocation (checked).
                 unsafe { std::ptr::write_bytes(*dst as *mut u8, 0, *bytes) };
+                Ok(())
+            }
+            Op::Mirror { src, bytes } => {
+                self.check(*src, *bytes, "mirror")?;
+                let mut data = vec![0u8; *bytes];
+                // SAFETY: the range lies in a live allocation (checked).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(*src as *const u8, data.as_mut_ptr(), *bytes)
+                };
+                self.mirrors.insert(*src, data);
                 Ok(())
             }
         }
@@ -489,6 +505,7 @@ impl Device for EmulatedDevice {
     }
 
     fn free(&mut self, p: DevPtr) {
+        self.mirrors.remove(&p);
         if let Some(layout) = self.memory.remove(&p) {
             // SAFETY: allocated by `alloc_zeroed` with this layout; removed, so freed once.
             unsafe { std::alloc::dealloc(p as *mut u8, layout) };
@@ -559,6 +576,29 @@ impl Device for EmulatedDevice {
     fn memset_zero(&mut self, dst: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         self.check(dst, bytes, "memset")?;
         self.enqueue(Op::Memset { dst, bytes })
+    }
+
+    fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        if bytes > MIRROR_BYTES {
+            return Err(DeviceError(format!(
+                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
+            )));
+        }
+        if self.capture.is_some() && !self.mirrors.contains_key(&src) {
+            return Err(DeviceError(
+                "making a mirror is not allowed while capturing a graph".into(),
+            ));
+        }
+        self.check(src, bytes, "mirror")?;
+        self.enqueue(Op::Mirror { src, bytes })
+    }
+
+    fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]) {
+        dst.fill(0);
+        if let Some(m) = self.mirrors.get(&src) {
+            let n = m.len().min(dst.len());
+            dst[..n].copy_from_slice(&m[..n]);
+        }
     }
 
     fn record_event(&mut self) -> Result<Event, DeviceError> {

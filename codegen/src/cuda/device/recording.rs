@@ -2,6 +2,7 @@
 
 use super::{
     Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
+    MIRROR_BYTES,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -71,6 +72,13 @@ pub enum Call {
         /// Bytes zeroed.
         bytes: usize,
     },
+    /// [`Device::mirror`].
+    Mirror {
+        /// Source.
+        src: DevPtr,
+        /// Bytes copied.
+        bytes: usize,
+    },
     /// [`Device::record_event`].
     RecordEvent,
     /// [`Device::wait_for_stream`], with the stream's handle.
@@ -110,6 +118,7 @@ pub struct RecordingDevice {
     copies: u64,
     replays: u64,
     syncs: Arc<AtomicU64>,
+    mirrors: BTreeMap<DevPtr, Vec<u8>>,
 }
 
 /// Where fake allocations start, and how far apart they are at least.
@@ -137,6 +146,7 @@ impl RecordingDevice {
             copies: 0,
             replays: 0,
             syncs: Arc::new(AtomicU64::new(0)),
+            mirrors: BTreeMap::new(),
         }
     }
 
@@ -216,6 +226,12 @@ impl RecordingDevice {
         self.calls.push(call);
     }
 
+    fn apply_mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        let data = self.read(src, bytes)?;
+        self.mirrors.insert(src, data);
+        Ok(())
+    }
+
     fn apply_d2d(&mut self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         let data = self.read(src, bytes)?;
         self.write(dst, &data)
@@ -281,6 +297,7 @@ impl Device for RecordingDevice {
             self.memory.remove(&p).is_some(),
             "RecordingDevice: free({p:#x}), which is not a live allocation"
         );
+        self.mirrors.remove(&p);
         self.log(Call::Free(p), false);
     }
 
@@ -365,6 +382,34 @@ impl Device for RecordingDevice {
         Ok(())
     }
 
+    fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
+        if bytes > MIRROR_BYTES {
+            return Err(DeviceError(format!(
+                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
+            )));
+        }
+        if self.capture.is_some() {
+            if !self.mirrors.contains_key(&src) {
+                return Err(DeviceError(
+                    "making a mirror is not allowed while capturing a graph".into(),
+                ));
+            }
+            self.find(src, bytes)?;
+        } else {
+            self.apply_mirror(src, bytes)?;
+        }
+        self.log(Call::Mirror { src, bytes }, true);
+        Ok(())
+    }
+
+    fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]) {
+        dst.fill(0);
+        if let Some(m) = self.mirrors.get(&src) {
+            let n = m.len().min(dst.len());
+            dst[..n].copy_from_slice(&m[..n]);
+        }
+    }
+
     fn record_event(&mut self) -> Result<Event, DeviceError> {
         self.not_while_capturing("recording an event")?;
         self.log(Call::RecordEvent, false);
@@ -407,6 +452,7 @@ impl Device for RecordingDevice {
             match *call {
                 Call::CopyD2D { dst, src, bytes } => self.apply_d2d(dst, src, bytes)?,
                 Call::MemsetZero { dst, bytes } => self.apply_memset(dst, bytes)?,
+                Call::Mirror { src, bytes } => self.apply_mirror(src, bytes)?,
                 _ => {}
             }
         }
