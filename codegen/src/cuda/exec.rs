@@ -34,12 +34,13 @@ use crate::args::{
 };
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cfamily::sites::RECORD_LEN;
-
-/// The error record's first two words (the flag of an unreported failure and the first
-/// site's number), nonzero once the program failed: what the host mirrors per call.
-const ERROR_FLAG_BYTES: usize = 16;
 use crate::plan::{CheckPolicy, Flow, Plan};
 use crate::program::CallError;
+
+/// The status's first two words as `sdf_status_peek` writes them (the error flag and the
+/// error record's `failed` word), nonzero once the program failed: what the host mirrors
+/// after each call.
+const ERROR_FLAG_BYTES: usize = 16;
 
 /// Code generation, NVRTC compilation and caching for CUDA.
 #[derive(Clone, Debug)]
