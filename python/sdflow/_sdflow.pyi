@@ -140,6 +140,10 @@ class Completion:
     @property
     def done(self) -> bool:
         """Whether the work is done, without waiting."""
+    @property
+    def failed(self) -> bool:
+        """Whether the work is done and the program reported an error meanwhile, without
+        waiting; ``wait`` then raises it."""
 
 def _device_alloc(nbytes: int) -> int:
     """Zeroed memory on the package's CUDA device (for tests of the device call path)."""
