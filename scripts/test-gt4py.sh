@@ -12,8 +12,7 @@ echo "[test-gt4py] GT4Py environment ready after ${SECONDS} s"
 # maturin, called by the build hook, is found on the PATH.
 export PATH="$venv/bin:$PATH"
 "$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=7"
-# Built with the dev profile: the crates `cargo test` built are reused (Cargo.toml).
-MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
+"$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 echo "[test-gt4py] sdflow installed after ${SECONDS} s"
 # GT4Py builds in worker processes (its default); the tests run in Python's debug mode, in
 # which GT4Py also type-checks every call.

@@ -12,8 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade "maturin>=1.9,<2" "numpy>=1.21" "pytest>=7"
-# Built with the dev profile: the crates `cargo test` built are reused (Cargo.toml).
-MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
+"$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 "$venv/bin/python" -m pytest -q python/tests "$@"
 echo "[test-python] python/tests done after ${SECONDS} s"
 scripts/test-gt4py.sh
