@@ -119,6 +119,50 @@ pub struct Counters {
 /// The most bytes [`Device::mirror`] copies.
 pub const MIRROR_BYTES: usize = 64;
 
+/// Checks a [`Device::mirror`] request: its size, and that a capture only copies into a
+/// mirror made before it (`made`: whether `src` has one).
+fn check_mirror(bytes: usize, capturing: bool, made: bool) -> Result<(), DeviceError> {
+    if bytes > MIRROR_BYTES {
+        return Err(DeviceError(format!(
+            "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
+        )));
+    }
+    if capturing && !made {
+        return Err(DeviceError(
+            "making a mirror is not allowed while capturing a graph".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The mirrors of a device whose memory is host memory (the emulated and the recording
+/// device): the bytes last copied, per device address.
+#[derive(Debug, Default)]
+struct HostMirrors(std::collections::BTreeMap<DevPtr, Vec<u8>>);
+
+impl HostMirrors {
+    fn contains(&self, src: DevPtr) -> bool {
+        self.0.contains_key(&src)
+    }
+
+    fn set(&mut self, src: DevPtr, bytes: Vec<u8>) {
+        self.0.insert(src, bytes);
+    }
+
+    fn forget(&mut self, src: DevPtr) {
+        self.0.remove(&src);
+    }
+
+    /// [`Device::read_mirror`].
+    fn read(&self, src: DevPtr, dst: &mut [u8]) {
+        dst.fill(0);
+        if let Some(m) = self.0.get(&src) {
+            let n = m.len().min(dst.len());
+            dst[..n].copy_from_slice(&m[..n]);
+        }
+    }
+}
+
 /// Everything one enqueues on the program's one stream, in order. Nothing here blocks the
 /// host except `synchronize`, `copy_d2h_sync` and the allocations/frees at load time.
 pub trait Device: Send {

@@ -13,7 +13,7 @@
 use super::staging::{self, StagingPool};
 use super::{
     Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
-    MIRROR_BYTES, arg_slots, check_args, driver_error,
+    MIRROR_BYTES, arg_slots, check_args, check_mirror, driver_error,
 };
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -549,16 +549,11 @@ impl Device for CudaDevice {
     }
 
     fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
-        if bytes > MIRROR_BYTES {
-            return Err(DeviceError(format!(
-                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
-            )));
-        }
+        check_mirror(bytes, self.capturing, self.mirrors.contains_key(&src))?;
         self.bind()?;
         let host = match self.mirrors.get(&src) {
             Some(&p) => p,
             None => {
-                self.not_while_capturing("making a mirror")?;
                 // SAFETY: a plain pinned allocation, zeroed before it is shared.
                 let p = unsafe { cu::malloc_host(MIRROR_BYTES, 0) }
                     .map_err(|e| driver_error("allocating a pinned mirror", e))?

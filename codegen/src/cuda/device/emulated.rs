@@ -26,8 +26,8 @@
 //! the host.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
-    MIRROR_BYTES, arg_slots, check_args,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostMirrors, KernelArg,
+    KernelId, arg_slots, check_args, check_mirror,
 };
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
@@ -202,7 +202,7 @@ pub struct EmulatedDevice {
     copies: u64,
     replays: u64,
     syncs: Arc<AtomicU64>,
-    mirrors: BTreeMap<DevPtr, Vec<u8>>,
+    mirrors: HostMirrors,
 }
 
 // SAFETY: the loaded libraries and the host memory behind the device pointers are used
@@ -245,7 +245,7 @@ impl EmulatedDevice {
             copies: 0,
             replays: 0,
             syncs: Arc::new(AtomicU64::new(0)),
-            mirrors: BTreeMap::new(),
+            mirrors: HostMirrors::default(),
         }
     }
 
@@ -327,7 +327,7 @@ impl EmulatedDevice {
                 unsafe {
                     std::ptr::copy_nonoverlapping(*src as *const u8, data.as_mut_ptr(), *bytes)
                 };
-                self.mirrors.insert(*src, data);
+                self.mirrors.set(*src, data);
                 Ok(())
             }
         }
@@ -505,7 +505,7 @@ impl Device for EmulatedDevice {
     }
 
     fn free(&mut self, p: DevPtr) {
-        self.mirrors.remove(&p);
+        self.mirrors.forget(p);
         if let Some(layout) = self.memory.remove(&p) {
             // SAFETY: allocated by `alloc_zeroed` with this layout; removed, so freed once.
             unsafe { std::alloc::dealloc(p as *mut u8, layout) };
@@ -579,26 +579,13 @@ impl Device for EmulatedDevice {
     }
 
     fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
-        if bytes > MIRROR_BYTES {
-            return Err(DeviceError(format!(
-                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
-            )));
-        }
-        if self.capture.is_some() && !self.mirrors.contains_key(&src) {
-            return Err(DeviceError(
-                "making a mirror is not allowed while capturing a graph".into(),
-            ));
-        }
+        check_mirror(bytes, self.capture.is_some(), self.mirrors.contains(src))?;
         self.check(src, bytes, "mirror")?;
         self.enqueue(Op::Mirror { src, bytes })
     }
 
     fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]) {
-        dst.fill(0);
-        if let Some(m) = self.mirrors.get(&src) {
-            let n = m.len().min(dst.len());
-            dst[..n].copy_from_slice(&m[..n]);
-        }
+        self.mirrors.read(src, dst);
     }
 
     fn record_event(&mut self) -> Result<Event, DeviceError> {

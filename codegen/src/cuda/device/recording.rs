@@ -1,8 +1,8 @@
 //! [`RecordingDevice`]: a [`Device`] for tests without a GPU.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, KernelArg, KernelId,
-    MIRROR_BYTES,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostMirrors, KernelArg,
+    KernelId, check_mirror,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ pub struct RecordingDevice {
     copies: u64,
     replays: u64,
     syncs: Arc<AtomicU64>,
-    mirrors: BTreeMap<DevPtr, Vec<u8>>,
+    mirrors: HostMirrors,
 }
 
 /// Where fake allocations start, and how far apart they are at least.
@@ -146,7 +146,7 @@ impl RecordingDevice {
             copies: 0,
             replays: 0,
             syncs: Arc::new(AtomicU64::new(0)),
-            mirrors: BTreeMap::new(),
+            mirrors: HostMirrors::default(),
         }
     }
 
@@ -228,7 +228,7 @@ impl RecordingDevice {
 
     fn apply_mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         let data = self.read(src, bytes)?;
-        self.mirrors.insert(src, data);
+        self.mirrors.set(src, data);
         Ok(())
     }
 
@@ -297,7 +297,7 @@ impl Device for RecordingDevice {
             self.memory.remove(&p).is_some(),
             "RecordingDevice: free({p:#x}), which is not a live allocation"
         );
-        self.mirrors.remove(&p);
+        self.mirrors.forget(p);
         self.log(Call::Free(p), false);
     }
 
@@ -383,17 +383,8 @@ impl Device for RecordingDevice {
     }
 
     fn mirror(&mut self, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
-        if bytes > MIRROR_BYTES {
-            return Err(DeviceError(format!(
-                "a mirror of {bytes} bytes (at most {MIRROR_BYTES})"
-            )));
-        }
+        check_mirror(bytes, self.capture.is_some(), self.mirrors.contains(src))?;
         if self.capture.is_some() {
-            if !self.mirrors.contains_key(&src) {
-                return Err(DeviceError(
-                    "making a mirror is not allowed while capturing a graph".into(),
-                ));
-            }
             self.find(src, bytes)?;
         } else {
             self.apply_mirror(src, bytes)?;
@@ -403,11 +394,7 @@ impl Device for RecordingDevice {
     }
 
     fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]) {
-        dst.fill(0);
-        if let Some(m) = self.mirrors.get(&src) {
-            let n = m.len().min(dst.len());
-            dst[..n].copy_from_slice(&m[..n]);
-        }
+        self.mirrors.read(src, dst);
     }
 
     fn record_event(&mut self) -> Result<Event, DeviceError> {
