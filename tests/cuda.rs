@@ -205,7 +205,9 @@ fn gpu_random_programs_equal_the_interpreter() {
 
 /// Programs the GPU pipeline leaves with no one-thread kernel for work that has a parallel
 /// dimension: after `Pipeline::gpu`, every example (the dycore among them) and every DaCe
-/// and GT4Py corpus program runs each map as a grid. The one exception the plan makes —
+/// and GT4Py corpus program runs each map as a grid, and each copy between containers
+/// (one grid per copy where several assemble one container; a copy within one container,
+/// which may overlap itself, stays on one thread). The one exception the plan makes —
 /// a map whose nested call accumulates into its output with a write-conflict resolution
 /// (the callee's copied-out results would race) — no longer occurs: `inline_nested`
 /// splices such straight-line callees into the map body (4 DaCe files). GT4Py's
@@ -219,7 +221,7 @@ fn no_one_thread_kernel_for_parallel_work() {
     programs.extend(files("tests/dace", ".sdfg"));
     programs.extend(files("tests/gt4py", "dace.lowered.sdfgz"));
     programs.extend(files("tests/gt4py", "dace.final.sdfgz"));
-    let (mut grids, mut kept) = (0, 0);
+    let (mut grids, mut kept, mut copies) = (0, 0, 0);
     for p in &programs {
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         let s = cli::load_program(p).unwrap();
@@ -244,13 +246,27 @@ fn no_one_thread_kernel_for_parallel_work() {
                         "{name}: nested call '{}' of state '{}' runs on one thread",
                         step.label, st.name
                     ),
+                    // Copies between containers: a grid, or one grid per copy.
+                    (StepKind::Copy { shared }, Node::Access(dst)) => {
+                        let df = &st.graph;
+                        let within = df.in_edges(step.node).into_iter().any(|e| {
+                            df.node(df.endpoints(e).0).as_access() == Some(dst.as_str())
+                        });
+                        assert!(
+                            step.grid.is_some() || *shared || within,
+                            "{name}: copy '{}' of state '{}' runs on one thread",
+                            step.label,
+                            st.name
+                        );
+                        copies += 1;
+                    }
                     _ => {}
                 }
             }
         }
     }
     eprintln!(
-        "{} programs: {grids} maps as grids, {kept} kept on one thread (accumulating callees)",
+        "{} programs: {grids} maps as grids, {copies} copy steps, {kept} maps kept on one thread (accumulating callees)",
         programs.len()
     );
     assert!(programs.len() >= 70, "{} programs", programs.len());

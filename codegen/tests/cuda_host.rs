@@ -697,3 +697,112 @@ fn foreign_device_arrays_are_checked_and_ordered_after_their_stream() {
     }
     p.wait(done).unwrap();
 }
+
+/// GT4Py's `concat_where` as DaCe lowers it: one access node assembled by several copies
+/// into a transient sized by `N`, then copied out.
+fn assembled() -> Sdfg {
+    let mut b = SdfgBuilder::new("assembled");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N", "2"])
+        .array("b", DType::F64, ["N", "7"])
+        .array("w", DType::F64, ["N", "9"])
+        .transient("t", DType::F64, ["N", "9"]);
+    b.state("s", |s| {
+        s.copy("a[0:N, 0:2]", "t[0:N, 0:2]");
+        s.copy("b[0:N, 0:6]", "t[0:N, 2:8]");
+        s.copy("b[0:N, 6]", "t[0:N, 8]");
+    });
+    b.state("u", |s| {
+        s.copy("t[0:N, 0:9]", "w[0:N, 0:9]");
+    });
+    b.build()
+}
+
+#[test]
+fn several_copies_into_one_container_are_a_grid_each_in_order() {
+    let s = assembled();
+    assert_eq!(s.validate(), Ok(()));
+    compiles_with_nvrtc(&s);
+    let plan = sdflow_codegen::plan::Plan::of(&s, sdflow_codegen::plan::Target::Grid).unwrap();
+    let text = plan.to_text();
+    assert!(text.contains("0: copy 't' shared writes t"), "{text}");
+    let mut p = load(&s);
+    let arrays = |n: usize| {
+        let dev = p.device();
+        [
+            DeviceArray::zeros(dev, DType::F64, &[n, 2]).unwrap(),
+            DeviceArray::zeros(dev, DType::F64, &[n, 7]).unwrap(),
+            DeviceArray::zeros(dev, DType::F64, &[n, 9]).unwrap(),
+        ]
+    };
+    let large = arrays(1000);
+    let call = |p: &mut GpuProgram, [a, b, w]: &[DeviceArray; 3]| {
+        let done = p
+            .call(DeviceArgs::new().array("a", a).array("b", b).array("w", w))
+            .unwrap();
+        p.wait(done).unwrap();
+    };
+    p.set_graphs(false);
+    call(&mut p, &large);
+    assert_eq!(
+        launch_shapes(&p)[..4],
+        [
+            // One grid per copy: 2000, 6000 and 1000 elements.
+            ("sdf_k0_0_0".to_string(), [8, 1, 1], [256, 1, 1]),
+            ("sdf_k0_0_1".to_string(), [24, 1, 1], [256, 1, 1]),
+            ("sdf_k0_0_2".to_string(), [4, 1, 1], [256, 1, 1]),
+            ("sdf_k1_0".to_string(), [36, 1, 1], [256, 1, 1]),
+        ]
+    );
+    // The element code is the C backend's: the compiled CPU program equals the
+    // interpreter.
+    cpu_equals_interpreter(&s, 7, &["w"]);
+}
+
+/// A program called in turn with two sizes (ICON4Py's `copy_field` on cell and edge
+/// fields in each step) keeps the transients allocated for the larger, and the graphs
+/// captured for each: once both sizes were seen after the larger storage, no allocation,
+/// free or capture.
+#[test]
+fn transients_stay_allocated_for_alternating_sizes() {
+    let s = assembled();
+    let mut p = load(&s);
+    let arrays = |p: &GpuProgram, n: usize| {
+        let dev = p.device();
+        [
+            DeviceArray::zeros(dev, DType::F64, &[n, 2]).unwrap(),
+            DeviceArray::zeros(dev, DType::F64, &[n, 7]).unwrap(),
+            DeviceArray::zeros(dev, DType::F64, &[n, 9]).unwrap(),
+        ]
+    };
+    let (small, large) = (arrays(&p, 10), arrays(&p, 1000));
+    let count = |p: &GpuProgram| {
+        let dev = p.device().lock();
+        let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
+        let calls = rec.calls();
+        let n = |f: &dyn Fn(&Call) -> bool| calls.iter().filter(|c| f(c)).count();
+        (
+            n(&|c| matches!(c, Call::Alloc { .. })),
+            n(&|c| matches!(c, Call::Free(_))),
+            n(&|c| matches!(c, Call::BeginCapture)),
+        )
+    };
+    let call = |p: &mut GpuProgram, [a, b, w]: &[DeviceArray; 3]| {
+        let done = p
+            .call(DeviceArgs::new().array("a", a).array("b", b).array("w", w))
+            .unwrap();
+        p.wait(done).unwrap();
+    };
+    call(&mut p, &small);
+    call(&mut p, &large);
+    call(&mut p, &small);
+    let (allocs, frees, captures) = count(&p);
+    // The transient for 10 rows, then for 1000 (the first freed, with the graph captured
+    // for it); a graph for each size on the storage kept.
+    assert_eq!((captures, frees), (3, 1));
+    for _ in 0..3 {
+        call(&mut p, &small);
+        call(&mut p, &large);
+    }
+    assert_eq!(count(&p), (allocs, frees, captures));
+}

@@ -275,6 +275,46 @@ class _Binding:
     bound: Any
 
 
+class _Pending:
+    """The enqueued device calls of one program (their completions), kept until they are
+    known to be done, so that a failure of the program on the device (an index-table
+    entry out of range, say) is raised: by the first call after it finished, or by
+    :meth:`wait`. Nothing here waits for the device: a finished call's error flags are
+    read from the copy the call left on the host (``Completion.failed``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: list[Any] = []
+
+    def track(self, done: Any) -> None:
+        """Raises the error of the first finished call that failed; then keeps ``done``."""
+        with self._lock:
+            pending, self.calls = self.calls, []
+        finished = 0
+        try:
+            # In enqueue order, which is the order they finish in (one stream): the first
+            # that is not done ends the look, so calls enqueued far ahead of the device
+            # cost one query each, not one per call in flight.
+            for p in pending:
+                if not p.done:
+                    break
+                finished += 1
+                if p.failed:
+                    p.wait()  # raises the program's error
+                # else: finished without an error; its arrays are released
+        finally:
+            with self._lock:
+                self.calls[:0] = pending[finished:]
+                self.calls.append(done)
+
+    def wait(self) -> None:
+        """Waits for the enqueued calls; raises the first failure."""
+        with self._lock:
+            pending, self.calls = self.calls, []
+        for p in pending:
+            p.wait()
+
+
 class SdflowGT4PyProgram:
     """A compiled sdflow program called with GT4Py's canonical arguments (what GT4Py's
     compiled-program pool passes: the program's parameters in order, the
@@ -310,7 +350,7 @@ class SdflowGT4PyProgram:
         # sets of fields: ICON4Py's diffusion interpolates two fields with one program).
         self._bindings: list[_Binding] = []
         self._lock = threading.Lock()
-        self._pending: list[Any] = []
+        self._enqueued = _Pending()
         # The program for fields laid out otherwise than the allocator lays them out
         # (made with another allocator, or views): built when first needed.
         self._make_generic = generic
@@ -404,7 +444,7 @@ class SdflowGT4PyProgram:
                 raise
             done = self._generic_program()(**kw)
         if done is not None:
-            self._track(done)
+            self._enqueued.track(done)
 
     def _other_layout(self, e: CallError) -> bool:
         return self._make_generic is not None and "(its declared or specialized layout)" in str(e)
@@ -439,37 +479,14 @@ class SdflowGT4PyProgram:
         del self._bindings[_KEPT_BINDINGS:]
         bound()
 
-    def _track(self, done: Any) -> None:
-        """Keeps an enqueued call's completion until it is known to be done, so that a
-        failure of the program on the device (an index-table entry out of range, say)
-        is raised: by the first call after it finished, or by :meth:`wait`. Nothing here
-        waits for the device: a finished call's error flags are read from the copy the
-        call left on the host (``Completion.failed``)."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-        finished = 0
-        try:
-            # In enqueue order, which is the order they finish in (one stream): the first
-            # that is not done ends the look, so calls enqueued far ahead of the device
-            # cost one query each, not one per call in flight.
-            for p in pending:
-                if not p.done:
-                    break
-                finished += 1
-                if p.failed:
-                    p.wait()  # raises the program's error
-                # else: finished without an error; its arrays are released
-        finally:
-            with self._lock:
-                self._pending[:0] = pending[finished:]
-                self._pending.append(done)
+    @property
+    def _pending(self) -> list[Any]:
+        """The completions of enqueued device calls not known to be done."""
+        return self._enqueued.calls
 
     def wait(self) -> None:
         """Waits for this program's enqueued device calls; raises the first failure."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for p in pending:
-            p.wait()
+        self._enqueued.wait()
 
 
 # --- The workflow: translation, then sdflow's build ---------------------------------------
@@ -694,7 +711,11 @@ class _Composed:
     buffer are one container); integer and boolean scalars and the fields' domains are
     compiled in as constants; each float scalar of each call is a symbol of the step,
     set when it changes. ``matches`` says whether a new recording is the same step: the
-    same programs, the same field and table objects, the same integer scalars."""
+    same programs, the same field and table objects, the same integer scalars.
+
+    On the CPU backend the step's arrays are bound once. On the GPU backend they are
+    device arrays (``__cuda_array_interface__``: CuPy's), and each run enqueues the step
+    on their stream and returns without waiting, as a program call does."""
 
     def __init__(
         self,
@@ -705,6 +726,7 @@ class _Composed:
         scratch: frozenset = frozenset(),
     ):
         self.signature = [self._signature(p, args, op) for p, args, op in calls]
+        self.device = backend == "cuda"
         data: dict[tuple, tuple[str, Any]] = {}  # buffer key -> (container, ndarray)
         # The step's own containers (buffer keys in `scratch`): their extents and element
         # strides, constants of the step.
@@ -715,9 +737,10 @@ class _Composed:
         composed_calls = []
 
         def container(arr: Any, hint: str) -> str:
-            ai = getattr(arr, "__array_interface__", None)
-            if ai is None:
-                raise _Unsupported(f"'{hint}' is not a host array (only the CPU backend composes steps)")
+            if self.device and not hasattr(arr, "__cuda_array_interface__"):
+                raise _Unsupported(f"'{hint}' is not a device array (a step on the GPU backend composes device arrays)")
+            if not self.device and not hasattr(arr, "__array_interface__"):
+                raise _Unsupported(f"'{hint}' is not a host array (a step on the CPU backend composes host arrays)")
             key = _buffer_key(arr)
             if key not in data:
                 n, k = hint, 1
@@ -726,7 +749,9 @@ class _Composed:
                 names.add(n)
                 data[key] = (n, arr)
                 if key in scratch:
-                    own[n] = ([int(e) for e in arr.shape], [int(s // arr.itemsize) for s in arr.strides])
+                    _, shape, strides, typestr = key
+                    itemsize = int(typestr[2:])
+                    own[n] = ([int(e) for e in shape], [int(s // itemsize) for s in strides])
             return data[key][0]
 
         for i, (prog, args, op) in enumerate(calls):
@@ -788,7 +813,7 @@ class _Composed:
         self.scratch = sorted(str(n) for n in own)
         step = compose(
             name,
-            [(n, _dtype_name(arr), arr.ndim) for n, arr in data.values()],
+            [(n, _dtype_name(arr), len(_buffer_key(arr)[1])) for n, arr in data.values()],
             symbols,
             composed_calls,
             scratch=own,
@@ -796,7 +821,8 @@ class _Composed:
         self.program = step
         self.compiled = step.compile(backend, options=options)
         self.floats = tuple(self._floats(calls))
-        self.bound = self.compiled.bind(**self.arrays, **dict(zip(self.float_symbols, self.floats)))
+        # Device arrays go through the device-array path at each run (enqueued, not bound).
+        self.bound = None if self.device else self.compiled.bind(**self.arrays, **dict(zip(self.float_symbols, self.floats)))
 
     @staticmethod
     def _signature(prog: Any, args: Sequence[Any], op: Any) -> tuple:
@@ -824,27 +850,42 @@ class _Composed:
                 return False
         return True
 
-    def run(self, calls: list) -> None:
+    def run(self, calls: list) -> Any:
+        """Runs the step with the float scalars of ``calls``; on the GPU backend, returns
+        the enqueued call's completion."""
         floats = tuple(self._floats(calls))
+        if self.bound is None:
+            return self.compiled(**self.arrays, **dict(zip(self.float_symbols, floats)))
         if floats != self.floats:
             self.bound(**dict(zip(self.float_symbols, floats)))
             self.floats = floats
         else:
             self.bound()
+        return None
 
 
 def _buffer_key(arr: Any) -> tuple:
-    """What identifies a host array's elements: address, shape, strides, element type."""
-    ai = arr.__array_interface__
-    return (ai["data"][0], tuple(arr.shape), arr.strides, arr.dtype.str)
+    """What identifies an array's elements: address, shape, strides (bytes), element type
+    — of a host array (``__array_interface__``) or a device array
+    (``__cuda_array_interface__``, whose strides may be left out for a dense array)."""
+    ai = getattr(arr, "__cuda_array_interface__", None) or arr.__array_interface__
+    shape, typestr = tuple(int(e) for e in ai["shape"]), ai["typestr"]
+    strides = ai.get("strides")
+    if strides is None:  # dense, row-major
+        step, dense = int(typestr[2:]), []
+        for e in reversed(shape):
+            dense.append(step)
+            step *= e
+        strides = tuple(reversed(dense))
+    return (ai["data"][0], shape, tuple(int(s) for s in strides), typestr)
 
 
 def _dtype_name(arr: Any) -> str:
     names = {"f8": "f64", "f4": "f32", "i8": "i64", "i4": "i32", "b1": "bool"}
-    key = arr.dtype.str[1:]
-    if key not in names:
-        raise _Unsupported(f"arrays of {arr.dtype} are not supported")
-    return names[key]
+    typestr = _buffer_key(arr)[3]
+    if typestr[1:] not in names:
+        raise _Unsupported(f"arrays of element type '{typestr}' are not supported")
+    return names[typestr[1:]]
 
 
 class Orchestrated:
@@ -863,14 +904,16 @@ class Orchestrated:
         self.name = name or getattr(fn, "__name__", "step")
         self.options = options
         for f in scratch:
-            if not hasattr(getattr(f, "ndarray", None), "__array_interface__"):
-                raise TypeError(f"step '{self.name}': scratch must be fields on the host, got {_describe(f)}")
+            nd = getattr(f, "ndarray", None)
+            if not (hasattr(nd, "__array_interface__") or hasattr(nd, "__cuda_array_interface__")):
+                raise TypeError(f"step '{self.name}': scratch must be fields, got {_describe(f)}")
         self.scratch = tuple(scratch)
         self.composed: Optional[_Composed] = None
         self.why_not: Optional[str] = None
         """Why the last recorded step could not be composed (it then ran program by program)."""
         self.steps_composed = 0
         """Calls that ran as one program."""
+        self._enqueued = _Pending()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(_recording, "calls", None) is not None:
@@ -889,7 +932,9 @@ class Orchestrated:
                 _recorders -= 1
         if deferred:
             if self.composed.matches(calls):
-                self.composed.run(calls)
+                done = self.composed.run(calls)
+                if done is not None:
+                    self._enqueued.track(done)
                 self.steps_composed += 1
                 return result
             # Another sequence (other fields, other integer values): program by program.
@@ -898,18 +943,23 @@ class Orchestrated:
         self._compose(calls)
         return result
 
+    def wait(self) -> None:
+        """Waits for the composed steps enqueued on the device (GPU backend); raises the
+        first failure. (A step run program by program: each program's ``wait``.)"""
+        self._enqueued.wait()
+
     def _compose(self, calls: list) -> None:
         self.composed = None
         if not calls:
             self.why_not = "the step called no sdflow program"
             return
         backends = {p.compiled.backend for p, _, _ in calls}
-        if backends != {"cpu"}:
-            self.why_not = f"only steps on the CPU backend are composed (this one: {', '.join(sorted(backends))})"
+        if len(backends) != 1:
+            self.why_not = f"the step calls programs on several backends ({', '.join(sorted(backends))})"
             return
         try:
             scratch = frozenset(_buffer_key(f.ndarray) for f in self.scratch)
-            self.composed = _Composed(_identifier(self.name), calls, "cpu", self.options, scratch)
+            self.composed = _Composed(_identifier(self.name), calls, backends.pop(), self.options, scratch)
             self.why_not = None
         except (_Unsupported, SdflowError) as e:
             self.why_not = str(e)
@@ -941,8 +991,11 @@ def orchestrate(
     by program and becomes the step composed for the next calls.
 
     The function must not read field values between its program calls (they are run
-    after it returns), and every program it calls must be on an sdflow CPU backend; a
-    step that cannot be composed runs program by program, and ``why_not`` says why.
+    after it returns), and every program it calls must be on one sdflow backend: CPU
+    (host fields), or GPU (device fields, e.g. CuPy's: the composed step is enqueued on
+    their stream and returns without waiting; ``wait`` waits for it and raises a failure
+    on the device). A step that cannot be composed runs program by program, and
+    ``why_not`` says why.
 
     ``scratch`` names fields that live only within the step: every value the step reads
     from them it wrote earlier in the same step, and nothing reads them after it (an

@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
-use sdflow_ir::{DType, DataDesc, Dim, LibraryNode, MapScope, Node, Sdfg, SymExpr};
+use sdflow_ir::{DType, DataDesc, Dim, EdgeId, LibraryNode, MapScope, Node, Sdfg, SymExpr};
 
 use crate::CodegenError;
 use crate::cfamily::Dialect;
@@ -373,15 +373,37 @@ pub fn emit_cuda_plan(
                 block_size: opts.block_size,
                 fault: opts.fault,
             };
-            let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
+            match grid_parts(df, step) {
+                // Several copies: a grid each, launched in order.
+                Some(edges) => {
+                    for (j, e) in edges.into_iter().enumerate() {
+                        let part = format!("{name}_{j}");
+                        let kernel = GridKernel {
+                            name: &part,
+                            ..kernel
+                        };
+                        let sizes = copy_grid_kernel(&mut em, &sc, df, step, &kernel, e)?;
+                        kernels.push(KernelSpec {
+                            name: part,
+                            state: si,
+                            step: k,
+                            checked: false,
+                            grid_sizes: Some(sizes),
+                        });
+                    }
+                }
+                None => {
+                    let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
+                    kernels.push(KernelSpec {
+                        name: name.clone(),
+                        state: si,
+                        step: k,
+                        checked: false,
+                        grid_sizes,
+                    });
+                }
+            }
             text.push_str(&em.out);
-            kernels.push(KernelSpec {
-                name: name.clone(),
-                state: si,
-                step: k,
-                checked: false,
-                grid_sizes,
-            });
             if step.check != CheckPolicy::Never {
                 let cname = format!("{name}_checked");
                 let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
@@ -514,22 +536,13 @@ fn step_kernel(
         }
         (StepKind::Copy { .. }, Node::Access(dst), Some(sizes)) => {
             // A copy between two containers: a grid over its elements.
-            let Some((e, src)) = crate::plan::grid_copy(df, n)
-                .and_then(|e| Some((e, df.node(df.endpoints(e).0).as_access()?)))
-            else {
+            let Some(e) = crate::plan::grid_copy(df, n) else {
                 return Err(CodegenError::Unsupported(format!(
                     "the plan gives copy '{dst}' a grid, but it is not one copy from another container"
                 )));
             };
-            let edge = df.edge(e);
-            let (s_sub, _) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
-            let what = format!("copy {}", edge.memlet);
-            open_grid_kernel(em, kernel, &what, &[], &subset_volume(sc, &s_sub));
-            // Write-conflict resolutions of the copy are atomic, as the plan says.
-            let mut esc = sc.clone();
-            esc.in_parallel_map = step.atomic_writes();
-            em.copy_element(&esc, src, dst, edge, "sdf_t");
-            close_grid_kernel(em);
+            let got = copy_grid_kernel(em, sc, df, step, kernel, e)?;
+            debug_assert_eq!(&got, sizes, "the plan's grid");
             Some(sizes.clone())
         }
         (StepKind::Reduce, Node::Library(LibraryNode::Reduce(r)), Some(sizes)) => {
@@ -569,6 +582,46 @@ fn step_kernel(
             None
         }
     })
+}
+
+/// The copies of a step the plan runs as one grid each ([`StepKind::Copy`] `shared`
+/// on a grid), in order; `None` for any other step.
+fn grid_parts(df: &sdflow_ir::Dataflow, step: &crate::plan::Step) -> Option<Vec<EdgeId>> {
+    match step.kind {
+        StepKind::Copy { shared: true } if step.grid.is_none() => {
+            crate::plan::grid_copies(df, step.node)
+        }
+        _ => None,
+    }
+}
+
+/// A grid kernel over the elements of copy `e` into the step's access node (from another
+/// container); returns its grid's sizes (the source subset's extents).
+fn copy_grid_kernel(
+    em: &mut Emitter<'_>,
+    sc: &Scope<'_>,
+    df: &sdflow_ir::Dataflow,
+    step: &crate::plan::Step,
+    kernel: &GridKernel<'_>,
+    e: EdgeId,
+) -> Result<Vec<SymExpr>, CodegenError> {
+    let (a, b) = df.endpoints(e);
+    let (Some(src), Some(dst)) = (df.node(a).as_access(), df.node(b).as_access()) else {
+        return Err(CodegenError::Unsupported(format!(
+            "copy {} is not between two containers",
+            df.edge(e).memlet
+        )));
+    };
+    let edge = df.edge(e);
+    let (s_sub, _) = copy_subsets(sc.sdfg, src, dst, &edge.memlet);
+    let what = format!("copy {}", edge.memlet);
+    open_grid_kernel(em, kernel, &what, &[], &subset_volume(sc, &s_sub));
+    // Write-conflict resolutions of the copy are atomic, as the plan says.
+    let mut esc = sc.clone();
+    esc.in_parallel_map = step.atomic_writes();
+    em.copy_element(&esc, src, dst, edge, "sdf_t");
+    close_grid_kernel(em);
+    Ok(s_sub.0.iter().map(|d| d.size()).collect())
 }
 
 /// A grid kernel over the first `sizes.len()` parameters of parallel map `m`, the other

@@ -179,6 +179,8 @@ pub struct GpuProgram {
     /// arguments.
     transients: Vec<DevPtr>,
     transient_descs: Vec<DataDesc>,
+    /// The bytes of each of `transients`.
+    transient_bytes: Vec<usize>,
     /// The runtime symbol values the transients are allocated for.
     allocated_for: Option<Vec<i64>>,
     /// The float symbols' values, read by every kernel (absent without float symbols).
@@ -198,12 +200,27 @@ pub struct GpuProgram {
     pub origin: Origin,
 }
 
-/// The kernels of one step: the unchecked one and, where the in-bounds condition may
-/// fail, the checked one (positions in `CudaProgram::kernels`).
+/// The kernels of one step (positions in `CudaProgram::kernels`): the unchecked ones,
+/// launched in order (`parts` of them from `first`: one, or a grid per copy of a step
+/// of several copies), and, where the in-bounds condition may fail, the checked one.
 #[derive(Clone, Copy, Debug, Default)]
 struct StepKernels {
-    unchecked: Option<usize>,
+    first: Option<usize>,
+    parts: usize,
     checked: Option<usize>,
+}
+
+impl StepKernels {
+    /// The kernels to launch, in order: the unchecked ones when `unchecked` (or when
+    /// there is no checked one), else the checked one.
+    fn launches(&self, unchecked: bool) -> std::ops::Range<usize> {
+        match (unchecked, self.checked, self.first) {
+            (false, Some(c), _) => c..c + 1,
+            (_, _, Some(f)) => f..f + self.parts,
+            (_, Some(c), None) => c..c + 1,
+            (_, None, None) => 0..0,
+        }
+    }
 }
 
 /// Captured graphs kept per program; past this the cache starts again.
@@ -364,7 +381,7 @@ fn load_err(e: impl std::fmt::Display) -> CodegenError {
 impl GpuProgram {
     /// Loads the compiled `image` of `prog` (printed from `sdfg`) on `device`. Persistent
     /// transients are allocated once: at load when their shapes are static, else at the
-    /// first call, and again only when a call's symbol values change them.
+    /// first call, and again only when a call's symbol values need more storage.
     pub fn load(
         sdfg: &Sdfg,
         prog: CudaProgram,
@@ -422,7 +439,9 @@ impl GpuProgram {
             if spec.checked {
                 slot.checked = Some(i);
             } else {
-                slot.unchecked = Some(i);
+                // A step's unchecked kernels are consecutive.
+                slot.first.get_or_insert(i);
+                slot.parts += 1;
             }
         }
         let mut p = GpuProgram {
@@ -432,6 +451,7 @@ impl GpuProgram {
             peek: ids[k + 1],
             transients: Vec::new(),
             transient_descs,
+            transient_bytes: Vec::new(),
             floats_buffer,
             floats_written: None,
             graphs: true,
@@ -462,25 +482,45 @@ impl GpuProgram {
         if self.allocated_for.as_deref() == Some(ints) {
             return Ok(());
         }
+        let mut env = self.statics.clone();
+        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
+            env.insert(n.clone(), *v);
+        }
+        let names = &self.prog.params.arrays[self.prog.plan.signature.arrays.len()..];
+        let mut need = Vec::with_capacity(names.len());
+        for (name, d) in names.iter().zip(&self.transient_descs) {
+            let elems =
+                elements(d, &env).map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
+            need.push((elems.max(1) as usize) * d.dtype().size_bytes());
+        }
+        // Storage large enough stays: a program called in turn with other symbol values
+        // (one program on fields of two sizes in each model step) neither frees nor
+        // allocates, and keeps the graphs captured for each.
+        if self.transients.len() == need.len()
+            && self.transient_bytes.iter().zip(&need).all(|(have, n)| have >= n)
+        {
+            self.allocated_for = Some(ints.to_vec());
+            return Ok(());
+        }
         for p in self.transients.drain(..) {
             device.free(p);
         }
         // Captured graphs hold the old pointers.
         self.graph_cache.clear();
         self.allocated_for = None;
-        let mut env = self.statics.clone();
-        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
-            env.insert(n.clone(), *v);
-        }
-        let names = &self.prog.params.arrays[self.prog.plan.signature.arrays.len()..];
-        for (name, d) in names.iter().zip(&self.transient_descs) {
-            let elems =
-                elements(d, &env).map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
-            let bytes = (elems.max(1) as usize) * d.dtype().size_bytes();
+        // At least what was there: sizes only grow, so alternating values settle.
+        let grown: Vec<usize> = need
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| n.max(self.transient_bytes.get(k).copied().unwrap_or(0)))
+            .collect();
+        self.transient_bytes.clear();
+        for (name, &bytes) in names.iter().zip(&grown) {
             let p = device
                 .alloc_zeroed(bytes)
                 .map_err(|e| self.run_err(format!("transient '{name}': {e}")))?;
             self.transients.push(p);
+            self.transient_bytes.push(bytes);
         }
         self.allocated_for = Some(ints.to_vec());
         Ok(())
@@ -1133,39 +1173,39 @@ impl Run<'_> {
                 .unwrap_or(false),
             other => other.unchecked_with(&self.env),
         };
-        let sk = self.step_kernels[si][k];
-        let kernel = if ok {
-            sk.unchecked
-        } else {
-            sk.checked.or(sk.unchecked)
+        let launches = self.step_kernels[si][k].launches(ok);
+        if launches.is_empty() {
+            return Err(self.err(format!("no kernel for step {k} of state '{}'", sp.name)));
         }
-        .ok_or_else(|| self.err(format!("no kernel for step {k} of state '{}'", sp.name)))?;
-        let spec = &self.prog.kernels[kernel];
-        let bs = self.prog.block_size;
-        let (grid, block) = match (&spec.grid_sizes, spec.checked) {
-            (Some(sizes), false) => {
-                let mut total: i64 = 1;
-                for s in sizes {
-                    let v = s
-                        .eval_map(&self.env)
-                        .map_err(|e| self.err(format!("map '{}': {e}", step.label)))?;
-                    total = total.saturating_mul(v.max(0));
-                }
-                if total == 0 {
-                    return Ok(());
-                }
-                let blocks = (total as u64).div_ceil(bs as u64).min(i32::MAX as u64) as u32;
-                ([blocks, 1, 1], [bs, 1, 1])
-            }
-            _ => ([1, 1, 1], [1, 1, 1]),
-        };
         for (j, n) in self.prog.params.ints.iter().enumerate() {
             self.args[self.int_base + j] = KernelArg::I64(self.env.get(n).copied().unwrap_or(0));
         }
-        let id = self.kernels[kernel];
-        self.device
-            .launch(id, grid, block, &self.args)
-            .map_err(|e| self.err(e.0))
+        let bs = self.prog.block_size;
+        for kernel in launches {
+            let spec = &self.prog.kernels[kernel];
+            let (grid, block) = match (&spec.grid_sizes, spec.checked) {
+                (Some(sizes), false) => {
+                    let mut total: i64 = 1;
+                    for s in sizes {
+                        let v = s
+                            .eval_map(&self.env)
+                            .map_err(|e| self.err(format!("map '{}': {e}", step.label)))?;
+                        total = total.saturating_mul(v.max(0));
+                    }
+                    if total == 0 {
+                        continue;
+                    }
+                    let blocks = (total as u64).div_ceil(bs as u64).min(i32::MAX as u64) as u32;
+                    ([blocks, 1, 1], [bs, 1, 1])
+                }
+                _ => ([1, 1, 1], [1, 1, 1]),
+            };
+            let id = self.kernels[kernel];
+            self.device
+                .launch(id, grid, block, &self.args)
+                .map_err(|e| self.err(e.0))?;
+        }
+        Ok(())
     }
 }
 

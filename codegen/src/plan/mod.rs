@@ -214,9 +214,11 @@ pub enum StepKind {
     Tasklet,
     /// A copy between containers (an access node with copies into it).
     Copy {
-        /// A team shares the loops of its copies among its workers (each copy is a loop
+        /// Each of the step's copies runs in parallel, one after another (each is a loop
         /// nest between two different containers of matching sizes, without a
-        /// write-conflict resolution); otherwise one worker runs them.
+        /// write-conflict resolution): a team shares each copy's loops among its
+        /// workers; on a grid, a step of several copies is one grid per copy, in order
+        /// (a step of one copy is its [`Step::grid`]). Otherwise one worker runs them.
         shared: bool,
     },
     /// A reduction library node.
@@ -863,6 +865,23 @@ pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
     }
 }
 
+/// The copies into access node `n` of a state when there are several, each from another
+/// container and without a write-conflict resolution, in the order they run: on a grid,
+/// one grid each, one after another. `None` otherwise (one copy is [`grid_copy`]'s).
+pub fn grid_copies(df: &Dataflow, n: NodeId) -> Option<Vec<EdgeId>> {
+    let dst = df.node(n).as_access()?;
+    let copies: Vec<EdgeId> = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
+        .collect();
+    (copies.len() > 1
+        && copies.iter().all(|&e| {
+            df.node(df.endpoints(e).0).as_access() != Some(dst) && df.edge(e).memlet.wcr.is_none()
+        }))
+    .then_some(copies)
+}
+
 /// Whether a team shares the copies into access node `n` (container `dst`) of a state:
 /// each is a loop nest ([`copy_loop_dims`]) between two different containers without a
 /// write-conflict resolution.
@@ -1065,9 +1084,12 @@ fn plan_state(
             Node::Tasklet(t) => (StepKind::Tasklet, t.name.clone()),
             Node::Access(a) => (
                 StepKind::Copy {
+                    // On a grid, one copy is the step's grid; several are one grid each.
                     shared: parallel
-                        && matches!(target, Target::Team { .. })
-                        && shared_copies(sdfg, df, n, a),
+                        && match target {
+                            Target::Team { .. } => shared_copies(sdfg, df, n, a),
+                            Target::Grid => grid_copies(df, n).is_some(),
+                        },
                 },
                 a.to_string(),
             ),
