@@ -249,9 +249,10 @@ fn no_one_thread_kernel_for_parallel_work() {
                     // Copies between containers: a grid, or one grid per copy.
                     (StepKind::Copy { shared }, Node::Access(dst)) => {
                         let df = &st.graph;
-                        let within = df.in_edges(step.node).into_iter().any(|e| {
-                            df.node(df.endpoints(e).0).as_access() == Some(dst.as_str())
-                        });
+                        let within = df
+                            .in_edges(step.node)
+                            .into_iter()
+                            .any(|e| df.node(df.endpoints(e).0).as_access() == Some(dst.as_str()));
                         assert!(
                             step.grid.is_some() || *shared || within,
                             "{name}: copy '{}' of state '{}' runs on one thread",

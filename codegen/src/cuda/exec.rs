@@ -497,7 +497,11 @@ impl GpuProgram {
         // (one program on fields of two sizes in each model step) neither frees nor
         // allocates, and keeps the graphs captured for each.
         if self.transients.len() == need.len()
-            && self.transient_bytes.iter().zip(&need).all(|(have, n)| have >= n)
+            && self
+                .transient_bytes
+                .iter()
+                .zip(&need)
+                .all(|(have, n)| have >= n)
         {
             self.allocated_for = Some(ints.to_vec());
             return Ok(());
