@@ -853,8 +853,15 @@ class _Composed:
     def run(self, calls: list) -> Any:
         """Runs the step with the float scalars of ``calls``; on the GPU backend, returns
         the enqueued call's completion."""
-        floats = tuple(self._floats(calls))
+        return self.rerun(tuple(self._floats(calls)))
+
+    def rerun(self, floats: Optional[tuple] = None) -> Any:
+        """Runs the step with ``floats`` (None: those of the last run); on the GPU
+        backend, returns the enqueued call's completion."""
+        if floats is None:
+            floats = self.floats
         if self.bound is None:
+            self.floats = floats
             return self.compiled(**self.arrays, **dict(zip(self.float_symbols, floats)))
         if floats != self.floats:
             self.bound(**dict(zip(self.float_symbols, floats)))
@@ -888,6 +895,10 @@ def _dtype_name(arr: Any) -> str:
     return names[typestr[1:]]
 
 
+# Composed steps an orchestrated function keeps (each holds a compiled program).
+_KEPT_STEPS = 4
+
+
 class Orchestrated:
     """A model step (a function that calls GT4Py programs on sdflow backends) run as one
     program. See :func:`orchestrate`."""
@@ -899,6 +910,7 @@ class Orchestrated:
         name: Optional[str] = None,
         options: Optional[dict] = None,
         scratch: Sequence[Any] = (),
+        replay: bool = False,
     ):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "step")
@@ -908,7 +920,15 @@ class Orchestrated:
             if not (hasattr(nd, "__array_interface__") or hasattr(nd, "__cuda_array_interface__")):
                 raise TypeError(f"step '{self.name}': scratch must be fields, got {_describe(f)}")
         self.scratch = tuple(scratch)
-        self.composed: Optional[_Composed] = None
+        # The steps composed so far, the one run last first: a model that swaps two sets
+        # of fields from step to step (the prognostic states `now` and `next`) runs two.
+        self._steps: list[_Composed] = []
+        self.replay = replay
+        # With `replay`: the arguments and result of the last call that ran a composed
+        # step, or recorded the step composed then.
+        self._last: Optional[tuple] = None
+        self.steps_replayed = 0
+        """Calls that ran the composed step without calling the function (``replay``)."""
         self.why_not: Optional[str] = None
         """Why the last recorded step could not be composed (it then ran program by program)."""
         self.steps_composed = 0
@@ -918,8 +938,17 @@ class Orchestrated:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(_recording, "calls", None) is not None:
             raise SdflowError(f"step '{self.name}': orchestrated steps do not nest")
+        last = self._last
+        if last is not None and _same_arguments(last[0], args) and _same_arguments(last[1], kwargs):
+            done = self._steps[0].rerun()
+            if done is not None:
+                self._enqueued.track(done)
+            self.steps_composed += 1
+            self.steps_replayed += 1
+            return last[2]
+        self._last = None
         global _recorders
-        deferred = self.composed is not None
+        deferred = bool(self._steps)
         calls: list = []
         _recording.calls, _recording.deferred = calls, deferred
         with _recorders_lock:
@@ -931,38 +960,67 @@ class Orchestrated:
             with _recorders_lock:
                 _recorders -= 1
         if deferred:
-            if self.composed.matches(calls):
-                done = self.composed.run(calls)
-                if done is not None:
-                    self._enqueued.track(done)
-                self.steps_composed += 1
-                return result
+            for i, step in enumerate(self._steps):
+                if step.matches(calls):
+                    done = step.run(calls)
+                    if done is not None:
+                        self._enqueued.track(done)
+                    if i:
+                        self._steps.insert(0, self._steps.pop(i))
+                    self.steps_composed += 1
+                    if self.replay:
+                        self._last = (args, kwargs, result)
+                    return result
             # Another sequence (other fields, other integer values): program by program.
             for prog, a, op in calls:
                 prog._run(a, op)
-        self._compose(calls)
+        if self._compose(calls) and self.replay:
+            self._last = (args, kwargs, result)
         return result
+
+    @property
+    def composed(self) -> Optional[_Composed]:
+        """The composed step run last (None before one was composed)."""
+        return self._steps[0] if self._steps else None
 
     def wait(self) -> None:
         """Waits for the composed steps enqueued on the device (GPU backend); raises the
         first failure. (A step run program by program: each program's ``wait``.)"""
         self._enqueued.wait()
 
-    def _compose(self, calls: list) -> None:
-        self.composed = None
+    def _compose(self, calls: list) -> bool:
+        """Composes the recorded ``calls`` into a step kept first; whether it could."""
         if not calls:
             self.why_not = "the step called no sdflow program"
-            return
+            return False
         backends = {p.compiled.backend for p, _, _ in calls}
         if len(backends) != 1:
             self.why_not = f"the step calls programs on several backends ({', '.join(sorted(backends))})"
-            return
+            return False
         try:
             scratch = frozenset(_buffer_key(f.ndarray) for f in self.scratch)
-            self.composed = _Composed(_identifier(self.name), calls, backends.pop(), self.options, scratch)
+            step = _Composed(_identifier(self.name), calls, backends.pop(), self.options, scratch)
+            self._steps.insert(0, step)
+            del self._steps[_KEPT_STEPS:]
             self.why_not = None
+            return True
         except (_Unsupported, SdflowError) as e:
             self.why_not = str(e)
+            return False
+
+
+def _same_arguments(before: Any, now: Any) -> bool:
+    """Whether a call's arguments are those of an earlier one: the same objects, or
+    scalars (numbers, strings) of equal value and type (positional tuples or keyword
+    dictionaries)."""
+    if isinstance(now, dict):
+        return before.keys() == now.keys() and _same_arguments(tuple(before.values()), tuple(now.values()))
+    return len(before) == len(now) and all(
+        a is b or (type(a) is type(b) and isinstance(a, _VALUES) and a == b) for a, b in zip(before, now)
+    )
+
+
+_VALUES = (int, float, complex, str, bytes, np.number, np.bool_)
 
 
 def _identifier(name: str) -> str:
@@ -976,6 +1034,7 @@ def orchestrate(
     name: Optional[str] = None,
     options: Optional[dict] = None,
     scratch: Sequence[Any] = (),
+    replay: bool = False,
 ) -> Any:
     """Runs a model step — a function that calls GT4Py programs compiled by sdflow, such as
     an ICON4Py granule's ``run`` — as one program.
@@ -988,7 +1047,8 @@ def orchestrate(
     programs are not run one by one; when the recording is the same step (the same
     programs on the same field objects, integer scalars and tables), the composed
     program runs once, with this call's float scalars. Any other sequence runs program
-    by program and becomes the step composed for the next calls.
+    by program and is composed too: the last four composed steps are kept, so a model
+    that alternates two sets of fields (its `now` and `next` states) runs both composed.
 
     The function must not read field values between its program calls (they are run
     after it returns), and every program it calls must be on one sdflow backend: CPU
@@ -1006,7 +1066,15 @@ def orchestrate(
         step = sdflow.gt4py.orchestrate(diffusion.run, scratch=[diffusion.z_nabla2_e, …])
         for _ in range(n):
             step(diagnostic_state, prognostic_state, dtime)
+
+    ``replay=True`` goes further: a call with the same arguments as the last call that
+    ran composed (the same objects; scalars of equal value) runs the composed step
+    without calling the function at all, and returns that call's result — the step's
+    cost is then one call of the compiled program. It is for functions whose program
+    calls depend only on their arguments and on state that does not change between
+    steps: the fields an argument refers to must not be reassigned (pass another object
+    instead), and the function's other effects are not repeated.
     """
     if fn is None:
-        return lambda f: Orchestrated(f, name=name, options=options, scratch=scratch)
-    return Orchestrated(fn, name=name, options=options, scratch=scratch)
+        return lambda f: Orchestrated(f, name=name, options=options, scratch=scratch, replay=replay)
+    return Orchestrated(fn, name=name, options=options, scratch=scratch, replay=replay)

@@ -427,6 +427,18 @@ def main():
     assert np.array_equal(got, want), np.abs(got - want).max()
     assert not np.array_equal(want, npz2["in__w"])
 
+    # Replayed: the same arguments run the composed step without calling the function.
+    replayed = sdflow.gt4py.orchestrate(step, scratch=[comp["z_nabla2_c"]], replay=True)
+    for i in range(3):
+        step(r1, r2, 0.5)
+        replayed(c1, c2, 0.5)
+    replayed.wait()
+    d1.wait()
+    d2.wait()
+    assert (replayed.steps_composed, replayed.steps_replayed) == (2, 2)
+    got, want = comp["w"].ndarray.view(), ref["w"].ndarray.view()
+    assert np.array_equal(got, want), np.abs(got - want).max()
+
     # Host fields do not compose on the GPU backend: the step runs program by program.
     h = sdflow.gt4py.orchestrate(lambda: q1(**a1, offset_provider=grid.connectivities), name="host")
     h()
@@ -536,8 +548,10 @@ def test_an_orchestrated_step_equals_the_program_by_program_step(grid):
     assert optimized.stats()["nested"] == 0 and optimized.stats()["maps"] == 2, optimized.stats()
     assert "nested_inlined=2" in str(report)
 
-    # Another field: that call runs program by program and is the step composed next.
-    z = gtx.as_field(a1["z_nabla2_c"].domain.dims, np.zeros(a1["z_nabla2_c"].shape), allocator=sdflow.gt4py.cpu)
+    # Another field: that call runs program by program and is composed too.
+    first = orchestrated.composed
+    z0, zr0 = a1["z_nabla2_c"], r1["z_nabla2_c"]
+    z = gtx.as_field(z0.domain.dims, np.zeros(z0.shape), allocator=sdflow.gt4py.cpu)
     zr = gtx.as_field(z.domain.dims, np.zeros(z.shape))
     a1["z_nabla2_c"] = a2["z_nabla2_c"] = z
     r1["z_nabla2_c"] = r2["z_nabla2_c"] = zr
@@ -546,6 +560,56 @@ def test_an_orchestrated_step_equals_the_program_by_program_step(grid):
         orchestrated(s1, s2, a1, a2, 0.5)
         assert orchestrated.steps_composed == 3 + k
         np.testing.assert_allclose(a2["w"].asnumpy(), r2["w"].asnumpy(), rtol=1e-14, atol=0)
+    # Both are kept: steps alternating between the two fields (a model swapping two
+    # states) each run composed.
+    second = orchestrated.composed
+    assert second is not first
+    for k in range(4):
+        zk, zrk = (z0, zr0) if k % 2 == 0 else (z, zr)
+        a1["z_nabla2_c"] = a2["z_nabla2_c"] = zk
+        r1["z_nabla2_c"] = r2["z_nabla2_c"] = zrk
+        step(e1, e2, r1, r2, 0.2)
+        orchestrated(s1, s2, a1, a2, 0.2)
+        assert orchestrated.steps_composed == 5 + k
+        assert orchestrated.composed is (first if k % 2 == 0 else second)
+        np.testing.assert_allclose(a2["w"].asnumpy(), r2["w"].asnumpy(), rtol=1e-14, atol=0)
+    assert len(orchestrated._steps) == 2
+
+
+def test_a_replayed_step_runs_the_composed_program_without_calling_the_function(grid):
+    conn = grid.connectivities
+
+    def step(q1, q2, a1, a2, factor):
+        q1(**a1, offset_provider=conn)
+        q2(**{**a2, "diff_multfac_w": gtx.float64(factor)}, offset_provider=conn)
+        return "done"
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args[-1])
+        return step(*args)
+
+    e1, e2, r1, r2 = two_program_step(None)
+    s1, s2, a1, a2 = two_program_step(sdflow.gt4py.cpu)
+    replayed = sdflow.gt4py.orchestrate(counted, replay=True)
+    for factor in (0.1, 0.1, 0.1, 0.3, 0.3, 0.1):
+        step(e1, e2, r1, r2, factor)  # GT4Py's embedded backend
+        assert replayed(s1, s2, a1, a2, factor) == "done"
+        np.testing.assert_allclose(a2["w"].asnumpy(), r2["w"].asnumpy(), rtol=1e-14, atol=0)
+    # The function ran to record the first step and whenever an argument changed (the
+    # float 0.3, then 0.1 again); the other three calls were replays.
+    assert calls == [0.1, 0.3, 0.1]
+    assert (replayed.steps_composed, replayed.steps_replayed) == (5, 3)
+    # Another field object: recorded, and run program by program (the step differs).
+    z = gtx.as_field(a1["z_nabla2_c"].domain.dims, np.zeros(a1["z_nabla2_c"].shape), allocator=sdflow.gt4py.cpu)
+    zr = gtx.as_field(z.domain.dims, np.zeros(z.shape))
+    a1, a2 = {**a1, "z_nabla2_c": z}, {**a2, "z_nabla2_c": z}
+    r1, r2 = {**r1, "z_nabla2_c": zr}, {**r2, "z_nabla2_c": zr}
+    step(e1, e2, r1, r2, 0.1)
+    replayed(s1, s2, a1, a2, 0.1)
+    np.testing.assert_allclose(a2["w"].asnumpy(), r2["w"].asnumpy(), rtol=1e-14, atol=0)
+    assert calls == [0.1, 0.3, 0.1, 0.1] and replayed.steps_composed == 5
 
 
 def test_a_step_that_cannot_be_composed_says_why_and_steps_do_not_nest(grid):

@@ -9,6 +9,9 @@ per-program figures of docs/perf.md). A step is one `Diffusion.run`, run four wa
 * ``sdflow orchestrated``: the same, with ``diffusion.run`` replaced by
   `sdflow.gt4py.orchestrate(diffusion.run)`: the first step records and runs program by
   program (and composes and compiles the step), every later step runs one composed program;
+* ``sdflow replayed``: orchestrated with ``replay=True``: the step is called with the same
+  states and time step every time, so every step after the first runs the composed
+  program without calling ``Diffusion.run`` (and GT4Py's program calls) again;
 * ``gtfn``: GT4Py's `gtfn_cpu`;
 * ``dace``: GT4Py's `run_dace_cpu`.
 
@@ -78,7 +81,9 @@ WARMUP = 2
 #: Steps per backend per round on the simple grid (each timed on its own).
 OVERHEAD_STEPS = 10
 #: Each backend's name, in the order they take turns.
-ALL_BACKENDS = ("sdflow", "sdflow orchestrated", "gtfn", "dace")
+ALL_BACKENDS = ("sdflow", "sdflow orchestrated", "sdflow replayed", "gtfn", "dace")
+#: Those whose step is one call of a composed program.
+ONE_CALL = ("sdflow orchestrated", "sdflow replayed")
 #: The reference the others are checked against (sdflow's per-program run without GT4Py's).
 REFERENCE = "gtfn"
 #: Seconds a cold-build child may take.
@@ -120,10 +125,10 @@ def gt4py_backend(name: str) -> Any:
 def make(G: Any, grid: Any, name: str) -> Any:
     """A fresh granule for backend ``name`` (SEED); orchestrated: ``run`` replaced."""
     g = G.make_granule(grid, gt4py_backend(name), SEED)
-    if name == "sdflow orchestrated":
+    if name in ONE_CALL:
         import sdflow.gt4py
 
-        g.diffusion.run = sdflow.gt4py.orchestrate(g.diffusion.run)
+        g.diffusion.run = sdflow.gt4py.orchestrate(g.diffusion.run, replay=name == "sdflow replayed")
     return g
 
 
@@ -240,7 +245,7 @@ def measure_overhead(G: Any, grid: Any, names: list[str], reps: int) -> tuple[di
     calls = orch["calls"] if orch else None
     for name in granules:
         med = statistics.median(out[name]["samples_s"])
-        per = 1 if name == "sdflow orchestrated" else calls
+        per = 1 if name in ONE_CALL else calls
         out[name] |= {
             "median_step_us": med * 1e6,
             "calls_per_step": per,
@@ -419,7 +424,8 @@ def main() -> int:
     builds = {}
     if not opts.no_build:
         log("\n== 3./4. make_granule + first step in a fresh process, large grid: cold caches, then warm")
-        builds = measure_builds(names, opts.copies, opts.levels)
+        # (The replayed granule builds what the orchestrated one does.)
+        builds = measure_builds([n for n in names if n != "sdflow replayed"], opts.copies, opts.levels)
     result["build"] = builds
     for name, b in builds.items():
         for which, r in b.items():
