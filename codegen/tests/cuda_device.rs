@@ -83,6 +83,12 @@ fn exercise(dev: &mut dyn Device, image: &[u8], image2: &[u8]) {
     let a = 1.0 / 3.0;
     let px = dev.alloc_zeroed(n * 8).unwrap();
     let py = dev.alloc_zeroed(n * 8).unwrap();
+    // Memory of the device passes the check arrays from other libraries get; a host
+    // address does not.
+    dev.check_memory(px, n * 8).unwrap();
+    let host = x.as_ptr() as u64;
+    let err = dev.check_memory(host, 8).expect_err("a host address").to_string();
+    assert!(err.contains(&format!("{host:#x}")), "{err}");
     dev.copy_h2d(px, &bytes(&x)).unwrap();
     dev.copy_h2d(py, &bytes(&y0)).unwrap();
     let args = [

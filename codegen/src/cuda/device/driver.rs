@@ -711,16 +711,26 @@ impl Device for CudaDevice {
 
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         self.bind()?;
+        // Both attributes in one driver call (a call passes every array through here).
         let mut kind: u32 = 0;
-        // SAFETY: a valid out-pointer of the attribute's type (`CUmemorytype`, 32 bits).
+        let mut ordinal: i32 = -1;
+        let mut attributes = [
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        let mut data: [*mut std::ffi::c_void; 2] = [
+            (&mut kind as *mut u32).cast(),
+            (&mut ordinal as *mut i32).cast(),
+        ];
+        // SAFETY: two attributes, each with a valid out-pointer of its type
+        // (`CUmemorytype`: 32 bits; the ordinal: `int`). For an address CUDA does not
+        // know, the driver leaves the memory type 0 and succeeds.
         let r = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut kind as *mut u32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                p,
-            )
+            sys::cuPointerGetAttributes(2, attributes.as_mut_ptr(), data.as_mut_ptr(), p)
         };
-        if r.result().is_err() {
+        r.result()
+            .map_err(|e| driver_error(format_args!("asking what memory {p:#x} is"), e))?;
+        if kind == 0 {
             return Err(DeviceError(format!(
                 "{p:#x} is not CUDA memory (a host array? pass a device array, e.g. CuPy's)"
             )));
@@ -732,17 +742,6 @@ impl Device for CudaDevice {
                 "{p:#x} is host memory registered with CUDA; pass a device array"
             )));
         }
-        let mut ordinal: i32 = -1;
-        // SAFETY: as above (`int`).
-        let r = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut ordinal as *mut i32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                p,
-            )
-        };
-        r.result()
-            .map_err(|e| driver_error(format_args!("asking the device of {p:#x}"), e))?;
         if ordinal as usize != self.ctx.ordinal() {
             return Err(DeviceError(format!(
                 "{p:#x} (+{bytes} bytes) is on CUDA device {ordinal}, the program on device {}",
