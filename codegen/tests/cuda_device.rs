@@ -87,7 +87,10 @@ fn exercise(dev: &mut dyn Device, image: &[u8], image2: &[u8]) {
     // address does not.
     dev.check_memory(px, n * 8).unwrap();
     let host = x.as_ptr() as u64;
-    let err = dev.check_memory(host, 8).expect_err("a host address").to_string();
+    let err = dev
+        .check_memory(host, 8)
+        .expect_err("a host address")
+        .to_string();
     assert!(err.contains(&format!("{host:#x}")), "{err}");
     dev.copy_h2d(px, &bytes(&x)).unwrap();
     dev.copy_h2d(py, &bytes(&y0)).unwrap();
