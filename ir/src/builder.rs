@@ -31,11 +31,12 @@ use std::collections::BTreeMap;
 use crate::control::{Block, StateId};
 use crate::data::{Array, DataDesc, Symbol};
 use crate::dataflow::{
-    Dataflow, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reduce, Schedule, Tasklet,
+    Dataflow, HaloExchange, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reduce,
+    Schedule, Tasklet,
 };
 use crate::dtype::{DType, Value};
 use crate::expr::Stmt;
-use crate::memlet::{Memlet, Wcr};
+use crate::memlet::{Memlet, Subset, Wcr};
 use crate::parse;
 use crate::propagate::map_boundary;
 use crate::sdfg::{Sdfg, State};
@@ -417,6 +418,33 @@ impl<'a> DataflowBuilder<'a> {
         self.graph.add_edge(src, None, node, Some("in"), i);
         let dst = self.write_node(&o.data);
         self.graph.add_edge(node, Some("out"), dst, None, o);
+        node
+    }
+
+    /// Adds a halo exchange of the whole containers `fields` (each in and out at the
+    /// connector of its name).
+    pub fn halo_exchange(&mut self, fields: &[&str], exchange: HaloExchange) -> NodeId {
+        let node = self
+            .graph
+            .add_node(Node::Library(LibraryNode::HaloExchange(exchange)));
+        let whole = |b: &Self, f: &str| {
+            let shape = b
+                .arrays
+                .get(f)
+                .map(|d| d.shape().to_vec())
+                .unwrap_or_default();
+            Memlet::new(f, Subset::full(&shape))
+        };
+        for f in fields {
+            let src = self.read_node(f);
+            let m = whole(self, f);
+            self.graph.add_edge(src, None, node, Some(f), m);
+        }
+        for f in fields {
+            let dst = self.write_node(f);
+            let m = whole(self, f);
+            self.graph.add_edge(node, Some(f), dst, None, m);
+        }
         node
     }
 

@@ -209,11 +209,75 @@ pub struct Reduce {
     pub identity: Option<Value>,
 }
 
+/// A halo exchange: the program runs on every rank of a decomposition (each rank on its
+/// own part of the fields, with a halo of `width` cells around it), and each field that
+/// passes through the node (connector `X` in and out, the whole container) gets the
+/// neighbouring ranks' cells into its halo. Collective: every rank reaches the same
+/// exchanges in the same order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HaloExchange {
+    /// Halo cells on each side of the decomposed dimensions.
+    pub width: i64,
+    /// How the global domain is split over the ranks.
+    pub decomposition: Decomposition,
+}
+
+/// How a program's global domain is split over ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decomposition {
+    /// A grid of `ranks[0] × ranks[1]` ranks over the first two dimensions of each field
+    /// (rank `r` at position `(r % ranks[0], r / ranks[0])`); each rank's field holds its
+    /// part of the domain with `width` halo cells on each side of both dimensions.
+    Structured {
+        /// Ranks along the first and the second dimension.
+        ranks: [i64; 2],
+        /// Whether each dimension wraps around (else the outer halos stay as they are).
+        periodic: [bool; 2],
+        /// Whether the corners of the halo are filled too (from the diagonal neighbours),
+        /// for stencils that read diagonally.
+        corners: bool,
+    },
+}
+
+impl std::fmt::Display for Decomposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decomposition::Structured {
+                ranks,
+                periodic,
+                corners,
+            } => {
+                let wrap = |p: bool| if p { "periodic" } else { "bounded" };
+                write!(
+                    f,
+                    "{}x{} ranks ({}, {}{})",
+                    ranks[0],
+                    ranks[1],
+                    wrap(periodic[0]),
+                    wrap(periodic[1]),
+                    if *corners { ", corners" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+impl Decomposition {
+    /// How many ranks it has.
+    pub fn size(&self) -> i64 {
+        match self {
+            Decomposition::Structured { ranks, .. } => ranks[0].saturating_mul(ranks[1]),
+        }
+    }
+}
+
 /// A node whose semantics is a known library operation.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LibraryNode {
     /// A reduction.
     Reduce(Reduce),
+    /// A halo exchange between ranks.
+    HaloExchange(HaloExchange),
 }
 
 /// A dataflow node.
@@ -240,6 +304,7 @@ impl Node {
             Node::Map(m) => format!("map '{}'", m.label),
             Node::Nested(n) => format!("nested SDFG '{}'", n.sdfg.name),
             Node::Library(LibraryNode::Reduce(_)) => "library node 'reduce'".to_string(),
+            Node::Library(LibraryNode::HaloExchange(_)) => "halo exchange".to_string(),
         }
     }
 

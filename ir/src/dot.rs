@@ -887,6 +887,18 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out
                     ],
                 ));
             }
+            Node::Library(LibraryNode::HaloExchange(h)) => {
+                out.push(node(
+                    &id,
+                    vec![
+                        attr(
+                            "label",
+                            &format!("halo exchange\nwidth {}, {}", h.width, h.decomposition),
+                        ),
+                        attr("shape", "doubleoctagon"),
+                    ],
+                ));
+            }
             Node::Map(m) => {
                 let mark = style.marks.and_then(|k| k.maps.get(&m.label));
                 let mut head = map_head(m);

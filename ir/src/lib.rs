@@ -38,8 +38,8 @@ pub use builder::{DataflowBuilder, SdfgBuilder};
 pub use control::{Block, If, Loop, StateId};
 pub use data::{Array, DataDesc, Descriptors, Storage, Symbol};
 pub use dataflow::{
-    Dataflow, Edge, EdgeId, LibraryNode, MapScope, NestedSdfg, Node, NodeId, Range, Reachability,
-    Reduce, Schedule, Tasklet,
+    Dataflow, Decomposition, Edge, EdgeId, HaloExchange, LibraryNode, MapScope, NestedSdfg, Node,
+    NodeId, Range, Reachability, Reduce, Schedule, Tasklet,
 };
 pub use dtype::{DType, Value};
 pub use expr::{BinOp, Expr, MathFn, Stmt, UnOp};

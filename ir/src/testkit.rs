@@ -109,6 +109,10 @@ pub struct GenConfig {
     /// (`concat_where`), inside a conditional's arm or a loop at times; and `if_stmt`
     /// callees (a branching nested SDFG) called at every point of a map.
     pub allow_gt4py_shapes: bool,
+    /// Halo exchanges of width 1 over this decomposition (off by default): states that
+    /// exchange one or two of the fields, between the others; the program is then run on
+    /// the decomposition's ranks (`interp::run_ranks`).
+    pub exchange: Option<crate::dataflow::Decomposition>,
 }
 
 impl Default for GenConfig {
@@ -130,6 +134,7 @@ impl Default for GenConfig {
             allow_edge_arith: true,
             allow_failing_dead_code: false,
             allow_gt4py_shapes: false,
+            exchange: None,
         }
     }
 }
@@ -519,6 +524,11 @@ impl Gen {
     /// One element of the top-level sequence: a state, or a loop or conditional around
     /// states. Only plain states extend what is known to be written afterwards.
     fn top_item(&mut self, env: &mut Env) -> Block {
+        if let Some(d) = self.cfg.exchange.clone()
+            && self.rng.random_bool(0.3)
+        {
+            return self.exchange(d);
+        }
         let r = self.rng.random_range(0..10);
         if self.cfg.allow_hazards
             && self.cfg.allow_loops
@@ -620,6 +630,45 @@ impl Gen {
             format!("{var} + 1").as_str(),
             body,
         )
+    }
+
+    /// A state exchanging the halos (width 1) of one or two of the fields declared so far
+    /// over `decomposition`. What is known to be written stays as it was: the halo cells
+    /// get the neighbours' values, valid or not.
+    fn exchange(&mut self, decomposition: crate::dataflow::Decomposition) -> Block {
+        // Fields (not per-worker buffers) of two dimensions or more; the inputs always.
+        let sdfg = self.b.sdfg();
+        let names: Vec<String> = self
+            .dtypes
+            .keys()
+            .filter(|n| {
+                sdfg.arrays
+                    .get(*n)
+                    .is_some_and(|d| d.shape().len() >= 2 && !d.is_body_local())
+            })
+            .cloned()
+            .collect();
+        let mut fields = vec![names[self.rng.random_range(0..names.len())].clone()];
+        if names.len() > 1 && self.rng.random_bool(0.5) {
+            let other = names[self.rng.random_range(0..names.len())].clone();
+            if other != fields[0] {
+                fields.push(other);
+            }
+        }
+        self.states_left = self.states_left.saturating_sub(1);
+        let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let label = format!("exchange{}", self.maps);
+        self.maps += 1;
+        let id = self.b.state(&label, |st| {
+            st.halo_exchange(
+                &refs,
+                crate::dataflow::HaloExchange {
+                    width: 1,
+                    decomposition,
+                },
+            );
+        });
+        Block::State(id)
     }
 
     /// GT4Py's `concat_where`: a transient `a` assembled from pieces over the rows, one

@@ -172,6 +172,111 @@ proptest! {
     }
 }
 
+/// Generated programs with halo exchanges over 2 × 2 ranks (periodic along the first
+/// dimension, bounded along the second, corners filled).
+fn on_ranks() -> GenConfig {
+    GenConfig {
+        exchange: Some(sdflow_ir::Decomposition::Structured {
+            ranks: [2, 2],
+            periodic: [true, false],
+            corners: true,
+        }),
+        ..hazards()
+    }
+}
+
+/// Runs `sdfg` on the four ranks of [`on_ranks`], rank `r` with `inputs[r]`.
+fn run_on_ranks(sdfg: &Sdfg, inputs: &[Bindings]) -> Result<Vec<Bindings>, String> {
+    let mut ranks = inputs.to_vec();
+    interp::run_ranks(sdfg, &mut ranks).map_err(|e| e.to_string())?;
+    Ok(ranks)
+}
+
+/// The default pipelines on a program with halo exchanges, run on simulated ranks: every
+/// rank's outputs are the original program's, bit for bit.
+fn check_on_ranks(sdfg: &Sdfg) -> Result<(), TestCaseError> {
+    for pipeline in [Pipeline::cpu(), Pipeline::gpu()] {
+        let mut opt = sdfg.clone();
+        pipeline
+            .validate_each(true)
+            .run(&mut opt)
+            .map_err(|e| TestCaseError::fail(format!("{}: {e}", sdfg.name)))?;
+        for symbols in [sample_symbols(sdfg), sample_small_symbols(sdfg)] {
+            let inputs: Vec<Bindings> = (0..4)
+                .map(|r| random_bindings(sdfg, &symbols, 7 + r).expect("bindings"))
+                .collect();
+            let Ok(before) = run_on_ranks(sdfg, &inputs) else {
+                continue;
+            };
+            let after = run_on_ranks(&opt, &inputs).map_err(|e| {
+                TestCaseError::fail(format!(
+                    "{}: fails on ranks after the pipeline at {symbols:?} where the original ran: {e}",
+                    sdfg.name
+                ))
+            })?;
+            for (r, (b, a)) in before.iter().zip(&after).enumerate() {
+                if let Some(d) = first_difference(sdfg, b, a) {
+                    prop_assert!(false, "{}: rank {r}: {d} at {symbols:?}", sdfg.name);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 4, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_pipelines_preserve_results_on_ranks(s in arb_sdfg(on_ranks())) {
+        check_on_ranks(&s)?;
+    }
+}
+
+/// The generator's exchanges run: most programs with one run on the ranks, and the
+/// pipelines keep the exchanges (they are collective and write their fields).
+#[test]
+fn generated_exchanges_run_on_ranks_and_stay() {
+    let count = |s: &Sdfg| {
+        s.states
+            .iter()
+            .flat_map(|st| {
+                st.graph
+                    .node_ids()
+                    .into_iter()
+                    .map(move |n| st.graph.node(n))
+            })
+            .filter(|n| {
+                matches!(
+                    n,
+                    sdflow_ir::Node::Library(sdflow_ir::LibraryNode::HaloExchange(_))
+                )
+            })
+            .count()
+    };
+    let (mut with, mut ran, mut kept) = (0, 0, 0);
+    for seed in 0..100 {
+        let s = generate(seed, &on_ranks());
+        if count(&s) == 0 {
+            continue;
+        }
+        with += 1;
+        let inputs: Vec<Bindings> = (0..4)
+            .map(|r| random_bindings(&s, &sample_symbols(&s), r).unwrap())
+            .collect();
+        ran += usize::from(run_on_ranks(&s, &inputs).is_ok());
+        let mut opt = s.clone();
+        Pipeline::cpu().run(&mut opt).unwrap();
+        kept += usize::from(count(&opt) > 0);
+    }
+    assert!(with >= 40, "{with} of 100 programs exchange halos");
+    assert!(ran * 2 >= with, "{ran} of {with} ran on the ranks");
+    assert!(
+        kept * 2 >= with,
+        "{kept} of {with} keep an exchange after the pipeline"
+    );
+}
+
 /// The passes do fire on the generated programs (the properties above are not vacuous).
 #[test]
 fn random_programs_exercise_the_passes() {

@@ -410,6 +410,11 @@ impl Emitter<'_> {
             Node::Map(m) => self.sequential_map(sc, m)?,
             Node::Nested(ns) => self.nested(sc, df, n, ns)?,
             Node::Library(LibraryNode::Reduce(r)) => self.reduce(sc, df, n, r)?,
+            Node::Library(LibraryNode::HaloExchange(_)) => {
+                return Err(CodegenError::Unsupported(
+                    "a halo exchange: the backends do not lower halo exchanges yet".into(),
+                ));
+            }
         }
         Ok(())
     }

@@ -1094,6 +1094,13 @@ fn plan_state(
                 a.to_string(),
             ),
             Node::Library(LibraryNode::Reduce(_)) => (StepKind::Reduce, node.describe()),
+            Node::Library(LibraryNode::HaloExchange(h)) => {
+                return Err(CodegenError::Unsupported(format!(
+                    "state '{}' exchanges halos over {} ranks: the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends do not lower halo exchanges yet",
+                    st.name,
+                    h.decomposition.size()
+                )));
+            }
             Node::Nested(ns) => (
                 StepKind::Nested(Box::new(plan_sdfg(&ns.sdfg, false, target)?)),
                 ns.sdfg.name.clone(),

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use crate::control::{Block, If, Loop, StateId};
 use crate::data::{Array, DataDesc, Symbol, row_major_strides};
-use crate::dataflow::{Dataflow, LibraryNode, MapScope, NestedSdfg, Node, Range, Reduce, Tasklet};
+use crate::dataflow::{
+    Dataflow, Decomposition, HaloExchange, LibraryNode, MapScope, NestedSdfg, Node, Range, Reduce,
+    Tasklet,
+};
 use crate::dtype::{DType, Value};
 use crate::expr::{Expr, Stmt};
 use crate::memlet::{Memlet, Subset};
@@ -162,6 +165,20 @@ fn node_to_doc(n: &Node) -> NodeDoc {
             op: r.op.into(),
             axes: r.axes.clone(),
             identity: r.identity.map(|v| v.to_string()),
+        }),
+        Node::Library(LibraryNode::HaloExchange(h)) => NodeDoc::HaloExchange(HaloExchangeDoc {
+            width: h.width,
+            decomposition: match &h.decomposition {
+                Decomposition::Structured {
+                    ranks,
+                    periodic,
+                    corners,
+                } => DecompositionDoc::Structured {
+                    ranks: *ranks,
+                    periodic: *periodic,
+                    corners: *corners,
+                },
+            },
         }),
     }
 }
@@ -475,6 +492,20 @@ fn node_from(n: &NodeDoc, p: &Path) -> Result<Node, FormatError> {
                 identity,
             }))
         }
+        NodeDoc::HaloExchange(h) => Node::Library(LibraryNode::HaloExchange(HaloExchange {
+            width: h.width,
+            decomposition: match &h.decomposition {
+                DecompositionDoc::Structured {
+                    ranks,
+                    periodic,
+                    corners,
+                } => Decomposition::Structured {
+                    ranks: *ranks,
+                    periodic: *periodic,
+                    corners: *corners,
+                },
+            },
+        })),
     })
 }
 

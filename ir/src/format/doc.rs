@@ -304,6 +304,7 @@ pub(crate) enum NodeDoc {
     Map(MapDoc),
     Nested(NestedDoc),
     Reduce(ReduceDoc),
+    HaloExchange(HaloExchangeDoc),
 }
 
 /// A tasklet.
@@ -352,6 +353,27 @@ pub(crate) struct ReduceDoc {
     pub(crate) axes: Option<Vec<usize>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) identity: Option<String>,
+}
+
+/// A halo exchange library node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HaloExchangeDoc {
+    pub(crate) width: i64,
+    pub(crate) decomposition: DecompositionDoc,
+}
+
+/// How the domain is split over ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum DecompositionDoc {
+    Structured {
+        ranks: [i64; 2],
+        #[serde(default)]
+        periodic: [bool; 2],
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        corners: bool,
+    },
 }
 
 /// An edge between two nodes of the same graph, by position in `nodes`.

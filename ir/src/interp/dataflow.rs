@@ -46,7 +46,41 @@ fn exec_node(f: &mut Frame<'_>, g: &Dataflow, n: NodeId, node: &Node) -> Result<
         Node::Map(m) => exec_map(f, m),
         Node::Nested(ns) => exec_nested(f, g, n, ns),
         Node::Library(LibraryNode::Reduce(r)) => exec_reduce(f, g, n, r),
+        Node::Library(LibraryNode::HaloExchange(h)) => exec_halo_exchange(f, g, n, h),
     }
+}
+
+/// A halo exchange of the containers through the node, on this thread's rank.
+fn exec_halo_exchange(
+    f: &mut Frame<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    h: &crate::dataflow::HaloExchange,
+) -> Result<(), InterpError> {
+    let mut names: Vec<String> = g
+        .in_edges(n)
+        .into_iter()
+        .map(|e| g.edge(e).memlet.data.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    let mut fields = BTreeMap::new();
+    for name in &names {
+        let a = f
+            .arrays
+            .remove(name)
+            .ok_or_else(|| super::frame::err(format!("no container '{name}'")))?;
+        fields.insert(name.clone(), a);
+    }
+    let what = format!(
+        "the halo exchange of {} (width {}, {})",
+        names.join(", "),
+        h.width,
+        h.decomposition
+    );
+    let r = super::ranks::exchange(h, &what, &mut fields);
+    f.arrays.extend(fields);
+    r
 }
 
 /// Copies `src` to `dst` along a memlet, element by element in row-major order of the

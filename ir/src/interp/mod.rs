@@ -69,7 +69,10 @@ mod dataflow;
 pub mod eval;
 mod frame;
 mod random;
+mod ranks;
 pub mod value;
+
+pub use ranks::{gather, run_ranks, scatter};
 
 pub use random::random_bindings;
 

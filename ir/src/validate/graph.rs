@@ -37,6 +37,9 @@ pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Lo
             Node::Map(m) => maps::check_map(cx, scope, g, n, m, &nloc),
             Node::Nested(ns) => maps::check_nested(cx, scope, g, n, ns, &nloc),
             Node::Library(LibraryNode::Reduce(r)) => maps::check_reduce(cx, scope, g, n, r, &nloc),
+            Node::Library(LibraryNode::HaloExchange(h)) => {
+                check_halo_exchange(cx, scope, g, n, h, &nloc)
+            }
         }
     }
     for e in g.edge_ids() {
@@ -50,6 +53,127 @@ pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Lo
         );
     }
     check_races(cx, g, loc);
+}
+
+/// A halo exchange: at state level (every rank runs it once, not per map point); a
+/// positive width and rank counts; each field enters at the connector of its name from
+/// an access node of it and leaves the same way, whole, and has at least two dimensions
+/// whose extents hold the halo on both sides and an interior as wide as the halo.
+fn check_halo_exchange(
+    cx: &mut Cx,
+    scope: &Scope<'_>,
+    g: &Dataflow,
+    n: NodeId,
+    h: &crate::dataflow::HaloExchange,
+    loc: &Loc<'_>,
+) {
+    use crate::dataflow::Decomposition;
+    if !scope.params.is_empty() {
+        cx.push(
+            ProblemKind::LibraryNode,
+            loc,
+            "a halo exchange inside a map body (it runs once per rank, at state level)".into(),
+        );
+    }
+    if h.width < 1 {
+        cx.push(
+            ProblemKind::LibraryNode,
+            loc,
+            format!(
+                "halo exchange of width {}: the width must be at least 1",
+                h.width
+            ),
+        );
+    }
+    match &h.decomposition {
+        Decomposition::Structured { ranks, .. } => {
+            if ranks.iter().any(|&r| r < 1) {
+                cx.push(
+                    ProblemKind::LibraryNode,
+                    loc,
+                    format!(
+                        "halo exchange over {}x{} ranks: each count must be at least 1",
+                        ranks[0], ranks[1]
+                    ),
+                );
+            }
+        }
+    }
+    let mut side = |edges: Vec<EdgeId>, out: bool| -> Vec<String> {
+        let mut fields = Vec::new();
+        for e in edges {
+            let edge = g.edge(e);
+            let (a, b) = g.endpoints(e);
+            let other = g.node(if out { b } else { a }).as_access();
+            let conn = if out { &edge.src_conn } else { &edge.dst_conn };
+            let data = &edge.memlet.data;
+            if other != Some(data.as_str()) || conn.as_deref() != Some(data.as_str()) {
+                cx.push(
+                    ProblemKind::BadEdge,
+                    loc,
+                    format!(
+                        "halo exchange: the edge of '{data}' must {} an access node of '{data}' at connector '{data}'",
+                        if out { "go to" } else { "come from" }
+                    ),
+                );
+                continue;
+            }
+            fields.push(data.clone());
+        }
+        fields.sort();
+        fields
+    };
+    let ins = side(g.in_edges(n), false);
+    let outs = side(g.out_edges(n), true);
+    if ins.is_empty() {
+        cx.push(
+            ProblemKind::LibraryNode,
+            loc,
+            "halo exchange of no field (each field enters and leaves at its own connector)".into(),
+        );
+    }
+    if ins != outs {
+        cx.push(
+            ProblemKind::LibraryNode,
+            loc,
+            format!(
+                "halo exchange: the fields entering ({}) and leaving ({}) differ",
+                ins.join(", "),
+                outs.join(", ")
+            ),
+        );
+    }
+    for f in &ins {
+        let Some(desc) = scope.sdfg.arrays.get(f) else {
+            continue;
+        };
+        let shape = desc.shape();
+        if shape.len() < 2 {
+            cx.push(
+                ProblemKind::LibraryNode,
+                loc,
+                format!(
+                    "halo exchange of '{f}', which has {} dimension(s); the decomposition splits the first two",
+                    shape.len()
+                ),
+            );
+            continue;
+        }
+        for (d, e) in shape.iter().take(2).enumerate() {
+            if let Some(v) = e.simplify().as_int()
+                && v < 3 * h.width
+            {
+                cx.push(
+                    ProblemKind::LibraryNode,
+                    loc,
+                    format!(
+                        "halo exchange of '{f}': extent {v} in dimension {d} leaves no interior as wide as the halo ({} on each side)",
+                        h.width
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn check_tasklet_edges(
@@ -157,7 +281,16 @@ fn check_conn(cx: &mut Cx, node: &Node, conn: Option<&str>, out: bool, loc: &Loc
                 format!("the edge {dir} {desc} without naming a connector"),
             ),
         },
-        Node::Library(_) => {
+        Node::Library(LibraryNode::HaloExchange(_)) => {
+            if conn.is_none() {
+                cx.push(
+                    ProblemKind::UnknownConnector,
+                    loc,
+                    format!("the edge {dir} {desc} without naming the field it exchanges"),
+                );
+            }
+        }
+        Node::Library(LibraryNode::Reduce(_)) => {
             let want = if out { "out" } else { "in" };
             if conn != Some(want) {
                 cx.push(
