@@ -83,7 +83,7 @@ fn the_backends_refuse_an_exchange_with_a_clear_error() {
     assert!(out.status.success());
     let dot = String::from_utf8_lossy(&out.stdout);
     assert!(
-        dot.contains("halo exchange\\nwidth 1, 2x2 ranks (periodic, periodic, corners)"),
+        dot.contains("halo exchange\\n2x2 ranks (periodic, periodic, corners), width 1"),
         "{dot}"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_sdflow"))

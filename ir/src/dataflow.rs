@@ -210,15 +210,13 @@ pub struct Reduce {
 }
 
 /// A halo exchange: the program runs on every rank of a decomposition (each rank on its
-/// own part of the fields, with a halo of `width` cells around it), and each field that
-/// passes through the node (connector `X` in and out, the whole container) gets the
-/// neighbouring ranks' cells into its halo. Collective: every rank reaches the same
-/// exchanges in the same order.
+/// own part of the fields, with a halo around it), and each field that passes through
+/// the node (connector `X` in and out, the whole container) gets the neighbouring ranks'
+/// cells into its halo. Collective: every rank reaches the same exchanges in the same
+/// order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HaloExchange {
-    /// Halo cells on each side of the decomposed dimensions.
-    pub width: i64,
-    /// How the global domain is split over the ranks.
+    /// How the global domain is split over the ranks, and where the halo is.
     pub decomposition: Decomposition,
 }
 
@@ -231,11 +229,27 @@ pub enum Decomposition {
     Structured {
         /// Ranks along the first and the second dimension.
         ranks: [i64; 2],
+        /// Halo cells on each side.
+        width: i64,
         /// Whether each dimension wraps around (else the outer halos stay as they are).
         periodic: [bool; 2],
         /// Whether the corners of the halo are filled too (from the diagonal neighbours),
         /// for stencils that read diagonally.
         corners: bool,
+    },
+    /// Cells of an unstructured grid (ICON's cells, edges or vertices: the first
+    /// dimension of each field) partitioned over `ranks` ranks: each rank holds the cells
+    /// it owns and a halo of cells other ranks own, listed by two integer containers of
+    /// the program indexed like the fields' first dimension — `global`, each cell's index
+    /// in the global grid, and `owner`, the rank that owns it. The exchange fills every
+    /// cell a rank does not own from the rank that does.
+    Unstructured {
+        /// How many ranks.
+        ranks: i64,
+        /// The container of each local cell's global index.
+        global: String,
+        /// The container of each local cell's owning rank.
+        owner: String,
     },
 }
 
@@ -244,13 +258,14 @@ impl std::fmt::Display for Decomposition {
         match self {
             Decomposition::Structured {
                 ranks,
+                width,
                 periodic,
                 corners,
             } => {
                 let wrap = |p: bool| if p { "periodic" } else { "bounded" };
                 write!(
                     f,
-                    "{}x{} ranks ({}, {}{})",
+                    "{}x{} ranks ({}, {}{}), width {width}",
                     ranks[0],
                     ranks[1],
                     wrap(periodic[0]),
@@ -258,6 +273,14 @@ impl std::fmt::Display for Decomposition {
                     if *corners { ", corners" } else { "" }
                 )
             }
+            Decomposition::Unstructured {
+                ranks,
+                global,
+                owner,
+            } => write!(
+                f,
+                "{ranks} ranks (cells by '{global}', owners by '{owner}')"
+            ),
         }
     }
 }
@@ -267,6 +290,7 @@ impl Decomposition {
     pub fn size(&self) -> i64 {
         match self {
             Decomposition::Structured { ranks, .. } => ranks[0].saturating_mul(ranks[1]),
+            Decomposition::Unstructured { ranks, .. } => *ranks,
         }
     }
 }

@@ -891,10 +891,7 @@ fn draw_dataflow(sdfg: &Sdfg, df: &Dataflow, prefix: &str, style: Style<'_>, out
                 out.push(node(
                     &id,
                     vec![
-                        attr(
-                            "label",
-                            &format!("halo exchange\nwidth {}, {}", h.width, h.decomposition),
-                        ),
+                        attr("label", &format!("halo exchange\n{}", h.decomposition)),
                         attr("shape", "doubleoctagon"),
                     ],
                 ));

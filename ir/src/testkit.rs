@@ -109,7 +109,7 @@ pub struct GenConfig {
     /// (`concat_where`), inside a conditional's arm or a loop at times; and `if_stmt`
     /// callees (a branching nested SDFG) called at every point of a map.
     pub allow_gt4py_shapes: bool,
-    /// Halo exchanges of width 1 over this decomposition (off by default): states that
+    /// Halo exchanges over this decomposition (off by default): states that
     /// exchange one or two of the fields, between the others; the program is then run on
     /// the decomposition's ranks (`interp::run_ranks`).
     pub exchange: Option<crate::dataflow::Decomposition>,
@@ -632,7 +632,7 @@ impl Gen {
         )
     }
 
-    /// A state exchanging the halos (width 1) of one or two of the fields declared so far
+    /// A state exchanging the halos of one or two of the fields declared so far
     /// over `decomposition`. What is known to be written stays as it was: the halo cells
     /// get the neighbours' values, valid or not.
     fn exchange(&mut self, decomposition: crate::dataflow::Decomposition) -> Block {
@@ -660,13 +660,7 @@ impl Gen {
         let label = format!("exchange{}", self.maps);
         self.maps += 1;
         let id = self.b.state(&label, |st| {
-            st.halo_exchange(
-                &refs,
-                crate::dataflow::HaloExchange {
-                    width: 1,
-                    decomposition,
-                },
-            );
+            st.halo_exchange(&refs, crate::dataflow::HaloExchange { decomposition });
         });
         Block::State(id)
     }

@@ -20,9 +20,9 @@ fn stencil(ranks: [i64; 2], periodic: [bool; 2], corners: bool) -> Sdfg {
         s.halo_exchange(
             &["u"],
             HaloExchange {
-                width: 1,
                 decomposition: Decomposition::Structured {
                     ranks,
+                    width: 1,
                     periodic,
                     corners,
                 },
@@ -200,7 +200,7 @@ fn the_number_of_ranks_must_be_the_decompositions() {
     let e = run_ranks(&s, &mut parts).unwrap_err().to_string();
     assert!(
         e.ends_with(
-            "a halo exchange over 2x2 ranks (periodic, periodic, corners), run on 3 rank(s)"
+            "a halo exchange over 2x2 ranks (periodic, periodic, corners), width 1 is run on 3 rank(s)"
         ),
         "{e}"
     );
@@ -208,7 +208,7 @@ fn the_number_of_ranks_must_be_the_decompositions() {
     let mut b = bindings(field(6, 6));
     let e = run(&s, &mut b).unwrap_err().to_string();
     assert!(
-        e.contains("a halo exchange over 2x2 ranks (periodic, periodic, corners) runs on one rank here (run the program on its ranks: `interp::run_ranks`)"),
+        e.contains("a halo exchange over 2x2 ranks (periodic, periodic, corners), width 1 cannot run on one rank alone (run the program on its ranks: `interp::run_ranks`)"),
         "{e}"
     );
 }
@@ -224,9 +224,9 @@ fn ranks_that_reach_different_exchanges_are_an_error_not_a_hang() {
         s.halo_exchange(
             &["u"],
             HaloExchange {
-                width: 1,
                 decomposition: Decomposition::Structured {
                     ranks: [2, 1],
+                    width: 1,
                     periodic: [true, true],
                     corners: false,
                 },
@@ -252,7 +252,7 @@ fn ranks_that_reach_different_exchanges_are_an_error_not_a_hang() {
         .collect();
     let e = run_ranks(&s, &mut parts).unwrap_err().to_string();
     assert!(
-        e.contains("rank 1 ended its program without reaching the halo exchange of u (width 1, 2x1 ranks (periodic, periodic))"),
+        e.contains("rank 1 ended its program without reaching the halo exchange of u (2x1 ranks (periodic, periodic), width 1)"),
         "{e}"
     );
 }
@@ -265,7 +265,7 @@ fn the_exchange_round_trips_through_json_and_is_drawn() {
     assert_eq!(from_json(&text).unwrap(), s);
     let dot = sdflow_ir::dot::to_dot(&s);
     assert!(
-        dot.contains("halo exchange\\nwidth 1, 2x3 ranks (periodic, bounded, corners)"),
+        dot.contains("halo exchange\\n2x3 ranks (periodic, bounded, corners), width 1"),
         "{dot}"
     );
 }
@@ -273,9 +273,9 @@ fn the_exchange_round_trips_through_json_and_is_drawn() {
 #[test]
 fn a_malformed_exchange_is_a_validation_error() {
     let exchange = |width, ranks| HaloExchange {
-        width,
         decomposition: Decomposition::Structured {
             ranks,
+            width,
             periodic: [true, true],
             corners: false,
         },
@@ -334,5 +334,175 @@ fn a_malformed_exchange_is_a_validation_error() {
         got.iter().any(|(_, m)| m
             == "halo exchange of 'u': extent 2 in dimension 0 leaves no interior as wide as the halo (1 on each side)"),
         "{got:?}"
+    );
+}
+
+/// A ring of `N` cells (neighbours `c - 1` and `c + 1`, wrapping), three levels: a
+/// neighbour-table stencil after an unstructured exchange of `u` over `ranks` ranks
+/// (cells listed by `glob`, owners by `own`).
+fn ring(ranks: i64) -> Sdfg {
+    let mut b = SdfgBuilder::new("ring");
+    b.symbol("NL", DType::I64)
+        .symbol("NO", DType::I64)
+        .array("u", DType::F64, ["NL", "3"])
+        .array("out", DType::F64, ["NL", "3"])
+        .array("glob", DType::I64, ["NL"])
+        .array("own", DType::I64, ["NL"])
+        .array("nb", DType::I64, ["NL", "2"]);
+    b.state("exchange", |s| {
+        s.halo_exchange(
+            &["u"],
+            HaloExchange {
+                decomposition: Decomposition::Unstructured {
+                    ranks,
+                    global: "glob".into(),
+                    owner: "own".into(),
+                },
+            },
+        );
+    });
+    b.state("apply", |s| {
+        s.map("diffuse", &["c", "k"], &["0:NO", "0:3"], |m| {
+            m.tasklet(
+                "diffuse",
+                &[
+                    ("a", "u[nb[c, 0], k]"),
+                    ("b", "u[nb[c, 1], k]"),
+                    ("x", "u[c, k]"),
+                ],
+                &[("o", "out[c, k]")],
+                "o = a + b - 2.0 * x",
+            );
+        });
+    });
+    b.build()
+}
+
+/// Rank `r`'s arguments for a ring of `n` cells split into `ranks` blocks: its cells in
+/// order, then the cell before and the cell after its block (owned by the neighbours).
+fn ring_part(n: usize, ranks: usize, r: usize, u: &dyn Fn(usize, usize) -> f64) -> Bindings {
+    let block = n / ranks;
+    let (lo, hi) = (r * block, if r + 1 == ranks { n } else { (r + 1) * block });
+    let mut cells: Vec<usize> = (lo..hi).collect();
+    if ranks > 1 {
+        cells.push((lo + n - 1) % n);
+        cells.push(hi % n);
+    }
+    let owner = |g: usize| (g / block).min(ranks - 1);
+    let local = |g: usize| cells.iter().position(|&c| c == g).unwrap_or(0);
+    let nl = cells.len();
+    let mut b = Bindings::default();
+    b.symbols.insert("NL".into(), Value::I64(nl as i64));
+    b.symbols.insert("NO".into(), Value::I64((hi - lo) as i64));
+    let mut field = HostArray::zeros(DType::F64, &[nl, 3]);
+    let (mut glob, mut own) = (
+        HostArray::zeros(DType::I64, &[nl]),
+        HostArray::zeros(DType::I64, &[nl]),
+    );
+    let mut nb = HostArray::zeros(DType::I64, &[nl, 2]);
+    for (l, &g) in cells.iter().enumerate() {
+        glob.set(&[l], Value::I64(g as i64));
+        own.set(&[l], Value::I64(owner(g) as i64));
+        let owned = l < hi - lo;
+        for k in 0..3 {
+            // Halo cells hold garbage until the exchange fills them.
+            field.set(&[l, k], Value::F64(if owned { u(g, k) } else { -1e9 }));
+        }
+        if owned {
+            nb.set(&[l, 0], Value::I64(local((g + n - 1) % n) as i64));
+            nb.set(&[l, 1], Value::I64(local((g + 1) % n) as i64));
+        }
+    }
+    b.arrays.insert("u".into(), field);
+    b.arrays
+        .insert("out".into(), HostArray::zeros(DType::F64, &[nl, 3]));
+    b.arrays.insert("glob".into(), glob);
+    b.arrays.insert("own".into(), own);
+    b.arrays.insert("nb".into(), nb);
+    b
+}
+
+#[test]
+fn an_unstructured_exchange_feeds_a_neighbour_table_stencil_as_on_one_rank() {
+    let u = |g: usize, k: usize| ((g * 7 + k * 3) % 11) as f64 / 3.0 + (g as f64).cos();
+    let n = 12;
+    let mut whole = ring_part(n, 1, 0, &u);
+    let s1 = ring(1);
+    assert_eq!(s1.validate(), Ok(()));
+    run(&s1, &mut whole).unwrap();
+    let want = &whole.arrays["out"];
+    for ranks in [2, 3, 4] {
+        let s = ring(ranks as i64);
+        let mut parts: Vec<Bindings> = (0..ranks).map(|r| ring_part(n, ranks, r, &u)).collect();
+        run_ranks(&s, &mut parts).unwrap();
+        for p in &parts {
+            let glob = p.arrays["glob"].values();
+            let no = p.symbols["NO"].as_i64() as usize;
+            for (l, g) in glob.iter().take(no).enumerate() {
+                for k in 0..3 {
+                    let g = g.as_i64() as usize;
+                    assert_eq!(
+                        p.arrays["out"].get(&[l, k]).unwrap(),
+                        want.get(&[g, k]).unwrap(),
+                        "{ranks} ranks: cell {g}, level {k}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_halo_cell_its_owner_does_not_hold_is_an_error() {
+    let u = |g: usize, _: usize| g as f64;
+    let s = ring(3);
+    let mut parts: Vec<Bindings> = (0..3).map(|r| ring_part(12, 3, r, &u)).collect();
+    // Rank 1's halo cell 4 (global 3) said to be owned by rank 2, which does not hold it.
+    parts[1]
+        .arrays
+        .get_mut("own")
+        .unwrap()
+        .set(&[4], Value::I64(2));
+    let e = run_ranks(&s, &mut parts).unwrap_err().to_string();
+    assert!(
+        e.starts_with("rank 1 / ")
+            && e.ends_with("cell 4 (global 3) of rank 1 is not among the cells rank 2 owns"),
+        "{e}"
+    );
+    // The lists must be one-dimensional integer containers of the program.
+    let mut b = SdfgBuilder::new("lists");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("glob", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.halo_exchange(
+            &["u"],
+            HaloExchange {
+                decomposition: Decomposition::Unstructured {
+                    ranks: 2,
+                    global: "glob".into(),
+                    owner: "own".into(),
+                },
+            },
+        );
+    });
+    let problems: Vec<String> = b
+        .build()
+        .validate()
+        .unwrap_err()
+        .iter()
+        .map(|p| p.message.clone())
+        .collect();
+    assert!(
+        problems.contains(
+            &"halo exchange: the global indices 'glob' must be a one-dimensional integer container"
+                .to_string()
+        ),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .contains(&"halo exchange: the owners 'own' is not a declared container".to_string()),
+        "{problems:?}"
     );
 }

@@ -178,6 +178,7 @@ fn on_ranks() -> GenConfig {
     GenConfig {
         exchange: Some(sdflow_ir::Decomposition::Structured {
             ranks: [2, 2],
+            width: 1,
             periodic: [true, false],
             corners: true,
         }),

@@ -167,16 +167,26 @@ fn node_to_doc(n: &Node) -> NodeDoc {
             identity: r.identity.map(|v| v.to_string()),
         }),
         Node::Library(LibraryNode::HaloExchange(h)) => NodeDoc::HaloExchange(HaloExchangeDoc {
-            width: h.width,
             decomposition: match &h.decomposition {
                 Decomposition::Structured {
                     ranks,
+                    width,
                     periodic,
                     corners,
                 } => DecompositionDoc::Structured {
                     ranks: *ranks,
+                    width: *width,
                     periodic: *periodic,
                     corners: *corners,
+                },
+                Decomposition::Unstructured {
+                    ranks,
+                    global,
+                    owner,
+                } => DecompositionDoc::Unstructured {
+                    ranks: *ranks,
+                    global: global.clone(),
+                    owner: owner.clone(),
                 },
             },
         }),
@@ -493,16 +503,26 @@ fn node_from(n: &NodeDoc, p: &Path) -> Result<Node, FormatError> {
             }))
         }
         NodeDoc::HaloExchange(h) => Node::Library(LibraryNode::HaloExchange(HaloExchange {
-            width: h.width,
             decomposition: match &h.decomposition {
                 DecompositionDoc::Structured {
                     ranks,
+                    width,
                     periodic,
                     corners,
                 } => Decomposition::Structured {
                     ranks: *ranks,
+                    width: *width,
                     periodic: *periodic,
                     corners: *corners,
+                },
+                DecompositionDoc::Unstructured {
+                    ranks,
+                    global,
+                    owner,
+                } => Decomposition::Unstructured {
+                    ranks: *ranks,
+                    global: global.clone(),
+                    owner: owner.clone(),
                 },
             },
         })),

@@ -359,7 +359,6 @@ pub(crate) struct ReduceDoc {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HaloExchangeDoc {
-    pub(crate) width: i64,
     pub(crate) decomposition: DecompositionDoc,
 }
 
@@ -369,10 +368,16 @@ pub(crate) struct HaloExchangeDoc {
 pub(crate) enum DecompositionDoc {
     Structured {
         ranks: [i64; 2],
+        width: i64,
         #[serde(default)]
         periodic: [bool; 2],
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         corners: bool,
+    },
+    Unstructured {
+        ranks: i64,
+        global: String,
+        owner: String,
     },
 }
 

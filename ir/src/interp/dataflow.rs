@@ -72,13 +72,30 @@ fn exec_halo_exchange(
             .ok_or_else(|| super::frame::err(format!("no container '{name}'")))?;
         fields.insert(name.clone(), a);
     }
+    // An unstructured decomposition's lists of the cells (read only).
+    let mut index = BTreeMap::new();
+    if let crate::dataflow::Decomposition::Unstructured { global, owner, .. } = &h.decomposition {
+        for name in [global, owner] {
+            let a = f.arrays.get(name).ok_or_else(|| {
+                super::frame::err(format!("no container '{name}' (the decomposition's list)"))
+            });
+            match a {
+                Ok(a) => {
+                    index.insert(name.clone(), a.clone());
+                }
+                Err(e) => {
+                    f.arrays.extend(fields);
+                    return Err(e);
+                }
+            }
+        }
+    }
     let what = format!(
-        "the halo exchange of {} (width {}, {})",
+        "the halo exchange of {} ({})",
         names.join(", "),
-        h.width,
         h.decomposition
     );
-    let r = super::ranks::exchange(h, &what, &mut fields);
+    let r = super::ranks::exchange(h, &what, &mut fields, index);
     f.arrays.extend(fields);
     r
 }

@@ -20,10 +20,12 @@ thread_local! {
     static RANK: RefCell<Option<(usize, Arc<Board>)>> = const { RefCell::new(None) };
 }
 
-/// What one rank posts at an exchange: which exchange it is, and its fields.
+/// What one rank posts at an exchange: which exchange it is, its fields, and an
+/// unstructured decomposition's lists of its cells.
 struct Post {
     what: String,
     fields: BTreeMap<String, HostArray>,
+    index: BTreeMap<String, HostArray>,
 }
 
 #[derive(Default)]
@@ -178,22 +180,27 @@ pub(crate) fn exchange(
     h: &HaloExchange,
     what: &str,
     fields: &mut BTreeMap<String, HostArray>,
+    index: BTreeMap<String, HostArray>,
 ) -> Result<(), InterpError> {
     let size = h.decomposition.size();
     let ctx = RANK.with(|c| c.borrow().clone());
     let Some((rank, board)) = ctx else {
         if size != 1 {
             return Err(err(format!(
-                "a halo exchange over {} runs on one rank here (run the program on its ranks: `interp::run_ranks`)",
+                "a halo exchange over {} cannot run on one rank alone (run the program on its ranks: `interp::run_ranks`)",
                 h.decomposition
             )));
         }
-        let own: BTreeMap<String, HostArray> = fields.clone();
-        return fill(h, 0, fields, &|_| Some(&own));
+        let own = Post {
+            what: what.to_string(),
+            fields: fields.clone(),
+            index,
+        };
+        return fill(h, 0, fields, &own.index, &|_| Some(&own));
     };
     if size != board.ranks as i64 {
         return Err(err(format!(
-            "a halo exchange over {}, run on {} rank(s)",
+            "a halo exchange over {} is run on {} rank(s)",
             h.decomposition, board.ranks
         )));
     }
@@ -202,10 +209,12 @@ pub(crate) fn exchange(
         .map(|(n, a)| format!("{n} {:?}", a.shape()))
         .collect();
     let me = format!("{what} of {}", shapes.join(", "));
-    board.lock().posts[rank] = Some(Arc::new(Post {
+    let mine = Arc::new(Post {
         what: what.to_string(),
         fields: fields.clone(),
-    }));
+        index,
+    });
+    board.lock().posts[rank] = Some(mine.clone());
     board.barrier(rank, what)?;
     let posts: Vec<Arc<Post>> = {
         let st = board.lock();
@@ -219,7 +228,9 @@ pub(crate) fn exchange(
             )));
         }
     }
-    if let Err(e) = fill(h, rank, fields, &|r| posts.get(r).map(|p| &p.fields)) {
+    if let Err(e) = fill(h, rank, fields, &mine.index, &|r| {
+        posts.get(r).map(|p| p.as_ref())
+    }) {
         // The others learn it at the barrier below.
         board.fail(rank, format!("{me}: {e}"));
         return Err(e);
@@ -228,22 +239,155 @@ pub(crate) fn exchange(
     board.barrier(rank, what)
 }
 
-/// Fills rank `rank`'s halos of `fields` from the posted fields of its neighbours
-/// (`posted(r)`: rank `r`'s, as they were before the exchange).
+/// Fills rank `rank`'s halos of `fields` from what its neighbours posted (`posted(r)`:
+/// rank `r`'s fields as they were before the exchange); `index`: this rank's lists of an
+/// unstructured decomposition.
 fn fill<'p>(
     h: &HaloExchange,
     rank: usize,
     fields: &mut BTreeMap<String, HostArray>,
+    index: &BTreeMap<String, HostArray>,
+    posted: &dyn Fn(usize) -> Option<&'p Post>,
+) -> Result<(), InterpError> {
+    match &h.decomposition {
+        Decomposition::Structured {
+            ranks,
+            width,
+            periodic,
+            corners,
+        } => fill_structured(rank, fields, *ranks, *width, *periodic, *corners, &|r| {
+            posted(r).map(|p| &p.fields)
+        }),
+        Decomposition::Unstructured {
+            ranks,
+            global,
+            owner,
+        } => fill_unstructured(rank, fields, index, *ranks, global, owner, posted),
+    }
+}
+
+/// The integers of a list container.
+fn integers(a: &HostArray) -> Vec<i64> {
+    a.values().into_iter().map(|v| v.as_i64()).collect()
+}
+
+/// Fills every cell of `fields` this rank does not own (by `owner`) from the rank that
+/// does, found there by its global index (`global`).
+fn fill_unstructured<'p>(
+    rank: usize,
+    fields: &mut BTreeMap<String, HostArray>,
+    index: &BTreeMap<String, HostArray>,
+    ranks: i64,
+    global: &str,
+    owner: &str,
+    posted: &dyn Fn(usize) -> Option<&'p Post>,
+) -> Result<(), InterpError> {
+    let lists = |idx: &BTreeMap<String, HostArray>,
+                 r: usize|
+     -> Result<(Vec<i64>, Vec<i64>), InterpError> {
+        let get = |n: &str| {
+            idx.get(n)
+                .map(integers)
+                .ok_or_else(|| err(format!("rank {r} has no list '{n}'")))
+        };
+        let (g, o) = (get(global)?, get(owner)?);
+        if g.len() != o.len() {
+            return Err(err(format!(
+                "rank {r}: '{global}' lists {} cells and '{owner}' {}",
+                g.len(),
+                o.len()
+            )));
+        }
+        Ok((g, o))
+    };
+    let (glob, own) = lists(index, rank)?;
+    for (name, field) in fields.iter() {
+        if field.shape().first() != Some(&glob.len()) {
+            return Err(err(format!(
+                "'{name}' has {} cells in its first dimension on rank {rank}, '{global}' lists {}",
+                field.shape().first().copied().unwrap_or(0),
+                glob.len()
+            )));
+        }
+    }
+    // Per owning rank: its owned cells by global index.
+    let mut owned: BTreeMap<usize, (std::collections::HashMap<i64, usize>, &'p Post)> =
+        BTreeMap::new();
+    for (l, (&g, &s)) in glob.iter().zip(&own).enumerate() {
+        if s == rank as i64 {
+            continue;
+        }
+        if !(0..ranks).contains(&s) {
+            return Err(err(format!(
+                "cell {l} (global {g}) of rank {rank} is owned by rank {s}, which is not one of the {ranks}"
+            )));
+        }
+        let s = s as usize;
+        let (map, post) = match owned.entry(s) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let post = posted(s).ok_or_else(|| err(format!("rank {s} posted nothing")))?;
+                let (tg, to) = lists(&post.index, s)?;
+                let map = tg
+                    .iter()
+                    .zip(&to)
+                    .enumerate()
+                    .filter(|(_, (_, o))| **o == s as i64)
+                    .map(|(m, (g, _))| (*g, m))
+                    .collect();
+                e.insert((map, post))
+            }
+        };
+        let post: &Post = post;
+        let m = *map.get(&g).ok_or_else(|| {
+            err(format!(
+                "cell {l} (global {g}) of rank {rank} is not among the cells rank {s} owns"
+            ))
+        })?;
+        for (name, field) in fields.iter_mut() {
+            let theirs = post
+                .fields
+                .get(name)
+                .ok_or_else(|| err(format!("rank {s} posted no field '{name}'")))?;
+            let shape = field.shape().to_vec();
+            if theirs.shape()[1..] != shape[1..] {
+                return Err(err(format!(
+                    "'{name}' has extents {:?} beyond the first dimension on rank {rank} and {:?} on rank {s}",
+                    &shape[1..],
+                    &theirs.shape()[1..]
+                )));
+            }
+            let rest: usize = shape[1..].iter().product();
+            for k in 0..rest {
+                let (mut dst, mut src) = (vec![l; shape.len()], vec![m; shape.len()]);
+                let mut q = k;
+                for d in (1..shape.len()).rev() {
+                    dst[d] = q % shape[d];
+                    src[d] = dst[d];
+                    q /= shape[d];
+                }
+                let v = theirs
+                    .get(&src)
+                    .ok_or_else(|| err(format!("'{name}': no element {src:?} on rank {s}")))?;
+                field.set(&dst, v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The structured exchange ([`Decomposition::Structured`]).
+fn fill_structured<'p>(
+    rank: usize,
+    fields: &mut BTreeMap<String, HostArray>,
+    ranks: [i64; 2],
+    w: i64,
+    periodic: [bool; 2],
+    corners: bool,
     posted: &dyn Fn(usize) -> Option<&'p BTreeMap<String, HostArray>>,
 ) -> Result<(), InterpError> {
-    let Decomposition::Structured {
-        ranks,
-        periodic,
-        corners,
-    } = &h.decomposition;
     let (px, py) = (ranks[0], ranks[1]);
     let (ri, rj) = (rank as i64 % px, rank as i64 / px);
-    let w = h.width;
     for (name, field) in fields.iter_mut() {
         let shape = field.shape().to_vec();
         if shape.len() < 2 || shape[..2].iter().any(|&n| (n as i64) < 2 * w) {

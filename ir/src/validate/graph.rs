@@ -57,8 +57,10 @@ pub(super) fn check_graph(cx: &mut Cx, scope: &Scope<'_>, g: &Dataflow, loc: &Lo
 
 /// A halo exchange: at state level (every rank runs it once, not per map point); a
 /// positive width and rank counts; each field enters at the connector of its name from
-/// an access node of it and leaves the same way, whole, and has at least two dimensions
-/// whose extents hold the halo on both sides and an interior as wide as the halo.
+/// an access node of it and leaves the same way, whole; on a structured decomposition it
+/// has at least two dimensions whose extents hold the halo on both sides and an interior
+/// as wide as the halo; on an unstructured one its first dimension is the cells the
+/// index containers list (one-dimensional integer containers of the program).
 fn check_halo_exchange(
     cx: &mut Cx,
     scope: &Scope<'_>,
@@ -75,18 +77,16 @@ fn check_halo_exchange(
             "a halo exchange inside a map body (it runs once per rank, at state level)".into(),
         );
     }
-    if h.width < 1 {
-        cx.push(
-            ProblemKind::LibraryNode,
-            loc,
-            format!(
-                "halo exchange of width {}: the width must be at least 1",
-                h.width
-            ),
-        );
-    }
+    let mut cells: Option<crate::SymExpr> = None;
     match &h.decomposition {
-        Decomposition::Structured { ranks, .. } => {
+        Decomposition::Structured { ranks, width, .. } => {
+            if *width < 1 {
+                cx.push(
+                    ProblemKind::LibraryNode,
+                    loc,
+                    format!("halo exchange of width {width}: the width must be at least 1"),
+                );
+            }
             if ranks.iter().any(|&r| r < 1) {
                 cx.push(
                     ProblemKind::LibraryNode,
@@ -96,6 +96,38 @@ fn check_halo_exchange(
                         ranks[0], ranks[1]
                     ),
                 );
+            }
+        }
+        Decomposition::Unstructured {
+            ranks,
+            global,
+            owner,
+        } => {
+            if *ranks < 1 {
+                cx.push(
+                    ProblemKind::LibraryNode,
+                    loc,
+                    format!("halo exchange over {ranks} ranks: the count must be at least 1"),
+                );
+            }
+            for (role, name) in [("global indices", global), ("owners", owner)] {
+                match scope.sdfg.arrays.get(name) {
+                    Some(d) if d.dtype().is_int() && d.shape().len() == 1 => {
+                        cells.get_or_insert_with(|| d.shape()[0].clone());
+                    }
+                    Some(_) => cx.push(
+                        ProblemKind::LibraryNode,
+                        loc,
+                        format!(
+                            "halo exchange: the {role} '{name}' must be a one-dimensional integer container"
+                        ),
+                    ),
+                    None => cx.push(
+                        ProblemKind::UndefinedData,
+                        loc,
+                        format!("halo exchange: the {role} '{name}' is not a declared container"),
+                    ),
+                }
             }
         }
     }
@@ -148,6 +180,28 @@ fn check_halo_exchange(
             continue;
         };
         let shape = desc.shape();
+        let Decomposition::Structured { width, .. } = &h.decomposition else {
+            // Unstructured: the first dimension is the listed cells.
+            let first = shape.first().map(|e| e.simplify());
+            match (&first, &cells) {
+                (None, _) => cx.push(
+                    ProblemKind::LibraryNode,
+                    loc,
+                    format!("halo exchange of '{f}', which has no dimension to split"),
+                ),
+                (Some(a), Some(c)) if a.sub(c).simplify().as_int().is_some_and(|d| d != 0) => {
+                    cx.push(
+                        ProblemKind::LibraryNode,
+                        loc,
+                        format!(
+                            "halo exchange of '{f}': its first extent {a} is not the {c} cells the decomposition lists"
+                        ),
+                    )
+                }
+                _ => {}
+            }
+            continue;
+        };
         if shape.len() < 2 {
             cx.push(
                 ProblemKind::LibraryNode,
@@ -161,14 +215,13 @@ fn check_halo_exchange(
         }
         for (d, e) in shape.iter().take(2).enumerate() {
             if let Some(v) = e.simplify().as_int()
-                && v < 3 * h.width
+                && v < 3 * width
             {
                 cx.push(
                     ProblemKind::LibraryNode,
                     loc,
                     format!(
-                        "halo exchange of '{f}': extent {v} in dimension {d} leaves no interior as wide as the halo ({} on each side)",
-                        h.width
+                        "halo exchange of '{f}': extent {v} in dimension {d} leaves no interior as wide as the halo ({width} on each side)"
                     ),
                 );
             }
