@@ -117,6 +117,7 @@ fn flatten(top: &Program) -> Result<Sdfg, BuildError> {
         list: 0,
     }];
     let mut nested_count = 0usize;
+    let mut exchanges = 0usize;
     let new_list = |lists: &mut Vec<List>, from: usize| {
         let written = lists[from].written.clone();
         lists.push(List {
@@ -279,6 +280,35 @@ fn flatten(top: &Program) -> Result<Sdfg, BuildError> {
                             env: env.clone(),
                             list: t,
                         });
+                    }
+                    Item::Exchange {
+                        fields,
+                        decomposition,
+                    } => {
+                        let mut names = Vec::with_capacity(fields.len());
+                        for f in fields {
+                            let Some(resolved) = env.fields.get(f) else {
+                                return Err(BuildError::Program {
+                                    program: program.name.clone(),
+                                    message: format!(
+                                        "the halo exchange names '{f}', which is not a field of the program"
+                                    ),
+                                });
+                            };
+                            names.push(resolved.clone());
+                        }
+                        exchanges += 1;
+                        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                        let state = b.state(&format!("halo_exchange_{exchanges}"), |st| {
+                            st.halo_exchange(
+                                &refs,
+                                sdflow_ir::HaloExchange {
+                                    decomposition: decomposition.clone(),
+                                },
+                            );
+                        });
+                        lists[list].written.extend(names);
+                        lists[list].blocks.push(Block::State(state));
                     }
                     Item::Nested {
                         program: callee,

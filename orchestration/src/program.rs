@@ -24,7 +24,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use sdflow_ir::{DType, SymExpr, Value};
+use sdflow_ir::{DType, Decomposition, SymExpr, Value};
 
 use crate::error::BuildError;
 use crate::stencil::Stencil;
@@ -75,6 +75,10 @@ pub(crate) enum Item {
         fields: Vec<(String, String)>,
         symbols: Vec<(String, String)>,
     },
+    Exchange {
+        fields: Vec<String>,
+        decomposition: Decomposition,
+    },
 }
 
 /// A sequence of program items (a program's body, a loop's or a branch's).
@@ -114,6 +118,18 @@ impl Body {
             params: pairs(params),
             domain: domain.iter().map(|s| s.to_string()).collect(),
         })));
+        self
+    }
+
+    /// Exchanges the halos of `fields` between the ranks of `decomposition` (a state of
+    /// its own: every rank runs the program on its part of the fields;
+    /// `docs/distributed.md`). Where the program asks for it: before the stencils that
+    /// read the halo.
+    pub fn halo_exchange(&mut self, fields: &[&str], decomposition: Decomposition) -> &mut Self {
+        self.items.push(Item::Exchange {
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+            decomposition,
+        });
         self
     }
 
