@@ -849,17 +849,20 @@ pub fn copy_subsets(sdfg: &Sdfg, src: &str, dst: &str, m: &Memlet) -> (Subset, S
     (s_sub, d_sub)
 }
 
+/// The copies into node `n` of a state (its in-edges from access nodes), in order.
+fn copies_into(df: &Dataflow, n: NodeId) -> Vec<EdgeId> {
+    df.in_edges(n)
+        .into_iter()
+        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
+        .collect()
+}
+
 /// The one copy into access node `n` when it comes from another container (a copy a grid
 /// covers, one thread per element); `None` for several copies into the node or a copy
 /// within one container (which may overlap: it keeps the buffered one-thread form).
 pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
     let dst = df.node(n).as_access()?;
-    let copies: Vec<EdgeId> = df
-        .in_edges(n)
-        .into_iter()
-        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
-        .collect();
-    match copies.as_slice() {
+    match copies_into(df, n).as_slice() {
         [e] if df.node(df.endpoints(*e).0).as_access() != Some(dst) => Some(*e),
         _ => None,
     }
@@ -870,11 +873,7 @@ pub fn grid_copy(df: &Dataflow, n: NodeId) -> Option<EdgeId> {
 /// one grid each, one after another. `None` otherwise (one copy is [`grid_copy`]'s).
 pub fn grid_copies(df: &Dataflow, n: NodeId) -> Option<Vec<EdgeId>> {
     let dst = df.node(n).as_access()?;
-    let copies: Vec<EdgeId> = df
-        .in_edges(n)
-        .into_iter()
-        .filter(|e| df.node(df.endpoints(*e).0).as_access().is_some())
-        .collect();
+    let copies = copies_into(df, n);
     (copies.len() > 1
         && copies.iter().all(|&e| {
             df.node(df.endpoints(e).0).as_access() != Some(dst) && df.edge(e).memlet.wcr.is_none()
