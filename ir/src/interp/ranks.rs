@@ -134,7 +134,16 @@ pub fn run_ranks(sdfg: &crate::sdfg::Sdfg, ranks: &mut [Bindings]) -> Result<(),
                     .stack_size(64 << 20)
                     .spawn_scoped(s, move || {
                         RANK.with(|c| *c.borrow_mut() = Some((r, board.clone())));
-                        let res = super::run(sdfg, b);
+                        // A panic (a bug) must stop the other ranks too, not leave them
+                        // waiting in an exchange.
+                        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            super::run(sdfg, b)
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(InterpError::Other(format!(
+                                "rank {r}: the interpreter panicked"
+                            )))
+                        });
                         RANK.with(|c| *c.borrow_mut() = None);
                         match &res {
                             Err(e) if !board.lock().stopped[r] => board.fail(r, e.to_string()),
@@ -145,16 +154,27 @@ pub fn run_ranks(sdfg: &crate::sdfg::Sdfg, ranks: &mut [Bindings]) -> Result<(),
                     })
             })
             .collect();
+        // A rank whose thread did not start: the others would wait for it, so they stop
+        // (before any is joined).
+        let handles: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| {
+                h.map_err(|e| {
+                    let e = format!("starting a thread for rank {r}: {e}");
+                    board.fail(r, e.clone());
+                    InterpError::Other(e)
+                })
+            })
+            .collect();
         handles
             .into_iter()
             .enumerate()
-            .map(|(r, h)| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err(InterpError::Other(format!("rank {r} panicked")))),
-                Err(e) => Err(InterpError::Other(format!(
-                    "starting a thread for rank {r}: {e}"
-                ))),
+            .map(|(r, h)| {
+                h.and_then(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(InterpError::Other(format!("rank {r} panicked"))))
+                })
             })
             .collect()
     });
