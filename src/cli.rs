@@ -401,6 +401,19 @@ pub struct RunOptions {
     pub symbols: Vec<(String, String)>,
     /// Where to run: the reference interpreter or compiled code.
     pub backend: sdflow_codegen::Backend,
+    /// Simulated ranks to run on (the interpreter only); `inputs` and `outputs` then
+    /// hold `{rank}`.
+    pub ranks: Option<usize>,
+}
+
+/// Parses a rank count: `4`, or a grid `2x2` (its product).
+pub fn parse_ranks(s: &str) -> Result<usize, String> {
+    let n = s
+        .split('x')
+        .map(|p| p.trim().parse::<usize>())
+        .try_fold(1usize, |acc, p| p.ok().and_then(|p| acc.checked_mul(p)))
+        .filter(|&n| n >= 1);
+    n.ok_or_else(|| format!("expected a rank count (4) or a grid (2x2), got '{s}'"))
 }
 
 /// Parses `NAME=VALUE`.
@@ -695,6 +708,9 @@ pub fn bind_inputs(
 pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
     let sdfg = load_program(path)?;
     let symbols = show::symbol_values(&sdfg, "-s/--symbol", &opts.symbols)?;
+    if let Some(n) = opts.ranks {
+        return run_ranks(path, &sdfg, symbols, n, opts);
+    }
     let mut bindings = match &opts.inputs {
         Some(p) => bind_inputs(&sdfg, p, symbols)?,
         None => random_inputs(&sdfg, &symbols, opts.seed, path, "run", opts.backend)?,
@@ -753,6 +769,80 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
                 a.dtype(),
                 shape.join(", ")
             );
+        }
+    }
+    Ok(out)
+}
+
+/// `sdflow run FILE --ranks N`: the program on `n` simulated ranks of the interpreter.
+fn run_ranks(
+    path: &Path,
+    sdfg: &Sdfg,
+    symbols: BTreeMap<String, Value>,
+    n: usize,
+    opts: &RunOptions,
+) -> Result<String, CliError> {
+    if opts.backend != sdflow_codegen::Backend::Interp {
+        return Err(CliError::Usage(
+            "--ranks runs on the interpreter (--backend interp): the backends do not lower halo exchanges yet".into(),
+        ));
+    }
+    let per_rank = |p: &Path, what: &str, r: usize| -> Result<PathBuf, CliError> {
+        let text = p.to_string_lossy();
+        if !text.contains("{rank}") {
+            return Err(CliError::Usage(format!(
+                "{what} '{text}': with --ranks, the path names each rank's file with {{rank}} (in.{{rank}}.npz)"
+            )));
+        }
+        Ok(PathBuf::from(text.replace("{rank}", &r.to_string())))
+    };
+    let outputs = match &opts.outputs {
+        Some(o) => Some(
+            (0..n)
+                .map(|r| per_rank(o, "--outputs", r))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    let mut ranks = Vec::with_capacity(n);
+    for r in 0..n {
+        let b = match &opts.inputs {
+            Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols.clone())?,
+            None => random_inputs(
+                sdfg,
+                &symbols,
+                opts.seed.wrapping_add(r as u64),
+                path,
+                "run",
+                opts.backend,
+            )?,
+        };
+        check_sizes(sdfg, &b.symbols, path)?;
+        sdflow_ir::bind::check_symbols(sdfg, &|k| b.symbols.contains_key(k))
+            .map_err(|e| CliError::Usage(format!("program '{}', rank {r}: {e}", sdfg.name)))?;
+        ranks.push(b);
+    }
+    interp::run_ranks(sdfg, &mut ranks).map_err(|source| CliError::Run {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let written = sdfg.written_data();
+    let mut out = String::new();
+    for (r, b) in ranks.iter().enumerate() {
+        if let Some(o) = &outputs {
+            npz::write_npz(&o[r], &b.arrays)?;
+        }
+        for name in sdfg.arguments() {
+            if let (true, Some(a)) = (written.contains(&name), b.arrays.get(&name)) {
+                let (sum, l2) = npz::checksum(a);
+                let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "rank {r}: {name}: {}[{}] sum={sum:e} l2={l2:e}",
+                    a.dtype(),
+                    shape.join(", ")
+                );
+            }
         }
     }
     Ok(out)

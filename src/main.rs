@@ -103,6 +103,11 @@ enum Command {
         /// through the build cache) or `cuda` (alias `gpu`: CUDA through NVRTC on GPU 0).
         #[arg(long, default_value = "interp", value_parser = parse_backend)]
         backend: sdflow::codegen::Backend,
+        /// Run on this many simulated ranks (`4`, or `2x2`), one thread each, on the
+        /// interpreter: each rank's arguments from `--inputs`/`--outputs` paths with
+        /// `{rank}` in them, or random (seed + rank); its halo exchanges between them.
+        #[arg(long, value_parser = cli::parse_ranks)]
+        ranks: Option<usize>,
     },
     /// Convert a DaCe SDFG file (.sdfg JSON or .sdfgz) into sdflow's JSON format.
     Import {
@@ -328,6 +333,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             seed,
             symbols,
             backend,
+            ranks,
         } => cli::run(
             &file,
             &RunOptions {
@@ -336,6 +342,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 seed,
                 symbols,
                 backend,
+                ranks,
             },
         )?
         .into_bytes(),

@@ -374,6 +374,7 @@ fn sdflow_run_binds_a_gt4py_program_from_arrays_and_scalars() {
             seed: 0,
             symbols: Vec::new(),
             backend,
+            ranks: None,
         };
         let printed = sdflow::cli::run(&file, &opts).unwrap();
         assert!(printed.contains("w: f64[18, 10] sum="), "{printed}");

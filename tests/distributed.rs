@@ -97,3 +97,94 @@ fn the_backends_refuse_an_exchange_with_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn sdflow_run_runs_the_program_on_simulated_ranks() {
+    let dir = std::env::temp_dir().join(format!("sdflow-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inputs = parts();
+    for (r, b) in inputs.iter().enumerate() {
+        sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &b.arrays).unwrap();
+    }
+    let pattern = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run".to_string(), fixture().to_string_lossy().into_owned()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Command::new(env!("CARGO_BIN_EXE_sdflow"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--ranks",
+        "2x2",
+        "--inputs",
+        &pattern("in.{rank}.npz"),
+        "--outputs",
+        &pattern("out.{rank}.npz"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("rank 0: out: f64[8, 7] sum="), "{text}");
+    assert_eq!(text.lines().count(), 8, "{text}");
+    // The same bits as the interpreter's ranks in this process.
+    let mut want = parts();
+    run_ranks(&cli::load_program(&fixture()).unwrap(), &mut want).unwrap();
+    let got: Vec<Bindings> = (0..4)
+        .map(|r| Bindings {
+            arrays: sdflow::npz::read_npz(&dir.join(format!("out.{r}.npz"))).unwrap(),
+            ..Bindings::default()
+        })
+        .collect();
+    assert_eq!(outs(&got).bits(), outs(&want).bits());
+    // Refused: another rank count than the program's exchange, another backend, a path
+    // without `{rank}`.
+    for (extra, message) in [
+        (
+            vec!["--ranks", "3", "-s", "NI=4", "-s", "NJ=4"],
+            "a halo exchange over 2x2 ranks (periodic, periodic, corners), width 1 is run on 3 rank(s)",
+        ),
+        (
+            vec![
+                "--ranks",
+                "4",
+                "-s",
+                "NI=4",
+                "-s",
+                "NJ=4",
+                "--backend",
+                "cpu",
+            ],
+            "--ranks runs on the interpreter (--backend interp): the backends do not lower halo exchanges yet",
+        ),
+        (
+            vec![
+                "--ranks",
+                "4",
+                "-s",
+                "NI=4",
+                "-s",
+                "NJ=4",
+                "--outputs",
+                "out.npz",
+            ],
+            "--outputs 'out.npz': with --ranks, the path names each rank's file with {rank} (in.{rank}.npz)",
+        ),
+        (
+            vec!["--ranks", "2x0"],
+            "expected a rank count (4) or a grid (2x2), got '2x0'",
+        ),
+    ] {
+        let out = run(&extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(message),
+            "{extra:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

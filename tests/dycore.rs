@@ -316,6 +316,7 @@ fn the_cli_runs_the_committed_time_step_on_npz_files() {
         seed: 0,
         symbols,
         backend: sdflow::codegen::Backend::Interp,
+        ranks: None,
     };
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dycore.sdfg.json");
     let printed = sdflow::cli::run(&path, &opts).unwrap();

@@ -633,6 +633,7 @@ fn run_program(input: &Input, f: &[&str], corpus: &Corpus, scratch: &Path) -> Ve
         seed: 1,
         symbols,
         backend: sdflow::codegen::Backend::Interp,
+        ranks: None,
     };
     match cli::run(&program, &opts) {
         Ok(text) => {
