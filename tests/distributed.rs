@@ -12,6 +12,16 @@ use sdflow::ir::interp::{Bindings, HostArray, gather, run_ranks, scatter};
 use sdflow::ir::{DType, Value};
 use sdflow::transforms::Pipeline;
 
+/// `sdflow ARGS…` on the fixture: `sdflow run FILE --ranks 4` is `sdflow(&["run"], &["--ranks", "4"])`.
+fn sdflow(command: &[&str], extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sdflow"))
+        .args(command)
+        .arg(fixture())
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/distributed/halo_stencil.sdfg.json")
 }
@@ -76,20 +86,14 @@ fn the_backends_refuse_an_exchange_with_a_clear_error() {
         e.contains("state 'exchange' exchanges halos over 4 ranks: the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends do not lower halo exchanges yet"),
         "{e}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_sdflow"))
-        .args(["show", fixture().to_str().unwrap(), "--emit", "dot"])
-        .output()
-        .unwrap();
+    let out = sdflow(&["show"], &["--emit", "dot"]);
     assert!(out.status.success());
     let dot = String::from_utf8_lossy(&out.stdout);
     assert!(
         dot.contains("halo exchange\\n2x2 ranks (periodic, periodic, corners), width 1"),
         "{dot}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_sdflow"))
-        .args(["show", fixture().to_str().unwrap(), "--emit", "c"])
-        .output()
-        .unwrap();
+    let out = sdflow(&["show"], &["--emit", "c"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -107,14 +111,7 @@ fn sdflow_run_runs_the_program_on_simulated_ranks() {
         sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &b.arrays).unwrap();
     }
     let pattern = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let run = |extra: &[&str]| {
-        let mut args = vec!["run".to_string(), fixture().to_string_lossy().into_owned()];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Command::new(env!("CARGO_BIN_EXE_sdflow"))
-            .args(&args)
-            .output()
-            .unwrap()
-    };
+    let run = |extra: &[&str]| sdflow(&["run"], extra);
     let out = run(&[
         "--ranks",
         "2x2",
