@@ -754,24 +754,7 @@ pub fn run(path: &Path, opts: &RunOptions) -> Result<String, CliError> {
     if let Some(o) = &opts.outputs {
         npz::write_npz(o, &bindings.arrays)?;
     }
-    let written = sdfg.written_data();
-    let mut out = String::new();
-    for name in sdfg.arguments() {
-        if !written.contains(&name) {
-            continue;
-        }
-        if let Some(a) = bindings.arrays.get(&name) {
-            let (sum, l2) = npz::checksum(a);
-            let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
-            let _ = writeln!(
-                out,
-                "{name}: {}[{}] sum={sum:e} l2={l2:e}",
-                a.dtype(),
-                shape.join(", ")
-            );
-        }
-    }
-    Ok(out)
+    Ok(summary(&sdfg, &bindings.arrays, ""))
 }
 
 /// `sdflow run FILE --ranks N`: the program on `n` simulated ranks of the interpreter.
@@ -826,26 +809,33 @@ fn run_ranks(
         path: path.display().to_string(),
         source,
     })?;
-    let written = sdfg.written_data();
     let mut out = String::new();
     for (r, b) in ranks.iter().enumerate() {
         if let Some(o) = &outputs {
             npz::write_npz(&o[r], &b.arrays)?;
         }
-        for name in sdfg.arguments() {
-            if let (true, Some(a)) = (written.contains(&name), b.arrays.get(&name)) {
-                let (sum, l2) = npz::checksum(a);
-                let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
-                let _ = writeln!(
-                    out,
-                    "rank {r}: {name}: {}[{}] sum={sum:e} l2={l2:e}",
-                    a.dtype(),
-                    shape.join(", ")
-                );
-            }
-        }
+        out.push_str(&summary(sdfg, &b.arrays, &format!("rank {r}: ")));
     }
     Ok(out)
+}
+
+/// A line per argument the program writes: `{prefix}name: dtype[shape] sum=… l2=…`.
+fn summary(sdfg: &Sdfg, arrays: &BTreeMap<String, HostArray>, prefix: &str) -> String {
+    let written = sdfg.written_data();
+    let mut out = String::new();
+    for name in sdfg.arguments() {
+        if let (true, Some(a)) = (written.contains(&name), arrays.get(&name)) {
+            let (sum, l2) = npz::checksum(a);
+            let shape: Vec<String> = a.shape().iter().map(|s| s.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "{prefix}{name}: {}[{}] sum={sum:e} l2={l2:e}",
+                a.dtype(),
+                shape.join(", ")
+            );
+        }
+    }
+    out
 }
 
 /// What `sdflow opt` produced: the optimized program as JSON and the pipeline's report.

@@ -885,8 +885,7 @@ pub fn grid_copies(df: &Dataflow, n: NodeId) -> Option<Vec<EdgeId>> {
 /// each is a loop nest ([`copy_loop_dims`]) between two different containers without a
 /// write-conflict resolution.
 fn shared_copies(sdfg: &Sdfg, df: &Dataflow, n: NodeId, dst: &str) -> bool {
-    let copies: Vec<(&str, &Memlet)> = df
-        .in_edges(n)
+    let copies: Vec<(&str, &Memlet)> = copies_into(df, n)
         .into_iter()
         .filter_map(|e| Some((df.node(df.endpoints(e).0).as_access()?, &df.edge(e).memlet)))
         .collect();

@@ -224,11 +224,6 @@ pub(crate) fn exchange(
             h.decomposition, board.ranks
         )));
     }
-    let shapes: Vec<String> = fields
-        .iter()
-        .map(|(n, a)| format!("{n} {:?}", a.shape()))
-        .collect();
-    let me = format!("{what} of {}", shapes.join(", "));
     let mine = Arc::new(Post {
         what: what.to_string(),
         fields: fields.clone(),
@@ -252,7 +247,11 @@ pub(crate) fn exchange(
         posts.get(r).map(|p| p.as_ref())
     }) {
         // The others learn it at the barrier below.
-        board.fail(rank, format!("{me}: {e}"));
+        let shapes: Vec<String> = fields
+            .iter()
+            .map(|(n, a)| format!("{n} {:?}", a.shape()))
+            .collect();
+        board.fail(rank, format!("{what} of {}: {e}", shapes.join(", ")));
         return Err(e);
     }
     // Everyone read the posts before any is replaced.
@@ -472,27 +471,8 @@ fn fill_structured<'p>(
                 };
                 let (d0, s0, l0) = span(di, shape[0], tshape[0]);
                 let (d1, s1, l1) = span(dj, shape[1], tshape[1]);
-                let rest: usize = shape[2..].iter().product();
-                let mut idx = vec![0usize; shape.len()];
-                let mut src = vec![0usize; shape.len()];
-                for a in 0..l0 {
-                    for b in 0..l1 {
-                        for k in 0..rest {
-                            let mut q = k;
-                            for d in (2..shape.len()).rev() {
-                                idx[d] = q % shape[d];
-                                src[d] = idx[d];
-                                q /= shape[d];
-                            }
-                            (idx[0], idx[1]) = (d0 + a, d1 + b);
-                            (src[0], src[1]) = (s0 + a, s1 + b);
-                            let v = theirs.get(&src).ok_or_else(|| {
-                                err(format!("'{name}': no element {src:?} on rank {other}"))
-                            })?;
-                            field.set(&idx, v);
-                        }
-                    }
-                }
+                // In bounds: the extents were checked above.
+                copy_block(theirs, field, [s0, s1], [d0, d1], [l0, l1]);
             }
         }
     }
