@@ -204,6 +204,7 @@ fn bench_cpu(
         emit: sdflow_codegen::EmitOptions {
             parallel_min_points: options.parallel_min_points,
             schedule: options.schedule,
+            overlap_exchanges: options.overlap_exchanges,
         },
         ..CpuBackend::default()
     };

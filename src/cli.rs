@@ -401,8 +401,8 @@ pub struct RunOptions {
     pub symbols: Vec<(String, String)>,
     /// Where to run: the reference interpreter or compiled code.
     pub backend: sdflow_codegen::Backend,
-    /// Simulated ranks to run on (the interpreter only); `inputs` and `outputs` then
-    /// hold `{rank}`.
+    /// Ranks to run on: simulated ones of the interpreter, or (`--backend cpu`) the MPI
+    /// ranks `mpirun` started; `inputs` and `outputs` then hold `{rank}`.
     pub ranks: Option<usize>,
 }
 
@@ -765,11 +765,6 @@ fn run_ranks(
     n: usize,
     opts: &RunOptions,
 ) -> Result<String, CliError> {
-    if opts.backend != sdflow_codegen::Backend::Interp {
-        return Err(CliError::Usage(
-            "--ranks runs on the interpreter (--backend interp): the backends do not lower halo exchanges yet".into(),
-        ));
-    }
     let per_rank = |p: &Path, what: &str, r: usize| -> Result<PathBuf, CliError> {
         let text = p.to_string_lossy();
         if !text.contains("{rank}") {
@@ -779,6 +774,17 @@ fn run_ranks(
         }
         Ok(PathBuf::from(text.replace("{rank}", &r.to_string())))
     };
+    match opts.backend {
+        sdflow_codegen::Backend::Interp => {}
+        sdflow_codegen::Backend::Cpu => {
+            return run_mpi_rank(path, sdfg, symbols, n, opts, &per_rank);
+        }
+        sdflow_codegen::Backend::Gpu => {
+            return Err(CliError::Usage(
+                "--ranks runs on the interpreter (--backend interp) or on MPI ranks (--backend cpu): the CUDA backend does not lower halo exchanges yet".into(),
+            ));
+        }
+    }
     let outputs = match &opts.outputs {
         Some(o) => Some(
             (0..n)
@@ -816,6 +822,64 @@ fn run_ranks(
         }
         out.push_str(&summary(sdfg, &b.arrays, &format!("rank {r}: ")));
     }
+    Ok(out)
+}
+
+/// `sdflow run FILE --ranks N --backend cpu` in one of the `n` processes `mpirun -n N`
+/// started: this rank's inputs (`{rank}` in the path, or pseudo-random with the seed plus
+/// the rank), the compiled program (built by one rank, loaded by the others through the
+/// cache's lock), this rank's outputs; its lines start with `rank r: `, the first saying
+/// whether this rank built the program or loaded it.
+fn run_mpi_rank(
+    path: &Path,
+    sdfg: &Sdfg,
+    symbols: BTreeMap<String, Value>,
+    n: usize,
+    opts: &RunOptions,
+    per_rank: &dyn Fn(&Path, &str, usize) -> Result<PathBuf, CliError>,
+) -> Result<String, CliError> {
+    let Some((r, size)) = sdflow_codegen::mpi::launched() else {
+        return Err(CliError::Usage(format!(
+            "--ranks {n} --backend cpu runs on {n} MPI ranks: start it with `mpirun -n {n} sdflow run …`"
+        )));
+    };
+    if size != n {
+        return Err(CliError::Usage(format!(
+            "--ranks {n}, but mpirun started {size} ranks"
+        )));
+    }
+    let prog = sdflow_codegen::CpuBackend::default()
+        .build(sdfg)
+        .map_err(|source| CliError::Codegen {
+            path: path.display().to_string(),
+            source,
+        })?;
+    let mut b = match &opts.inputs {
+        Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols)?,
+        None => random_inputs(
+            sdfg,
+            &symbols,
+            opts.seed.wrapping_add(r as u64),
+            path,
+            "run",
+            opts.backend,
+        )?,
+    };
+    check_sizes(sdfg, &b.symbols, path)?;
+    prog.run_bindings(&mut b)
+        .map_err(|e| CliError::Usage(format!("rank {r}: {e}")))?;
+    if let Some(o) = &opts.outputs {
+        npz::write_npz(&per_rank(o, "--outputs", r)?, &b.arrays)?;
+    }
+    let mut out = format!(
+        "rank {r}: program '{}' {}\n",
+        sdfg.name,
+        match prog.origin {
+            sdflow_codegen::Origin::Built => "built",
+            sdflow_codegen::Origin::Cached => "loaded from the cache",
+        }
+    );
+    out.push_str(&summary(sdfg, &b.arrays, &format!("rank {r}: ")));
     Ok(out)
 }
 

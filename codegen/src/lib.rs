@@ -16,6 +16,8 @@
 //! - [`program`]: binding arguments once ([`CompiledProgram::bind`]) and calling through
 //!   one FFI call ([`BoundCall::call`]); [`abi`]: the calling convention both backends
 //!   share, whose arguments both check alike.
+//! - [`mpi`]: the host's side of MPI for programs that exchange halos (rank, size,
+//!   abort, gather), through the program's own library.
 //!
 //! Depends on `sdflow-ir` only (its tests also run the optimizer). See
 //! `docs/backend-cpu.md` and `docs/backend-cuda.md`.
@@ -29,6 +31,7 @@ pub mod cfamily;
 pub mod compile;
 pub mod cpu;
 pub mod cuda;
+pub mod mpi;
 pub mod plan;
 pub mod program;
 

@@ -28,6 +28,7 @@ type RunFn = unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const i64, *
 type FinalizeFn = unsafe extern "C" fn(*mut c_void);
 type ThreadsFn = unsafe extern "C" fn(i32);
 type ErrorFn = unsafe extern "C" fn(*mut c_void, *mut i64);
+type MessageFn = unsafe extern "C" fn() -> *const std::ffi::c_char;
 
 /// The most OpenMP threads a compiled program is run with (`threads` in the
 /// configuration, `sdflow bench --threads`, [`CompiledProgram::set_threads`]). The
@@ -48,6 +49,10 @@ pub struct CompiledProgram {
     finalize: FinalizeFn,
     set_threads: ThreadsFn,
     error: ErrorFn,
+    /// Why the calling thread's last `init` failed.
+    init_message: Option<MessageFn>,
+    /// MPI, in a program that exchanges halos.
+    mpi: Option<crate::mpi::Mpi>,
     /// Where the generated code checks, and the conditions `bind` evaluates.
     sites: Sites,
     /// The calling convention.
@@ -394,6 +399,10 @@ impl BoundCall<'_> {
 
     /// Runs the program once on the bound arguments.
     pub fn call(&mut self) -> Result<(), CallError> {
+        self.call_inner().map_err(|e| self.program.fail(e))
+    }
+
+    fn call_inner(&mut self) -> Result<(), CallError> {
         debug_assert_eq!(self.ptrs.len(), self.program.signature.arrays.len());
         // SAFETY: `bind` checked every array against the program's signature (element
         // type, shape, strides, no aliasing) and holds the borrows for this call's
@@ -483,6 +492,23 @@ impl CompiledProgram {
                 *lib.get::<ErrorFn>(b"sdflow_error\0").map_err(err)?,
             )
         };
+        // SAFETY: where the generated code defines these, it is with these types.
+        let (init_message, mpi) = unsafe {
+            let init_message = lib
+                .get::<MessageFn>(b"sdflow_init_message\0")
+                .ok()
+                .map(|f| *f);
+            let mpi = (|| {
+                Some(crate::mpi::Mpi {
+                    world: *lib.get(b"sdflow_mpi_world\0").ok()?,
+                    abort: *lib.get(b"sdflow_mpi_abort\0").ok()?,
+                    barrier: *lib.get(b"sdflow_mpi_barrier\0").ok()?,
+                    sum: *lib.get(b"sdflow_mpi_sum_i64\0").ok()?,
+                    gather: *lib.get(b"sdflow_mpi_gather\0").ok()?,
+                })
+            })();
+            (init_message, mpi)
+        };
         Ok(CompiledProgram {
             _lib: std::mem::ManuallyDrop::new(lib),
             init,
@@ -490,6 +516,8 @@ impl CompiledProgram {
             finalize,
             set_threads,
             error,
+            init_message,
+            mpi,
             sites,
             signature,
             statics,
@@ -521,6 +549,26 @@ impl CompiledProgram {
         unsafe { (self.set_threads)(n.min(MAX_THREADS) as i32) }
     }
 
+    /// MPI, when the program exchanges halos (its library is linked with MPI).
+    pub fn mpi(&self) -> Option<crate::mpi::Mpi> {
+        self.mpi
+    }
+
+    /// An error of a program that exchanges halos, running on several ranks, stops every
+    /// rank: the others would wait for this one at its next exchange. Its message goes
+    /// to standard error, led by the rank, and MPI aborts the run. Elsewhere `e` is
+    /// returned.
+    fn fail(&self, e: CallError) -> CallError {
+        if let Some(m) = self.mpi
+            && let Ok((rank, size)) = m.world()
+            && size > 1
+        {
+            eprintln!("error: rank {rank}: {e}");
+            m.abort(1);
+        }
+        e
+    }
+
     fn bind_err(&self, message: String) -> CallError {
         CallError::Bind {
             program: self.name.clone(),
@@ -530,6 +578,10 @@ impl CompiledProgram {
 
     /// Checks the arguments once and lays them out for [`BoundCall::call`].
     pub fn bind<'a>(&'a self, args: Args<'a>) -> Result<BoundCall<'a>, CallError> {
+        self.bind_inner(args).map_err(|e| self.fail(e))
+    }
+
+    fn bind_inner<'a>(&'a self, args: Args<'a>) -> Result<BoundCall<'a>, CallError> {
         let sig = &self.signature;
         let passed: Vec<PassedArray<'_>> = args
             .arrays
@@ -601,9 +653,15 @@ impl CompiledProgram {
             ints.push(c.eval_map(&values).is_ok_and(|v| v != 0) as i64);
         }
         if state.is_null() {
+            // SAFETY: the message is the calling thread's, NUL-terminated, written by the
+            // `init` that just failed on this thread.
+            let said = self
+                .init_message
+                .map(|f| unsafe { std::ffi::CStr::from_ptr(f()) }.to_string_lossy().into_owned())
+                .filter(|m| !m.is_empty());
             return Err(CallError::Run {
                 program: self.name.clone(),
-                message: "could not allocate the program's transients".into(),
+                message: said.unwrap_or_else(|| "could not allocate the program's transients".into()),
             });
         }
         if ints.is_empty() {

@@ -108,6 +108,11 @@ const OPTIONS: &[(&str, Scope, &str)] = &[
         "threads per block of map kernels (a multiple of 32, 32 to 1024)",
     ),
     ("graphs", Scope::Gpu, "replay captured CUDA graphs (bool)"),
+    (
+        "overlap_exchanges",
+        Scope::Cpu,
+        "run work that does not touch a halo exchange's fields between its start and its finish (bool)",
+    ),
 ];
 
 /// The options one program is built and run with.
@@ -137,6 +142,8 @@ pub struct Options {
     pub block_size: u32,
     /// Replay captured CUDA graphs.
     pub graphs: bool,
+    /// Run independent work between a halo exchange's start and finish.
+    pub overlap_exchanges: bool,
 }
 
 impl Options {
@@ -187,6 +194,7 @@ impl Options {
             parallel_min_points: emit.parallel_min_points,
             block_size: sdflow_codegen::cuda::emit::CudaEmitOptions::default().block_size,
             graphs: true,
+            overlap_exchanges: emit.overlap_exchanges,
         }
     }
 
@@ -262,6 +270,7 @@ impl Options {
                 self.block_size = b as u32;
             }
             "graphs" => self.graphs = boolean(v)?,
+            "overlap_exchanges" => self.overlap_exchanges = boolean(v)?,
             _ => return Err(unknown_option(key)),
         }
         Ok(())
@@ -292,6 +301,7 @@ impl Options {
                     "schedule" => format!("\"{}\"", self.schedule.name()),
                     "parallel_min_points" => self.parallel_min_points.to_string(),
                     "block_size" => self.block_size.to_string(),
+                    "overlap_exchanges" => self.overlap_exchanges.to_string(),
                     _ => self.graphs.to_string(),
                 };
                 (*k, v)

@@ -217,7 +217,7 @@ pub fn show(mut sdfg: Sdfg, origin: &str, o: &ShowOptions) -> Result<String, Sho
                     parallel_min_points: options.parallel_min_points,
                 },
             };
-            sdflow_codegen::Plan::of(&last, target)
+            sdflow_codegen::Plan::of_with(&last, target, options.overlap_exchanges)
                 .map(|p| p.to_text())
                 .map_err(codegen)
         }

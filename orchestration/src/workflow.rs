@@ -265,7 +265,12 @@ impl Generator for CGenerator {
         "c"
     }
     fn key(&self, o: &Options) -> String {
-        format!("{} {}", o.schedule.name(), o.parallel_min_points)
+        format!(
+            "{} {} {}",
+            o.schedule.name(),
+            o.parallel_min_points,
+            o.overlap_exchanges
+        )
     }
     fn generate(&self, sdfg: &Arc<Sdfg>, o: &Options) -> Result<Generated, CodegenError> {
         cpu_backend(o).translate(sdfg).map(Generated::C)
@@ -313,6 +318,7 @@ fn cpu_backend(o: &Options) -> CpuBackend {
         emit: EmitOptions {
             parallel_min_points: o.parallel_min_points,
             schedule: o.schedule,
+            overlap_exchanges: o.overlap_exchanges,
         },
         ..CpuBackend::default()
     }

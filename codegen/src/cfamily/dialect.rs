@@ -48,6 +48,10 @@ pub trait Team: Sync {
     /// Before a block one thread of the team runs, the others going on.
     fn single(&self) -> &'static str;
 
+    /// Before a block the team's master thread runs (the thread that called the program:
+    /// the one MPI is called from), the others going on.
+    fn master(&self) -> &'static str;
+
     /// Every thread waits until all reach this point and their writes are visible.
     fn barrier(&self) -> &'static str;
 

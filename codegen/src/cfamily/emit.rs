@@ -45,6 +45,7 @@ use crate::plan::{
 mod analysis;
 mod checked;
 mod copies;
+mod exchange;
 mod flow;
 mod jam;
 mod maps;
@@ -56,6 +57,7 @@ use crate::CodegenError;
 use crate::abi::Signature;
 use analysis::*;
 pub(crate) use copies::*;
+pub(crate) use exchange::{finalize_text as exchange_finalize_text, init_text as exchange_init_text, state_members as exchange_state_members};
 pub(crate) use nested::*;
 pub(crate) use nodes::*;
 pub(crate) use scope::*;
@@ -68,6 +70,10 @@ pub struct EmitOptions {
     pub parallel_min_points: i64,
     /// How parallel maps divide their iterations among threads.
     pub schedule: OmpSchedule,
+    /// Work that does not touch a halo exchange's fields runs between the exchange's
+    /// start and its finish (`crate::plan::exchange`); off, each exchange finishes right
+    /// after it starts.
+    pub overlap_exchanges: bool,
 }
 
 /// An OpenMP loop schedule (`schedule(...)` of every parallel map's `omp for`).
@@ -109,6 +115,7 @@ impl Default for EmitOptions {
         EmitOptions {
             parallel_min_points: 4096,
             schedule: OmpSchedule::Static,
+            overlap_exchanges: true,
         }
     }
 }
@@ -196,6 +203,11 @@ impl<'a> Frame<'a> {
             let _ = writeln!(out, "{ind}const {t} s_{n} = ({t})floats[{k}];");
         }
         static_symbol_decls(out, self.sdfg, ind);
+    }
+
+    /// C text of a symbolic expression of the program's symbols, unchecked.
+    pub(crate) fn plain(&self, e: &SymExpr) -> String {
+        self.scope0.sym_with(e, SymCheck::Plain)
     }
 
     /// The number of elements of `d`'s storage, as C.

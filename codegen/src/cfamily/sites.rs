@@ -73,6 +73,14 @@ pub enum SiteKind {
         /// The table.
         table: String,
     },
+    /// A halo exchange's message from the neighbour in `direction` (values: the bytes
+    /// received and the bytes expected; or -1 and the MPI error code).
+    Exchange {
+        /// The fields exchanged.
+        fields: Vec<String>,
+        /// Where the neighbour is, along the first two dimensions (-1, 0 or 1 each).
+        direction: [i64; 2],
+    },
     /// Integer division or modulo by zero in a tasklet statement (values: the operands).
     TaskletDivZero {
         /// The operator (`/`, `//`, `%`).
@@ -136,6 +144,24 @@ impl Sites {
             SiteKind::DivZero { expr } => format!("division by zero in '{expr}'"),
             SiteKind::TableOffset { table } => {
                 format!("index-table value {v0} of '{table}' plus offset {v1} overflows")
+            }
+            SiteKind::Exchange { fields, direction } => {
+                let f: Vec<String> = fields.iter().map(|f| format!("'{f}'")).collect();
+                if v0 < 0 {
+                    format!(
+                        "the message of {} from the neighbour at ({}, {}) failed: MPI error {v1}",
+                        f.join(", "),
+                        direction[0],
+                        direction[1]
+                    )
+                } else {
+                    format!(
+                        "the message of {} from the neighbour at ({}, {}) has {v0} bytes, {v1} expected: the ranks' parts of the fields do not fit together",
+                        f.join(", "),
+                        direction[0],
+                        direction[1]
+                    )
+                }
             }
             SiteKind::TaskletDivZero { op, stmt } => {
                 format!("integer division by zero ({v0} {op} {v1}) (in '{stmt}')")

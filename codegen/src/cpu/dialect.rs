@@ -68,6 +68,10 @@ impl Team for OpenMp {
         "#pragma omp single nowait"
     }
 
+    fn master(&self) -> &'static str {
+        "#pragma omp master"
+    }
+
     fn barrier(&self) -> &'static str {
         "#pragma omp barrier"
     }

@@ -14,7 +14,9 @@ pub use crate::cfamily::emit::{EmitOptions, OmpSchedule};
 use crate::CodegenError;
 use crate::cfamily::Dialect;
 use crate::cfamily::cexpr::ctype;
-use crate::cfamily::emit::{FnCtx, Frame, Functions};
+use crate::cfamily::emit::{
+    FnCtx, Frame, Functions, exchange_finalize_text, exchange_init_text, exchange_state_members,
+};
 use crate::cfamily::sites::{LocPart, Sites};
 use crate::cpu::OpenMp;
 use crate::plan::{Plan, Target};
@@ -30,7 +32,11 @@ pub fn emit_program_checked(
     sdfg: &Sdfg,
     opts: &EmitOptions,
 ) -> Result<(String, Sites), CodegenError> {
-    emit_plan(sdfg, &Plan::of(sdfg, target(opts))?, opts)
+    emit_plan(
+        sdfg,
+        &Plan::of_with(sdfg, target(opts), opts.overlap_exchanges)?,
+        opts,
+    )
 }
 
 /// What the C unit's plans are made for: the OpenMP team, with the options' threshold.
@@ -66,6 +72,9 @@ pub fn emit_plan(
         sdfg.name
     );
     out.push_str(&OpenMp.prelude());
+    if !plan.exchanges().is_empty() {
+        out.push_str(MPI_PRELUDE);
+    }
     out.push_str(
         "static int sdf_num_threads = 0;\n\
          /* Threads of the parallel region (0: the OpenMP default). */\n\
@@ -98,11 +107,13 @@ fn emit_run(
 ) -> Result<String, CodegenError> {
     let frame = Frame::new(sdfg, plan, ctx);
     let transients = &frame.transients;
+    let exchanges = plan.exchanges();
     let mut out = String::new();
     out.push_str("typedef struct {\n");
     for (n, d) in transients {
         let _ = writeln!(out, "    {}* t_{n};", ctype(d.dtype()));
     }
+    out.push_str(&exchange_state_members(&exchanges));
     out.push_str("    sdf_err_t err;\n} sdflow_state;\n\n");
     out.push_str(
         "/* The first checked error of the last run: [failed, site, v0, v1, map parameters...]. */\n\
@@ -112,12 +123,24 @@ fn emit_run(
     for (n, _) in transients {
         let _ = writeln!(out, "    free(st->t_{n});");
     }
+    out.push_str(&exchange_finalize_text(&exchanges));
     out.push_str("    free(st);\n}\n\n");
+    out.push_str(
+        "/* Why the last `sdflow_init` of the calling thread returned NULL (empty: it could not allocate). */\n\
+         static _Thread_local char sdf_init_msg[1024];\n\
+         const char* sdflow_init_message(void) { return sdf_init_msg; }\n\
+         static void* sdf_init_fail(sdflow_state* st, const char* m) {\n    \
+         snprintf(sdf_init_msg, sizeof sdf_init_msg, \"%s\", m);\n    sdflow_finalize(st);\n    return NULL;\n}\n\n",
+    );
     out.push_str(
         "void* sdflow_init(const int64_t* ints, const double* floats) {\n    (void)floats;\n",
     );
     frame.symbol_decls(&mut out, "    ");
-    out.push_str("    sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));\n    if (!st) return NULL;\n");
+    out.push_str("    sdf_init_msg[0] = 0;\n    sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));\n    if (!st) return NULL;\n");
+    if !exchanges.is_empty() {
+        let (hash, description) = distributed_identity(sdfg, plan);
+        out.push_str(&exchange_init_text(&frame, &exchanges, hash, &description)?);
+    }
     for (n, d) in transients {
         let _ = writeln!(
             out,
@@ -164,4 +187,75 @@ fn emit_run(
         "    }\n    (void)sdf_abort;\n    if (st->err.failed) sdf_status = 3;\n    return sdf_status;\n}\n"
     ));
     Ok(out)
+}
+
+/// What a program that exchanges halos adds to the prelude: MPI, started once per
+/// process by the first program that needs it (`MPI_THREAD_SERIALIZED`: the master
+/// thread of the parallel region calls it) and finalized at exit; and the host's side of
+/// MPI for callers that run the program on many ranks (`sdflow_mpi_*`, see
+/// `crate::mpi`).
+const MPI_PRELUDE: &str = r#"#include <stdio.h>
+#include <mpi.h>
+static void sdf_mpi_down(void) { int f = 0; MPI_Finalized(&f); if (!f) MPI_Finalize(); }
+static int sdf_mpi_up(void) {
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    if (up) return 0;
+    MPI_Finalized(&down);
+    if (down) return -1;
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return -1;
+    atexit(sdf_mpi_down);
+    return 0; }
+int sdflow_mpi_world(int* rank, int* size) {
+    if (sdf_mpi_up() != 0) return -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, rank); MPI_Comm_size(MPI_COMM_WORLD, size); return 0; }
+void sdflow_mpi_abort(int code) { if (sdf_mpi_up() == 0) MPI_Abort(MPI_COMM_WORLD, code); abort(); }
+int sdflow_mpi_barrier(void) { return sdf_mpi_up() == 0 && MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1; }
+int sdflow_mpi_sum_i64(int64_t v, int64_t* out) {
+    if (sdf_mpi_up() != 0) return -1;
+    return MPI_Allreduce(&v, out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1; }
+/* Rank `root` receives every rank's `bytes` bytes in rank order into `recv`. */
+int sdflow_mpi_gather(const void* send, int64_t bytes, void* recv, int root) {
+    if (sdf_mpi_up() != 0 || bytes < 0 || bytes > INT32_MAX) return -1;
+    int r = 0, n = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int b = (int)bytes; int* counts = NULL; int* displs = NULL;
+    if (r == root) {
+        counts = (int*)calloc((size_t)n, sizeof(int)); displs = (int*)calloc((size_t)n, sizeof(int));
+        if (!counts || !displs) { free(counts); free(displs); return -1; } }
+    int rc = MPI_Gather(&b, 1, MPI_INT, counts, 1, MPI_INT, root, MPI_COMM_WORLD);
+    if (r == root) {
+        int64_t off = 0;
+        for (int k = 0; k < n; k++) { if (off > INT32_MAX) rc = MPI_ERR_COUNT; displs[k] = (int)off; off += counts[k]; } }
+    if (rc == MPI_SUCCESS) rc = MPI_Gatherv(send, b, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, MPI_COMM_WORLD);
+    free(counts); free(displs);
+    return rc == MPI_SUCCESS ? 0 : -1; }
+"#;
+
+/// What every rank of a program that exchanges halos must agree on, hashed, and said in
+/// words: its name, its arguments and symbols, and its exchanges (the static values and
+/// the extents may differ between ranks).
+fn distributed_identity(sdfg: &Sdfg, plan: &Plan) -> (u64, String) {
+    let sig = &plan.signature;
+    let mut text = format!("program '{}' (", sdfg.name);
+    let args: Vec<String> = sig
+        .arrays
+        .iter()
+        .map(|a| format!("{}: {}", a.name, a.dtype.name()))
+        .collect();
+    text.push_str(&args.join(", "));
+    text.push(')');
+    for x in plan.exchanges() {
+        let _ = write!(
+            text,
+            ", exchange #{} of {} over {}",
+            x.id,
+            x.fields.join(", "),
+            x.decomposition
+        );
+    }
+    let h = blake3::hash(format!("{text}; symbols {:?} {:?}", sig.ints, sig.floats).as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    (u64::from_le_bytes(b), text)
 }

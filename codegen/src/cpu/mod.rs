@@ -66,8 +66,12 @@ impl CpuBackend {
     /// change of the program, the options or the code generator is a new key), the
     /// compiler flags and the compiler's identity, and the sdflow version.
     pub fn key(&self, source: &str) -> Result<String, CodegenError> {
-        let id = self.compiler.identity()?;
-        let opts = format!("{:?}", self.compiler.flags);
+        self.key_with(&self.compiler, source)
+    }
+
+    fn key_with(&self, compiler: &CompilerOptions, source: &str) -> Result<String, CodegenError> {
+        let id = compiler.identity()?;
+        let opts = format!("{:?}", compiler.flags);
         Ok(Cache::key(&[source, &opts, &id, env!("CARGO_PKG_VERSION")]))
     }
 
@@ -84,6 +88,7 @@ impl CpuBackend {
         let (source, sites) = self.generate_checked(sdfg)?;
         Ok(CpuUnit {
             name: sdfg.name.clone(),
+            mpi: source.contains("\n#include <mpi.h>\n"),
             source,
             sites,
             signature: Signature::of(sdfg),
@@ -97,9 +102,14 @@ impl CpuBackend {
         &self,
         unit: &CpuUnit,
     ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
+        let compiler = if unit.mpi {
+            self.mpi_compiler()?
+        } else {
+            self.compiler.clone()
+        };
         let compile = |src: &std::path::Path, lib: &std::path::Path| {
             let spinner = spinner(&unit.name);
-            let r = self.compiler.compile(src, lib);
+            let r = compiler.compile(src, lib);
             if let Some(s) = spinner {
                 s.finish_and_clear();
             }
@@ -107,7 +117,7 @@ impl CpuBackend {
         };
         match &self.cache {
             Some(cache) => {
-                let key = self.key(&unit.source)?;
+                let key = self.key_with(&compiler, &unit.source)?;
                 cache.get_or_build(&key, &unit.source, compile)
             }
             None => {
@@ -121,6 +131,25 @@ impl CpuBackend {
                 compile(&src, &lib)?;
                 Ok((lib, Origin::Built))
             }
+        }
+    }
+
+    /// The compiler of a program that exchanges halos: the MPI C compiler wrapper
+    /// (`$SDFLOW_MPICC`, else `mpicc`) with this backend's flags.
+    fn mpi_compiler(&self) -> Result<CompilerOptions, CodegenError> {
+        let c = CompilerOptions {
+            cc: std::env::var("SDFLOW_MPICC").unwrap_or_else(|_| "mpicc".to_string()),
+            flags: self.compiler.flags.clone(),
+        };
+        match c.identity() {
+            Ok(_) => Ok(c),
+            Err(e) => Err(CodegenError::Compiler {
+                message: format!(
+                    "the program exchanges halos, so it is compiled with the MPI C compiler '{}', which failed: {e}; install OpenMPI (`apt-get install openmpi-bin libopenmpi-dev`) or set SDFLOW_MPICC",
+                    c.cc
+                ),
+                source_file: None,
+            }),
         }
     }
 
@@ -156,6 +185,8 @@ impl CpuBackend {
 pub struct CpuUnit {
     /// The program's name.
     pub name: String,
+    /// It exchanges halos: compiled with the MPI C compiler, and called on MPI ranks.
+    pub mpi: bool,
     /// The C source.
     pub source: String,
     /// Its error sites and bind-time conditions.

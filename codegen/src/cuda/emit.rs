@@ -339,6 +339,15 @@ pub fn emit_cuda_plan(
             plan.name
         )));
     }
+    if let Some(x) = plan.exchanges().first() {
+        return Err(CodegenError::Unsupported(format!(
+            "'{}' exchanges halos (exchange #{} of {} over {}): the CUDA backend does not lower halo exchanges yet; the C backend does, over MPI (docs/distributed.md)",
+            plan.name,
+            x.id,
+            x.fields.join(", "),
+            x.decomposition
+        )));
+    }
     if opts.block_size == 0 || !opts.block_size.is_multiple_of(32) || opts.block_size > 1024 {
         return Err(CodegenError::Unsupported(format!(
             "block size {} is not a multiple of 32 between 32 and 1024",

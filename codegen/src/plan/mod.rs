@@ -26,6 +26,7 @@
 //! `to_text` shows all of it; in-bounds conditions are `bounds.rs`.
 
 pub mod bounds;
+pub mod exchange;
 pub mod jam;
 pub mod rows;
 
@@ -225,6 +226,12 @@ pub enum StepKind {
     Reduce,
     /// A call of a nested SDFG, with the nested program's own plan.
     Nested(Box<Plan>),
+    /// The start of a halo exchange ([`exchange`]): pack the cells the neighbours need,
+    /// post the receives and the sends.
+    ExchangeStart(exchange::Exchange),
+    /// The finish of a halo exchange: wait for its messages, unpack them into the halos.
+    /// Placed before the first step that touches its fields ([`exchange`]).
+    ExchangeFinish(exchange::Exchange),
 }
 
 impl StepKind {
@@ -236,6 +243,8 @@ impl StepKind {
             StepKind::Copy { .. } => "copy",
             StepKind::Reduce => "reduce",
             StepKind::Nested(_) => "nested call",
+            StepKind::ExchangeStart(_) => "exchange start",
+            StepKind::ExchangeFinish(_) => "exchange finish",
         }
     }
 }
@@ -319,6 +328,11 @@ pub enum CheckPolicy {
 }
 
 impl Step {
+    /// What the step is, in words (as `--emit plan` prints it).
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
     /// Whether some write of the step combines atomically ([`Write::atomic`]).
     pub fn atomic_writes(&self) -> bool {
         self.writes.iter().any(|w| w.atomic)
@@ -393,7 +407,32 @@ pub struct Plan {
 impl Plan {
     /// The plan of a whole program for `target` (its states' steps run in parallel).
     pub fn of(sdfg: &Sdfg, target: Target) -> Result<Plan, CodegenError> {
-        plan_sdfg(sdfg, true, target)
+        Plan::of_with(sdfg, target, true)
+    }
+
+    /// [`Plan::of`], choosing whether work that does not touch an exchange's fields runs
+    /// between its start and its finish (`overlap`, the default) or each exchange
+    /// finishes right after it starts ([`exchange`]).
+    pub fn of_with(sdfg: &Sdfg, target: Target, overlap: bool) -> Result<Plan, CodegenError> {
+        let mut plan = plan_sdfg(sdfg, true, target)?;
+        exchange::place_finishes(sdfg, &mut plan.body, overlap);
+        Ok(plan)
+    }
+
+    /// The program's halo exchanges, by number.
+    pub fn exchanges(&self) -> Vec<&exchange::Exchange> {
+        let mut out: Vec<&exchange::Exchange> = self
+            .body
+            .states()
+            .into_iter()
+            .flat_map(|s| &s.steps)
+            .filter_map(|s| match &s.kind {
+                StepKind::ExchangeStart(x) => Some(x),
+                _ => None,
+            })
+            .collect();
+        out.sort_by_key(|x| x.id);
+        out
     }
 
     /// The plan of a nested SDFG for `target`, run sequentially inside the step that
@@ -521,6 +560,15 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                         }
                     }
                     StepKind::Copy { shared: true } => line.push_str(" shared"),
+                    StepKind::ExchangeStart(x) | StepKind::ExchangeFinish(x) => {
+                        let _ = write!(
+                            line,
+                            " #{} of {} over {}",
+                            x.id,
+                            x.fields.join(", "),
+                            x.decomposition
+                        );
+                    }
                     _ => {}
                 }
                 if let Some(j) = &st.jam {
@@ -1093,11 +1141,26 @@ fn plan_state(
             ),
             Node::Library(LibraryNode::Reduce(_)) => (StepKind::Reduce, node.describe()),
             Node::Library(LibraryNode::HaloExchange(h)) => {
-                return Err(CodegenError::Unsupported(format!(
-                    "state '{}' exchanges halos over {} ranks: the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends do not lower halo exchanges yet",
-                    st.name,
-                    h.decomposition.size()
-                )));
+                if !parallel {
+                    return Err(CodegenError::Unsupported(format!(
+                        "state '{}' of nested SDFG '{}' exchanges halos: an exchange is collective and runs only at a program's top level (inline the nested SDFG)",
+                        st.name, sdfg.name
+                    )));
+                }
+                if let sdflow_ir::Decomposition::Unstructured { .. } = h.decomposition {
+                    return Err(CodegenError::Unsupported(format!(
+                        "state '{}' exchanges halos over an unstructured decomposition ({}): the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends lower structured exchanges only",
+                        st.name, h.decomposition
+                    )));
+                }
+                (
+                    StepKind::ExchangeStart(exchange::Exchange {
+                        id: 0,
+                        fields: exchange::exchanged_fields(df, n),
+                        decomposition: h.decomposition.clone(),
+                    }),
+                    "halo exchange".to_string(),
+                )
             }
             Node::Nested(ns) => (
                 StepKind::Nested(Box::new(plan_sdfg(&ns.sdfg, false, target)?)),
@@ -1147,19 +1210,26 @@ fn plan_state(
             (Target::Team { .. }, Node::Map(m)) => jam::Jam::of(sdfg, &m.body),
             _ => None,
         };
+        let check = if matches!(kind, StepKind::ExchangeStart(_)) {
+            // Its loops are over the fields' own extents, checked when the program
+            // starts (`sdflow_init`).
+            CheckPolicy::Never
+        } else {
+            CheckPolicy::of(
+                sdfg,
+                bounds::node_condition(sdfg, df, n),
+                &statics,
+                &flow,
+                parallel,
+            )
+        };
         steps.push(Step {
             node: n,
             label,
             kind,
             waits,
             writes,
-            check: CheckPolicy::of(
-                sdfg,
-                bounds::node_condition(sdfg, df, n),
-                &statics,
-                &flow,
-                parallel,
-            ),
+            check,
             grid,
             jam,
         });

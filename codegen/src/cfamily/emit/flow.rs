@@ -137,6 +137,25 @@ impl Emitter<'_> {
                     pending.clear();
                 }
             }
+            if let StepKind::ExchangeStart(x) | StepKind::ExchangeFinish(x) = &step.kind {
+                if !sc.parallel {
+                    return Err(CodegenError::Unsupported(
+                        "a halo exchange outside the program's parallel region".into(),
+                    ));
+                }
+                self.line(&format!("/* {} #{} */", step.kind_name(), x.id));
+                if matches!(step.kind, StepKind::ExchangeStart(_)) {
+                    self.exchange_start(sc, x);
+                } else {
+                    self.exchange_finish(sc, x);
+                }
+                self.line("if (sdf_e->failed) {");
+                self.team_line(|t| t.atomic_write().into());
+                self.line("    sdf_abort = sdf_seq + 1;");
+                self.line("}");
+                pending.push(k);
+                continue;
+            }
             let cond = self.condition(sc, step);
             let u = self.fresh();
             self.line("{");

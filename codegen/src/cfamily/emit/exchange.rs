@@ -1,0 +1,371 @@
+//! Halo exchanges in C, over MPI: the plan's start and finish steps
+//! ([`crate::plan::exchange`]) and what the program's state holds for them.
+//!
+//! An exchange over a structured decomposition talks to up to eight neighbours, one per
+//! direction `d = (di + 1) + 3 (dj + 1)` (the centre, 4, is not one; the diagonals only
+//! with corners). Everything that depends on the ranks and the fields' extents is
+//! decided once per state, in `sdflow_init`: each direction's neighbour (or
+//! `MPI_PROC_NULL` past a bounded edge), the bytes each field's strip takes in that
+//! direction's message and the send and receive buffers. The start step (the team's
+//! master thread: MPI is called from one thread) packs each direction's strips — the
+//! owned cells next to that side — into its buffer and posts a nonblocking receive and
+//! send per neighbour; the finish waits for all of them, checks that each message had
+//! the size expected, and unpacks them into the halo. A message to the neighbour in
+//! direction `d` has tag `9 e + d` (`e`: the exchange's number); the neighbour receives
+//! it from its direction `8 - d`.
+
+use super::*;
+
+use crate::plan::exchange::Exchange;
+use sdflow_ir::Decomposition;
+
+/// The structured decomposition's parameters (the plan lowers no other kind).
+fn structured(x: &Exchange) -> Option<([i64; 2], i64, [bool; 2], bool)> {
+    match &x.decomposition {
+        Decomposition::Structured {
+            ranks,
+            width,
+            periodic,
+            corners,
+        } => Some((*ranks, *width, *periodic, *corners)),
+        Decomposition::Unstructured { .. } => None,
+    }
+}
+
+/// The state's members of the program's exchanges (after the MPI communicator).
+pub(crate) fn state_members(exchanges: &[&Exchange]) -> String {
+    let mut out = String::new();
+    if exchanges.is_empty() {
+        return out;
+    }
+    out.push_str("    MPI_Comm comm;\n    int rank, size;\n");
+    for x in exchanges {
+        let e = x.id;
+        let nf = x.fields.len();
+        let _ = writeln!(
+            out,
+            "    int x{e}_nb[9]; int64_t x{e}_off[9][{}]; char* x{e}_sb[9]; char* x{e}_rb[9]; MPI_Request x{e}_rq[18];",
+            nf + 1
+        );
+    }
+    out
+}
+
+/// Frees what `init` allocated for the exchanges (the state `st` may be half made).
+pub(crate) fn finalize_text(exchanges: &[&Exchange]) -> String {
+    let mut out = String::new();
+    if exchanges.is_empty() {
+        return out;
+    }
+    for x in exchanges {
+        let e = x.id;
+        let _ = writeln!(
+            out,
+            "    for (int d = 0; d < 9; d++) {{ free(st->x{e}_sb[d]); free(st->x{e}_rb[d]); }}"
+        );
+    }
+    out.push_str("    if (st->comm != MPI_COMM_NULL && st->comm != 0) { int fin = 0; MPI_Finalized(&fin); if (!fin) MPI_Comm_free(&st->comm); }\n");
+    out
+}
+
+/// `sdflow_init`'s part for the exchanges, after the state is allocated and the symbols
+/// declared: MPI started, the program's communicator (a duplicate of
+/// `MPI_COMM_WORLD`), the check that every rank runs the same program (`hash`: of its
+/// name, signature and exchanges) over as many ranks as its decompositions have, and per
+/// exchange the neighbours, the strips' sizes and the buffers. On failure it writes the
+/// message (`sdf_init_fail`) and returns NULL.
+pub(crate) fn init_text(
+    frame: &Frame<'_>,
+    exchanges: &[&Exchange],
+    hash: u64,
+    description: &str,
+) -> Result<String, CodegenError> {
+    let mut out = String::new();
+    if exchanges.is_empty() {
+        return Ok(out);
+    }
+    let _ = writeln!(
+        out,
+        "    if (sdf_mpi_up() != 0) return sdf_init_fail(st, \"could not start MPI (MPI_Init_thread failed, or MPI was finalized)\");\n    \
+         st->comm = MPI_COMM_NULL;\n    \
+         if (MPI_Comm_dup(MPI_COMM_WORLD, &st->comm) != MPI_SUCCESS) return sdf_init_fail(st, \"MPI_Comm_dup failed\");\n    \
+         MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);\n    \
+         MPI_Comm_rank(st->comm, &st->rank); MPI_Comm_size(st->comm, &st->size);\n    \
+         {{ uint64_t h = {hash}ULL; uint64_t* all = (uint64_t*)calloc((size_t)st->size, sizeof(uint64_t));\n      \
+         if (!all) return sdf_init_fail(st, \"out of memory\");\n      \
+         MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, st->comm);\n      \
+         int other = -1; for (int r = 0; r < st->size; r++) if (all[r] != h) {{ other = r; break; }}\n      \
+         free(all);\n      \
+         if (other >= 0) {{ char m[768]; snprintf(m, sizeof m, \"rank %d runs %s, and rank %d another program or decomposition: every rank must run the same program\", st->rank, {desc}, other); return sdf_init_fail(st, m); }} }}",
+        desc = c_string(description),
+    );
+    for x in exchanges {
+        let Some((ranks, w, periodic, corners)) = structured(x) else {
+            return Err(CodegenError::Unsupported(
+                "an unstructured halo exchange: the backends lower structured exchanges only"
+                    .into(),
+            ));
+        };
+        let e = x.id;
+        let (px, py) = (ranks[0], ranks[1]);
+        let _ = writeln!(
+            out,
+            "    {{ /* exchange #{e}: {} over {} */\n      \
+             if (st->size != {size}) {{ char m[512]; snprintf(m, sizeof m, \"halo exchange #{e} of %s is over {px} x {py} = {size} ranks, but the program runs on %d: start it with `mpirun -n {size}`\", {fields}, st->size); return sdf_init_fail(st, m); }}\n      \
+             const int ri = st->rank % {px}, rj = st->rank / {px};\n      \
+             for (int d = 0; d < 9; d++) {{\n        \
+             const int di = d % 3 - 1, dj = d / 3 - 1; int ni = ri + di, nj = rj + dj;\n        \
+             st->x{e}_nb[d] = MPI_PROC_NULL;\n        \
+             if (d == 4 || ({corners} == 0 && di != 0 && dj != 0)) continue;\n        \
+             if (ni < 0 || ni >= {px}) {{ if (!{p0}) continue; ni = (ni + {px}) % {px}; }}\n        \
+             if (nj < 0 || nj >= {py}) {{ if (!{p1}) continue; nj = (nj + {py}) % {py}; }}\n        \
+             st->x{e}_nb[d] = nj * {px} + ni;\n      }}",
+            x.fields.join(", "),
+            x.decomposition,
+            size = px * py,
+            fields = c_string(&quoted(&x.fields)),
+            corners = i32::from(corners),
+            p0 = i32::from(periodic[0]),
+            p1 = i32::from(periodic[1]),
+        );
+        for (f, name) in x.fields.iter().enumerate() {
+            let d = frame
+                .sdfg
+                .arrays
+                .get(name)
+                .and_then(|d| d.as_array())
+                .ok_or_else(|| {
+                    CodegenError::Unsupported(format!(
+                        "halo exchange #{e}: '{name}' is not an array of the program"
+                    ))
+                })?;
+            let rest: Vec<String> = d.shape[2..]
+                .iter()
+                .map(|s| format!("({})", frame.plain(s)))
+                .collect();
+            let rest = if rest.is_empty() {
+                "1".to_string()
+            } else {
+                rest.join(" * ")
+            };
+            let _ = writeln!(
+                out,
+                "      {{ const int64_t n0 = {}, n1 = {}, nr = {rest};\n        \
+                 if (n0 < {w2} || n1 < {w2}) {{ char m[512]; snprintf(m, sizeof m, \"'{name}' has extents %lld x %lld on rank %d: it holds no halo of width {w} on both sides of its first two dimensions (halo exchange #{e})\", (long long)n0, (long long)n1, st->rank); return sdf_init_fail(st, m); }}\n        \
+                 for (int d = 0; d < 9; d++) {{\n          \
+                 const int di = d % 3 - 1, dj = d / 3 - 1;\n          \
+                 const int64_t l0 = di == 0 ? n0 - {w2} : {w}, l1 = dj == 0 ? n1 - {w2} : {w};\n          \
+                 const int64_t bytes = l0 * l1 * (nr > 0 ? nr : 0) * (int64_t)sizeof({t});\n          \
+                 st->x{e}_off[d][{f1}] = st->x{e}_off[d][{f}] + ((bytes + 7) / 8) * 8;\n        }} }}",
+                frame.plain(&d.shape[0]),
+                frame.plain(&d.shape[1]),
+                w2 = 2 * w,
+                t = ctype(d.dtype),
+                f1 = f + 1,
+            );
+        }
+        let nf = x.fields.len();
+        let _ = writeln!(
+            out,
+            "      for (int d = 0; d < 9; d++) {{\n        \
+             if (st->x{e}_off[d][{nf}] > INT32_MAX) return sdf_init_fail(st, \"halo exchange #{e}: a message of more than 2 GiB\");\n        \
+             const size_t b = (size_t)(st->x{e}_off[d][{nf}] > 0 ? st->x{e}_off[d][{nf}] : 1);\n        \
+             st->x{e}_sb[d] = (char*)malloc(b); st->x{e}_rb[d] = (char*)malloc(b);\n        \
+             if (!st->x{e}_sb[d] || !st->x{e}_rb[d]) return sdf_init_fail(st, \"out of memory\");\n      }}\n    }}"
+        );
+    }
+    Ok(out)
+}
+
+/// `'a', 'b'`.
+fn quoted(fields: &[String]) -> String {
+    fields
+        .iter()
+        .map(|f| format!("'{f}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A C string literal of `s`.
+fn c_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Emitter<'_> {
+    /// The loops over one field's strip in direction `sdf_d` (`send`: the owned cells
+    /// next to that side, else the halo on that side), copying between the field and the
+    /// direction's buffer.
+    fn strip(&mut self, sc: &Scope<'_>, x: &Exchange, f: usize, w: i64, send: bool) {
+        let name = &x.fields[f];
+        let Some(a) = sc.sdfg.arrays.get(name).and_then(|d| d.as_array()) else {
+            return;
+        };
+        let e = x.id;
+        let t = ctype(a.dtype);
+        let n0 = sc.sym_with(&a.shape[0], SymCheck::Plain);
+        let n1 = sc.sym_with(&a.shape[1], SymCheck::Plain);
+        let w2 = 2 * w;
+        // Per dimension: [lo, hi) of the strip for the direction's component `c`.
+        let span = |n: &str, c: &str| -> (String, String) {
+            if send {
+                (
+                    format!("{c} < 0 ? {w} : ({c} == 0 ? {w} : ({n}) - {w2})"),
+                    format!("{c} < 0 ? {w2} : ({n}) - {w}"),
+                )
+            } else {
+                (
+                    format!("{c} < 0 ? 0 : ({c} == 0 ? {w} : ({n}) - {w})"),
+                    format!("{c} < 0 ? {w} : ({c} == 0 ? ({n}) - {w} : ({n}))"),
+                )
+            }
+        };
+        let buf = if send { "sb" } else { "rb" };
+        self.line(&format!("{{ /* '{name}' */"));
+        self.indent += 1;
+        let (lo0, hi0) = span(&n0, "di");
+        let (lo1, hi1) = span(&n1, "dj");
+        self.line(&format!(
+            "const int64_t lo0 = {lo0}, hi0 = {hi0}, lo1 = {lo1}, hi1 = {hi1};"
+        ));
+        self.line(&format!(
+            "{t}* restrict sdf_b = ({t}*)(st->x{e}_{buf}[sdf_d] + st->x{e}_off[sdf_d][{f}]);"
+        ));
+        self.line("int64_t sdf_q = 0;");
+        let mut idx = vec!["i0".to_string(), "i1".to_string()];
+        self.line("for (int64_t i0 = lo0; i0 < hi0; i0++)");
+        self.line("for (int64_t i1 = lo1; i1 < hi1; i1++)");
+        for (k, s) in a.shape.iter().enumerate().skip(2) {
+            let n = sc.sym_with(s, SymCheck::Plain);
+            self.line(&format!("for (int64_t i{k} = 0; i{k} < ({n}); i{k}++)"));
+            idx.push(format!("i{k}"));
+        }
+        let at = format!("a_{name}[{}]", sc.flat(&idx, &a.strides));
+        if send {
+            self.line(&format!("    sdf_b[sdf_q++] = {at};"));
+        } else {
+            self.line(&format!("    {at} = sdf_b[sdf_q++];"));
+        }
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// The start of exchange `x`: the master thread packs and posts (see the module
+    /// documentation); the others go on.
+    pub(crate) fn exchange_start(&mut self, sc: &Scope<'_>, x: &Exchange) {
+        let Some((_, w, _, _)) = structured(x) else {
+            return;
+        };
+        let e = x.id;
+        self.team_line(|t| t.master().into());
+        self.line("{");
+        self.indent += 1;
+        self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.indent += 1;
+        self.line(&format!(
+            "if (st->x{e}_nb[sdf_d] == MPI_PROC_NULL) continue;"
+        ));
+        self.line("const int64_t di = sdf_d % 3 - 1, dj = sdf_d / 3 - 1;");
+        for f in 0..x.fields.len() {
+            self.strip(sc, x, f, w, true);
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.line(&format!(
+            "    st->x{e}_rq[sdf_d] = MPI_REQUEST_NULL; st->x{e}_rq[9 + sdf_d] = MPI_REQUEST_NULL;"
+        ));
+        self.line(&format!(
+            "    if (st->x{e}_nb[sdf_d] == MPI_PROC_NULL) continue;"
+        ));
+        let nf = x.fields.len();
+        self.line(&format!(
+            "    MPI_Irecv(st->x{e}_rb[sdf_d], (int)st->x{e}_off[sdf_d][{nf}], MPI_BYTE, st->x{e}_nb[sdf_d], {base} + 8 - sdf_d, st->comm, &st->x{e}_rq[sdf_d]);",
+            base = 9 * e
+        ));
+        self.line("}");
+        self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.line(&format!(
+            "    if (st->x{e}_nb[sdf_d] == MPI_PROC_NULL) continue;"
+        ));
+        self.line(&format!(
+            "    MPI_Isend(st->x{e}_sb[sdf_d], (int)st->x{e}_off[sdf_d][{nf}], MPI_BYTE, st->x{e}_nb[sdf_d], {base} + sdf_d, st->comm, &st->x{e}_rq[9 + sdf_d]);",
+            base = 9 * e
+        ));
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// The finish of exchange `x`: the master thread waits for its messages, checks
+    /// their sizes (an error names the fields, the direction and both sizes) and unpacks
+    /// them into the halos.
+    pub(crate) fn exchange_finish(&mut self, sc: &Scope<'_>, x: &Exchange) {
+        let Some((_, w, _, _)) = structured(x) else {
+            return;
+        };
+        let e = x.id;
+        let here = sc.at(LocPart::Text(format!("halo exchange #{e}")));
+        let mut sites = Vec::new();
+        for d in 0..9i64 {
+            sites.push(if d == 4 {
+                0
+            } else {
+                here.site(SiteKind::Exchange {
+                    fields: x.fields.clone(),
+                    direction: [d % 3 - 1, d / 3 - 1],
+                })
+            });
+        }
+        let sites: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
+        self.team_line(|t| t.master().into());
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "static const int64_t sdf_xs[9] = {{{}}};",
+            sites.join(", ")
+        ));
+        self.line("MPI_Status sdf_st[18];");
+        self.line(&format!(
+            "const int sdf_rc = MPI_Waitall(18, st->x{e}_rq, sdf_st);"
+        ));
+        let nf = x.fields.len();
+        self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.indent += 1;
+        self.line(&format!(
+            "if (st->x{e}_nb[sdf_d] == MPI_PROC_NULL) continue;"
+        ));
+        self.line("if (sdf_rc != MPI_SUCCESS) {");
+        self.line("    const int sdf_er = sdf_rc == MPI_ERR_IN_STATUS ? sdf_st[sdf_d].MPI_ERROR : sdf_rc;");
+        self.line("    if (sdf_er != MPI_SUCCESS) { sdf_raise(sdf_xs[sdf_d], -1, sdf_er); break; }");
+        self.line("}");
+        self.line("int sdf_n = 0; MPI_Get_count(&sdf_st[sdf_d], MPI_BYTE, &sdf_n);");
+        self.line(&format!(
+            "if (sdf_n != st->x{e}_off[sdf_d][{nf}]) {{ sdf_raise(sdf_xs[sdf_d], sdf_n, st->x{e}_off[sdf_d][{nf}]); break; }}"
+        ));
+        self.indent -= 1;
+        self.line("}");
+        self.line("if (!sdf_e->failed) for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.indent += 1;
+        self.line(&format!(
+            "if (st->x{e}_nb[sdf_d] == MPI_PROC_NULL) continue;"
+        ));
+        self.line("const int64_t di = sdf_d % 3 - 1, dj = sdf_d / 3 - 1;");
+        for f in 0..x.fields.len() {
+            self.strip(sc, x, f, w, false);
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+    }
+}
