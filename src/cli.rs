@@ -854,23 +854,38 @@ fn run_mpi_rank(
             path: path.display().to_string(),
             source,
         })?;
-    let mut b = match &opts.inputs {
-        Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols)?,
-        None => random_inputs(
-            sdfg,
-            &symbols,
-            opts.seed.wrapping_add(r as u64),
-            path,
-            "run",
-            opts.backend,
-        )?,
+    // From here on, a rank that fails stops every rank (the others would wait for it in
+    // an exchange), with its message.
+    let this_rank = || -> Result<Bindings, CliError> {
+        let mut b = match &opts.inputs {
+            Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols)?,
+            None => random_inputs(
+                sdfg,
+                &symbols,
+                opts.seed.wrapping_add(r as u64),
+                path,
+                "run",
+                opts.backend,
+            )?,
+        };
+        check_sizes(sdfg, &b.symbols, path)?;
+        prog.run_bindings(&mut b)
+            .map_err(|e| CliError::Usage(format!("rank {r}: {e}")))?;
+        if let Some(o) = &opts.outputs {
+            npz::write_npz(&per_rank(o, "--outputs", r)?, &b.arrays)?;
+        }
+        Ok(b)
     };
-    check_sizes(sdfg, &b.symbols, path)?;
-    prog.run_bindings(&mut b)
-        .map_err(|e| CliError::Usage(format!("rank {r}: {e}")))?;
-    if let Some(o) = &opts.outputs {
-        npz::write_npz(&per_rank(o, "--outputs", r)?, &b.arrays)?;
-    }
+    let b = match this_rank() {
+        Ok(b) => b,
+        Err(e) => match prog.mpi() {
+            Some(m) if size > 1 => {
+                eprintln!("error: rank {r}: {e}");
+                m.abort(1)
+            }
+            _ => return Err(e),
+        },
+    };
     let mut out = format!(
         "rank {r}: program '{}' {}\n",
         sdfg.name,

@@ -103,9 +103,10 @@ enum Command {
         /// through the build cache) or `cuda` (alias `gpu`: CUDA through NVRTC on GPU 0).
         #[arg(long, default_value = "interp", value_parser = parse_backend)]
         backend: sdflow::codegen::Backend,
-        /// Run on this many simulated ranks (`4`, or `2x2`), one thread each, on the
-        /// interpreter: each rank's arguments from `--inputs`/`--outputs` paths with
-        /// `{rank}` in them, or random (seed + rank); its halo exchanges between them.
+        /// Run on this many ranks (`4`, or `2x2`): simulated ones of the interpreter, one
+        /// thread each, or with `--backend cpu` the MPI ranks of `mpirun -n N`. Each
+        /// rank's arguments from `--inputs`/`--outputs` paths with `{rank}` in them, or
+        /// random (seed + rank); its halo exchanges between them.
         #[arg(long, value_parser = cli::parse_ranks)]
         ranks: Option<usize>,
     },

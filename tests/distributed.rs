@@ -1,8 +1,14 @@
 //! A program with a halo exchange (`tests/distributed/halo_stencil.sdfg.json`: a 9-point
-//! stencil on a field split over 2 × 2 ranks) as a user meets it today: it loads,
-//! validates and is drawn; the interpreter runs it over simulated ranks, optimized or
-//! not, to the same bits; the compiled backends refuse it with a clear error (the MPI
-//! lowering is not built yet).
+//! stencil on a field split over 2 × 2 ranks) as a user meets it: it loads, validates and
+//! is drawn; the interpreter runs it over simulated ranks, optimized or not, to the same
+//! bits; the C backend runs it on MPI ranks (`mpirun -n N sdflow run … --backend cpu`),
+//! 1 to 4 of them on any machine (oversubscribed), to the interpreter's bits; one rank
+//! builds, the others load; a failing rank or ranks that disagree stop the run with a
+//! message. The CUDA backend refuses an exchange with a clear error.
+//!
+//! The MPI tests need Open MPI's `mpirun` and `mpicc` (`apt-get install openmpi-bin
+//! libopenmpi-dev`, which `.ci/run` does); without them they say so and pass, unless
+//! `SDFLOW_REQUIRE_MPI=1` (set by `.ci/run`) makes that a failure.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -72,18 +78,14 @@ fn the_optimized_program_gives_the_same_bits_on_the_ranks() {
 }
 
 #[test]
-fn the_backends_refuse_an_exchange_with_a_clear_error() {
+fn the_cuda_backend_refuses_an_exchange_with_a_clear_error() {
     let s = cli::load_program(&fixture()).unwrap();
-    let e = sdflow::codegen::CpuBackend {
-        cache: None,
-        ..Default::default()
-    }
-    .build(&s)
-    .err()
-    .expect("refused")
-    .to_string();
+    let e = sdflow::codegen::cuda::emit::emit_cuda(&s, &Default::default())
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(
-        e.contains("state 'exchange' exchanges halos over 4 ranks: the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends do not lower halo exchanges yet"),
+        e.contains("'stencil' exchanges halos (exchange #0 of u over 2x2 ranks (periodic, periodic, corners), width 1): the CUDA backend does not lower halo exchanges yet"),
         "{e}"
     );
     let out = sdflow(&["show"], &["--emit", "dot"]);
@@ -93,12 +95,25 @@ fn the_backends_refuse_an_exchange_with_a_clear_error() {
         dot.contains("halo exchange\\n2x2 ranks (periodic, periodic, corners), width 1"),
         "{dot}"
     );
+    // The C unit calls MPI; the plan shows the exchange split in two.
     let out = sdflow(&["show"], &["--emit", "c"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success());
+    let c = String::from_utf8_lossy(&out.stdout);
+    for call in [
+        "#include <mpi.h>",
+        "MPI_Irecv(",
+        "MPI_Isend(",
+        "MPI_Waitall(",
+    ] {
+        assert!(c.contains(call), "{call}");
+    }
+    let out = sdflow(&["show"], &["--emit", "plan"]);
+    let plan = String::from_utf8_lossy(&out.stdout);
     assert!(
-        err.contains("the backends do not lower halo exchanges yet"),
-        "{err}"
+        plan.contains("0: exchange start 'halo exchange' #0 of u over 2x2 ranks")
+            && plan.contains("0: exchange finish 'halo exchange' #0 of u")
+            && plan.contains("1: parallel map 'lap' collapse 1 from 4096 points after 0"),
+        "{plan}"
     );
 }
 
@@ -156,7 +171,7 @@ fn sdflow_run_runs_the_program_on_simulated_ranks() {
                 "--backend",
                 "cpu",
             ],
-            "--ranks runs on the interpreter (--backend interp): the backends do not lower halo exchanges yet",
+            "--ranks 4 --backend cpu runs on 4 MPI ranks: start it with `mpirun -n 4 sdflow run …`",
         ),
         (
             vec![
@@ -183,5 +198,284 @@ fn sdflow_run_runs_the_program_on_simulated_ranks() {
             "{extra:?}: {err}"
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `mpirun -n N sdflow ARGS…` (Open MPI, oversubscribed, allowed as root), with
+/// `SDFLOW_CACHE_DIR` set to `cache`; `None` (with a note) where Open MPI is not
+/// installed, unless `SDFLOW_REQUIRE_MPI=1`. Every run ends within two minutes.
+fn mpirun(
+    groups: &[(usize, Vec<String>)],
+    cache: &std::path::Path,
+) -> Option<std::process::Output> {
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("mpirun") || !have("mpicc") {
+        assert!(
+            std::env::var("SDFLOW_REQUIRE_MPI").as_deref() != Ok("1"),
+            "SDFLOW_REQUIRE_MPI=1 but Open MPI's mpirun and mpicc are not installed"
+        );
+        eprintln!(
+            "note: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI runs are left out"
+        );
+        return None;
+    }
+    let mut cmd = Command::new("timeout");
+    cmd.arg("120").arg("mpirun").arg("--oversubscribe");
+    for (k, (n, args)) in groups.iter().enumerate() {
+        if k > 0 {
+            cmd.arg(":");
+        }
+        cmd.arg("-n")
+            .arg(n.to_string())
+            .arg(env!("CARGO_BIN_EXE_sdflow"))
+            .args(args);
+    }
+    let out = cmd
+        .env("SDFLOW_CACHE_DIR", cache)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "mpirun did not end within two minutes"
+    );
+    Some(out)
+}
+
+/// A scratch directory of this test.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sdflow-mpi-{tag}-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The fixture with another decomposition, written to `dir`.
+fn variant(dir: &std::path::Path, ranks: [i64; 2], periodic: [bool; 2], corners: bool) -> PathBuf {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
+    doc["states"][0]["nodes"][0]["halo_exchange"]["decomposition"]["structured"] = serde_json::json!({
+        "ranks": ranks, "width": 1, "periodic": periodic, "corners": corners
+    });
+    let p = dir.join(format!(
+        "stencil-{}x{}-{}{}-{}.sdfg.json",
+        ranks[0], ranks[1], periodic[0] as u8, periodic[1] as u8, corners as u8
+    ));
+    std::fs::write(&p, serde_json::to_string(&doc).unwrap()).unwrap();
+    p
+}
+
+/// A 12 × 9 field split over `ranks`, each rank's part written to `dir/in.{r}.npz`.
+fn write_parts(dir: &std::path::Path, ranks: [usize; 2]) {
+    let values: Vec<f64> = (0..12 * 9)
+        .map(|k| ((k * 37) % 101) as f64 / 13.0 - 3.0)
+        .collect();
+    let global = HostArray::from_f64(&[12, 9], values).unwrap();
+    for (r, u) in scatter(&global, ranks, 1).into_iter().enumerate() {
+        let shape = u.shape().to_vec();
+        let mut arrays = std::collections::BTreeMap::new();
+        arrays.insert("out".to_string(), HostArray::zeros(DType::F64, &shape));
+        arrays.insert("u".to_string(), u);
+        sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &arrays).unwrap();
+    }
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn mpi_ranks_give_the_interpreters_bits() {
+    let dir = scratch("bits");
+    let cache = dir.join("cache");
+    let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+    let mut whole: Option<HostArray> = None;
+    for (ranks, periodic, corners) in [
+        ([1, 1], [true, true], true),
+        ([2, 1], [false, true], false),
+        ([1, 3], [true, false], true),
+        ([2, 2], [true, true], true),
+        ([2, 2], [false, false], false),
+    ] {
+        let program = variant(&dir, ranks, periodic, corners);
+        let n = (ranks[0] * ranks[1]) as usize;
+        write_parts(&dir, [ranks[0] as usize, ranks[1] as usize]);
+        let inputs = path(&dir.join("in.{rank}.npz"));
+        let args = |backend: &str, out: &str| -> Vec<String> {
+            [
+                "run",
+                &path(&program),
+                "--ranks",
+                &n.to_string(),
+                "--backend",
+                backend,
+                "--inputs",
+                &inputs,
+                "--outputs",
+                &path(&dir.join(out)),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let interp = Command::new(env!("CARGO_BIN_EXE_sdflow"))
+            .args(args("interp", "want.{rank}.npz"))
+            .output()
+            .unwrap();
+        assert!(interp.status.success(), "{}", text(&interp));
+        let Some(out) = mpirun(&[(n, args("cpu", "got.{rank}.npz"))], &cache) else {
+            return;
+        };
+        assert!(out.status.success(), "{ranks:?}: {}", text(&out));
+        let read = |name: String| sdflow::npz::read_npz(&dir.join(name)).unwrap();
+        let mut gots = Vec::new();
+        for r in 0..n {
+            let want = read(format!("want.{r}.npz"));
+            let got = read(format!("got.{r}.npz"));
+            for k in ["out", "u"] {
+                assert_eq!(got[k].bits(), want[k].bits(), "{ranks:?} rank {r} '{k}'");
+            }
+            gots.push(got["out"].clone());
+        }
+        // Periodic with corners: the parts put together are the program on one rank.
+        if periodic == [true, true] && corners {
+            let g = gather(&gots, &[12, 9], [ranks[0] as usize, ranks[1] as usize], 1);
+            match &whole {
+                None => whole = Some(g),
+                Some(w) => assert_eq!(g.bits(), w.bits(), "{ranks:?} against one rank"),
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn one_rank_builds_the_others_load() {
+    let dir = scratch("build");
+    let cache = dir.join("cache");
+    let args: Vec<String> = [
+        "run",
+        &fixture().to_string_lossy(),
+        "--ranks",
+        "2x2",
+        "--backend",
+        "cpu",
+        "-s",
+        "NI=6",
+        "-s",
+        "NJ=5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (built, loaded) in [(1, 3), (0, 4)] {
+        let Some(out) = mpirun(&[(4, args.clone())], &cache) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert_eq!(t.matches("program 'stencil' built").count(), built, "{t}");
+        assert_eq!(
+            t.matches("program 'stencil' loaded from the cache").count(),
+            loaded,
+            "{t}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_failing_rank_stops_every_rank_with_its_message() {
+    let dir = scratch("fail");
+    write_parts(&dir, [2, 2]);
+    // Rank 2's 'u' is of another element type: its call fails when it binds.
+    let p = dir.join("in.2.npz");
+    let mut arrays = sdflow::npz::read_npz(&p).unwrap();
+    let shape = arrays["u"].shape().to_vec();
+    arrays.insert("u".into(), HostArray::zeros(DType::I64, &shape));
+    sdflow::npz::write_npz(&p, &arrays).unwrap();
+    let args: Vec<String> = [
+        "run",
+        &fixture().to_string_lossy(),
+        "--ranks",
+        "4",
+        "--backend",
+        "cpu",
+        "--inputs",
+        &dir.join("in.{rank}.npz").to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let Some(out) = mpirun(&[(4, args)], &dir.join("cache")) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("error: rank 2: program 'stencil': 'u'") && t.contains("i64"),
+        "{t}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn ranks_that_disagree_are_stopped_at_the_start() {
+    let dir = scratch("disagree");
+    let cache = dir.join("cache");
+    let run = |p: &PathBuf, n: &str| -> Vec<String> {
+        [
+            "run",
+            &p.to_string_lossy(),
+            "--ranks",
+            n,
+            "--backend",
+            "cpu",
+            "-s",
+            "NI=4",
+            "-s",
+            "NJ=4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // Two ranks with one decomposition, two with another.
+    let bounded = variant(&dir, [2, 2], [false, false], true);
+    let Some(out) = mpirun(
+        &[(2, run(&fixture(), "4")), (2, run(&bounded, "4"))],
+        &cache,
+    ) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("runs program 'stencil' (out: f64, u: f64), exchange #0 of u over 2x2 ranks (")
+            && t.contains("another program or decomposition: every rank must run the same program"),
+        "{t}"
+    );
+    // A program over 2 x 2 ranks on 2.
+    let Some(out) = mpirun(&[(2, run(&fixture(), "2"))], &cache) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("halo exchange #0 of 'u' is over 2 x 2 = 4 ranks, but the program runs on 2: start it with `mpirun -n 4`"),
+        "{t}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

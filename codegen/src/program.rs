@@ -657,11 +657,16 @@ impl CompiledProgram {
             // `init` that just failed on this thread.
             let said = self
                 .init_message
-                .map(|f| unsafe { std::ffi::CStr::from_ptr(f()) }.to_string_lossy().into_owned())
+                .map(|f| {
+                    unsafe { std::ffi::CStr::from_ptr(f()) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
                 .filter(|m| !m.is_empty());
             return Err(CallError::Run {
                 program: self.name.clone(),
-                message: said.unwrap_or_else(|| "could not allocate the program's transients".into()),
+                message: said
+                    .unwrap_or_else(|| "could not allocate the program's transients".into()),
             });
         }
         if ints.is_empty() {

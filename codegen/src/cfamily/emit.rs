@@ -57,7 +57,10 @@ use crate::CodegenError;
 use crate::abi::Signature;
 use analysis::*;
 pub(crate) use copies::*;
-pub(crate) use exchange::{finalize_text as exchange_finalize_text, init_text as exchange_init_text, state_members as exchange_state_members};
+pub(crate) use exchange::{
+    finalize_text as exchange_finalize_text, init_text as exchange_init_text,
+    state_members as exchange_state_members,
+};
 pub(crate) use nested::*;
 pub(crate) use nodes::*;
 pub(crate) use scope::*;

@@ -139,7 +139,13 @@ fn close(sp: &mut StatePlan, open: &mut Vec<Open>) {
 /// Rewrites one state's steps: numbers its starts, and puts the finish of an open
 /// exchange before the first step that touches one of its fields (that step waits for
 /// it). Waits are renumbered for the inserted steps.
-fn in_state(sdfg: &Sdfg, sp: &mut StatePlan, open: &mut Vec<Open>, overlap: bool, next: &mut usize) {
+fn in_state(
+    sdfg: &Sdfg,
+    sp: &mut StatePlan,
+    open: &mut Vec<Open>,
+    overlap: bool,
+    next: &mut usize,
+) {
     let df = &sdfg.states[sp.id.index()].graph;
     let old = std::mem::take(&mut sp.steps);
     let mut index = vec![0usize; old.len()];

@@ -346,7 +346,9 @@ impl Emitter<'_> {
         ));
         self.line("if (sdf_rc != MPI_SUCCESS) {");
         self.line("    const int sdf_er = sdf_rc == MPI_ERR_IN_STATUS ? sdf_st[sdf_d].MPI_ERROR : sdf_rc;");
-        self.line("    if (sdf_er != MPI_SUCCESS) { sdf_raise(sdf_xs[sdf_d], -1, sdf_er); break; }");
+        self.line(
+            "    if (sdf_er != MPI_SUCCESS) { sdf_raise(sdf_xs[sdf_d], -1, sdf_er); break; }",
+        );
         self.line("}");
         self.line("int sdf_n = 0; MPI_Get_count(&sdf_st[sdf_d], MPI_BYTE, &sdf_n);");
         self.line(&format!(
