@@ -7,6 +7,8 @@
 //! cargo run --release --example dycore -- --backend interp --steps 3
 //! cargo run --release --example dycore -- --emit sdfg -o examples/dycore.sdfg.json
 //! cargo run --release --example dycore -- --plot target/dycore-plots  # pictures of the run
+//! mpirun -n 4 target/release/examples/dycore --ranks 2x2     # 4 MPI ranks, halo exchanges
+//! cargo run --release --example dycore -- --ranks 2x2 --backend interp --steps 2  # simulated
 //! ```
 //!
 //! It builds the program, optimizes and compiles it (C/OpenMP, through the build cache)
@@ -16,6 +18,7 @@
 //! (and `target/dycore.svg` when Graphviz is installed).
 
 mod program;
+mod ranks;
 mod reference;
 
 use std::path::PathBuf;
@@ -89,6 +92,21 @@ struct Args {
     /// drift), so the time per step includes a call per chunk.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Run on `PXxPY` ranks, each on its block with halo exchanges between them: MPI
+    /// processes with `--backend cpu` (start with `mpirun -n PX*PY`), simulated ranks
+    /// with `--backend interp`. Rank 0 puts the result together and compares it bit for
+    /// bit with one rank (`docs/distributed.md`).
+    #[arg(long, value_parser = parse_ranks)]
+    ranks: Option<[usize; 2]>,
+}
+
+fn parse_ranks(s: &str) -> Result<[usize; 2], String> {
+    let parts: Vec<Option<usize>> = s.split('x').map(|p| p.trim().parse().ok()).collect();
+    match parts.as_slice() {
+        [Some(a), Some(b)] if *a >= 1 && *b >= 1 => Ok([*a, *b]),
+        [Some(a)] if *a >= 1 => Ok([*a, 1]),
+        _ => Err(format!("ranks '{s}': expected PXxPY (2x2) or a count (4)")),
+    }
 }
 
 fn parse_size(s: &str) -> Result<(usize, usize, usize), String> {
@@ -145,8 +163,30 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(args);
+    if let Some(r) = args.ranks
+        && args.emit.is_none()
+    {
+        return match args.backend {
+            Backend::Cpu => ranks::run(&cfg, r, args.steps, args.seed, true),
+            Backend::Interp => ranks::run(&cfg, r, args.steps, args.seed, false),
+            Backend::Cuda => Err("--ranks runs with --backend cpu (MPI) or interp (simulated ranks): the CUDA backend does not lower halo exchanges yet".into()),
+        };
+    }
     let t0 = Instant::now();
-    let dycore = Dycore::new(&cfg)?;
+    // With --emit and --ranks: rank 0's program.
+    let dycore = match args.ranks {
+        Some(r) => {
+            let nx = cfg.nx / r[0] + usize::from(cfg.nx % r[0] > 0);
+            let ny = cfg.ny / r[1] + usize::from(cfg.ny % r[1] > 0);
+            let local = Config {
+                nx,
+                ny,
+                ..cfg.clone()
+            };
+            Dycore::on(&local, Some([r[0] as i64, r[1] as i64]))?
+        }
+        None => Dycore::new(&cfg)?,
+    };
     let build = t0.elapsed();
     if let Some(emit) = args.emit {
         let text = match emit {

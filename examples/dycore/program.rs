@@ -42,11 +42,11 @@ use sdflow::codegen::cuda::exec::{DeviceArgs, GpuProgram};
 use sdflow::codegen::{CallError, CodegenError, CompiledProgram, CpuBackend};
 use sdflow::transforms::Pipeline;
 use sdflow_ir::interp::{Bindings, HostArray, InterpError, run};
-use sdflow_ir::{DType, Sdfg, Value};
+use sdflow_ir::{DType, Decomposition, Sdfg, Value};
 use sdflow_orchestration::{Body, BuildError, E, Program, ScanDir, Stencil, StencilBuilder};
 use std::time::{Duration, Instant};
 
-use crate::reference::{Config, State};
+use crate::reference::{Config, HALO, State};
 
 /// The interior domain of every compute call.
 const INTERIOR: [&str; 3] = ["2:NX+2", "2:NY+2", "0:NZ"];
@@ -447,6 +447,14 @@ pub enum DycoreError {
 
 /// The whole time step as a [`Program`] (`nsteps` steps per call).
 pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
+    timestep_on(cfg, None)
+}
+
+/// The time step of one rank of `ranks[0] × ranks[1]` (`cfg`: its block; `None`: the
+/// whole grid on one process): the periodic halo updates become halo exchanges between
+/// the ranks (width 2, periodic, corners included), the fields of consecutive updates in
+/// one exchange.
+pub fn timestep_on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Program, DycoreError> {
     if cfg.nx < 2 || cfg.ny < 2 || cfg.nz < 1 {
         return Err(DycoreError::Config(format!(
             "the grid is {} x {} x {}; the periodic halo of width 2 needs nx, ny >= 2 and nz >= 1",
@@ -455,6 +463,24 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
     }
     let st = Stencils::new();
     let halo = halo_program(cfg);
+    let halos = |b: &mut Body, fields: &[&str]| match ranks {
+        None => {
+            for x in fields {
+                b.nested(&halo, &[("x", x)], &[]);
+            }
+        }
+        Some(ranks) => {
+            b.halo_exchange(
+                fields,
+                Decomposition::Structured {
+                    ranks,
+                    width: HALO as i64,
+                    periodic: [true, true],
+                    corners: true,
+                },
+            );
+        }
+    };
     let mut p = Program::new("dycore");
     p.static_symbol("NX", Value::I64(cfg.nx as i64))
         .static_symbol("NY", Value::I64(cfg.ny as i64))
@@ -492,9 +518,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
             &INTERIOR,
         );
         b.repeat("stage", "3", |b| {
-            for x in ["hs", "us", "vs", "qhs"] {
-                b.nested(&halo, &[("x", x)], &[]);
-            }
+            halos(b, &["hs", "us", "vs", "qhs"]);
             b.call(
                 &st.mass_flux_x,
                 &[("h", "hs"), ("u", "us"), ("mu", "mu")],
@@ -507,8 +531,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "mu")], &[]);
-            b.nested(&halo, &[("x", "mv")], &[]);
+            halos(b, &["mu", "mv"]);
             b.call(
                 &st.vorticity,
                 &[("u", "us"), ("v", "vs"), ("zeta", "zeta")],
@@ -521,7 +544,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[("f0", "f0")],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "pv")], &[]);
+            halos(b, &["pv"]);
             b.call(
                 &st.kinetic_energy,
                 &[("u", "us"), ("v", "vs"), ("ke", "ke")],
@@ -546,7 +569,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "b")], &[]);
+            halos(b, &["b"]);
             b.call(
                 &st.tendency_h,
                 &[("mu", "mu"), ("mv", "mv"), ("dh", "dh")],
@@ -577,8 +600,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "fu")], &[]);
-            b.nested(&halo, &[("x", "fv")], &[]);
+            halos(b, &["fu", "fv"]);
             b.call(
                 &st.tendency_qh,
                 &[("fu", "fu"), ("fv", "fv"), ("dqh", "dqh")],
@@ -605,15 +627,13 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
             b.if_else("stage < 2", |b| rk(b, false), |b| rk(b, true));
         });
 
-        b.nested(&halo, &[("x", "h")], &[]);
+        halos(b, &["h"]);
         b.if_("hyperdiffusion != 0", |b| {
-            b.nested(&halo, &[("x", "u")], &[]);
-            b.nested(&halo, &[("x", "v")], &[]);
+            halos(b, &["u", "v"]);
             for (phi, l) in [("u", "lu"), ("v", "lv")] {
                 b.call(&st.laplacian, &[("a", phi), ("out", l)], &dxy, &INTERIOR);
             }
-            b.nested(&halo, &[("x", "lu")], &[]);
-            b.nested(&halo, &[("x", "lv")], &[]);
+            halos(b, &["lu", "lv"]);
             for (phi, l) in [("u", "lu"), ("v", "lv")] {
                 b.call(
                     &st.hyperdiffusion,
@@ -628,9 +648,9 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "q")], &[]);
+            halos(b, &["q"]);
             b.call(&st.laplacian, &[("a", "q"), ("out", "lq")], &dxy, &INTERIOR);
-            b.nested(&halo, &[("x", "lq")], &[]);
+            halos(b, &["lq"]);
             b.call(
                 &st.hyperflux_x,
                 &[("h", "h"), ("lq", "lq"), ("gx", "gx")],
@@ -643,8 +663,7 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
                 &[("nu4", "nu4"), ("dy", "dy")],
                 &INTERIOR,
             );
-            b.nested(&halo, &[("x", "gx")], &[]);
-            b.nested(&halo, &[("x", "gy")], &[]);
+            halos(b, &["gx", "gy"]);
             b.call(
                 &st.hyperdiffusion_qh,
                 &[("gx", "gx"), ("gy", "gy"), ("qh", "qh"), ("out", "qh")],
@@ -709,6 +728,12 @@ pub struct Dycore {
 impl Dycore {
     /// Builds and flattens the time step for `cfg`.
     pub fn new(cfg: &Config) -> Result<Dycore, DycoreError> {
+        Dycore::on(cfg, None)
+    }
+
+    /// Builds and flattens the time step of one rank of `ranks` ([`timestep_on`]):
+    /// `cfg` is the rank's block.
+    pub fn on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Dycore, DycoreError> {
         if cfg.rho.len() != cfg.nz || cfg.damping_layers > cfg.nz {
             return Err(DycoreError::Config(format!(
                 "rho has {} entries and damping_layers is {}, for nz = {}",
@@ -717,7 +742,7 @@ impl Dycore {
                 cfg.nz
             )));
         }
-        let sdfg = timestep(cfg)?.build()?;
+        let sdfg = timestep_on(cfg, ranks)?.build()?;
         Ok(Dycore {
             cfg: cfg.clone(),
             sdfg,
