@@ -10,6 +10,8 @@
 //! - `--backend interp`: the same on simulated ranks of the interpreter, one thread each
 //!   (every rank runs one program, so the blocks must be of equal size).
 
+#![allow(dead_code)]
+
 use std::time::Instant;
 
 use sdflow::codegen::{CpuBackend, Origin};
@@ -20,7 +22,7 @@ use crate::reference::{self, Config, HALO, State, interior_max_abs, random_smoot
 
 /// The blocks of `n` cells over `p` ranks, `(start, length)`: the first `n % p` get one
 /// more (as `sdflow::ir::interp::scatter` splits).
-fn blocks(n: usize, p: usize) -> Vec<(usize, usize)> {
+pub fn blocks(n: usize, p: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::with_capacity(p);
     let mut start = 0;
     for k in 0..p {
@@ -32,7 +34,7 @@ fn blocks(n: usize, p: usize) -> Vec<(usize, usize)> {
 }
 
 /// Rank `r`'s block: its configuration and its offset in the grid's interior.
-fn block(cfg: &Config, ranks: [usize; 2], r: usize) -> (Config, usize, usize) {
+pub fn block(cfg: &Config, ranks: [usize; 2], r: usize) -> (Config, usize, usize) {
     let (bi, bj) = (blocks(cfg.nx, ranks[0]), blocks(cfg.ny, ranks[1]));
     let ((oi, li), (oj, lj)) = (bi[r % ranks[0]], bj[r / ranks[0]]);
     let local = Config {
@@ -45,7 +47,7 @@ fn block(cfg: &Config, ranks: [usize; 2], r: usize) -> (Config, usize, usize) {
 
 /// The part of `s` (on the whole grid, `cfg`) a rank with block `local` at `(oi, oj)`
 /// holds: its block and the halo around it.
-fn cut(cfg: &Config, s: &State, local: &Config, oi: usize, oj: usize) -> State {
+pub fn cut(cfg: &Config, s: &State, local: &Config, oi: usize, oj: usize) -> State {
     let mut out = State::zeros(local);
     let (px, py) = (local.px(), local.py());
     for (dst, src) in [
@@ -67,7 +69,7 @@ fn cut(cfg: &Config, s: &State, local: &Config, oi: usize, oj: usize) -> State {
 
 /// The interior of a rank's state, field by field (h, u, v, qh), each in `(k, j, i)`
 /// order.
-fn interior(local: &Config, s: &State) -> Vec<f64> {
+pub fn interior(local: &Config, s: &State) -> Vec<f64> {
     let mut out = Vec::with_capacity(4 * local.nz * local.ny * local.nx);
     for a in [&s.h, &s.u, &s.v, &s.qh] {
         for k in 0..local.nz {
@@ -83,7 +85,7 @@ fn interior(local: &Config, s: &State) -> Vec<f64> {
 
 /// Puts the ranks' interiors (`parts`, in rank order, as [`interior`] lays them out) into
 /// a state of the whole grid (halos zero).
-fn assemble(cfg: &Config, ranks: [usize; 2], parts: &[f64]) -> State {
+pub fn assemble(cfg: &Config, ranks: [usize; 2], parts: &[f64]) -> State {
     let mut s = State::zeros(cfg);
     let mut at = 0;
     for r in 0..ranks[0] * ranks[1] {
@@ -103,7 +105,7 @@ fn assemble(cfg: &Config, ranks: [usize; 2], parts: &[f64]) -> State {
 }
 
 /// How many interior values of `a` and `b` differ in their bits.
-fn differing(cfg: &Config, a: &State, b: &State) -> usize {
+pub fn differing(cfg: &Config, a: &State, b: &State) -> usize {
     interior(cfg, a)
         .iter()
         .zip(interior(cfg, b))

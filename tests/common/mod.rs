@@ -112,3 +112,60 @@ pub fn gt4py_diff(got: &Bindings, npz: &mut Npz, backend: &str, field: &str) -> 
         .zip(want.iter())
         .fold(0.0, |m, (g, x)| m.max((g - x).abs()))
 }
+
+/// `mpirun -n N sdflow ARGS…` (Open MPI, oversubscribed, allowed as root), with
+/// `SDFLOW_CACHE_DIR` set to `cache`; `None` (with a note) where Open MPI is not
+/// installed, unless `SDFLOW_REQUIRE_MPI=1`. Every run ends within two minutes.
+pub fn mpirun(
+    groups: &[(usize, Vec<String>)],
+    cache: &std::path::Path,
+) -> Option<std::process::Output> {
+    let have = |tool: &str| {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("mpirun") || !have("mpicc") {
+        assert!(
+            std::env::var("SDFLOW_REQUIRE_MPI").as_deref() != Ok("1"),
+            "SDFLOW_REQUIRE_MPI=1 but Open MPI's mpirun and mpicc are not installed"
+        );
+        eprintln!(
+            "note: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI runs are left out"
+        );
+        return None;
+    }
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("120").arg("mpirun").arg("--oversubscribe");
+    for (k, (n, args)) in groups.iter().enumerate() {
+        if k > 0 {
+            cmd.arg(":");
+        }
+        cmd.arg("-n")
+            .arg(n.to_string())
+            .arg(env!("CARGO_BIN_EXE_sdflow"))
+            .args(args);
+    }
+    let out = cmd
+        .env("SDFLOW_CACHE_DIR", cache)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "mpirun did not end within two minutes"
+    );
+    Some(out)
+}
+
+/// A scratch directory of a test, empty.
+pub fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sdflow-mpi-{tag}-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
