@@ -426,3 +426,159 @@ fn ranks_that_disagree_are_stopped_at_the_start() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `tests/distributed/ring.sdfg.json` over `ranks` ranks, written to `dir`, and each
+/// rank's arguments for a ring of `n` cells split into blocks (its cells in order, then
+/// the cell before and the cell after its block, owned by the neighbours) written to
+/// `dir/in.{r}.npz`; the owners as `i32` (the lists may be of any integer type).
+fn ring(dir: &std::path::Path, n: usize, ranks: usize) -> PathBuf {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/distributed/ring.sdfg.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    doc["states"][0]["nodes"][0]["halo_exchange"]["decomposition"]["unstructured"]["ranks"] =
+        serde_json::json!(ranks);
+    let program = dir.join(format!("ring-{ranks}.sdfg.json"));
+    std::fs::write(&program, serde_json::to_string(&doc).unwrap()).unwrap();
+    let block = n / ranks;
+    for r in 0..ranks {
+        let (lo, hi) = (r * block, if r + 1 == ranks { n } else { (r + 1) * block });
+        let mut cells: Vec<usize> = (lo..hi).collect();
+        if ranks > 1 {
+            cells.push((lo + n - 1) % n);
+            cells.push(hi % n);
+        }
+        let nl = cells.len();
+        let local = |g: usize| cells.iter().position(|&c| c == g).unwrap() as i64;
+        let mut u = Vec::new();
+        let mut nb = Vec::new();
+        for (l, &g) in cells.iter().enumerate() {
+            let owned = l < hi - lo;
+            for k in 0..3 {
+                u.push(if owned {
+                    ((g * 7 + k * 3) % 11) as f64 / 3.0 + (g as f64).cos()
+                } else {
+                    -1e9
+                });
+            }
+            let (a, b) = if owned {
+                (local((g + n - 1) % n), local((g + 1) % n))
+            } else {
+                (0, 0)
+            };
+            nb.extend([Value::I64(a), Value::I64(b)]);
+        }
+        let ints = |dtype: DType, v: Vec<i64>| {
+            let v: Vec<Value> = v.into_iter().map(|x| Value::I64(x).cast(dtype)).collect();
+            HostArray::from_values(dtype, &[v.len()], &v).unwrap()
+        };
+        let mut arrays = std::collections::BTreeMap::new();
+        arrays.insert("u".to_string(), HostArray::from_f64(&[nl, 3], u).unwrap());
+        arrays.insert("out".to_string(), HostArray::zeros(DType::F64, &[nl, 3]));
+        arrays.insert(
+            "glob".to_string(),
+            ints(DType::I64, cells.iter().map(|&g| g as i64).collect()),
+        );
+        arrays.insert(
+            "own".to_string(),
+            ints(
+                DType::I32,
+                cells
+                    .iter()
+                    .map(|&g| (g / block).min(ranks - 1) as i64)
+                    .collect(),
+            ),
+        );
+        arrays.insert(
+            "nb".to_string(),
+            HostArray::from_values(DType::I64, &[nl, 2], &nb).unwrap(),
+        );
+        arrays.insert(
+            "NO".to_string(),
+            HostArray::scalar(Value::I64((hi - lo) as i64)),
+        );
+        sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &arrays).unwrap();
+    }
+    program
+}
+
+#[test]
+fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
+    let dir = scratch("ring");
+    let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+    for ranks in [2, 3] {
+        let program = ring(&dir, 12, ranks);
+        let args = |backend: &str, out: &str| -> Vec<String> {
+            [
+                "run",
+                &path(&program),
+                "--ranks",
+                &ranks.to_string(),
+                "--backend",
+                backend,
+                "--inputs",
+                &path(&dir.join("in.{rank}.npz")),
+                "--outputs",
+                &path(&dir.join(out)),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let interp = Command::new(env!("CARGO_BIN_EXE_sdflow"))
+            .args(args("interp", "want.{rank}.npz"))
+            .output()
+            .unwrap();
+        assert!(interp.status.success(), "{}", text(&interp));
+        let Some(out) = mpirun(
+            &[(ranks, args("cpu", "got.{rank}.npz"))],
+            &dir.join("cache"),
+        ) else {
+            return;
+        };
+        assert!(out.status.success(), "{ranks} ranks: {}", text(&out));
+        for r in 0..ranks {
+            let read = |name: String| sdflow::npz::read_npz(&dir.join(name)).unwrap();
+            let (want, got) = (read(format!("want.{r}.npz")), read(format!("got.{r}.npz")));
+            for k in ["out", "u"] {
+                assert_eq!(
+                    got[k].bits(),
+                    want[k].bits(),
+                    "{ranks} ranks, rank {r}, '{k}'"
+                );
+            }
+            // The halo was filled (no garbage left).
+            assert!(got["u"].to_f64_vec().iter().all(|v| v.abs() < 1e6));
+        }
+    }
+    // Rank 1's halo cell 4 (global 3) said to be owned by rank 2, which does not own it:
+    // rank 2 finds it when the schedule is made and stops every rank.
+    let program = ring(&dir, 12, 3);
+    let p = dir.join("in.1.npz");
+    let mut arrays = sdflow::npz::read_npz(&p).unwrap();
+    arrays.get_mut("own").unwrap().set(&[4], Value::I32(2));
+    sdflow::npz::write_npz(&p, &arrays).unwrap();
+    let args: Vec<String> = [
+        "run",
+        &path(&program),
+        "--ranks",
+        "3",
+        "--backend",
+        "cpu",
+        "--inputs",
+        &path(&dir.join("in.{rank}.npz")),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let Some(out) = mpirun(&[(3, args)], &dir.join("cache")) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("error: rank 2: program 'ring': sdfg 'ring': cell 4 (global 3) of rank 1 is not among the cells rank 2 owns"),
+        "{t}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

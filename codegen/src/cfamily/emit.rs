@@ -59,7 +59,7 @@ use analysis::*;
 pub(crate) use copies::*;
 pub(crate) use exchange::{
     finalize_text as exchange_finalize_text, init_text as exchange_init_text,
-    state_members as exchange_state_members,
+    schedule_text as exchange_schedule_text, state_members as exchange_state_members,
 };
 pub(crate) use nested::*;
 pub(crate) use nodes::*;

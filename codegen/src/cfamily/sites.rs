@@ -78,8 +78,32 @@ pub enum SiteKind {
     Exchange {
         /// The fields exchanged.
         fields: Vec<String>,
-        /// Where the neighbour is, along the first two dimensions (-1, 0 or 1 each).
-        direction: [i64; 2],
+        /// Where the neighbour is, along the first two dimensions (-1, 0 or 1 each);
+        /// `None`: an unstructured exchange, the neighbour's rank the first parameter.
+        direction: Option<[i64; 2]>,
+    },
+    /// An unstructured exchange's lists: a cell whose owner is not a rank (values: the
+    /// cell, its global index; parameters: the owner, this rank).
+    ExchangeOwner {
+        /// How many ranks there are.
+        ranks: i64,
+    },
+    /// An unstructured exchange's lists: a halo cell its stated owner does not own
+    /// (values: the cell, its global index; parameters: the rank holding it, the owner).
+    ExchangeNotOwned,
+    /// A field of an unstructured exchange whose first extent is not the lists' length
+    /// (values: its extent, the lists' length; parameters: -, this rank).
+    ExchangeExtent {
+        /// The field.
+        field: String,
+        /// The list of global indices.
+        global: String,
+    },
+    /// An MPI call (or an allocation) for an exchange failed (value: the MPI error code,
+    /// 0 for memory).
+    ExchangeCall {
+        /// What was called.
+        call: String,
     },
     /// Integer division or modulo by zero in a tasklet statement (values: the operands).
     TaskletDivZero {
@@ -147,20 +171,39 @@ impl Sites {
             }
             SiteKind::Exchange { fields, direction } => {
                 let f: Vec<String> = fields.iter().map(|f| format!("'{f}'")).collect();
+                let from = match direction {
+                    Some(d) => format!("the neighbour at ({}, {})", d[0], d[1]),
+                    None => format!("rank {}", rec[4]),
+                };
                 if v0 < 0 {
                     format!(
-                        "the message of {} from the neighbour at ({}, {}) failed: MPI error {v1}",
-                        f.join(", "),
-                        direction[0],
-                        direction[1]
+                        "the message of {} from {from} failed: MPI error {v1}",
+                        f.join(", ")
                     )
                 } else {
                     format!(
-                        "the message of {} from the neighbour at ({}, {}) has {v0} bytes, {v1} expected: the ranks' parts of the fields do not fit together",
-                        f.join(", "),
-                        direction[0],
-                        direction[1]
+                        "the message of {} from {from} has {v0} bytes, {v1} expected: the ranks' parts of the fields do not fit together",
+                        f.join(", ")
                     )
+                }
+            }
+            SiteKind::ExchangeOwner { ranks } => format!(
+                "cell {v0} (global {v1}) of rank {} is owned by rank {}, which is not one of the {ranks}",
+                rec[5], rec[4]
+            ),
+            SiteKind::ExchangeNotOwned => format!(
+                "cell {v0} (global {v1}) of rank {} is not among the cells rank {} owns",
+                rec[4], rec[5]
+            ),
+            SiteKind::ExchangeExtent { field, global } => format!(
+                "'{field}' has {v0} cells in its first dimension on rank {}, '{global}' lists {v1}",
+                rec[5]
+            ),
+            SiteKind::ExchangeCall { call } => {
+                if v0 == 0 {
+                    format!("{call}: out of memory")
+                } else {
+                    format!("{call} failed: MPI error {v0}")
                 }
             }
             SiteKind::TaskletDivZero { op, stmt } => {

@@ -15,7 +15,8 @@ use crate::CodegenError;
 use crate::cfamily::Dialect;
 use crate::cfamily::cexpr::ctype;
 use crate::cfamily::emit::{
-    FnCtx, Frame, Functions, exchange_finalize_text, exchange_init_text, exchange_state_members,
+    FnCtx, Frame, Functions, exchange_finalize_text, exchange_init_text, exchange_schedule_text,
+    exchange_state_members,
 };
 use crate::cfamily::sites::{LocPart, Sites};
 use crate::cpu::OpenMp;
@@ -157,8 +158,13 @@ fn emit_run(
         "    const int64_t* sdf_ok = ints + {};\n    (void)sdf_ok;",
         plan.signature.ints.len()
     );
+    out.push_str("    memset(&st->err, 0, sizeof st->err);\n");
+    {
+        let mut site = |kind| ctx.sites.borrow_mut().add(&ctx.loc, kind);
+        out.push_str(&exchange_schedule_text(&frame, &exchanges, &mut site)?);
+    }
     out.push_str(
-        "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n    memset(&st->err, 0, sizeof st->err);\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        sdf_err_t* sdf_e = SDF_ERR_PTR();\n        memset(sdf_e, 0, sizeof *sdf_e);\n        int64_t sdf_seq = 0;\n",
+        "    int sdf_status = 0;\n    int64_t sdf_abort = 0;\n#pragma omp parallel num_threads(sdf_threads())\n    {\n        sdf_error_flag = 0;\n        sdf_err_t* sdf_e = SDF_ERR_PTR();\n        memset(sdf_e, 0, sizeof *sdf_e);\n        int64_t sdf_seq = 0;\n",
     );
     // The pointers are declared inside the parallel region, so that the function the
     // compiler outlines for it holds them as `restrict` locals.
@@ -230,6 +236,81 @@ int sdflow_mpi_gather(const void* send, int64_t bytes, void* recv, int root) {
     if (rc == MPI_SUCCESS) rc = MPI_Gatherv(send, b, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, MPI_COMM_WORLD);
     free(counts); free(displs);
     return rc == MPI_SUCCESS ? 0 : -1; }
+/* The schedule of the unstructured exchanges by one pair of lists: per rank, how many
+   cells this rank sends it and receives from it, at which offsets of `sidx` and `ridx`
+   (the local cells: owned cells the rank holds in its halo; this rank's halo cells the
+   rank owns), made by `sdf_us_build` and kept while the lists' hash stays the same. */
+typedef struct { int built; uint64_t hash; int64_t *scnt, *rcnt, *soff, *roff, *sidx, *ridx; } sdf_usched;
+static void sdf_us_free(sdf_usched* s) {
+    free(s->scnt); free(s->rcnt); free(s->soff); free(s->roff); free(s->sidx); free(s->ridx);
+    memset(s, 0, sizeof *s); }
+static int sdf_us_cmp(const void* a, const void* b) {
+    const int64_t* x = (const int64_t*)a; const int64_t* y = (const int64_t*)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]); }
+static void* sdf_us_alloc(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t)); }
+/* Builds the schedule of lists `g` (global indices) and `o` (owners) of `n` cells: 0 when
+   built; 1: cell bad[0] (global bad[1]) names owner bad[2], not a rank (this rank bad[3]);
+   2: rank bad[2] holds cell bad[0] (global bad[1]) as a halo cell of owner bad[3], which
+   does not own it; 3: an MPI call (error bad[0]) or an allocation (bad[0] = 0) failed. */
+static int sdf_us_build(sdf_usched* s, MPI_Comm comm, int rank, int size, const int64_t* g,
+                        const int64_t* o, int64_t n, int64_t* bad) {
+    sdf_us_free(s);
+    s->scnt = (int64_t*)calloc((size_t)size, sizeof(int64_t));
+    s->rcnt = (int64_t*)calloc((size_t)size, sizeof(int64_t));
+    s->soff = (int64_t*)calloc((size_t)size + 1, sizeof(int64_t));
+    s->roff = (int64_t*)calloc((size_t)size + 1, sizeof(int64_t));
+    if (!s->scnt || !s->rcnt || !s->soff || !s->roff) { bad[0] = 0; return 3; }
+    for (int64_t l = 0; l < n; l++) {
+        if (o[l] == rank) continue;
+        if (o[l] < 0 || o[l] >= size) { bad[0] = l; bad[1] = g[l]; bad[2] = o[l]; bad[3] = rank; return 1; }
+        s->rcnt[o[l]]++; }
+    for (int p = 0; p < size; p++) s->roff[p + 1] = s->roff[p] + s->rcnt[p];
+    const int64_t nr = s->roff[size];
+    int64_t* req = (int64_t*)sdf_us_alloc(2 * nr); int64_t* fill = (int64_t*)calloc((size_t)size, sizeof(int64_t));
+    s->ridx = (int64_t*)sdf_us_alloc(nr);
+    int* cnt = (int*)calloc(4 * (size_t)size, sizeof(int));
+    if (!req || !fill || !s->ridx || !cnt) { free(req); free(fill); free(cnt); bad[0] = 0; return 3; }
+    for (int64_t l = 0; l < n; l++) {
+        if (o[l] == rank) continue;
+        const int64_t k = s->roff[o[l]] + fill[o[l]]++;
+        s->ridx[k] = l; req[2 * k] = g[l]; req[2 * k + 1] = l; }
+    free(fill);
+    int rc = MPI_Alltoall(s->rcnt, 1, MPI_INT64_T, s->scnt, 1, MPI_INT64_T, comm);
+    if (rc != MPI_SUCCESS) { free(req); free(cnt); bad[0] = rc; return 3; }
+    for (int p = 0; p < size; p++) s->soff[p + 1] = s->soff[p] + s->scnt[p];
+    const int64_t ns = s->soff[size];
+    if (2 * nr > INT32_MAX || 2 * ns > INT32_MAX) { free(req); free(cnt); bad[0] = MPI_ERR_COUNT; return 3; }
+    int *qc = cnt, *qd = cnt + size, *ac = cnt + 2 * size, *ad = cnt + 3 * size;
+    for (int p = 0; p < size; p++) {
+        qc[p] = (int)(2 * s->rcnt[p]); qd[p] = (int)(2 * s->roff[p]);
+        ac[p] = (int)(2 * s->scnt[p]); ad[p] = (int)(2 * s->soff[p]); }
+    int64_t* ask = (int64_t*)sdf_us_alloc(2 * ns);
+    if (!ask) { free(req); free(cnt); bad[0] = 0; return 3; }
+    rc = MPI_Alltoallv(req, qc, qd, MPI_INT64_T, ask, ac, ad, MPI_INT64_T, comm);
+    free(req); free(cnt);
+    if (rc != MPI_SUCCESS) { free(ask); bad[0] = rc; return 3; }
+    /* This rank's owned cells by global index; of equal ones, the last cell. */
+    int64_t m = 0;
+    for (int64_t l = 0; l < n; l++) m += o[l] == rank;
+    int64_t* own = (int64_t*)sdf_us_alloc(2 * m);
+    s->sidx = (int64_t*)sdf_us_alloc(ns);
+    if (!own || !s->sidx) { free(ask); free(own); bad[0] = 0; return 3; }
+    for (int64_t l = 0, k = 0; l < n; l++) if (o[l] == rank) { own[2 * k] = g[l]; own[2 * k + 1] = l; k++; }
+    qsort(own, (size_t)m, 2 * sizeof(int64_t), sdf_us_cmp);
+    int status = 0;
+    for (int p = 0; p < size && !status; p++)
+        for (int64_t c = 0; c < s->scnt[p]; c++) {
+            const int64_t k = s->soff[p] + c, want = ask[2 * k];
+            int64_t lo = 0, hi = m;
+            while (lo < hi) { const int64_t mid = lo + (hi - lo) / 2; if (own[2 * mid] <= want) lo = mid + 1; else hi = mid; }
+            if (lo == 0 || own[2 * (lo - 1)] != want) {
+                bad[0] = ask[2 * k + 1]; bad[1] = want; bad[2] = p; bad[3] = rank; status = 2; break; }
+            s->sidx[k] = own[2 * (lo - 1) + 1]; }
+    free(ask); free(own);
+    if (status) return status;
+    s->built = 1;
+    return 0; }
 "#;
 
 /// What every rank of a program that exchanges halos must agree on, hashed, and said in

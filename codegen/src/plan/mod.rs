@@ -1147,11 +1147,23 @@ fn plan_state(
                         st.name, sdfg.name
                     )));
                 }
-                if let sdflow_ir::Decomposition::Unstructured { .. } = h.decomposition {
-                    return Err(CodegenError::Unsupported(format!(
-                        "state '{}' exchanges halos over an unstructured decomposition ({}): the interpreter runs it over simulated ranks (`interp::run_ranks`); the backends lower structured exchanges only",
-                        st.name, h.decomposition
-                    )));
+                if let sdflow_ir::Decomposition::Unstructured { global, owner, .. } =
+                    &h.decomposition
+                {
+                    for list in [global, owner] {
+                        let bad = match sdfg.arrays.get(list) {
+                            Some(d) if d.transient() => Some("a transient"),
+                            Some(_) if sdfg.writes(list) => Some("written by the program"),
+                            Some(_) => None,
+                            None => Some("not a container of the program"),
+                        };
+                        if let Some(why) = bad {
+                            return Err(CodegenError::Unsupported(format!(
+                                "state '{}' exchanges halos by the list '{list}', which is {why}: the compiled exchange reads its lists once per call, so they must be arguments the program only reads",
+                                st.name
+                            )));
+                        }
+                    }
                 }
                 (
                     StepKind::ExchangeStart(exchange::Exchange {

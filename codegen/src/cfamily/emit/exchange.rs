@@ -13,13 +13,49 @@
 //! the size expected, and unpacks them into the halo. A message to the neighbour in
 //! direction `d` has tag `9 e + d` (`e`: the exchange's number); the neighbour receives
 //! it from its direction `8 - d`.
+//!
+//! An exchange over an unstructured decomposition talks to the ranks that own its halo
+//! cells and to those whose halo holds its cells, as its lists (`global`, `owner`) say.
+//! Who sends which cells to whom — the *schedule* — is made from the lists by all ranks
+//! together (`sdf_us_build`: each asks each owner for the global indices it needs; the
+//! owner finds them among its cells) at the start of a call, before the parallel region,
+//! and kept while every rank's lists hash to what they were: a call checks that with one
+//! `MPI_Allreduce` per pair of lists. A message has tag `9 e`; each of its cells carries
+//! every field's values beyond the first dimension, padded to 8 bytes per field.
 
 use super::*;
 
 use crate::plan::exchange::Exchange;
 use sdflow_ir::Decomposition;
 
-/// The structured decomposition's parameters (the plan lowers no other kind).
+/// The lists of an unstructured decomposition.
+fn lists(x: &Exchange) -> Option<(&str, &str)> {
+    match &x.decomposition {
+        Decomposition::Unstructured { global, owner, .. } => Some((global, owner)),
+        Decomposition::Structured { .. } => None,
+    }
+}
+
+/// The distinct pairs of lists of the unstructured exchanges, in order (each keeps its
+/// schedule in the state, [`schedule`]).
+pub(crate) fn list_pairs(exchanges: &[&Exchange]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for x in exchanges {
+        if let Some((g, o)) = lists(x)
+            && !out.iter().any(|(a, b)| a == g && b == o)
+        {
+            out.push((g.to_string(), o.to_string()));
+        }
+    }
+    out
+}
+
+/// The state's member holding the schedule of the lists `g` and `o`.
+fn schedule(g: &str, o: &str) -> String {
+    format!("us_{g}__{o}")
+}
+
+/// The structured decomposition's parameters.
 fn structured(x: &Exchange) -> Option<([i64; 2], i64, [bool; 2], bool)> {
     match &x.decomposition {
         Decomposition::Structured {
@@ -39,8 +75,18 @@ pub(crate) fn state_members(exchanges: &[&Exchange]) -> String {
         return out;
     }
     out.push_str("    MPI_Comm comm;\n    int rank, size;\n");
+    for (g, o) in list_pairs(exchanges) {
+        let _ = writeln!(out, "    sdf_usched {};", schedule(&g, &o));
+    }
     for x in exchanges {
         let e = x.id;
+        if lists(x).is_some() {
+            let _ = writeln!(
+                out,
+                "    MPI_Request* x{e}_rq; MPI_Status* x{e}_st; char* x{e}_sb; char* x{e}_rb; int64_t x{e}_scap, x{e}_rcap;"
+            );
+            continue;
+        }
         let nf = x.fields.len();
         let _ = writeln!(
             out,
@@ -57,8 +103,18 @@ pub(crate) fn finalize_text(exchanges: &[&Exchange]) -> String {
     if exchanges.is_empty() {
         return out;
     }
+    for (g, o) in list_pairs(exchanges) {
+        let _ = writeln!(out, "    sdf_us_free(&st->{});", schedule(&g, &o));
+    }
     for x in exchanges {
         let e = x.id;
+        if lists(x).is_some() {
+            let _ = writeln!(
+                out,
+                "    free(st->x{e}_rq); free(st->x{e}_st); free(st->x{e}_sb); free(st->x{e}_rb);"
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "    for (int d = 0; d < 9; d++) {{ free(st->x{e}_sb[d]); free(st->x{e}_rb[d]); }}"
@@ -101,10 +157,20 @@ pub(crate) fn init_text(
     );
     for x in exchanges {
         let Some((ranks, w, periodic, corners)) = structured(x) else {
-            return Err(CodegenError::Unsupported(
-                "an unstructured halo exchange: the backends lower structured exchanges only"
-                    .into(),
-            ));
+            let e = x.id;
+            let size = x.decomposition.size();
+            let _ = writeln!(
+                out,
+                "    {{ /* exchange #{e}: {} over {} */\n      \
+                 if (st->size != {size}) {{ char m[512]; snprintf(m, sizeof m, \"halo exchange #{e} of %s is over {size} ranks, but the program runs on %d: start it with `mpirun -n {size}`\", {fields}, st->size); return sdf_init_fail(st, m); }}\n      \
+                 st->x{e}_rq = (MPI_Request*)malloc(2 * (size_t)st->size * sizeof(MPI_Request));\n      \
+                 st->x{e}_st = (MPI_Status*)malloc(2 * (size_t)st->size * sizeof(MPI_Status));\n      \
+                 if (!st->x{e}_rq || !st->x{e}_st) return sdf_init_fail(st, \"out of memory\");\n    }}",
+                x.fields.join(", "),
+                x.decomposition,
+                fields = c_string(&quoted(&x.fields)),
+            );
+            continue;
         };
         let e = x.id;
         let (px, py) = (ranks[0], ranks[1]);
@@ -263,6 +329,7 @@ impl Emitter<'_> {
     /// documentation); the others go on.
     pub(crate) fn exchange_start(&mut self, sc: &Scope<'_>, x: &Exchange) {
         let Some((_, w, _, _)) = structured(x) else {
+            self.unstructured(sc, x, true);
             return;
         };
         let e = x.id;
@@ -311,6 +378,7 @@ impl Emitter<'_> {
     /// them into the halos.
     pub(crate) fn exchange_finish(&mut self, sc: &Scope<'_>, x: &Exchange) {
         let Some((_, w, _, _)) = structured(x) else {
+            self.unstructured(sc, x, false);
             return;
         };
         let e = x.id;
@@ -322,7 +390,7 @@ impl Emitter<'_> {
             } else {
                 here.site(SiteKind::Exchange {
                     fields: x.fields.clone(),
-                    direction: [d % 3 - 1, d / 3 - 1],
+                    direction: Some([d % 3 - 1, d / 3 - 1]),
                 })
             });
         }
@@ -370,4 +438,265 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
     }
+}
+
+impl Emitter<'_> {
+    /// The start (`start`) or the finish of an unstructured exchange, on the master
+    /// thread: per rank with cells to send, pack them (each cell's values of every field,
+    /// a field's padded to 8 bytes) and post the receives and sends; or wait, check the
+    /// messages' sizes and unpack into the halo cells.
+    fn unstructured(&mut self, sc: &Scope<'_>, x: &Exchange, start: bool) {
+        let Some((g, o)) = lists(x) else {
+            return;
+        };
+        let e = x.id;
+        let us = schedule(g, o);
+        // Per field: its type, the C text of its values per cell, its strides.
+        let mut fields = Vec::new();
+        for f in &x.fields {
+            let Some(a) = sc.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
+                continue;
+            };
+            let rest: Vec<String> = a.shape[1..]
+                .iter()
+                .map(|n| format!("({})", sc.sym_with(n, SymCheck::Plain)))
+                .collect();
+            fields.push((f.clone(), a, rest));
+        }
+        let cell_bytes: Vec<String> = fields
+            .iter()
+            .map(|(_, a, rest)| {
+                let n = if rest.is_empty() {
+                    "1".to_string()
+                } else {
+                    rest.join(" * ")
+                };
+                format!(
+                    "((({n}) * (int64_t)sizeof({}) + 7) / 8 * 8)",
+                    ctype(a.dtype)
+                )
+            })
+            .collect();
+        let site = if start {
+            0
+        } else {
+            sc.at(LocPart::Text(format!("halo exchange #{e}")))
+                .site(SiteKind::Exchange {
+                    fields: x.fields.clone(),
+                    direction: None,
+                })
+        };
+        let oom =
+            sc.at(LocPart::Text(format!("halo exchange #{e}")))
+                .site(SiteKind::ExchangeCall {
+                    call: "allocating the exchange's buffers".into(),
+                });
+        self.team_line(|t| t.master().into());
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!("const sdf_usched* sdf_s = &st->{us};"));
+        self.line(&format!(
+            "const int64_t sdf_cb[{}] = {{{}}};",
+            cell_bytes.len().max(1),
+            if cell_bytes.is_empty() {
+                "0".to_string()
+            } else {
+                cell_bytes.join(", ")
+            }
+        ));
+        self.line("int64_t sdf_B = 0;");
+        self.line(&format!(
+            "for (int f = 0; f < {}; f++) sdf_B += sdf_cb[f];",
+            fields.len()
+        ));
+        let (cnt, off, idx, buf, cap) = if start {
+            ("scnt", "soff", "sidx", "sb", "scap")
+        } else {
+            ("rcnt", "roff", "ridx", "rb", "rcap")
+        };
+        if start {
+            for (b, c, o2) in [("sb", "scap", "soff"), ("rb", "rcap", "roff")] {
+                self.line(&format!(
+                    "if (sdf_s->{o2}[st->size] * sdf_B > st->x{e}_{c}) {{ free(st->x{e}_{b}); st->x{e}_{c} = sdf_s->{o2}[st->size] * sdf_B; st->x{e}_{b} = (char*)malloc((size_t)(st->x{e}_{c} > 0 ? st->x{e}_{c} : 1)); if (!st->x{e}_{b}) {{ st->x{e}_{c} = 0; sdf_raise({oom}, 0, 0); }} }}"
+                ));
+            }
+            self.line("if (!sdf_e->failed) {");
+        } else {
+            self.line(&format!(
+                "const int sdf_rc = MPI_Waitall(2 * st->size, st->x{e}_rq, st->x{e}_st);"
+            ));
+            self.line("for (int p = 0; p < st->size && !sdf_e->failed; p++) {");
+            self.line("    if (sdf_s->rcnt[p] == 0) continue;");
+            self.line("    sdf_pv[0] = p;");
+            self.line(&format!("    const int sdf_er = sdf_rc == MPI_ERR_IN_STATUS ? st->x{e}_st[p].MPI_ERROR : sdf_rc;"));
+            self.line(&format!("    if (sdf_rc != MPI_SUCCESS && sdf_er != MPI_SUCCESS) {{ sdf_raise({site}, -1, sdf_er); break; }}"));
+            self.line(&format!(
+                "    int sdf_n = 0; MPI_Get_count(&st->x{e}_st[p], MPI_BYTE, &sdf_n);"
+            ));
+            self.line(&format!("    if (sdf_n != sdf_s->rcnt[p] * sdf_B) {{ sdf_raise({site}, sdf_n, sdf_s->rcnt[p] * sdf_B); break; }}"));
+            self.line("}");
+            self.line("if (!sdf_e->failed) {");
+        }
+        self.indent += 1;
+        self.line("for (int p = 0; p < st->size; p++) {");
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t sdf_n = sdf_s->{cnt}[p], sdf_base = sdf_s->{off}[p] * sdf_B;"
+        ));
+        self.line("int64_t sdf_fo = 0;");
+        for (k, (f, a, rest)) in fields.iter().enumerate() {
+            let t = ctype(a.dtype);
+            self.line(&format!(
+                "for (int64_t c = 0; c < sdf_n; c++) {{ /* '{f}' */"
+            ));
+            self.indent += 1;
+            self.line(&format!(
+                "const int64_t i0 = sdf_s->{idx}[sdf_s->{off}[p] + c];"
+            ));
+            self.line(&format!(
+                "{t}* restrict sdf_b = ({t}*)(st->x{e}_{buf} + sdf_base + sdf_n * sdf_fo + c * sdf_cb[{k}]);"
+            ));
+            self.line("int64_t sdf_q = 0;");
+            let mut ix = vec!["i0".to_string()];
+            for (d, n) in rest.iter().enumerate() {
+                let d = d + 1;
+                self.line(&format!("for (int64_t i{d} = 0; i{d} < {n}; i{d}++)"));
+                ix.push(format!("i{d}"));
+            }
+            let at = format!("a_{f}[{}]", sc.flat(&ix, &a.strides));
+            if start {
+                self.line(&format!("    sdf_b[sdf_q++] = {at};"));
+            } else {
+                self.line(&format!("    {at} = sdf_b[sdf_q++];"));
+            }
+            self.line("(void)sdf_q;");
+            self.indent -= 1;
+            self.line("}");
+            self.line(&format!("sdf_fo += sdf_cb[{k}];"));
+        }
+        self.line("(void)sdf_fo; (void)sdf_base;");
+        self.indent -= 1;
+        self.line("}");
+        if start {
+            self.line(
+                "for (int p = 0; p < 2 * st->size; p++) st->x{e}_rq[p] = MPI_REQUEST_NULL;"
+                    .replace("{e}", &e.to_string())
+                    .as_str(),
+            );
+            for (c, o2, b, call, slot) in [
+                ("rcnt", "roff", "rb", "MPI_Irecv", "p"),
+                ("scnt", "soff", "sb", "MPI_Isend", "st->size + p"),
+            ] {
+                self.line(&format!(
+                    "for (int p = 0; p < st->size; p++) if (sdf_s->{c}[p] > 0) {call}(st->x{e}_{b} + sdf_s->{o2}[p] * sdf_B, (int)(sdf_s->{c}[p] * sdf_B), MPI_BYTE, p, {tag}, st->comm, &st->x{e}_rq[{slot}]);",
+                    tag = 9 * e
+                ));
+            }
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        let _ = cap;
+    }
+}
+
+/// The part of `sdflow_run` before its parallel region that makes (or keeps) the
+/// schedules of the unstructured exchanges, and checks that their fields' first extents
+/// are the lists' length. An error fills the state's error record and returns 3.
+pub(crate) fn schedule_text(
+    frame: &Frame<'_>,
+    exchanges: &[&Exchange],
+    site: &mut dyn FnMut(SiteKind) -> usize,
+) -> Result<String, CodegenError> {
+    let pairs = list_pairs(exchanges);
+    let mut out = String::new();
+    if pairs.is_empty() {
+        return Ok(out);
+    }
+    let sig = &frame.plan.signature;
+    out.push_str("    {\n");
+    frame.symbol_decls(&mut out, "      ");
+    out.push_str("      int64_t sdf_bad[4] = {0, 0, 0, 0}; int sdf_k = 0; int64_t sdf_site = 0;\n");
+    for (g, o) in &pairs {
+        let us = schedule(g, o);
+        let arg = |name: &str| -> Result<(usize, DType, &SymExpr), CodegenError> {
+            let k = sig
+                .arrays
+                .iter()
+                .position(|a| a.name == name)
+                .ok_or_else(|| {
+                    CodegenError::Unsupported(format!(
+                        "the exchange's list '{name}' is not an argument"
+                    ))
+                })?;
+            let d = frame
+                .sdfg
+                .arrays
+                .get(name)
+                .and_then(|d| d.as_array())
+                .ok_or_else(|| {
+                    CodegenError::Unsupported(format!(
+                        "the exchange's list '{name}' is not an array"
+                    ))
+                })?;
+            Ok((k, d.dtype, &d.shape[0]))
+        };
+        let ((kg, tg, n), (ko, to, _)) = (arg(g)?, arg(o)?);
+        let owner_site = site(SiteKind::ExchangeOwner {
+            ranks: exchanges
+                .iter()
+                .find(|x| lists(x) == Some((g, o)))
+                .map_or(0, |x| x.decomposition.size()),
+        });
+        let owned_site = site(SiteKind::ExchangeNotOwned);
+        let call_site = site(SiteKind::ExchangeCall {
+            call: format!("making the schedule of the exchanges by '{g}' and '{o}'"),
+        });
+        let _ = writeln!(
+            out,
+            "      {{ /* the schedule of the exchanges by '{g}' and '{o}' */\n        \
+             const {tg_}* g = (const {tg_}*)args[{kg}]; const {to_}* o = (const {to_}*)args[{ko}];\n        \
+             const int64_t n = {n_};\n        \
+             uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;\n        \
+             for (int64_t l = 0; l < n; l++) {{ h = (h ^ (uint64_t)(int64_t)g[l]) * 1099511628211ULL; h = (h ^ (uint64_t)(int64_t)o[l]) * 1099511628211ULL; }}\n        \
+             int changed = !st->{us}.built || st->{us}.hash != h, any = 0;\n        \
+             const int rc = MPI_Allreduce(&changed, &any, 1, MPI_INT, MPI_MAX, st->comm);\n        \
+             if (rc != MPI_SUCCESS) {{ sdf_k = 3; sdf_bad[0] = rc; }}\n        \
+             else if (any) {{\n          \
+             int64_t* g64 = (int64_t*)sdf_us_alloc(n); int64_t* o64 = (int64_t*)sdf_us_alloc(n);\n          \
+             if (!g64 || !o64) sdf_k = 3;\n          \
+             else {{ for (int64_t l = 0; l < n; l++) {{ g64[l] = (int64_t)g[l]; o64[l] = (int64_t)o[l]; }}\n            \
+             sdf_k = sdf_us_build(&st->{us}, st->comm, st->rank, st->size, g64, o64, n, sdf_bad); }}\n          \
+             free(g64); free(o64);\n          \
+             if (sdf_k == 0) st->{us}.hash = h; else st->{us}.built = 0;\n        }}\n        \
+             if (sdf_k != 0) sdf_site = sdf_k == 1 ? {owner_site} : sdf_k == 2 ? {owned_site} : {call_site};",
+            tg_ = ctype(tg),
+            to_ = ctype(to),
+            n_ = frame.plain(n),
+        );
+        // The fields' first extents.
+        for x in exchanges.iter().filter(|x| lists(x) == Some((g, o))) {
+            for f in &x.fields {
+                let Some(d) = frame.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
+                    continue;
+                };
+                let ext = site(SiteKind::ExchangeExtent {
+                    field: f.clone(),
+                    global: g.clone(),
+                });
+                let _ = writeln!(
+                    out,
+                    "        if (sdf_k == 0 && ({e0}) != n) {{ sdf_k = 4; sdf_site = {ext}; sdf_bad[0] = {e0}; sdf_bad[1] = n; sdf_bad[2] = 0; sdf_bad[3] = st->rank; }}",
+                    e0 = frame.plain(&d.shape[0]),
+                );
+            }
+        }
+        out.push_str("      }\n");
+        out.push_str(
+            "      if (sdf_k != 0) { memset(&st->err, 0, sizeof st->err); st->err.failed = 1; st->err.site = sdf_site; st->err.v0 = sdf_bad[0]; st->err.v1 = sdf_bad[1]; st->err.p[0] = sdf_bad[2]; st->err.p[1] = sdf_bad[3]; return 3; }\n",
+        );
+    }
+    out.push_str("    }\n");
+    Ok(out)
 }
