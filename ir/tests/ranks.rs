@@ -506,3 +506,57 @@ fn a_halo_cell_its_owner_does_not_hold_is_an_error() {
         "{problems:?}"
     );
 }
+
+/// A map that reads a field at an offset beyond the width of the exchange that fills it
+/// is an error naming the map, the field, the offset and the exchange; within the width,
+/// or where the field is never exchanged, it is not.
+#[test]
+fn a_read_beyond_the_halo_is_an_error() {
+    let program = |width: i64, exchanged: bool| {
+        let mut b = SdfgBuilder::new("wide");
+        b.symbol("N", DType::I64)
+            .array("u", DType::F64, ["N + 4", "N + 4"])
+            .array("out", DType::F64, ["N + 4", "N + 4"]);
+        if exchanged {
+            b.state("exchange", |s| {
+                s.halo_exchange(
+                    &["u"],
+                    HaloExchange {
+                        decomposition: Decomposition::Structured {
+                            ranks: [2, 1],
+                            width,
+                            periodic: [true, true],
+                            corners: true,
+                        },
+                    },
+                );
+            });
+        }
+        b.state("apply", |s| {
+            s.map("wide", &["i", "j"], &["2:N+2", "2:N+2"], |m| {
+                m.tasklet(
+                    "wide",
+                    &[("a", "u[i - 2, j]"), ("b", "u[i, j + 1]")],
+                    &[("o", "out[i, j]")],
+                    "o = a + b",
+                );
+            });
+        });
+        b.build()
+    };
+    let problems = program(1, true).validate().unwrap_err();
+    let beyond: Vec<String> = problems
+        .iter()
+        .filter(|p| p.kind == ProblemKind::LibraryNode)
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(
+        beyond,
+        [
+            "sdfg 'wide' > state 'apply' (#1) > map 'wide' (node 0) > edge 0 (access 'u' -> tasklet 'wide'): map 'wide' reads 'u' at offset -2 from 'i' in dimension 0 (u[i - 2, j]), beyond the halo of width 1 that the exchange in state 'exchange' fills"
+        ],
+        "{problems:?}"
+    );
+    assert_eq!(program(2, true).validate(), Ok(()));
+    assert_eq!(program(1, false).validate(), Ok(()));
+}

@@ -60,6 +60,7 @@
 
 mod control;
 mod graph;
+mod halo;
 mod location;
 mod maps;
 mod memo;
@@ -361,6 +362,7 @@ pub(crate) fn check_sdfg(cx: &mut Cx, sdfg: &Sdfg, prefix: &Location) {
             .collect();
         cx.problems.extend(found.into_iter().flatten());
     }
+    halo::check_halo_reads(cx, sdfg, &loc);
 }
 
 /// Programs with at least this many states have their states checked in parallel.
