@@ -35,6 +35,7 @@ graphs = false
 
 [program.advection.cpu]
 threads = 3
+overlap_exchanges = false
 "#;
 
 fn arch(b: Backend) -> String {
@@ -70,6 +71,7 @@ fn layers_merge_from_general_to_specific() {
     // [program.advection.cpu] beats [cpu.x86_64].
     let r = c.resolve("advection", Backend::Cpu, &arch, &[]).unwrap();
     assert_eq!(r.options.threads, 3);
+    assert!(!r.options.overlap_exchanges);
     // The program's table picks the GPU: then gpu tables apply, cpu ones do not.
     let r = c.resolve("diffusion", Backend::Cpu, &arch, &[]).unwrap();
     assert_eq!(r.options.backend, Backend::Gpu);
@@ -157,7 +159,7 @@ fn errors_name_the_file_line_and_key() {
         ),
         (
             "[cpu]\nthread = 3\n",
-            "granule.toml:2:1: cpu.thread: unknown option 'thread'; options are backend, optimize, passes, disable, fast_math, fusion_balance, tile_rows, threads, schedule, parallel_min_points, block_size, graphs",
+            "granule.toml:2:1: cpu.thread: unknown option 'thread'; options are backend, optimize, passes, disable, fast_math, fusion_balance, tile_rows, threads, schedule, parallel_min_points, block_size, graphs, overlap_exchanges",
         ),
         (
             "[gpu]\nthreads = 3\n",
