@@ -85,8 +85,7 @@ fn the_optimized_program_gives_the_same_bits_on_the_ranks() {
 fn the_cuda_backend_refuses_an_exchange_with_a_clear_error() {
     let s = cli::load_program(&fixture()).unwrap();
     let e = sdflow::codegen::cuda::emit::emit_cuda(&s, &Default::default())
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         e.contains("'stencil' exchanges halos (exchange #0 of u over 2x2 ranks (periodic, periodic, corners), width 1): the CUDA backend does not lower halo exchanges yet"),

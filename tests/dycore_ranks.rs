@@ -123,6 +123,16 @@ fn the_time_step_on_mpi_ranks_is_one_ranks_bits() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // Two variants (blocks of 6 and of 5 rows), each built by one rank, loaded by the
+    // other rank that runs it.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(said.matches("program 'dycore' built").count(), 2, "{said}");
+    assert_eq!(
+        said.matches("program 'dycore' loaded from the cache")
+            .count(),
+        2,
+        "{said}"
+    );
     let mut parts = Vec::new();
     for (r, (local, d, _)) in programs.iter().enumerate() {
         let got = Bindings {

@@ -176,13 +176,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // With --emit and --ranks: rank 0's program.
     let dycore = match args.ranks {
         Some(r) => {
-            let nx = cfg.nx / r[0] + usize::from(cfg.nx % r[0] > 0);
-            let ny = cfg.ny / r[1] + usize::from(cfg.ny % r[1] > 0);
-            let local = Config {
-                nx,
-                ny,
-                ..cfg.clone()
-            };
+            let (local, _, _) = ranks::block(&cfg, r, 0);
             Dycore::on(&local, Some([r[0] as i64, r[1] as i64]))?
         }
         None => Dycore::new(&cfg)?,

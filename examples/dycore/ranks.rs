@@ -185,7 +185,7 @@ pub fn run(
         );
         (parts, per_step)
     } else {
-        if cfg.nx % ranks[0] != 0 || cfg.ny % ranks[1] != 0 {
+        if !cfg.nx.is_multiple_of(ranks[0]) || !cfg.ny.is_multiple_of(ranks[1]) {
             return Err(format!(
                 "--backend interp runs one program on every simulated rank: {} x {} does not split evenly over {} x {} ranks",
                 cfg.nx, cfg.ny, ranks[0], ranks[1]

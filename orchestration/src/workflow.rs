@@ -231,7 +231,7 @@ pub enum Generated {
     /// The reference interpreter runs the SDFG.
     Interp(Arc<Sdfg>),
     /// A C translation unit.
-    C(CpuUnit),
+    C(Box<CpuUnit>),
     /// A CUDA translation unit and the program it came from (its host side walks it).
     Cuda(Arc<Sdfg>, Box<CudaProgram>),
 }
@@ -273,7 +273,9 @@ impl Generator for CGenerator {
         )
     }
     fn generate(&self, sdfg: &Arc<Sdfg>, o: &Options) -> Result<Generated, CodegenError> {
-        cpu_backend(o).translate(sdfg).map(Generated::C)
+        cpu_backend(o)
+            .translate(sdfg)
+            .map(|u| Generated::C(Box::new(u)))
     }
 }
 

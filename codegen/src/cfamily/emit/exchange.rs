@@ -520,6 +520,14 @@ impl Emitter<'_> {
                     "if (sdf_s->{o2}[st->size] * sdf_B > st->x{e}_{c}) {{ free(st->x{e}_{b}); st->x{e}_{c} = sdf_s->{o2}[st->size] * sdf_B; st->x{e}_{b} = (char*)malloc((size_t)(st->x{e}_{c} > 0 ? st->x{e}_{c} : 1)); if (!st->x{e}_{b}) {{ st->x{e}_{c} = 0; sdf_raise({oom}, 0, 0); }} }}"
                 ));
             }
+            let big =
+                sc.at(LocPart::Text(format!("halo exchange #{e}")))
+                    .site(SiteKind::ExchangeCall {
+                        call: "a message of more than 2 GiB".into(),
+                    });
+            self.line(&format!(
+                "for (int p = 0; p < st->size; p++) if ((sdf_s->scnt[p] > sdf_s->rcnt[p] ? sdf_s->scnt[p] : sdf_s->rcnt[p]) * sdf_B > INT32_MAX) {{ sdf_raise({big}, MPI_ERR_COUNT, 0); break; }}"
+            ));
             self.line("if (!sdf_e->failed) {");
         } else {
             self.line(&format!(
