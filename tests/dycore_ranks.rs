@@ -33,30 +33,36 @@ fn the_time_step_on_simulated_ranks_is_one_ranks_bits() {
     // `ranks::run` compares the put-together result with one rank's, bit for bit, and
     // fails where a value differs.
     for (nx, ny, r) in [(8, 6, [2, 2]), (8, 6, [1, 2]), (6, 4, [3, 1])] {
-        ranks::run(&config(nx, ny), r, 2, 7, false)
+        ranks::run(&config(nx, ny), r, 2, 7, false, false)
             .unwrap_or_else(|e| panic!("{nx} x {ny} on {r:?}: {e}"));
     }
+    // The same without the program's own halo updates: the halo analysis's exchanges.
+    ranks::run(&config(8, 6), [2, 2], 2, 7, false, true)
+        .unwrap_or_else(|e| panic!("with the halo analysis: {e}"));
     // The rank program exchanges where the one-rank program copies its periodic halo:
     // consecutive updates in one exchange.
-    let d = Dycore::on(&config(4, 3), Some([2, 2])).unwrap();
-    let mut exchanges = Vec::new();
-    for st in &d.sdfg.states {
-        for n in st.graph.node_ids() {
-            if let Node::Library(LibraryNode::HaloExchange(_)) = st.graph.node(n) {
-                let mut f: Vec<String> = st
-                    .graph
-                    .in_edges(n)
-                    .into_iter()
-                    .map(|e| st.graph.edge(e).memlet.data.clone())
-                    .collect();
-                f.sort();
-                exchanges.push(f.join(","));
+    let exchanges = |d: &Dycore| {
+        let mut out = Vec::new();
+        for st in &d.sdfg.states {
+            for n in st.graph.node_ids() {
+                if let Node::Library(LibraryNode::HaloExchange(_)) = st.graph.node(n) {
+                    let mut f: Vec<String> = st
+                        .graph
+                        .in_edges(n)
+                        .into_iter()
+                        .map(|e| st.graph.edge(e).memlet.data.clone())
+                        .collect();
+                    f.sort();
+                    out.push(f.join(","));
+                }
             }
         }
-    }
-    exchanges.sort();
+        out.sort();
+        out
+    };
+    let explicit = Dycore::on(&config(4, 3), Some([2, 2])).unwrap();
     assert_eq!(
-        exchanges,
+        exchanges(&explicit),
         [
             "b",
             "fu,fv",
@@ -69,6 +75,25 @@ fn the_time_step_on_simulated_ranks_is_one_ranks_bits() {
             "pv",
             "q",
             "u,v"
+        ]
+    );
+    // The halo analysis finds fewer: it exchanges `b`, `mu`, `mv` and `pv` together,
+    // where the first call reads them away from the point; and `h` once more after the
+    // hyperdiffusion branch (its other arm, without the exchange, is possible as far as
+    // the analysis knows).
+    let analysed = Dycore::with(&config(4, 3), program::Halos::Analysis([2, 2])).unwrap();
+    assert_eq!(
+        exchanges(&analysed),
+        [
+            "b,mu,mv,pv",
+            "fu,fv",
+            "gx,gy",
+            "h",
+            "h,u,v",
+            "hs,qhs,us,vs",
+            "lq",
+            "lu,lv",
+            "q"
         ]
     );
 }

@@ -98,6 +98,10 @@ struct Args {
     /// bit with one rank (`docs/distributed.md`).
     #[arg(long, value_parser = parse_ranks)]
     ranks: Option<[usize; 2]>,
+    /// With --ranks: no halo updates in the program, the exchanges where the halo
+    /// analysis finds them needed instead of where the program updates its halos.
+    #[arg(long)]
+    halo_analysis: bool,
 }
 
 fn parse_ranks(s: &str) -> Result<[usize; 2], String> {
@@ -167,8 +171,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         && args.emit.is_none()
     {
         return match args.backend {
-            Backend::Cpu => ranks::run(&cfg, r, args.steps, args.seed, true),
-            Backend::Interp => ranks::run(&cfg, r, args.steps, args.seed, false),
+            Backend::Cpu => ranks::run(&cfg, r, args.steps, args.seed, true, args.halo_analysis),
+            Backend::Interp => {
+                ranks::run(&cfg, r, args.steps, args.seed, false, args.halo_analysis)
+            }
             Backend::Cuda => Err("--ranks runs with --backend cpu (MPI) or interp (simulated ranks): the CUDA backend does not lower halo exchanges yet".into()),
         };
     }
@@ -177,7 +183,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let dycore = match args.ranks {
         Some(r) => {
             let (local, _, _) = ranks::block(&cfg, r, 0);
-            Dycore::on(&local, Some([r[0] as i64, r[1] as i64]))?
+            let grid = [r[0] as i64, r[1] as i64];
+            Dycore::with(
+                &local,
+                if args.halo_analysis {
+                    program::Halos::Analysis(grid)
+                } else {
+                    program::Halos::Exchanges(grid)
+                },
+            )?
         }
         None => Dycore::new(&cfg)?,
     };

@@ -455,6 +455,39 @@ pub fn timestep(cfg: &Config) -> Result<Program, DycoreError> {
 /// the ranks (width 2, periodic, corners included), the fields of consecutive updates in
 /// one exchange.
 pub fn timestep_on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Program, DycoreError> {
+    timestep_with(
+        cfg,
+        match ranks {
+            None => Halos::Copies,
+            Some(r) => Halos::Exchanges(r),
+        },
+    )
+}
+
+/// How the time step keeps its halos.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Halos {
+    /// One process: the periodic halo updates copy the opposite edge (`halo_program`).
+    Copies,
+    /// On ranks: exchanges where the one-process program updates its halos.
+    Exchanges([i64; 2]),
+    /// On ranks: the program without halo updates, and the exchanges the halo analysis
+    /// finds needed (`Program::insert_halo_exchanges`).
+    Analysis([i64; 2]),
+}
+
+/// The decomposition of the time step on `ranks`.
+fn decomposition(ranks: [i64; 2]) -> Decomposition {
+    Decomposition::Structured {
+        ranks,
+        width: HALO as i64,
+        periodic: [true, true],
+        corners: true,
+    }
+}
+
+/// The time step with its halos kept as `halos` says.
+pub fn timestep_with(cfg: &Config, mode: Halos) -> Result<Program, DycoreError> {
     if cfg.nx < 2 || cfg.ny < 2 || cfg.nz < 1 {
         return Err(DycoreError::Config(format!(
             "the grid is {} x {} x {}; the periodic halo of width 2 needs nx, ny >= 2 and nz >= 1",
@@ -463,23 +496,16 @@ pub fn timestep_on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Program, Dyc
     }
     let st = Stencils::new();
     let halo = halo_program(cfg);
-    let halos = |b: &mut Body, fields: &[&str]| match ranks {
-        None => {
+    let halos = |b: &mut Body, fields: &[&str]| match mode {
+        Halos::Copies => {
             for x in fields {
                 b.nested(&halo, &[("x", x)], &[]);
             }
         }
-        Some(ranks) => {
-            b.halo_exchange(
-                fields,
-                Decomposition::Structured {
-                    ranks,
-                    width: HALO as i64,
-                    periodic: [true, true],
-                    corners: true,
-                },
-            );
+        Halos::Exchanges(ranks) => {
+            b.halo_exchange(fields, decomposition(ranks));
         }
+        Halos::Analysis(_) => {}
     };
     let mut p = Program::new("dycore");
     p.static_symbol("NX", Value::I64(cfg.nx as i64))
@@ -714,6 +740,9 @@ pub fn timestep_on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Program, Dyc
             }
         });
     });
+    if let Halos::Analysis(ranks) = mode {
+        p.insert_halo_exchanges(decomposition(ranks));
+    }
     Ok(p)
 }
 
@@ -734,6 +763,18 @@ impl Dycore {
     /// Builds and flattens the time step of one rank of `ranks` ([`timestep_on`]):
     /// `cfg` is the rank's block.
     pub fn on(cfg: &Config, ranks: Option<[i64; 2]>) -> Result<Dycore, DycoreError> {
+        Dycore::with(
+            cfg,
+            match ranks {
+                None => Halos::Copies,
+                Some(r) => Halos::Exchanges(r),
+            },
+        )
+    }
+
+    /// Builds and flattens the time step keeping its halos as `halos` says
+    /// ([`timestep_with`]).
+    pub fn with(cfg: &Config, halos: Halos) -> Result<Dycore, DycoreError> {
         if cfg.rho.len() != cfg.nz || cfg.damping_layers > cfg.nz {
             return Err(DycoreError::Config(format!(
                 "rho has {} entries and damping_layers is {}, for nz = {}",
@@ -742,7 +783,7 @@ impl Dycore {
                 cfg.nz
             )));
         }
-        let sdfg = timestep_on(cfg, ranks)?.build()?;
+        let sdfg = timestep_with(cfg, halos)?.build()?;
         Ok(Dycore {
             cfg: cfg.clone(),
             sdfg,

@@ -9,6 +9,9 @@
 //!   plain-loop reference, and prints the conservation of mass and tracer mass.
 //! - `--backend interp`: the same on simulated ranks of the interpreter, one thread each
 //!   (every rank runs one program, so the blocks must be of equal size).
+//!
+//! With `--halo-analysis`, the program has no halo updates of its own and the exchanges
+//! are where the halo analysis finds them needed (`Program::insert_halo_exchanges`).
 
 #![allow(dead_code)]
 
@@ -17,7 +20,7 @@ use std::time::Instant;
 use sdflow::codegen::{CpuBackend, Origin};
 use sdflow::ir::interp::{Bindings, run_ranks};
 
-use crate::program::Dycore;
+use crate::program::{Dycore, Halos};
 use crate::reference::{self, Config, HALO, State, interior_max_abs, random_smooth};
 
 /// The blocks of `n` cells over `p` ranks, `(start, length)`: the first `n % p` get one
@@ -120,9 +123,15 @@ pub fn run(
     steps: usize,
     seed: u64,
     compiled: bool,
+    analysis: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let n = ranks[0] * ranks[1];
     let grid = [ranks[0] as i64, ranks[1] as i64];
+    let halos = if analysis {
+        Halos::Analysis(grid)
+    } else {
+        Halos::Exchanges(grid)
+    };
     let s0 = random_smooth(cfg, seed);
     if cfg.nx < 2 * ranks[0] || cfg.ny < 2 * ranks[1] {
         return Err(format!(
@@ -147,7 +156,7 @@ pub fn run(
             .into());
         }
         let (local, oi, oj) = block(cfg, ranks, r);
-        let dycore = Dycore::on(&local, Some(grid))?;
+        let dycore = Dycore::with(&local, halos)?;
         let t = Instant::now();
         let prog = dycore.compile(&CpuBackend::default())?;
         let mpi = prog
@@ -193,7 +202,7 @@ pub fn run(
             .into());
         }
         let (local, _, _) = block(cfg, ranks, 0);
-        let dycore = Dycore::on(&local, Some(grid))?;
+        let dycore = Dycore::with(&local, halos)?;
         let mut states = Vec::with_capacity(n);
         let mut bindings: Vec<Bindings> = Vec::with_capacity(n);
         for r in 0..n {

@@ -26,6 +26,7 @@ pub mod dace;
 mod error;
 mod expr;
 mod flatten;
+mod halo;
 pub mod load;
 mod lower;
 mod program;

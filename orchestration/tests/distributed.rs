@@ -82,3 +82,81 @@ fn exchanging_a_field_the_program_does_not_have_is_an_error() {
         "program 'halo': the halo exchange names 'v', which is not a field of the program"
     );
 }
+
+/// Three diffusion steps, `out = lap(u)` then `u = u + 0.1 out`, with no exchange of
+/// their own: the halo analysis over `ranks` puts them in.
+fn diffusion(ranks: [i64; 2], analyse: bool) -> (Sdfg, usize) {
+    let lap = Stencil::new("lap", |s| {
+        let u = s.input("u");
+        let out = s.output("out");
+        s.set(
+            &out,
+            u.at(-1, 0, 0) + u.at(1, 0, 0) + u.at(0, -1, 0) + u.at(0, 1, 0) - 4.0 * u.c(),
+        );
+    });
+    let step = Stencil::new("step", |s| {
+        let u = s.input("u");
+        let d = s.input("d");
+        let out = s.output("out");
+        s.set(&out, u.c() + 0.1 * d.c());
+    });
+    let mut p = Program::new("diffusion");
+    p.symbol("N", DType::I64).static_symbol("NZ", Value::I64(2));
+    p.field("u", ["N + 2", "N + 2", "NZ"])
+        .field("out", ["N + 2", "N + 2", "NZ"]);
+    let interior = ["1:N+1", "1:N+1", "0:NZ"];
+    p.repeat("t", "3", |b| {
+        b.call(&lap, &[("u", "u"), ("out", "out")], &[], &interior);
+        b.call(
+            &step,
+            &[("u", "u"), ("d", "out"), ("out", "u")],
+            &[],
+            &interior,
+        );
+    });
+    let inserted = if analyse {
+        p.insert_halo_exchanges(Decomposition::Structured {
+            ranks,
+            width: 1,
+            periodic: [true, true],
+            corners: false,
+        })
+    } else {
+        0
+    };
+    (p.build().unwrap(), inserted)
+}
+
+#[test]
+fn the_halo_analysis_inserts_the_exchanges_a_program_needs() {
+    let n = 8;
+    let values: Vec<f64> = (0..n * n * 2)
+        .map(|k| ((k * 13) % 17) as f64 * 0.37)
+        .collect();
+    let inner = HostArray::from_f64(&[n, n, 2], values).unwrap();
+    let (one, inserted) = diffusion([1, 1], true);
+    // `u` is read at offsets at the top of every iteration, and written at its end: one
+    // exchange, inside the loop, before the Laplacian.
+    assert_eq!(inserted, 1);
+    let mut whole = bindings(scatter(&inner, [1, 1], 1).remove(0));
+    run(&one, &mut whole).unwrap();
+    let want = gather(&[whole.arrays["u"].clone()], &[n, n, 2], [1, 1], 1);
+    let (four, _) = diffusion([2, 2], true);
+    let mut parts: Vec<Bindings> = scatter(&inner, [2, 2], 1)
+        .into_iter()
+        .map(bindings)
+        .collect();
+    run_ranks(&four, &mut parts).unwrap();
+    let us: Vec<HostArray> = parts.iter().map(|b| b.arrays["u"].clone()).collect();
+    assert_eq!(gather(&us, &[n, n, 2], [2, 2], 1).bits(), want.bits());
+    // Without the exchanges the ranks' borders differ: the analysis is what makes them
+    // agree.
+    let (stale, _) = diffusion([2, 2], false);
+    let mut parts: Vec<Bindings> = scatter(&inner, [2, 2], 1)
+        .into_iter()
+        .map(bindings)
+        .collect();
+    run_ranks(&stale, &mut parts).unwrap();
+    let us: Vec<HostArray> = parts.iter().map(|b| b.arrays["u"].clone()).collect();
+    assert_ne!(gather(&us, &[n, n, 2], [2, 2], 1).bits(), want.bits());
+}
