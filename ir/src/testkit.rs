@@ -111,7 +111,9 @@ pub struct GenConfig {
     pub allow_gt4py_shapes: bool,
     /// Halo exchanges over this decomposition (off by default): states that
     /// exchange one or two of the fields, between the others; the program is then run on
-    /// the decomposition's ranks (`interp::run_ranks`).
+    /// the decomposition's ranks (`interp::run_ranks`). An unstructured decomposition's
+    /// lists are declared as arguments (`i64` global indices, `i32` owners, over the
+    /// first dimension), whose values the caller sets.
     pub exchange: Option<crate::dataflow::Decomposition>,
 }
 
@@ -365,6 +367,13 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         g.declare(&name, false);
         g.outputs.push(name);
     }
+    if let Some(crate::dataflow::Decomposition::Unstructured { global, owner, .. }) = &cfg.exchange
+    {
+        // The lists of an unstructured exchange: each cell's global index and owner
+        // (the caller gives them values that partition the cells).
+        g.b.array(global, DType::I64, [g.dims[0]]);
+        g.b.array(owner, DType::I32, [g.dims[0]]);
+    }
     if cfg.allow_indirect && g.rng.random_bool(0.4) {
         g.b.array("tab", DType::I32, [g.dims[0], "2"]);
         g.table = Some("tab".into());
@@ -526,8 +535,9 @@ impl Gen {
     fn top_item(&mut self, env: &mut Env) -> Block {
         if let Some(d) = self.cfg.exchange.clone()
             && self.rng.random_bool(0.3)
+            && let Some(b) = self.exchange(d)
         {
-            return self.exchange(d);
+            return b;
         }
         let r = self.rng.random_range(0..10);
         if self.cfg.allow_hazards
@@ -635,19 +645,34 @@ impl Gen {
     /// A state exchanging the halos of one or two of the fields declared so far
     /// over `decomposition`. What is known to be written stays as it was: the halo cells
     /// get the neighbours' values, valid or not.
-    fn exchange(&mut self, decomposition: crate::dataflow::Decomposition) -> Block {
-        // Fields (not per-worker buffers) of two dimensions or more; the inputs always.
+    /// Over an unstructured decomposition, any field (its first dimension the cells the
+    /// lists, declared with the inputs, index); `None` where no field qualifies.
+    fn exchange(&mut self, decomposition: crate::dataflow::Decomposition) -> Option<Block> {
+        // Fields (not per-worker buffers) of two dimensions or more (one or more when
+        // unstructured); the inputs always.
+        let min_rank = match decomposition {
+            crate::dataflow::Decomposition::Structured { .. } => 2,
+            crate::dataflow::Decomposition::Unstructured { .. } => 1,
+        };
         let sdfg = self.b.sdfg();
+        let cells = crate::SymExpr::sym(self.dims[0]);
+        let unstructured = min_rank == 1;
         let names: Vec<String> = self
             .dtypes
             .keys()
             .filter(|n| {
-                sdfg.arrays
-                    .get(*n)
-                    .is_some_and(|d| d.shape().len() >= 2 && !d.is_body_local())
+                sdfg.arrays.get(*n).is_some_and(|d| {
+                    d.shape().len() >= min_rank
+                        && !d.is_body_local()
+                        // Unstructured: the cells the lists index.
+                        && (!unstructured || d.shape()[0] == cells)
+                })
             })
             .cloned()
             .collect();
+        if names.is_empty() {
+            return None;
+        }
         let mut fields = vec![names[self.rng.random_range(0..names.len())].clone()];
         if names.len() > 1 && self.rng.random_bool(0.5) {
             let other = names[self.rng.random_range(0..names.len())].clone();
@@ -662,7 +687,7 @@ impl Gen {
         let id = self.b.state(&label, |st| {
             st.halo_exchange(&refs, crate::dataflow::HaloExchange { decomposition });
         });
-        Block::State(id)
+        Some(Block::State(id))
     }
 
     /// GT4Py's `concat_where`: a transient `a` assembled from pieces over the rows, one

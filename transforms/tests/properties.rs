@@ -186,6 +186,44 @@ fn on_ranks() -> GenConfig {
     }
 }
 
+/// Generated programs with unstructured halo exchanges over 4 ranks, by the lists `glob`
+/// and `own` ([`partition`] gives them their values).
+fn on_unstructured_ranks() -> GenConfig {
+    GenConfig {
+        exchange: Some(sdflow_ir::Decomposition::Unstructured {
+            ranks: 4,
+            global: "glob".into(),
+            owner: "own".into(),
+        }),
+        ..hazards()
+    }
+}
+
+/// Rank `r`'s lists for `n` cells on 4 ranks, when the program has them: the first
+/// `n - 2` cells its own (global `r (n - 2) + l`), the last two the first two cells of
+/// rank `r + 1` (around a ring); with fewer than 4 cells, all its own.
+fn partition(inputs: &mut Bindings, r: usize) {
+    let (Some(g), Some(o)) = (inputs.arrays.get("glob"), inputs.arrays.get("own")) else {
+        return;
+    };
+    let n = g.shape()[0];
+    let (halo, next) = (if n >= 4 { 2 } else { 0 }, (r + 1) % 4);
+    let owned = n - halo;
+    let mut glob = g.clone();
+    let mut own = o.clone();
+    for l in 0..n {
+        let (gl, ow) = if l < owned {
+            (r * owned + l, r)
+        } else {
+            (next * owned + (l - owned), next)
+        };
+        glob.set(&[l], sdflow_ir::Value::I64(gl as i64));
+        own.set(&[l], sdflow_ir::Value::I32(ow as i32));
+    }
+    inputs.arrays.insert("glob".into(), glob);
+    inputs.arrays.insert("own".into(), own);
+}
+
 /// Runs `sdfg` on the four ranks of [`on_ranks`], rank `r` with `inputs[r]`.
 fn run_on_ranks(sdfg: &Sdfg, inputs: &[Bindings]) -> Result<Vec<Bindings>, String> {
     let mut ranks = inputs.to_vec();
@@ -204,7 +242,11 @@ fn check_on_ranks(sdfg: &Sdfg) -> Result<(), TestCaseError> {
             .map_err(|e| TestCaseError::fail(format!("{}: {e}", sdfg.name)))?;
         for symbols in [sample_symbols(sdfg), sample_small_symbols(sdfg)] {
             let inputs: Vec<Bindings> = (0..4)
-                .map(|r| random_bindings(sdfg, &symbols, 7 + r).expect("bindings"))
+                .map(|r| {
+                    let mut b = random_bindings(sdfg, &symbols, 7 + r).expect("bindings");
+                    partition(&mut b, r as usize);
+                    b
+                })
                 .collect();
             let Ok(before) = run_on_ranks(sdfg, &inputs) else {
                 continue;
@@ -232,6 +274,11 @@ proptest! {
     fn the_pipelines_preserve_results_on_ranks(s in arb_sdfg(on_ranks())) {
         check_on_ranks(&s)?;
     }
+
+    #[test]
+    fn the_pipelines_preserve_results_on_unstructured_ranks(s in arb_sdfg(on_unstructured_ranks())) {
+        check_on_ranks(&s)?;
+    }
 }
 
 /// The generator's exchanges run: most programs with one run on the ranks, and the
@@ -255,27 +302,33 @@ fn generated_exchanges_run_on_ranks_and_stay() {
             })
             .count()
     };
-    let (mut with, mut ran, mut kept) = (0, 0, 0);
-    for seed in 0..100 {
-        let s = generate(seed, &on_ranks());
-        if count(&s) == 0 {
-            continue;
+    for cfg in [on_ranks(), on_unstructured_ranks()] {
+        let (mut with, mut ran, mut kept) = (0, 0, 0);
+        for seed in 0..100 {
+            let s = generate(seed, &cfg);
+            if count(&s) == 0 {
+                continue;
+            }
+            with += 1;
+            let inputs: Vec<Bindings> = (0..4)
+                .map(|r| {
+                    let mut b = random_bindings(&s, &sample_symbols(&s), r).unwrap();
+                    partition(&mut b, r as usize);
+                    b
+                })
+                .collect();
+            ran += usize::from(run_on_ranks(&s, &inputs).is_ok());
+            let mut opt = s.clone();
+            Pipeline::cpu().run(&mut opt).unwrap();
+            kept += usize::from(count(&opt) > 0);
         }
-        with += 1;
-        let inputs: Vec<Bindings> = (0..4)
-            .map(|r| random_bindings(&s, &sample_symbols(&s), r).unwrap())
-            .collect();
-        ran += usize::from(run_on_ranks(&s, &inputs).is_ok());
-        let mut opt = s.clone();
-        Pipeline::cpu().run(&mut opt).unwrap();
-        kept += usize::from(count(&opt) > 0);
+        assert!(with >= 40, "{with} of 100 programs exchange halos");
+        assert!(ran * 2 >= with, "{ran} of {with} ran on the ranks");
+        assert!(
+            kept * 2 >= with,
+            "{kept} of {with} keep an exchange after the pipeline"
+        );
     }
-    assert!(with >= 40, "{with} of 100 programs exchange halos");
-    assert!(ran * 2 >= with, "{ran} of {with} ran on the ranks");
-    assert!(
-        kept * 2 >= with,
-        "{kept} of {with} keep an exchange after the pipeline"
-    );
 }
 
 /// The passes do fire on the generated programs (the properties above are not vacuous).
