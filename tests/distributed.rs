@@ -112,12 +112,31 @@ fn the_cuda_backend_refuses_an_exchange_with_a_clear_error() {
     }
     let out = sdflow(&["show"], &["--emit", "plan"]);
     let plan = String::from_utf8_lossy(&out.stdout);
+    // The stencil's interior runs before the finish, its rim after.
     assert!(
         plan.contains("0: exchange start 'halo exchange' #0 of u over 2x2 ranks")
-            && plan.contains("0: exchange finish 'halo exchange' #0 of u")
-            && plan.contains("1: parallel map 'lap' collapse 1 from 4096 points after 0"),
+            && plan.contains("0: parallel map 'lap' collapse 1 from 4096 points (interior) writes out")
+            && plan.contains("1: exchange finish 'halo exchange' #0 of u")
+            && plan.contains("2: parallel map 'lap' collapse 1 from 4096 points (rim: 4 boxes) after 1 writes out"),
         "{plan}"
     );
+    // Without overlap the finish comes first and the map is whole.
+    let dir = scratch("plan");
+    let config = dir.join("sdflow.toml");
+    std::fs::write(&config, "[cpu]\noverlap_exchanges = false\n").unwrap();
+    let out = sdflow(
+        &["show"],
+        &["--emit", "plan", "--config", &config.to_string_lossy()],
+    );
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.contains("0: exchange start 'halo exchange' #0 of u over 2x2 ranks")
+            && plan.contains("1: exchange finish 'halo exchange' #0 of u")
+            && plan.contains("0: parallel map 'lap' collapse 1 from 4096 points writes out"),
+        "{plan}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -443,3 +443,136 @@ fn the_c_printer_checks_table_reads_per_row_where_the_plan_says() {
         }
     ));
 }
+
+/// A halo exchange is a start and a finish: with overlap, work that does not touch the
+/// field runs between them and a stencil over it is split — its interior before the
+/// finish, its rim (four boxes) after; without, the finish follows the start and the
+/// stencil is whole. Either way it is numbered and shown by `to_text`.
+#[test]
+fn an_exchange_finishes_late_and_splits_the_stencil_that_needs_it() {
+    use sdflow_codegen::plan::MapPart;
+    use sdflow_ir::{Decomposition, HaloExchange};
+    let mut b = SdfgBuilder::new("x");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N + 2", "N + 2"])
+        .array("v", DType::F64, ["N + 2", "N + 2"])
+        .array("w", DType::F64, ["N + 2", "N + 2"])
+        .array("out", DType::F64, ["N + 2", "N + 2"]);
+    b.state("exchange", |s| {
+        s.halo_exchange(
+            &["u"],
+            HaloExchange {
+                decomposition: Decomposition::Structured {
+                    ranks: [2, 2],
+                    width: 1,
+                    periodic: [true, true],
+                    corners: false,
+                },
+            },
+        );
+    });
+    b.state("independent", |s| {
+        s.map("scale", &["i", "j"], &["0:N+2", "0:N+2"], |m| {
+            m.tasklet(
+                "scale",
+                &[("a", "v[i, j]")],
+                &[("o", "w[i, j]")],
+                "o = 2.0 * a",
+            );
+        });
+    });
+    b.state("stencil", |s| {
+        s.map("lap", &["i", "j"], &["1:N+1", "1:N+1"], |m| {
+            m.tasklet(
+                "lap",
+                &[
+                    ("a", "u[i - 1, j]"),
+                    ("b", "u[i + 1, j]"),
+                    ("c", "u[i, j + 1]"),
+                ],
+                &[("o", "out[i, j]")],
+                "o = a + b + c",
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let kinds = |p: &Plan| -> Vec<Vec<String>> {
+        p.body
+            .states()
+            .iter()
+            .map(|st| {
+                st.steps
+                    .iter()
+                    .map(|x| {
+                        let part = match &x.part {
+                            None => "",
+                            Some(MapPart::Interior(_)) => " interior",
+                            Some(MapPart::Rim(_)) => " rim",
+                        };
+                        format!("{}{part} {:?}", x.kind_name(), x.waits)
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let plan = Plan::of(&s, Target::default()).unwrap();
+    assert_eq!(
+        kinds(&plan),
+        [
+            vec!["exchange start []"],
+            vec!["parallel map []"],
+            vec![
+                "parallel map interior []",
+                "exchange finish []",
+                "parallel map rim [1]"
+            ],
+        ]
+    );
+    assert_eq!(plan.exchanges().len(), 1);
+    // The interior: i + 1 and i - 1 within the owned rows 1..N+1 leave 2..N; j + 1 within
+    // 1..N+1 leaves 1..N (clamped to the map's range, for any N). The rim's four boxes
+    // and the interior cover the map's points once.
+    let st = plan.body.states()[2];
+    let Some(MapPart::Interior(r)) = &st.steps[0].part else {
+        panic!("{:?}", st.steps[0].part)
+    };
+    let Some(MapPart::Rim(boxes)) = &st.steps[2].part else {
+        panic!("{:?}", st.steps[2].part)
+    };
+    assert_eq!(boxes.len(), 4);
+    for n in [0i64, 1, 2, 3, 10] {
+        let at = |e: &SymExpr| e.eval(&|x| (x == "N").then_some(n)).unwrap();
+        let span = |r: &[sdflow_ir::Range]| -> Vec<(i64, i64)> {
+            r.iter().map(|r| (at(&r.start), at(&r.end))).collect()
+        };
+        if n == 10 {
+            assert_eq!(span(r), [(2, 10), (1, 10)]);
+        }
+        let mut hits = std::collections::BTreeMap::new();
+        for b in std::iter::once(r.as_slice()).chain(boxes.iter().map(Vec::as_slice)) {
+            let s = span(b);
+            for i in s[0].0..s[0].1 {
+                for j in s[1].0..s[1].1 {
+                    *hits.entry((i, j)).or_insert(0) += 1;
+                }
+            }
+        }
+        assert_eq!(hits.len() as i64, n * n, "N = {n}");
+        assert!(hits.values().all(|&c| c == 1), "N = {n}");
+        assert!(
+            hits.keys()
+                .all(|&(i, j)| (1..=n).contains(&i) && (1..=n).contains(&j))
+        );
+    }
+    assert!(plan.to_text().contains("(rim: 4 boxes) after 1"));
+    let off = Plan::of_with(&s, Target::default(), false).unwrap();
+    assert_eq!(
+        kinds(&off),
+        [
+            vec!["exchange start []", "exchange finish [0]"],
+            vec!["parallel map []"],
+            vec!["parallel map []"],
+        ]
+    );
+}

@@ -38,7 +38,7 @@ use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
 use crate::plan::jam::Jam;
 use crate::plan::rows::RowCheck;
 use crate::plan::{
-    CheckPolicy, Flow, Lifetime, Plan, StatePlan, Step, StepKind, Target, copy_loop_dims,
+    CheckPolicy, Flow, Lifetime, MapPart, Plan, StatePlan, Step, StepKind, Target, copy_loop_dims,
     copy_subsets,
 };
 

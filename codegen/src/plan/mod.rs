@@ -286,6 +286,19 @@ pub struct Step {
     /// The map's body is a producer–consumer pair printed row-jammed ([`jam`]; a team's
     /// maps only).
     pub jam: Option<jam::Jam>,
+    /// The step runs part of its map's points ([`exchange`]: the interior before a halo
+    /// exchange finishes, the rim after); `None`: all of them.
+    pub part: Option<MapPart>,
+}
+
+/// Part of a parallel map's points, as boxes of ranges (one per map parameter).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapPart {
+    /// The points whose reads of an exchange's fields stay within the cells this rank
+    /// owns: they run before the exchange finishes.
+    Interior(Vec<sdflow_ir::Range>),
+    /// The others (up to four boxes around the interior), after it finishes.
+    Rim(Vec<Vec<sdflow_ir::Range>>),
 }
 
 /// How the backend a plan is made for runs a state's steps.
@@ -583,6 +596,13 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                 if let Some(g) = &st.grid {
                     let sizes: Vec<String> = g.iter().map(|e| e.to_string()).collect();
                     let _ = write!(line, " grid [{}]", sizes.join(", "));
+                }
+                match &st.part {
+                    Some(MapPart::Interior(_)) => line.push_str(" (interior)"),
+                    Some(MapPart::Rim(b)) => {
+                        let _ = write!(line, " (rim: {} boxes)", b.len());
+                    }
+                    None => {}
                 }
                 if !st.waits.is_empty() {
                     let w: Vec<String> = st.waits.iter().map(|w| w.to_string()).collect();
@@ -1244,6 +1264,7 @@ fn plan_state(
             check,
             grid,
             jam,
+            part: None,
         });
     }
     Ok(StatePlan {

@@ -177,7 +177,11 @@ impl Emitter<'_> {
             } else {
                 self.line(&format!("(void)sdf_c{u}; {{"));
             }
-            if !matches!(cond, Cond::Always) {
+            if matches!(step.part, Some(MapPart::Interior(_))) && !matches!(cond, Cond::Always) {
+                // Checked, the whole map runs in its rim's step, after the exchange
+                // finished.
+                self.line("    /* checked: in the rim's step */");
+            } else if !matches!(cond, Cond::Always) {
                 self.indent += 1;
                 if sc.parallel {
                     self.team_line(|t| t.single().into());
@@ -230,7 +234,21 @@ impl Emitter<'_> {
                 Node::Map(m),
             ) if sc.parallel => {
                 let sc = sc.jamming(m, step);
-                self.parallel_map(&sc, m, *collapse, *min_points, row_checks.as_deref())?;
+                // Part of its points (a halo exchange's interior or rim): the same map
+                // over each box of the part, one after another.
+                let boxes: Vec<Vec<sdflow_ir::Range>> = match &step.part {
+                    None => vec![m.ranges.clone()],
+                    Some(MapPart::Interior(b)) => vec![b.clone()],
+                    Some(MapPart::Rim(bs)) => bs.clone(),
+                };
+                for ranges in boxes {
+                    let part = MapScope {
+                        ranges,
+                        ..m.clone()
+                    };
+                    let m = if step.part.is_some() { &part } else { m };
+                    self.parallel_map(&sc, m, *collapse, *min_points, row_checks.as_deref())?;
+                }
             }
             (StepKind::Copy { shared: true }, Node::Access(dst)) if sc.parallel => {
                 self.shared_copies(sc, df, n, dst)?;
