@@ -11,8 +11,10 @@
 //! - `exchange`: the exchange of `u` alone;
 //! - `work`: `--work` sweeps of `w = 0.999 w + 0.001 v` over the block (no `u`);
 //! - `split on`: exchange `u`, the sweeps, then a Laplacian of `u` — the plan starts
-//!   the exchange, runs the sweeps, and finishes it before the Laplacian;
-//! - `split off`: the same program with each exchange finished right after its start.
+//!   the exchange, runs the sweeps and the Laplacian's interior, finishes the exchange,
+//!   then runs the Laplacian's rim;
+//! - `split off`: the same program with each exchange finished right after its start
+//!   and the Laplacian whole.
 //!
 //! Each line gives the median over the repetitions of the slowest rank's time per step.
 //! `hidden` is `(split off − split on) / exchange`: the share of the exchange's time the
