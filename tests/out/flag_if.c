@@ -27,10 +27,22 @@ void sdflow_finalize(void* handle) {
     free(st);
 }
 
+/* Why the last `sdflow_init` of the calling thread returned NULL (empty: it could not allocate). */
+static _Thread_local char sdf_init_msg[1024];
+const char* sdflow_init_message(void) { return sdf_init_msg; }
+static void* sdf_init_fail(sdflow_state* st, const char* m) {
+    size_t k = 0;
+    for (; m[k] && k + 1 < sizeof sdf_init_msg; k++) sdf_init_msg[k] = m[k];
+    sdf_init_msg[k] = 0;
+    sdflow_finalize(st);
+    return NULL;
+}
+
 void* sdflow_init(const int64_t* ints, const double* floats) {
     (void)floats;
     const int64_t s_N = ints[0];
     const int64_t s_mode = ints[1];
+    sdf_init_msg[0] = 0;
     sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));
     if (!st) return NULL;
     return st;
@@ -41,9 +53,9 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
     (void)ints; (void)floats; (void)args; (void)st;
     const int64_t* sdf_ok = ints + 2;
     (void)sdf_ok;
+    memset(&st->err, 0, sizeof st->err);
     int sdf_status = 0;
     int64_t sdf_abort = 0;
-    memset(&st->err, 0, sizeof st->err);
 #pragma omp parallel num_threads(sdf_threads())
     {
         sdf_error_flag = 0;

@@ -31,11 +31,23 @@ void sdflow_finalize(void* handle) {
     free(st);
 }
 
+/* Why the last `sdflow_init` of the calling thread returned NULL (empty: it could not allocate). */
+static _Thread_local char sdf_init_msg[1024];
+const char* sdflow_init_message(void) { return sdf_init_msg; }
+static void* sdf_init_fail(sdflow_state* st, const char* m) {
+    size_t k = 0;
+    for (; m[k] && k + 1 < sizeof sdf_init_msg; k++) sdf_init_msg[k] = m[k];
+    sdf_init_msg[k] = 0;
+    sdflow_finalize(st);
+    return NULL;
+}
+
 void* sdflow_init(const int64_t* ints, const double* floats) {
     (void)floats;
     const int64_t s_NX = ints[0];
     const int64_t s_NY = ints[1];
     const int64_t s_NZ = ints[2];
+    sdf_init_msg[0] = 0;
     sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));
     if (!st) return NULL;
     { int64_t n = (((s_NX) <= 0 || (s_NY) <= 0 || (s_NZ) <= 0) ? 0 : (1 + ((s_NX) - 1) * ((s_NY * s_NZ)) + ((s_NY) - 1) * (s_NZ) + ((s_NZ) - 1) * (1LL))); st->t_cp = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof(double)); if (!st->t_cp) { sdflow_finalize(st); return NULL; } }
@@ -48,9 +60,9 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
     (void)ints; (void)floats; (void)args; (void)st;
     const int64_t* sdf_ok = ints + 3;
     (void)sdf_ok;
+    memset(&st->err, 0, sizeof st->err);
     int sdf_status = 0;
     int64_t sdf_abort = 0;
-    memset(&st->err, 0, sizeof st->err);
 #pragma omp parallel num_threads(sdf_threads())
     {
         sdf_error_flag = 0;

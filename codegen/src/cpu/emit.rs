@@ -131,7 +131,7 @@ fn emit_run(
          static _Thread_local char sdf_init_msg[1024];\n\
          const char* sdflow_init_message(void) { return sdf_init_msg; }\n\
          static void* sdf_init_fail(sdflow_state* st, const char* m) {\n    \
-         snprintf(sdf_init_msg, sizeof sdf_init_msg, \"%s\", m);\n    sdflow_finalize(st);\n    return NULL;\n}\n\n",
+         size_t k = 0;\n    for (; m[k] && k + 1 < sizeof sdf_init_msg; k++) sdf_init_msg[k] = m[k];\n    sdf_init_msg[k] = 0;\n    sdflow_finalize(st);\n    return NULL;\n}\n\n",
     );
     out.push_str(
         "void* sdflow_init(const int64_t* ints, const double* floats) {\n    (void)floats;\n",
