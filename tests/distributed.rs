@@ -600,3 +600,87 @@ fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A run that fails between an exchange's start and its finish (one rank: the error is
+/// returned) leaves its messages posted; the next call waits for them and runs to the
+/// interpreter's bits.
+#[test]
+fn a_call_after_a_failed_one_completes_the_left_messages() {
+    use sdflow::ir::{HaloExchange, SdfgBuilder};
+    if !common::have_mpi() {
+        return;
+    }
+    let mut b = SdfgBuilder::new("retry");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N + 2", "N + 2"])
+        .array("out", DType::F64, ["N + 2", "N + 2"])
+        .array("v", DType::F64, ["N"])
+        .array("tab", DType::I64, ["1"])
+        .array("w", DType::F64, ["1"]);
+    b.state("exchange", |s| {
+        s.halo_exchange(
+            &["u"],
+            HaloExchange {
+                decomposition: sdflow::ir::Decomposition::Structured {
+                    ranks: [1, 1],
+                    width: 1,
+                    periodic: [true, true],
+                    corners: true,
+                },
+            },
+        );
+    });
+    b.state("gather", |s| {
+        s.map("gather", &["k"], &["0:1"], |m| {
+            m.tasklet("g", &[("a", "v[tab[k]]")], &[("o", "w[k]")], "o = a");
+        });
+    });
+    b.state("apply", |s| {
+        s.map("lap", &["i", "j"], &["1:N+1", "1:N+1"], |m| {
+            m.tasklet(
+                "lap",
+                &[("a", "u[i - 1, j]"), ("b", "u[i + 1, j + 1]")],
+                &[("o", "out[i, j]")],
+                "o = a - b",
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let n = 6;
+    let bindings = |tab: i64| {
+        let mut b = Bindings::default();
+        let u: Vec<f64> = (0..(n + 2) * (n + 2)).map(|k| (k % 7) as f64).collect();
+        b.arrays
+            .insert("u".into(), HostArray::from_f64(&[n + 2, n + 2], u).unwrap());
+        b.arrays
+            .insert("out".into(), HostArray::zeros(DType::F64, &[n + 2, n + 2]));
+        b.arrays
+            .insert("v".into(), HostArray::from_f64(&[n], vec![1.5; n]).unwrap());
+        b.arrays.insert(
+            "tab".into(),
+            HostArray::from_values(DType::I64, &[1], &[Value::I64(tab)]).unwrap(),
+        );
+        b.arrays
+            .insert("w".into(), HostArray::zeros(DType::F64, &[1]));
+        b.symbols.insert("N".into(), Value::I64(n as i64));
+        b
+    };
+    let dir = scratch("retry");
+    let prog = sdflow::codegen::CpuBackend {
+        cache: Some(sdflow::codegen::Cache::at(dir.join("cache"))),
+        ..Default::default()
+    }
+    .build(&s)
+    .unwrap();
+    let mut bad = bindings(n as i64 + 5);
+    let e = prog.run_bindings(&mut bad).unwrap_err().to_string();
+    assert!(e.contains("out of bounds"), "{e}");
+    let mut good = bindings(2);
+    prog.run_bindings(&mut good).unwrap();
+    let mut want = bindings(2);
+    sdflow::ir::interp::run(&s, &mut want).unwrap();
+    assert_eq!(good.arrays["out"].bits(), want.arrays["out"].bits());
+    assert_eq!(good.arrays["w"].bits(), want.arrays["w"].bits());
+    std::fs::remove_dir_all(&dir).ok();
+}

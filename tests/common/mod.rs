@@ -120,20 +120,7 @@ pub fn mpirun(
     groups: &[(usize, Vec<String>)],
     cache: &std::path::Path,
 ) -> Option<std::process::Output> {
-    let have = |tool: &str| {
-        std::process::Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("mpirun") || !have("mpicc") {
-        assert!(
-            std::env::var("SDFLOW_REQUIRE_MPI").as_deref() != Ok("1"),
-            "SDFLOW_REQUIRE_MPI=1 but Open MPI's mpirun and mpicc are not installed"
-        );
-        eprintln!(
-            "note: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI runs are left out"
-        );
+    if !have_mpi() {
         return None;
     }
     let mut cmd = std::process::Command::new("timeout");
@@ -168,4 +155,26 @@ pub fn scratch(tag: &str) -> std::path::PathBuf {
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Whether Open MPI's `mpirun` and `mpicc` are installed; where not, says so (and fails
+/// when `SDFLOW_REQUIRE_MPI=1`).
+pub fn have_mpi() -> bool {
+    let have = |tool: &str| {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if have("mpirun") && have("mpicc") {
+        return true;
+    }
+    assert!(
+        std::env::var("SDFLOW_REQUIRE_MPI").as_deref() != Ok("1"),
+        "SDFLOW_REQUIRE_MPI=1 but Open MPI's mpirun and mpicc are not installed"
+    );
+    eprintln!(
+        "note: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI runs are left out"
+    );
+    false
 }

@@ -106,18 +106,23 @@ pub(crate) fn finalize_text(exchanges: &[&Exchange]) -> String {
     for (g, o) in list_pairs(exchanges) {
         let _ = writeln!(out, "    sdf_us_free(&st->{});", schedule(&g, &o));
     }
+    // Messages of a run that stopped between an exchange's start and its finish are
+    // waited for before their buffers go.
+    out.push_str("    int sdf_fin = 0; MPI_Finalized(&sdf_fin);\n");
     for x in exchanges {
         let e = x.id;
         if lists(x).is_some() {
             let _ = writeln!(
                 out,
-                "    free(st->x{e}_rq); free(st->x{e}_st); free(st->x{e}_sb); free(st->x{e}_rb);"
+                "    if (!sdf_fin && st->x{e}_rq && st->comm != MPI_COMM_NULL && st->comm != 0) MPI_Waitall(2 * st->size, st->x{e}_rq, MPI_STATUSES_IGNORE);\n    \
+                 free(st->x{e}_rq); free(st->x{e}_st); free(st->x{e}_sb); free(st->x{e}_rb);"
             );
             continue;
         }
         let _ = writeln!(
             out,
-            "    for (int d = 0; d < 9; d++) {{ free(st->x{e}_sb[d]); free(st->x{e}_rb[d]); }}"
+            "    if (!sdf_fin && st->x{e}_sb[0] != NULL) MPI_Waitall(18, st->x{e}_rq, MPI_STATUSES_IGNORE);\n    \
+             for (int d = 0; d < 9; d++) {{ free(st->x{e}_sb[d]); free(st->x{e}_rb[d]); }}"
         );
     }
     out.push_str("    if (st->comm != MPI_COMM_NULL && st->comm != 0) { int fin = 0; MPI_Finalized(&fin); if (!fin) MPI_Comm_free(&st->comm); }\n");
@@ -165,6 +170,7 @@ pub(crate) fn init_text(
                  if (st->size != {size}) {{ char m[512]; snprintf(m, sizeof m, \"halo exchange #{e} of %s is over {size} ranks, but the program runs on %d: start it with `mpirun -n {size}`\", {fields}, st->size); return sdf_init_fail(st, m); }}\n      \
                  st->x{e}_rq = (MPI_Request*)malloc(2 * (size_t)st->size * sizeof(MPI_Request));\n      \
                  st->x{e}_st = (MPI_Status*)malloc(2 * (size_t)st->size * sizeof(MPI_Status));\n      \
+                 if (st->x{e}_rq) for (int p = 0; p < 2 * st->size; p++) st->x{e}_rq[p] = MPI_REQUEST_NULL;\n      \
                  if (!st->x{e}_rq || !st->x{e}_st) return sdf_init_fail(st, \"out of memory\");\n    }}",
                 x.fields.join(", "),
                 x.decomposition,
@@ -185,7 +191,8 @@ pub(crate) fn init_text(
              if (d == 4 || ({corners} == 0 && di != 0 && dj != 0)) continue;\n        \
              if (ni < 0 || ni >= {px}) {{ if (!{p0}) continue; ni = (ni + {px}) % {px}; }}\n        \
              if (nj < 0 || nj >= {py}) {{ if (!{p1}) continue; nj = (nj + {py}) % {py}; }}\n        \
-             st->x{e}_nb[d] = nj * {px} + ni;\n      }}",
+             st->x{e}_nb[d] = nj * {px} + ni;\n      }}\n      \
+             for (int d = 0; d < 18; d++) st->x{e}_rq[d] = MPI_REQUEST_NULL;",
             x.fields.join(", "),
             x.decomposition,
             size = px * py,
@@ -336,6 +343,11 @@ impl Emitter<'_> {
         self.team_line(|t| t.master().into());
         self.line("{");
         self.indent += 1;
+        // Messages a run that stopped early left (none otherwise: a finish leaves its
+        // requests null).
+        self.line(&format!(
+            "MPI_Waitall(18, st->x{e}_rq, MPI_STATUSES_IGNORE);"
+        ));
         self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
         self.indent += 1;
         self.line(&format!(
@@ -515,6 +527,9 @@ impl Emitter<'_> {
             ("rcnt", "roff", "ridx", "rb", "rcap")
         };
         if start {
+            self.line(&format!(
+                "MPI_Waitall(2 * st->size, st->x{e}_rq, MPI_STATUSES_IGNORE);"
+            ));
             for (b, c, o2) in [("sb", "scap", "soff"), ("rb", "rcap", "roff")] {
                 self.line(&format!(
                     "if (sdf_s->{o2}[st->size] * sdf_B > st->x{e}_{c}) {{ free(st->x{e}_{b}); st->x{e}_{c} = sdf_s->{o2}[st->size] * sdf_B; st->x{e}_{b} = (char*)malloc((size_t)(st->x{e}_{c} > 0 ? st->x{e}_{c} : 1)); if (!st->x{e}_{b}) {{ st->x{e}_{c} = 0; sdf_raise({oom}, 0, 0); }} }}"
