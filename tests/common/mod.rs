@@ -125,6 +125,17 @@ pub fn mpirun(
     }
     let mut cmd = std::process::Command::new("timeout");
     cmd.arg("120").arg("mpirun").arg("--oversubscribe");
+    // A test of this process that started MPI itself (a singleton) left Open MPI's and
+    // PMIx's variables in its environment: a job started from here must not inherit them.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if ["OMPI_", "PMIX_", "PMI_", "OPAL_", "ORTE_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            cmd.env_remove(&k);
+        }
+    }
     for (k, (n, args)) in groups.iter().enumerate() {
         if k > 0 {
             cmd.arg(":");
