@@ -9,10 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gt4py/env.sh
 echo "[test-gt4py] GT4Py environment ready after ${SECONDS} s"
-# maturin, called by the build hook, is found on the PATH. The package is built with
-# cargo's test profile (optimized, as the Rust tests are): after `cargo test` it reuses
-# those artifacts instead of compiling the workspace again for release.
-export MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---profile test}"
+# maturin, called by the build hook, is found on the PATH.
 export PATH="$venv/bin:$PATH"
 "$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=7"
 "$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python

@@ -6,10 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/pyenv
-# maturin, called by the build hook, is found on the PATH. The package is built with
-# cargo's test profile (optimized, as the Rust tests are): after `cargo test` it reuses
-# those artifacts instead of compiling the workspace again for release.
-export MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---profile test}"
+# maturin, called by the build hook, is found on the PATH.
 export PATH="$PWD/$venv/bin:$PATH"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
