@@ -795,18 +795,7 @@ fn run_ranks(
     };
     let mut ranks = Vec::with_capacity(n);
     for r in 0..n {
-        let b = match &opts.inputs {
-            Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols.clone())?,
-            None => random_inputs(
-                sdfg,
-                &symbols,
-                opts.seed.wrapping_add(r as u64),
-                path,
-                "run",
-                opts.backend,
-            )?,
-        };
-        check_sizes(sdfg, &b.symbols, path)?;
+        let b = rank_inputs(path, sdfg, symbols.clone(), r, opts, &per_rank)?;
         sdflow_ir::bind::check_symbols(sdfg, &|k| b.symbols.contains_key(k))
             .map_err(|e| CliError::Usage(format!("program '{}', rank {r}: {e}", sdfg.name)))?;
         ranks.push(b);
@@ -857,18 +846,7 @@ fn run_mpi_rank(
     // From here on, a rank that fails stops every rank (the others would wait for it in
     // an exchange), with its message.
     let this_rank = || -> Result<Bindings, CliError> {
-        let mut b = match &opts.inputs {
-            Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols)?,
-            None => random_inputs(
-                sdfg,
-                &symbols,
-                opts.seed.wrapping_add(r as u64),
-                path,
-                "run",
-                opts.backend,
-            )?,
-        };
-        check_sizes(sdfg, &b.symbols, path)?;
+        let mut b = rank_inputs(path, sdfg, symbols, r, opts, per_rank)?;
         prog.run_bindings(&mut b)
             .map_err(|e| CliError::Usage(format!("rank {r}: {e}")))?;
         if let Some(o) = &opts.outputs {
@@ -896,6 +874,31 @@ fn run_mpi_rank(
     );
     out.push_str(&summary(sdfg, &b.arrays, &format!("rank {r}: ")));
     Ok(out)
+}
+
+/// Rank `r`'s arguments: from its `--inputs` file (`{rank}` in the path), else
+/// pseudo-random from the seed plus the rank; their sizes checked.
+fn rank_inputs(
+    path: &Path,
+    sdfg: &Sdfg,
+    symbols: BTreeMap<String, Value>,
+    r: usize,
+    opts: &RunOptions,
+    per_rank: &dyn Fn(&Path, &str, usize) -> Result<PathBuf, CliError>,
+) -> Result<Bindings, CliError> {
+    let b = match &opts.inputs {
+        Some(p) => bind_inputs(sdfg, &per_rank(p, "--inputs", r)?, symbols)?,
+        None => random_inputs(
+            sdfg,
+            &symbols,
+            opts.seed.wrapping_add(r as u64),
+            path,
+            "run",
+            opts.backend,
+        )?,
+    };
+    check_sizes(sdfg, &b.symbols, path)?;
+    Ok(b)
 }
 
 /// A line per argument the program writes: `{prefix}name: dtype[shape] sum=… l2=…`.
