@@ -776,13 +776,8 @@ fn run_ranks(
     };
     match opts.backend {
         sdflow_codegen::Backend::Interp => {}
-        sdflow_codegen::Backend::Cpu => {
+        sdflow_codegen::Backend::Cpu | sdflow_codegen::Backend::Gpu => {
             return run_mpi_rank(path, sdfg, symbols, n, opts, &per_rank);
-        }
-        sdflow_codegen::Backend::Gpu => {
-            return Err(CliError::Usage(
-                "--ranks runs on the interpreter (--backend interp) or on MPI ranks (--backend cpu): the CUDA backend does not lower halo exchanges yet".into(),
-            ));
         }
     }
     let outputs = match &opts.outputs {
@@ -814,7 +809,7 @@ fn run_ranks(
     Ok(out)
 }
 
-/// `sdflow run FILE --ranks N --backend cpu` in one of the `n` processes `mpirun -n N`
+/// `sdflow run FILE --ranks N --backend cpu|cuda` in one of the `n` processes `mpirun -n N`
 /// started: this rank's inputs (`{rank}` in the path, or pseudo-random with the seed plus
 /// the rank), the compiled program (built by one rank, loaded by the others through the
 /// cache's lock), this rank's outputs; its lines start with `rank r: `, the first saying
@@ -827,9 +822,13 @@ fn run_mpi_rank(
     opts: &RunOptions,
     per_rank: &dyn Fn(&Path, &str, usize) -> Result<PathBuf, CliError>,
 ) -> Result<String, CliError> {
+    let backend = match opts.backend {
+        sdflow_codegen::Backend::Gpu => "cuda",
+        _ => "cpu",
+    };
     let Some((r, size)) = sdflow_codegen::mpi::launched() else {
         return Err(CliError::Usage(format!(
-            "--ranks {n} --backend cpu runs on {n} MPI ranks: start it with `mpirun -n {n} sdflow run …`"
+            "--ranks {n} --backend {backend} runs on {n} MPI ranks: start it with `mpirun -n {n} sdflow run …`"
         )));
     };
     if size != n {
@@ -837,18 +836,38 @@ fn run_mpi_rank(
             "--ranks {n}, but mpirun started {size} ranks"
         )));
     }
-    let prog = sdflow_codegen::CpuBackend::default()
-        .build(sdfg)
-        .map_err(|source| CliError::Codegen {
-            path: path.display().to_string(),
-            source,
-        })?;
+    let codegen = |source| CliError::Codegen {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut prog = match opts.backend {
+        sdflow_codegen::Backend::Gpu => {
+            let device = sdflow_codegen::cuda::device::from_env()
+                .map_err(|e| CliError::Usage(format!("--backend cuda: {e}")))?;
+            let p = sdflow_codegen::cuda::exec::CudaBackend::default()
+                .build(sdfg, &device)
+                .map_err(codegen)?;
+            RankProgram::Gpu(Box::new(p))
+        }
+        _ => RankProgram::Cpu(Box::new(
+            sdflow_codegen::CpuBackend::default()
+                .build(sdfg)
+                .map_err(codegen)?,
+        )),
+    };
+    let (origin, mpi) = match &prog {
+        RankProgram::Cpu(p) => (p.origin, p.mpi()),
+        RankProgram::Gpu(p) => (p.origin, p.mpi()),
+    };
     // From here on, a rank that fails stops every rank (the others would wait for it in
     // an exchange), with its message.
     let this_rank = || -> Result<Bindings, CliError> {
         let mut b = rank_inputs(path, sdfg, symbols, r, opts, per_rank)?;
-        prog.run_bindings(&mut b)
-            .map_err(|e| CliError::Usage(format!("rank {r}: {e}")))?;
+        match &mut prog {
+            RankProgram::Cpu(p) => p.run_bindings(&mut b),
+            RankProgram::Gpu(p) => p.run_bindings(&mut b),
+        }
+        .map_err(|e| CliError::Usage(e.to_string()))?;
         if let Some(o) = &opts.outputs {
             npz::write_npz(&per_rank(o, "--outputs", r)?, &b.arrays)?;
         }
@@ -856,7 +875,7 @@ fn run_mpi_rank(
     };
     let b = match this_rank() {
         Ok(b) => b,
-        Err(e) => match prog.mpi() {
+        Err(e) => match mpi {
             Some(m) if size > 1 => {
                 eprintln!("error: rank {r}: {e}");
                 m.abort(1)
@@ -867,13 +886,19 @@ fn run_mpi_rank(
     let mut out = format!(
         "rank {r}: program '{}' {}\n",
         sdfg.name,
-        match prog.origin {
+        match origin {
             sdflow_codegen::Origin::Built => "built",
             sdflow_codegen::Origin::Cached => "loaded from the cache",
         }
     );
     out.push_str(&summary(sdfg, &b.arrays, &format!("rank {r}: ")));
     Ok(out)
+}
+
+/// A rank's program, on either compiled backend.
+enum RankProgram {
+    Cpu(Box<sdflow_codegen::CompiledProgram>),
+    Gpu(Box<sdflow_codegen::cuda::exec::GpuProgram>),
 }
 
 /// Rank `r`'s arguments: from its `--inputs` file (`{rank}` in the path), else

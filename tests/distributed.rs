@@ -4,7 +4,9 @@
 //! bits; the C backend runs it on MPI ranks (`mpirun -n N sdflow run … --backend cpu`),
 //! 1 to 4 of them on any machine (oversubscribed), to the interpreter's bits; one rank
 //! builds, the others load; a failing rank or ranks that disagree stop the run with a
-//! message. The CUDA backend refuses an exchange with a clear error.
+//! message. The CUDA backend runs it on MPI ranks too (`--backend cuda`, on the emulated
+//! device where no GPU is), to the same bits; it refuses an unstructured exchange with a
+//! clear error.
 //!
 //! The MPI tests need Open MPI's `mpirun` and `mpicc` (`apt-get install openmpi-bin
 //! libopenmpi-dev`, which `.ci/run` does); without them they say so and pass, unless
@@ -82,15 +84,52 @@ fn the_optimized_program_gives_the_same_bits_on_the_ranks() {
 }
 
 #[test]
-fn the_cuda_backend_refuses_an_exchange_with_a_clear_error() {
+fn the_exchange_is_lowered_to_mpi_and_drawn() {
+    // CUDA: pack and unpack kernels; the stencil's interior and its rim's 4 boxes are
+    // kernels of their own.
     let s = cli::load_program(&fixture()).unwrap();
-    let e = sdflow::codegen::cuda::emit::emit_cuda(&s, &Default::default())
+    let cuda = sdflow::codegen::cuda::emit::emit_cuda(&s, &Default::default()).unwrap();
+    for k in [
+        "halo exchange #0 (pack)",
+        "halo exchange #0 (unpack)",
+        "char* __restrict__ sdf_xb, const int sdf_xnb",
+    ] {
+        assert!(cuda.source.contains(k), "{k}");
+    }
+    let exchange: Vec<_> = cuda
+        .kernels
+        .iter()
+        .filter(|k| k.exchange == Some(0))
+        .collect();
+    assert_eq!(exchange.len(), 2);
+    let lap: Vec<&str> = cuda
+        .kernels
+        .iter()
+        .filter(|k| k.state == 1 && !k.checked && k.exchange.is_none())
+        .map(|k| k.name.as_str())
+        .collect();
+    assert_eq!(
+        lap,
+        [
+            "sdf_k1_0_0",
+            "sdf_k1_2_0",
+            "sdf_k1_2_1",
+            "sdf_k1_2_2",
+            "sdf_k1_2_3"
+        ]
+    );
+    // An unstructured exchange is the C backend's only.
+    let dir = scratch("refused");
+    let ring = cli::load_program(&ring(&dir, 12, 3)).unwrap();
+    let e = sdflow::codegen::cuda::emit::emit_cuda(&ring, &Default::default())
         .expect_err("refused")
         .to_string();
     assert!(
-        e.contains("'stencil' exchanges halos (exchange #0 of u over 2x2 ranks (periodic, periodic, corners), width 1): the CUDA backend does not lower halo exchanges yet"),
+        e.contains("exchanges halos over an unstructured decomposition (exchange #0 of")
+            && e.contains("the CUDA backend lowers structured exchanges only; the C backend lowers both, over MPI"),
         "{e}"
     );
+    std::fs::remove_dir_all(&dir).ok();
     let out = sdflow(&["show"], &["--emit", "dot"]);
     assert!(out.status.success());
     let dot = String::from_utf8_lossy(&out.stdout);
@@ -263,17 +302,42 @@ fn text(out: &std::process::Output) -> String {
 
 #[test]
 fn mpi_ranks_give_the_interpreters_bits() {
-    let dir = scratch("bits");
+    ranks_give_the_interpreters_bits(
+        "cpu",
+        &[
+            ([1, 1], [true, true], true),
+            ([2, 1], [false, true], false),
+            ([1, 3], [true, false], true),
+            ([2, 2], [true, true], true),
+            ([2, 2], [false, false], false),
+        ],
+    );
+}
+
+#[test]
+fn mpi_ranks_on_the_gpu_give_the_interpreters_bits() {
+    // The CUDA backend's exchanges: on the emulated device where no GPU is.
+    ranks_give_the_interpreters_bits(
+        "cuda",
+        &[
+            ([1, 1], [true, true], true),
+            ([1, 3], [true, false], true),
+            ([2, 2], [true, true], true),
+            ([2, 2], [false, false], false),
+        ],
+    );
+}
+
+/// The fixture over each decomposition of `cases` (ranks, periodic, corners) on MPI
+/// ranks with `backend`, bit for bit against the interpreter's simulated ranks; where
+/// periodic with corners, put together, equal to one rank.
+#[allow(clippy::type_complexity)]
+fn ranks_give_the_interpreters_bits(backend: &str, cases: &[([i64; 2], [bool; 2], bool)]) {
+    let dir = scratch(&format!("bits-{backend}"));
     let cache = dir.join("cache");
     let path = |p: &PathBuf| p.to_string_lossy().into_owned();
     let mut whole: Option<HostArray> = None;
-    for (ranks, periodic, corners) in [
-        ([1, 1], [true, true], true),
-        ([2, 1], [false, true], false),
-        ([1, 3], [true, false], true),
-        ([2, 2], [true, true], true),
-        ([2, 2], [false, false], false),
-    ] {
+    for &(ranks, periodic, corners) in cases {
         let program = variant(&dir, ranks, periodic, corners);
         let n = (ranks[0] * ranks[1]) as usize;
         write_parts(&dir, [ranks[0] as usize, ranks[1] as usize]);
@@ -300,7 +364,7 @@ fn mpi_ranks_give_the_interpreters_bits() {
             .output()
             .unwrap();
         assert!(interp.status.success(), "{}", text(&interp));
-        let Some(out) = mpirun(&[(n, args("cpu", "got.{rank}.npz"))], &cache) else {
+        let Some(out) = mpirun(&[(n, args(backend, "got.{rank}.npz"))], &cache) else {
             return;
         };
         assert!(out.status.success(), "{ranks:?}: {}", text(&out));
@@ -363,7 +427,13 @@ fn one_rank_builds_the_others_load() {
 
 #[test]
 fn a_failing_rank_stops_every_rank_with_its_message() {
-    let dir = scratch("fail");
+    for backend in ["cpu", "cuda"] {
+        a_failing_rank(backend);
+    }
+}
+
+fn a_failing_rank(backend: &str) {
+    let dir = scratch(&format!("fail-{backend}"));
     write_parts(&dir, [2, 2]);
     // Rank 2's 'u' is of another element type: its call fails when it binds.
     let p = dir.join("in.2.npz");
@@ -377,7 +447,7 @@ fn a_failing_rank_stops_every_rank_with_its_message() {
         "--ranks",
         "4",
         "--backend",
-        "cpu",
+        backend,
         "--inputs",
         &dir.join("in.{rank}.npz").to_string_lossy(),
     ]
@@ -398,7 +468,13 @@ fn a_failing_rank_stops_every_rank_with_its_message() {
 
 #[test]
 fn ranks_that_disagree_are_stopped_at_the_start() {
-    let dir = scratch("disagree");
+    for backend in ["cpu", "cuda"] {
+        ranks_that_disagree(backend);
+    }
+}
+
+fn ranks_that_disagree(backend: &str) {
+    let dir = scratch(&format!("disagree-{backend}"));
     let cache = dir.join("cache");
     let run = |p: &PathBuf, n: &str| -> Vec<String> {
         [
@@ -407,7 +483,7 @@ fn ranks_that_disagree_are_stopped_at_the_start() {
             "--ranks",
             n,
             "--backend",
-            "cpu",
+            backend,
             "-s",
             "NI=4",
             "-s",
@@ -682,5 +758,179 @@ fn a_call_after_a_failed_one_completes_the_left_messages() {
     sdflow::ir::interp::run(&s, &mut want).unwrap();
     assert_eq!(good.arrays["out"].bits(), want.arrays["out"].bits());
     assert_eq!(good.arrays["w"].bits(), want.arrays["w"].bits());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_gpu_exchange_is_enqueued_in_stream_order_and_never_waits() {
+    use sdflow::codegen::Origin;
+    use sdflow::codegen::cuda::device::{Call, DeviceHandle, RecordingDevice};
+    use sdflow::codegen::cuda::exec::{DeviceArgs, GpuProgram};
+    if !common::have_mpi() {
+        return;
+    }
+    // One rank, periodic: every neighbour is this rank.
+    let dir = scratch("gpu-order");
+    let program = variant(&dir, [1, 1], [true, true], true);
+    let s = cli::load_program(&program).unwrap();
+    let prog = sdflow::codegen::cuda::emit::emit_cuda(&s, &Default::default()).unwrap();
+    let names: Vec<String> = prog.kernels.iter().map(|k| k.name.clone()).collect();
+    let handle = DeviceHandle::new(RecordingDevice::new((9, 0)));
+    // The recording device records launches without running them: any image will do.
+    let mut p = GpuProgram::load(&s, prog, b"image", &handle, Origin::Built).unwrap();
+    let (ni, nj) = (6usize, 5usize);
+    let u = HostArray::from_f64(&[ni + 2, nj + 2], vec![1.0; (ni + 2) * (nj + 2)]).unwrap();
+    let out = HostArray::zeros(DType::F64, &[ni + 2, nj + 2]);
+    let (du, dout) = (p.upload("u", &u).unwrap(), p.upload("out", &out).unwrap());
+    let args = DeviceArgs::new()
+        .array("u", &du)
+        .array("out", &dout)
+        .int("NI", ni as i64)
+        .int("NJ", nj as i64);
+    let call = p.bind(args).unwrap();
+    for round in 0..2 {
+        let calls = |h: &DeviceHandle| {
+            h.lock()
+                .as_any()
+                .downcast_ref::<RecordingDevice>()
+                .unwrap()
+                .calls()
+                .to_vec()
+        };
+        let before = calls(&handle).len();
+        let done = p.call_bound(&call).unwrap();
+        let log: Vec<String> = calls(&handle)[before..]
+            .iter()
+            .filter_map(|c| match c {
+                Call::Launch(l) => Some(l.kernel.clone()),
+                Call::CopyD2HAsync { .. } => Some("to host".into()),
+                Call::CopyH2DAsync { .. } => Some("to device".into()),
+                Call::HostFn => Some("host fn".into()),
+                Call::Alloc { .. } => Some("alloc".into()),
+                Call::Synchronize | Call::CopyD2H { .. } => Some("wait".into()),
+                Call::BeginCapture => Some("capture".into()),
+                _ => None,
+            })
+            .collect();
+        let mut want: Vec<String> = Vec::new();
+        if round == 0 {
+            // The exchange's buffers, allocated at the first call and kept.
+            want.extend(["alloc", "alloc"].map(String::from));
+        }
+        want.extend(
+            [
+                names[0].as_str(), // pack
+                "to host",
+                "host fn",    // post
+                "sdf_k1_0_0", // the stencil's interior
+                "host fn",    // wait
+                "to device",
+                "sdf_k1_1",   // unpack
+                "sdf_k1_2_0", // the rim's 4 boxes
+                "sdf_k1_2_1",
+                "sdf_k1_2_2",
+                "sdf_k1_2_3",
+                "sdf_status_peek",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(log, want, "call {round}");
+        p.wait(done).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn ranks_whose_parts_do_not_fit_together_stop_with_the_exchanges_message() {
+    for backend in ["cpu", "cuda"] {
+        let dir = scratch(&format!("misfit-{backend}"));
+        // Side by side over 2 x 1 ranks, bounded: rank 1's block has one column fewer,
+        // so the strips the two send each other differ in size.
+        let program = variant(&dir, [2, 1], [false, false], true);
+        for (r, nj) in [(0, 7usize), (1, 6)] {
+            let mut arrays = std::collections::BTreeMap::new();
+            let shape = [6, nj];
+            arrays.insert("out".to_string(), HostArray::zeros(DType::F64, &shape));
+            arrays.insert(
+                "u".to_string(),
+                HostArray::from_f64(&shape, vec![1.0; 6 * nj]).unwrap(),
+            );
+            sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &arrays).unwrap();
+        }
+        let args: Vec<String> = [
+            "run",
+            &program.to_string_lossy(),
+            "--ranks",
+            "2",
+            "--backend",
+            backend,
+            "--inputs",
+            &dir.join("in.{rank}.npz").to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let Some(out) = mpirun(&[(2, args)], &dir.join("cache")) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(!out.status.success(), "{backend}: {t}");
+        // The rank whose receive was the larger counts the bytes; the other's receive
+        // overflows (MPI truncates it): whichever stops the run first says why.
+        assert!(
+            t.contains("error: rank ")
+                && t.contains("program 'stencil': sdfg 'stencil' / state 'apply' / halo exchange #0: the message of 'u' from the neighbour at")
+                && (t.contains("from the neighbour at (1, 0) has 32 bytes, 40 expected: the ranks' parts of the fields do not fit together")
+                    || t.contains("from the neighbour at (-1, 0) failed: MPI error")),
+            "{backend}: {t}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+#[test]
+fn cpu_and_gpu_ranks_run_one_program_together() {
+    // The two backends' messages are the same bytes: two ranks on the C backend and two
+    // on the CUDA backend (the emulated device where no GPU is) run the fixture together.
+    let dir = scratch("mixed");
+    write_parts(&dir, [2, 2]);
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let args = |backend: &str, out: &str| -> Vec<String> {
+        [
+            "run",
+            &path(fixture()),
+            "--ranks",
+            "4",
+            "--backend",
+            backend,
+            "--inputs",
+            &path(dir.join("in.{rank}.npz")),
+            "--outputs",
+            &path(dir.join(out)),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let interp = Command::new(env!("CARGO_BIN_EXE_sdflow"))
+        .args(args("interp", "want.{rank}.npz"))
+        .output()
+        .unwrap();
+    assert!(interp.status.success(), "{}", text(&interp));
+    let Some(out) = mpirun(
+        &[
+            (2, args("cpu", "got.{rank}.npz")),
+            (2, args("cuda", "got.{rank}.npz")),
+        ],
+        &dir.join("cache"),
+    ) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", text(&out));
+    for r in 0..4 {
+        let want = sdflow::npz::read_npz(&dir.join(format!("want.{r}.npz"))).unwrap();
+        let got = sdflow::npz::read_npz(&dir.join(format!("got.{r}.npz"))).unwrap();
+        assert_eq!(got["out"].bits(), want["out"].bits(), "rank {r}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

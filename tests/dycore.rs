@@ -470,11 +470,11 @@ fn the_time_step_on_simulated_ranks_is_one_ranks_bits() {
     // `ranks::run` compares the put-together result with one rank's, bit for bit, and
     // fails where a value differs.
     for (nx, ny, r) in [(8, 6, [2, 2]), (8, 6, [1, 2]), (6, 4, [3, 1])] {
-        ranks::run(&ranks_config(nx, ny), r, 2, 7, false, false)
+        ranks::run(&ranks_config(nx, ny), r, 2, 7, ranks::On::Interp, false)
             .unwrap_or_else(|e| panic!("{nx} x {ny} on {r:?}: {e}"));
     }
     // The same without the program's own halo updates: the halo analysis's exchanges.
-    ranks::run(&ranks_config(8, 6), [2, 2], 2, 7, false, true)
+    ranks::run(&ranks_config(8, 6), [2, 2], 2, 7, ranks::On::Interp, true)
         .unwrap_or_else(|e| panic!("with the halo analysis: {e}"));
     // The rank program exchanges where the one-rank program copies its periodic halo:
     // consecutive updates in one exchange.
@@ -537,11 +537,24 @@ fn the_time_step_on_simulated_ranks_is_one_ranks_bits() {
 
 #[test]
 fn the_time_step_on_mpi_ranks_is_one_ranks_bits() {
+    time_step_on_mpi_ranks("cpu");
+}
+
+#[test]
+fn the_time_step_on_mpi_ranks_on_the_gpu_is_one_ranks_bits() {
+    // The CUDA backend's exchanges (pack and unpack kernels, host functions posting and
+    // waiting), on the emulated device where no GPU is.
+    time_step_on_mpi_ranks("cuda");
+}
+
+/// The time step on 2 x 2 MPI ranks through `sdflow run --backend BACKEND`, put together
+/// and compared bit for bit with one rank.
+fn time_step_on_mpi_ranks(backend: &str) {
     // 11 x 8 over 2 x 2: blocks of 6 and 5 rows, so the ranks run two programs (their
     // static sizes differ) that agree on every exchange.
     let (cfg, grid, steps) = (ranks_config(11, 8), [2usize, 2], 3);
     let s0 = random_smooth(&cfg, 3);
-    let dir = common::scratch("dycore");
+    let dir = common::scratch(&format!("dycore-{backend}"));
     let mut programs = Vec::new();
     for r in 0..4 {
         let (local, oi, oj) = ranks::block(&cfg, grid, r);
@@ -567,7 +580,7 @@ fn the_time_step_on_mpi_ranks_is_one_ranks_bits() {
                 "--ranks",
                 "4",
                 "--backend",
-                "cpu",
+                backend,
                 "--inputs",
                 &inp.to_string_lossy(),
                 "--outputs",

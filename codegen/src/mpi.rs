@@ -116,3 +116,295 @@ pub fn launched() -> Option<(usize, usize)> {
     let size = var(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"])?;
     (rank < size).then_some((rank, size))
 }
+
+/// The CUDA backend's host side of structured halo exchanges, in C. A program's context
+/// is its duplicate of `MPI_COMM_WORLD` (one per program, as the C backend's state
+/// has); each exchange has its 18 requests over it. `sdfx_post` posts a receive and a
+/// send per neighbour over one buffer each (direction `d`'s message at bytes
+/// `off[d]..off[d + 1]`, tag `tag + d` out, `tag + 8 - d` in, as the C backend's),
+/// `sdfx_wait` waits and checks the messages' sizes.
+const EXCHANGE_C: &str = r#"
+typedef struct { MPI_Comm comm; } sdfx_p;
+typedef struct { MPI_Comm comm; MPI_Request rq[18]; } sdfx_t;
+/* 0: made, *out the program's context; 1: MPI could not start; 2: rank *other runs
+   another program (*out made, to be closed); 3: out of memory or MPI_Comm_dup failed. */
+int sdfx_open(uint64_t hash, void** out, int* rank, int* size, int* other) {
+    *out = NULL; *other = -1;
+    if (sdf_mpi_up() != 0) return 1;
+    sdfx_p* p = (sdfx_p*)calloc(1, sizeof *p);
+    if (!p) return 3;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &p->comm) != MPI_SUCCESS) { free(p); return 3; }
+    MPI_Comm_set_errhandler(p->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(p->comm, rank); MPI_Comm_size(p->comm, size);
+    uint64_t* all = (uint64_t*)calloc((size_t)*size, sizeof(uint64_t));
+    if (!all) { MPI_Comm_free(&p->comm); free(p); return 3; }
+    MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, p->comm);
+    for (int r = 0; r < *size; r++) if (all[r] != hash) { *other = r; break; }
+    free(all);
+    *out = p;
+    return *other >= 0 ? 2 : 0; }
+/* Frees a program's context (its exchanges' are closed first). */
+void sdfx_close(void* q) {
+    sdfx_p* p = (sdfx_p*)q;
+    if (!p) return;
+    int fin = 0; MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&p->comm);
+    free(p); }
+/* An exchange's requests over the program's communicator; NULL when out of memory. */
+void* sdfx_exchange(void* q) {
+    sdfx_t* x = (sdfx_t*)calloc(1, sizeof *x);
+    if (!x) return NULL;
+    x->comm = ((sdfx_p*)q)->comm;
+    for (int d = 0; d < 18; d++) x->rq[d] = MPI_REQUEST_NULL;
+    return x; }
+/* Completes what is left of an exchange's messages and frees its requests. */
+void sdfx_exchange_close(void* q) {
+    sdfx_t* x = (sdfx_t*)q;
+    if (!x) return;
+    int fin = 0; MPI_Finalized(&fin);
+    if (!fin) MPI_Waitall(18, x->rq, MPI_STATUSES_IGNORE);
+    free(x); }
+/* Posts the receives into `rb` and the sends from `sb` to the neighbours `nb` (-1: none);
+   0, or the MPI error. Requests a run that stopped early left are completed first. */
+int sdfx_post(void* p, const int* nb, int tag, char* sb, char* rb, const int64_t* off) {
+    sdfx_t* x = (sdfx_t*)p;
+    MPI_Waitall(18, x->rq, MPI_STATUSES_IGNORE);
+    for (int d = 0; d < 9; d++) {
+        x->rq[d] = MPI_REQUEST_NULL; x->rq[9 + d] = MPI_REQUEST_NULL;
+        if (nb[d] < 0) continue;
+        int rc = MPI_Irecv(rb + off[d], (int)(off[d + 1] - off[d]), MPI_BYTE, nb[d], tag + 8 - d, x->comm, &x->rq[d]);
+        if (rc != MPI_SUCCESS) return rc; }
+    for (int d = 0; d < 9; d++) {
+        if (nb[d] < 0) continue;
+        int rc = MPI_Isend(sb + off[d], (int)(off[d + 1] - off[d]), MPI_BYTE, nb[d], tag + d, x->comm, &x->rq[9 + d]);
+        if (rc != MPI_SUCCESS) return rc; }
+    return 0; }
+/* Waits for the messages: 0; 1: the message from direction bad[0] failed with MPI error
+   bad[1]; 2: it has bad[1] bytes, bad[2] expected. */
+int sdfx_wait(void* p, const int* nb, const int64_t* off, int64_t* bad) {
+    sdfx_t* x = (sdfx_t*)p;
+    MPI_Status st[18];
+    const int rc = MPI_Waitall(18, x->rq, st);
+    for (int d = 0; d < 9; d++) {
+        if (nb[d] < 0) continue;
+        if (rc != MPI_SUCCESS) {
+            const int er = rc == MPI_ERR_IN_STATUS ? st[d].MPI_ERROR : rc;
+            if (er != MPI_SUCCESS) { bad[0] = d; bad[1] = er; return 1; } }
+        int n = 0; MPI_Get_count(&st[d], MPI_BYTE, &n);
+        if (n != off[d + 1] - off[d]) { bad[0] = d; bad[1] = n; bad[2] = off[d + 1] - off[d]; return 2; } }
+    return 0; }
+"#;
+
+/// `sdfx_open(hash, &ctx, &rank, &size, &other)`.
+type OpenFn = unsafe extern "C" fn(u64, *mut *mut c_void, *mut i32, *mut i32, *mut i32) -> i32;
+/// `sdfx_post(ctx, nb, tag, sb, rb, off)`.
+type PostFn =
+    unsafe extern "C" fn(*mut c_void, *const i32, i32, *mut u8, *mut u8, *const i64) -> i32;
+/// `sdfx_wait(ctx, nb, off, bad)`.
+type WaitFn = unsafe extern "C" fn(*mut c_void, *const i32, *const i64, *mut i64) -> i32;
+/// `sdfx_close(ctx)`, `sdfx_exchange_close(x)`.
+type CloseFn = unsafe extern "C" fn(*mut c_void);
+/// `sdfx_exchange(ctx)`.
+type ExchangeFn = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+
+/// MPI for hosts whose programs are not compiled C (the CUDA backend's): a small library
+/// built once with the MPI C compiler through the build cache (so the Rust build needs no
+/// MPI) and loaded for the life of the process. It starts MPI, when no one has, at
+/// `MPI_THREAD_MULTIPLE`: the CUDA driver runs the host functions that post and wait
+/// for messages on a thread of its own, while the caller's thread may call MPI too.
+#[derive(Debug)]
+pub struct Runtime {
+    open: OpenFn,
+    post: PostFn,
+    wait: WaitFn,
+    close: CloseFn,
+    exchange: ExchangeFn,
+    exchange_close: CloseFn,
+    /// Rank, size, barrier, sum, gather and abort.
+    pub mpi: Mpi,
+}
+
+/// A program's MPI context ([`Runtime::open`]): its communicator, freed on drop.
+#[derive(Debug)]
+pub struct Context {
+    ptr: *mut c_void,
+    close: CloseFn,
+}
+
+/// One exchange's requests over a program's communicator ([`Runtime::exchange`]):
+/// completed and freed on drop, before the communicator it keeps alive.
+#[derive(Debug)]
+pub struct ExchangeContext {
+    ptr: *mut c_void,
+    close: CloseFn,
+    _program: std::sync::Arc<Context>,
+}
+
+// SAFETY: a communicator and requests, used by one thread at a time (an exchange's
+// start and finish are ordered on the stream; the program's context is only read).
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+unsafe impl Send for ExchangeContext {}
+unsafe impl Sync for ExchangeContext {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: made by `sdfx_open`, closed once.
+        unsafe { (self.close)(self.ptr) }
+    }
+}
+
+impl Drop for ExchangeContext {
+    fn drop(&mut self) {
+        // SAFETY: made by `sdfx_exchange`, closed once.
+        unsafe { (self.close)(self.ptr) }
+    }
+}
+
+/// Why a wait for an exchange's messages failed ([`Runtime::wait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFailure {
+    /// The message from direction `.0` failed with MPI error `.1`.
+    Mpi(usize, i64),
+    /// The message from direction `.0` has `.1` bytes, `.2` expected.
+    Size(usize, i64, i64),
+}
+
+impl Runtime {
+    /// The runtime, built (or loaded from the cache) and loaded on first use.
+    pub fn get() -> Result<&'static Runtime, MpiError> {
+        static RT: std::sync::OnceLock<Result<Runtime, MpiError>> = std::sync::OnceLock::new();
+        RT.get_or_init(Runtime::load)
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+
+    fn load() -> Result<Runtime, MpiError> {
+        let source = format!(
+            "/* The MPI runtime of sdflow's CUDA host. Generated; do not edit. */\n\
+             #include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <stdio.h>\n\
+             #include <mpi.h>\n#define SDF_MPI_THREADS MPI_THREAD_MULTIPLE\n{}{}",
+            crate::cpu::emit::MPI_HOST,
+            EXCHANGE_C
+        );
+        let (lib, _) = crate::CpuBackend::default()
+            .compile_source("MPI runtime", &source, true)
+            .map_err(|e| MpiError(format!("building the MPI runtime: {e}")))?;
+        // SAFETY: a library of this crate's C (above); its symbols have the types named.
+        // It stays loaded for the life of the process (the functions are kept).
+        unsafe {
+            let l = libloading::Library::new(&lib)
+                .map_err(|e| MpiError(format!("loading {}: {e}", lib.display())))?;
+            let sym = |name: &[u8]| -> Result<*const c_void, MpiError> {
+                l.get::<*const c_void>(name)
+                    .map(|s| *s)
+                    .map_err(|e| MpiError(format!("{}: {e}", lib.display())))
+            };
+            let rt = Runtime {
+                open: std::mem::transmute::<*const c_void, OpenFn>(sym(b"sdfx_open\0")?),
+                post: std::mem::transmute::<*const c_void, PostFn>(sym(b"sdfx_post\0")?),
+                wait: std::mem::transmute::<*const c_void, WaitFn>(sym(b"sdfx_wait\0")?),
+                close: std::mem::transmute::<*const c_void, CloseFn>(sym(b"sdfx_close\0")?),
+                exchange: std::mem::transmute::<*const c_void, ExchangeFn>(sym(
+                    b"sdfx_exchange\0",
+                )?),
+                exchange_close: std::mem::transmute::<*const c_void, CloseFn>(sym(
+                    b"sdfx_exchange_close\0",
+                )?),
+                mpi: Mpi {
+                    world: std::mem::transmute::<*const c_void, WorldFn>(sym(
+                        b"sdflow_mpi_world\0",
+                    )?),
+                    abort: std::mem::transmute::<*const c_void, AbortFn>(sym(
+                        b"sdflow_mpi_abort\0",
+                    )?),
+                    barrier: std::mem::transmute::<*const c_void, BarrierFn>(sym(
+                        b"sdflow_mpi_barrier\0",
+                    )?),
+                    sum: std::mem::transmute::<*const c_void, SumFn>(sym(b"sdflow_mpi_sum_i64\0")?),
+                    gather: std::mem::transmute::<*const c_void, GatherFn>(sym(
+                        b"sdflow_mpi_gather\0",
+                    )?),
+                },
+            };
+            std::mem::forget(l);
+            Ok(rt)
+        }
+    }
+
+    /// The context of a program whose ranks must agree on `hash` (a duplicate of
+    /// `MPI_COMM_WORLD`; collective): this rank, the number of ranks, and the first rank
+    /// whose hash differs.
+    pub fn open(&self, hash: u64) -> Result<(Context, usize, usize, Option<usize>), MpiError> {
+        let (mut ptr, mut rank, mut size, mut other) = (std::ptr::null_mut(), 0, 0, -1);
+        // SAFETY: writes the four outputs.
+        let rc = unsafe { (self.open)(hash, &mut ptr, &mut rank, &mut size, &mut other) };
+        match rc {
+            0 | 2 => {
+                let ctx = Context {
+                    ptr,
+                    close: self.close,
+                };
+                let other = (rc == 2).then_some(other as usize);
+                Ok((ctx, rank as usize, size as usize, other))
+            }
+            1 => Err(MpiError(
+                "could not start MPI (MPI_Init_thread failed, or MPI was finalized)".into(),
+            )),
+            _ => Err(MpiError("out of memory, or MPI_Comm_dup failed".into())),
+        }
+    }
+
+    /// The requests of one exchange of `program`.
+    pub fn exchange(&self, program: &std::sync::Arc<Context>) -> Result<ExchangeContext, MpiError> {
+        // SAFETY: a live program context.
+        let ptr = unsafe { (self.exchange)(program.ptr) };
+        if ptr.is_null() {
+            return Err(MpiError("out of memory".into()));
+        }
+        Ok(ExchangeContext {
+            ptr,
+            close: self.exchange_close,
+            _program: program.clone(),
+        })
+    }
+
+    /// Posts the receives into `rb` and the sends from `sb` to the neighbours `nb` (one
+    /// per direction, −1 for none), direction `d`'s message at bytes `off[d]..off[d + 1]`
+    /// of both; the MPI error code on failure.
+    ///
+    /// # Safety
+    /// `sb` and `rb` hold `off[9]` bytes and stay valid, and `rb` unread and `sb`
+    /// unwritten, until [`Runtime::wait`] on the same context returned.
+    pub unsafe fn post(
+        &self,
+        ctx: &ExchangeContext,
+        nb: &[i32; 9],
+        tag: i32,
+        sb: *mut u8,
+        rb: *mut u8,
+        off: &[i64; 10],
+    ) -> Result<(), i32> {
+        // SAFETY: as the caller promises.
+        match unsafe { (self.post)(ctx.ptr, nb.as_ptr(), tag, sb, rb, off.as_ptr()) } {
+            0 => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    /// Waits for the messages [`Runtime::post`] posted on `ctx` and checks their sizes.
+    pub fn wait(
+        &self,
+        ctx: &ExchangeContext,
+        nb: &[i32; 9],
+        off: &[i64; 10],
+    ) -> Result<(), WaitFailure> {
+        let mut bad = [0i64; 3];
+        // SAFETY: reads the two arrays, writes `bad`.
+        match unsafe { (self.wait)(ctx.ptr, nb.as_ptr(), off.as_ptr(), bad.as_mut_ptr()) } {
+            0 => Ok(()),
+            1 => Err(WaitFailure::Mpi(bad[0] as usize, bad[1])),
+            _ => Err(WaitFailure::Size(bad[0] as usize, bad[1], bad[2])),
+        }
+    }
+}

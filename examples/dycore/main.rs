@@ -8,6 +8,7 @@
 //! cargo run --release --example dycore -- --emit sdfg -o examples/dycore.sdfg.json
 //! cargo run --release --example dycore -- --plot target/dycore-plots  # pictures of the run
 //! mpirun -n 4 target/release/examples/dycore --ranks 2x2     # 4 MPI ranks, halo exchanges
+//! SDFLOW_CUDA_DEVICE=emulated mpirun -n 4 target/release/examples/dycore --ranks 2x2 --backend cuda
 //! cargo run --release --example dycore -- --ranks 2x2 --backend interp --steps 2  # simulated
 //! ```
 //!
@@ -93,7 +94,7 @@ struct Args {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Run on `PXxPY` ranks, each on its block with halo exchanges between them: MPI
-    /// processes with `--backend cpu` (start with `mpirun -n PX*PY`), simulated ranks
+    /// processes with `--backend cpu` or `cuda` (start with `mpirun -n PX*PY`), simulated ranks
     /// with `--backend interp`. Rank 0 puts the result together and compares it bit for
     /// bit with one rank (`docs/distributed.md`).
     #[arg(long, value_parser = parse_ranks)]
@@ -170,13 +171,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(r) = args.ranks
         && args.emit.is_none()
     {
-        return match args.backend {
-            Backend::Cpu => ranks::run(&cfg, r, args.steps, args.seed, true, args.halo_analysis),
-            Backend::Interp => {
-                ranks::run(&cfg, r, args.steps, args.seed, false, args.halo_analysis)
-            }
-            Backend::Cuda => Err("--ranks runs with --backend cpu (MPI) or interp (simulated ranks): the CUDA backend does not lower halo exchanges yet".into()),
+        let on = match args.backend {
+            Backend::Cpu => ranks::On::Cpu,
+            Backend::Interp => ranks::On::Interp,
+            Backend::Cuda => ranks::On::Cuda,
         };
+        return ranks::run(&cfg, r, args.steps, args.seed, on, args.halo_analysis);
     }
     let t0 = Instant::now();
     // With --emit and --ranks: rank 0's program.

@@ -7,6 +7,9 @@
 //!   which puts the grid together and compares it bit for bit with the program on one
 //!   rank (compiled, the periodic halo copies in place of the exchanges) and with the
 //!   plain-loop reference, and prints the conservation of mass and tracer mass.
+//! - `--backend cuda`, under `mpirun -n PX*PY`: the same with each rank's program on
+//!   the GPU (`Pipeline::gpu`, the CUDA backend; `SDFLOW_CUDA_DEVICE=emulated` runs its
+//!   kernels on the host), its exchanges packed and unpacked by kernels on the stream.
 //! - `--backend interp`: the same on simulated ranks of the interpreter, one thread each
 //!   (every rank runs one program, so the blocks must be of equal size).
 //!
@@ -17,6 +20,8 @@
 
 use std::time::Instant;
 
+use sdflow::codegen::cuda::device::from_env;
+use sdflow::codegen::cuda::exec::CudaBackend;
 use sdflow::codegen::{CpuBackend, Origin};
 use sdflow::ir::interp::{Bindings, run_ranks};
 
@@ -117,14 +122,33 @@ pub fn differing(cfg: &Config, a: &State, b: &State) -> usize {
 }
 
 /// The run of `--ranks` (see the module documentation).
+/// Where the ranks' programs run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    /// Simulated ranks of the reference interpreter.
+    Interp,
+    /// MPI processes, compiled C/OpenMP.
+    Cpu,
+    /// MPI processes, CUDA.
+    Cuda,
+}
+
+/// A rank's compiled program.
+enum Rank {
+    Cpu(Box<sdflow::codegen::CompiledProgram>),
+    Gpu(Box<sdflow::codegen::cuda::exec::GpuProgram>),
+}
+
 pub fn run(
     cfg: &Config,
     ranks: [usize; 2],
     steps: usize,
     seed: u64,
-    compiled: bool,
+    on: On,
     analysis: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let compiled = on != On::Interp;
+    let backend = if on == On::Cuda { "cuda" } else { "cpu" };
     let n = ranks[0] * ranks[1];
     let grid = [ranks[0] as i64, ranks[1] as i64];
     let halos = if analysis {
@@ -143,7 +167,7 @@ pub fn run(
     let (parts, per_step) = if compiled {
         let Some((r, size)) = sdflow::codegen::mpi::launched() else {
             return Err(format!(
-                "--ranks {}x{} --backend cpu runs on {n} MPI ranks: start it with `mpirun -n {n} dycore --ranks {}x{} …`",
+                "--ranks {}x{} --backend {backend} runs on {n} MPI ranks: start it with `mpirun -n {n} dycore --ranks {}x{} …`",
                 ranks[0], ranks[1], ranks[0], ranks[1]
             )
             .into());
@@ -158,10 +182,22 @@ pub fn run(
         let (local, oi, oj) = block(cfg, ranks, r);
         let dycore = Dycore::with(&local, halos)?;
         let t = Instant::now();
-        let prog = dycore.compile(&CpuBackend::default())?;
-        let mpi = prog
-            .mpi()
-            .ok_or("the compiled time step does not exchange halos")?;
+        let mut prog = match on {
+            On::Cuda => {
+                let mut sdfg = dycore.sdfg.clone();
+                sdflow::transforms::Pipeline::gpu()
+                    .run(&mut sdfg)
+                    .map_err(|e| format!("optimizer: {e}"))?;
+                let device = from_env().map_err(|e| format!("--backend cuda: {e}"))?;
+                Rank::Gpu(Box::new(CudaBackend::default().build(&sdfg, &device)?))
+            }
+            _ => Rank::Cpu(Box::new(dycore.compile(&CpuBackend::default())?)),
+        };
+        let (mpi, origin) = match &prog {
+            Rank::Cpu(p) => (p.mpi(), p.origin),
+            Rank::Gpu(p) => (p.mpi(), p.origin),
+        };
+        let mpi = mpi.ok_or("the compiled time step does not exchange halos")?;
         let built = t.elapsed();
         let mut s = cut(cfg, &s0, &local, oi, oj);
         // A rank that fails stops every rank, with its message.
@@ -171,9 +207,11 @@ pub fn run(
         };
         mpi.barrier().unwrap_or_else(|e| stop(&e));
         let t = Instant::now();
-        dycore
-            .run_compiled(&prog, &mut s, steps)
-            .unwrap_or_else(|e| stop(&e));
+        match &mut prog {
+            Rank::Cpu(p) => dycore.run_compiled(p, &mut s, steps),
+            Rank::Gpu(p) => dycore.run_gpu(p, &mut s, steps).map(|_| ()),
+        }
+        .unwrap_or_else(|e| stop(&e));
         let per_step = t.elapsed().as_secs_f64() / steps.max(1) as f64;
         let parts = mpi
             .gather(&interior(&local, &s), 0)
@@ -187,7 +225,7 @@ pub fn run(
             local.ny,
             local.nz,
             built.as_secs_f64() * 1e3,
-            match prog.origin {
+            match origin {
                 Origin::Built => "built",
                 Origin::Cached => "loaded from the build cache",
             }
@@ -229,7 +267,9 @@ pub fn run(
         cfg.nz,
         ranks[0],
         ranks[1],
-        if compiled {
+        if on == On::Cuda {
+            "MPI processes, CUDA"
+        } else if compiled {
             "MPI processes, compiled C/OpenMP"
         } else {
             "simulated, the reference interpreter"

@@ -145,8 +145,14 @@ pub fn mpirun(
             .arg(env!("CARGO_BIN_EXE_sdflow"))
             .args(args);
     }
+    // Programs run with `--backend cuda` run on the emulated device unless a device is
+    // named; one host thread per launch (the ranks share the cores).
+    if std::env::var_os("SDFLOW_CUDA_DEVICE").is_none() {
+        cmd.env("SDFLOW_CUDA_DEVICE", "emulated");
+    }
     let out = cmd
         .env("SDFLOW_CACHE_DIR", cache)
+        .env("SDFLOW_EMULATED_THREADS", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMP_NUM_THREADS", "1")

@@ -59,7 +59,7 @@ use analysis::*;
 pub(crate) use copies::*;
 pub(crate) use exchange::{
     finalize_text as exchange_finalize_text, init_text as exchange_init_text,
-    schedule_text as exchange_schedule_text, state_members as exchange_state_members,
+    schedule_text as exchange_schedule_text, state_members as exchange_state_members, structured,
 };
 pub(crate) use nested::*;
 pub(crate) use nodes::*;
@@ -427,7 +427,7 @@ impl Emitter<'_> {
             Node::Library(LibraryNode::Reduce(r)) => self.reduce(sc, df, n, r)?,
             Node::Library(LibraryNode::HaloExchange(_)) => {
                 return Err(CodegenError::Unsupported(
-                    "a halo exchange: the backends do not lower halo exchanges yet".into(),
+                    "a halo exchange inside a nested SDFG: the backends lower the exchanges of the program's own states only (inline the nested SDFG)".into(),
                 ));
             }
         }

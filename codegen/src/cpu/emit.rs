@@ -75,6 +75,8 @@ pub fn emit_plan(
     out.push_str(&OpenMp.prelude());
     if !plan.exchanges().is_empty() {
         out.push_str(MPI_PRELUDE);
+        out.push_str(MPI_HOST);
+        out.push_str(MPI_UNSTRUCTURED);
     }
     out.push_str(
         "static int sdf_num_threads = 0;\n\
@@ -202,7 +204,14 @@ fn emit_run(
 /// `crate::mpi`).
 const MPI_PRELUDE: &str = r#"#include <stdio.h>
 #include <mpi.h>
-static void sdf_mpi_down(void) { int f = 0; MPI_Finalized(&f); if (!f) MPI_Finalize(); }
+#define SDF_MPI_THREADS MPI_THREAD_SERIALIZED
+"#;
+
+/// MPI started once per process by the first library that needs it, at the thread level
+/// `SDF_MPI_THREADS` (defined before), finalized at exit; and the host's side of MPI
+/// (`sdflow_mpi_*`, see `crate::mpi`). Shared by the programs of the C backend and the
+/// MPI runtime of the CUDA backend's host (`crate::mpi::Runtime`).
+pub(crate) const MPI_HOST: &str = r#"static void sdf_mpi_down(void) { int f = 0; MPI_Finalized(&f); if (!f) MPI_Finalize(); }
 static int sdf_mpi_up(void) {
     int up = 0, down = 0;
     MPI_Initialized(&up);
@@ -210,7 +219,7 @@ static int sdf_mpi_up(void) {
     MPI_Finalized(&down);
     if (down) return -1;
     int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return -1;
+    if (MPI_Init_thread(NULL, NULL, SDF_MPI_THREADS, &provided) != MPI_SUCCESS) return -1;
     atexit(sdf_mpi_down);
     return 0; }
 int sdflow_mpi_world(int* rank, int* size) {
@@ -236,7 +245,10 @@ int sdflow_mpi_gather(const void* send, int64_t bytes, void* recv, int root) {
     if (rc == MPI_SUCCESS) rc = MPI_Gatherv(send, b, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, MPI_COMM_WORLD);
     free(counts); free(displs);
     return rc == MPI_SUCCESS ? 0 : -1; }
-/* The schedule of the unstructured exchanges by one pair of lists: per rank, how many
+"#;
+
+/// The unstructured exchanges' schedules (after [`MPI_HOST`]).
+const MPI_UNSTRUCTURED: &str = r#"/* The schedule of the unstructured exchanges by one pair of lists: per rank, how many
    cells this rank sends it and receives from it, at which offsets of `sidx` and `ridx`
    (the local cells: owned cells the rank holds in its halo; this rank's halo cells the
    rank owns), made by `sdf_us_build` and kept while the lists' hash stays the same. */
@@ -316,7 +328,7 @@ static int sdf_us_build(sdf_usched* s, MPI_Comm comm, int rank, int size, const 
 /// What every rank of a program that exchanges halos must agree on, hashed, and said in
 /// words: its name, its arguments and symbols, and its exchanges (the static values and
 /// the extents may differ between ranks).
-fn distributed_identity(sdfg: &Sdfg, plan: &Plan) -> (u64, String) {
+pub(crate) fn distributed_identity(sdfg: &Sdfg, plan: &Plan) -> (u64, String) {
     let sig = &plan.signature;
     let mut text = format!("program '{}' (", sdfg.name);
     let args: Vec<String> = sig

@@ -102,13 +102,24 @@ impl CpuBackend {
         &self,
         unit: &CpuUnit,
     ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
-        let compiler = if unit.mpi {
+        self.compile_source(&unit.name, &unit.source, unit.mpi)
+    }
+
+    /// The shared library of C `source` (named `name` in progress messages), with the
+    /// MPI C compiler when `mpi`: from the cache or compiled into it.
+    pub(crate) fn compile_source(
+        &self,
+        name: &str,
+        source: &str,
+        mpi: bool,
+    ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
+        let compiler = if mpi {
             self.mpi_compiler()?
         } else {
             self.compiler.clone()
         };
         let compile = |src: &std::path::Path, lib: &std::path::Path| {
-            let spinner = spinner(&unit.name);
+            let spinner = spinner(name);
             let r = compiler.compile(src, lib);
             if let Some(s) = spinner {
                 s.finish_and_clear();
@@ -117,15 +128,15 @@ impl CpuBackend {
         };
         match &self.cache {
             Some(cache) => {
-                let key = self.key_with(&compiler, &unit.source)?;
-                cache.get_or_build(&key, &unit.source, compile)
+                let key = self.key_with(&compiler, source)?;
+                cache.get_or_build(&key, source, compile)
             }
             None => {
                 let dir = scratch_dir("build");
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
                 let src = dir.join("program.c");
-                std::fs::write(&src, &unit.source)
+                std::fs::write(&src, source)
                     .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
                 let lib = dir.join("libprogram.so");
                 compile(&src, &lib)?;

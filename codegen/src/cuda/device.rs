@@ -230,6 +230,39 @@ pub trait Device: Send {
     /// without waiting: every copy enqueued before an event that is done has landed; a
     /// later copy may be landing (a value that changed meanwhile can be read torn).
     fn read_mirror(&mut self, src: DevPtr, dst: &mut [u8]);
+    /// Allocates `bytes` of zeroed host memory the device copies to and from without the
+    /// host waiting ([`Device::copy_d2h_async`], [`Device::copy_h2d_async`]): page-locked
+    /// on a GPU.
+    fn alloc_host(&mut self, bytes: usize) -> Result<*mut u8, DeviceError>;
+    /// Frees memory of [`Device::alloc_host`] of `bytes` bytes, after waiting for the
+    /// work enqueued so far (a copy may still use it).
+    fn free_host(&mut self, p: *mut u8, bytes: usize);
+    /// Enqueues a copy of `bytes` bytes at `src` into host memory `dst`.
+    ///
+    /// # Safety
+    /// `dst` is memory of [`Device::alloc_host`] holding `bytes`, which the host neither
+    /// reads nor writes until the copy is done (a later host function or event says so).
+    unsafe fn copy_d2h_async(
+        &mut self,
+        dst: *mut u8,
+        src: DevPtr,
+        bytes: usize,
+    ) -> Result<(), DeviceError>;
+    /// Enqueues a copy of `bytes` bytes from host memory `src` to `dst`.
+    ///
+    /// # Safety
+    /// `src` is memory of [`Device::alloc_host`] holding `bytes`, which the host does not
+    /// write until the copy is done.
+    unsafe fn copy_h2d_async(
+        &mut self,
+        dst: DevPtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DeviceError>;
+    /// Enqueues `f`, run on a host thread once the work enqueued before is done; the work
+    /// enqueued after starts once `f` returned. `f` must not call the device. Not during a
+    /// capture.
+    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError>;
     /// Checks that `[p, p + bytes)` is memory of this device (another library's
     /// allocation a program is given).
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError>;
@@ -250,7 +283,7 @@ struct Shared {
     device: Mutex<Box<dyn Device>>,
     /// Allocations released while the device was held (by this thread or another): freed
     /// at the next [`DeviceHandle::lock`].
-    pending_frees: Mutex<Vec<DevPtr>>,
+    pending_frees: Mutex<Vec<Pending>>,
     /// Whether `pending_frees` may hold any (a lock looks at them only then).
     any_pending: AtomicBool,
 }
@@ -288,7 +321,7 @@ impl DeviceHandle {
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             );
             for p in pending {
-                d.free(p);
+                p.free(&mut **d);
             }
         }
         d
@@ -298,9 +331,21 @@ impl DeviceHandle {
     /// [`DeviceHandle::lock`] (so dropping an array while holding the device's guard
     /// does not deadlock).
     pub fn free_later(&self, p: DevPtr) {
+        self.release(Pending::Device(p));
+    }
+
+    /// Frees host memory of [`Device::alloc_host`] (`bytes` bytes) as
+    /// [`DeviceHandle::free_later`] frees device memory.
+    pub fn free_host_later(&self, p: *mut u8, bytes: usize) {
+        self.release(Pending::Host(p as usize, bytes));
+    }
+
+    fn release(&self, p: Pending) {
         match self.0.device.try_lock() {
-            Ok(mut d) => d.free(p),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().free(p),
+            Ok(mut d) => p.free(&mut **d),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                p.free(&mut **poisoned.into_inner())
+            }
             Err(std::sync::TryLockError::WouldBlock) => {
                 self.0
                     .pending_frees
@@ -329,7 +374,23 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         for p in pending.drain(..) {
-            device.free(p);
+            p.free(&mut **device);
+        }
+    }
+}
+
+/// Memory released while the device was held, freed at the next lock.
+enum Pending {
+    Device(DevPtr),
+    /// Address and size of host memory of [`Device::alloc_host`].
+    Host(usize, usize),
+}
+
+impl Pending {
+    fn free(self, d: &mut dyn Device) {
+        match self {
+            Pending::Device(p) => d.free(p),
+            Pending::Host(p, bytes) => d.free_host(p as *mut u8, bytes),
         }
     }
 }
@@ -395,6 +456,30 @@ impl EventImpl for DoneEvent {
     }
     fn query(&self) -> Result<bool, DeviceError> {
         Ok(true)
+    }
+}
+
+/// Host memory of a device whose memory is host memory ([`Device::alloc_host`] of the
+/// emulated and the recording device): zeroed, 64-byte aligned.
+fn plain_host_alloc(bytes: usize) -> Result<*mut u8, DeviceError> {
+    let layout = std::alloc::Layout::from_size_align(bytes.max(1), 64)
+        .map_err(|e| DeviceError(format!("{bytes} bytes of host memory: {e}")))?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(DeviceError(format!("out of host memory ({bytes} bytes)")));
+    }
+    Ok(p)
+}
+
+/// Frees [`plain_host_alloc`]'s `p` of `bytes`.
+fn plain_host_free(p: *mut u8, bytes: usize) {
+    if p.is_null() {
+        return;
+    }
+    if let Ok(layout) = std::alloc::Layout::from_size_align(bytes.max(1), 64) {
+        // SAFETY: allocated by `plain_host_alloc` with this size, as the caller says.
+        unsafe { std::alloc::dealloc(p, layout) };
     }
 }
 

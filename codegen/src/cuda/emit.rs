@@ -31,7 +31,7 @@ use crate::cfamily::emit::*;
 use crate::cfamily::sites::{LocPart, Sites};
 use crate::cuda::Cuda;
 use crate::plan::{CheckPolicy, Lifetime, copy_subsets};
-use crate::plan::{Plan, StepKind, Target};
+use crate::plan::{MapPart, Plan, StepKind, Target};
 
 /// Options of the CUDA printer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -87,6 +87,11 @@ pub struct KernelSpec {
     /// For a parallel map: the sizes of the parameters the grid covers, outermost first
     /// (their product is the number of threads that do work).
     pub grid_sizes: Option<Vec<SymExpr>>,
+    /// For the start or finish of a halo exchange: the exchange's number. The kernel packs
+    /// (start) or unpacks (finish) its strips and takes two parameters after the common
+    /// ones: the exchange's buffer (`char*`) and the mask of directions with a
+    /// neighbour (`int`).
+    pub exchange: Option<usize>,
 }
 
 /// The CUDA translation unit of a program and what the host needs to run it.
@@ -104,6 +109,9 @@ pub struct CudaProgram {
     pub sites: Sites,
     /// Threads per block of parallel-map kernels.
     pub block_size: u32,
+    /// For a program that exchanges halos: what its ranks must agree on, hashed, and
+    /// said in words (as the C backend's `sdflow_init` checks it).
+    pub identity: Option<(u64, String)>,
 }
 
 /// The name of the status kernel every module has: it copies `[error flag, error
@@ -339,15 +347,21 @@ pub fn emit_cuda_plan(
             plan.name
         )));
     }
-    if let Some(x) = plan.exchanges().first() {
+    if let Some(x) = plan
+        .exchanges()
+        .into_iter()
+        .find(|x| crate::cfamily::emit::structured(x).is_none())
+    {
         return Err(CodegenError::Unsupported(format!(
-            "'{}' exchanges halos (exchange #{} of {} over {}): the CUDA backend does not lower halo exchanges yet; the C backend does, over MPI (docs/distributed.md)",
+            "'{}' exchanges halos over an unstructured decomposition (exchange #{} of {} over {}): the CUDA backend lowers structured exchanges only; the C backend lowers both, over MPI (docs/distributed.md)",
             plan.name,
             x.id,
             x.fields.join(", "),
             x.decomposition
         )));
     }
+    let identity =
+        (!plan.exchanges().is_empty()).then(|| crate::cpu::emit::distributed_identity(sdfg, &plan));
     if opts.block_size == 0 || !opts.block_size.is_multiple_of(32) || opts.block_size > 1024 {
         return Err(CodegenError::Unsupported(format!(
             "block size {} is not a multiple of 32 between 32 and 1024",
@@ -382,6 +396,99 @@ pub fn emit_cuda_plan(
                 block_size: opts.block_size,
                 fault: opts.fault,
             };
+            if let StepKind::ExchangeStart(x) | StepKind::ExchangeFinish(x) = &step.kind {
+                let send = matches!(step.kind, StepKind::ExchangeStart(_));
+                let _ = writeln!(
+                    em.out,
+                    "/* state '{}', halo exchange #{} ({}) */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}, char* __restrict__ sdf_xb, const int sdf_xnb) {{\n{prologue}",
+                    st.name.replace("*/", "* /"),
+                    x.id,
+                    if send { "pack" } else { "unpack" },
+                    opts.block_size,
+                );
+                em.indent = 1;
+                em.exchange_kernel(&sc, x, send);
+                em.out.push_str("}\n\n");
+                text.push_str(&em.out);
+                kernels.push(KernelSpec {
+                    name: name.clone(),
+                    state: si,
+                    step: k,
+                    checked: false,
+                    grid_sizes: None,
+                    exchange: Some(x.id),
+                });
+                continue;
+            }
+            match (&step.part, df.node(step.node), &step.grid) {
+                // Part of a map's points (a halo exchange's interior or rim): a grid per
+                // box, launched in order.
+                (Some(part), Node::Map(m), Some(sizes)) => {
+                    let boxes: Vec<Vec<sdflow_ir::Range>> = match part {
+                        MapPart::Interior(b) => vec![b.clone()],
+                        MapPart::Rim(bs) => bs.clone(),
+                    };
+                    for (j, ranges) in boxes.into_iter().enumerate() {
+                        let pname = format!("{name}_{j}");
+                        let kernel = GridKernel {
+                            name: &pname,
+                            ..kernel
+                        };
+                        let part = MapScope {
+                            ranges,
+                            ..m.clone()
+                        };
+                        let psizes: Vec<SymExpr> = part.ranges[..sizes.len()]
+                            .iter()
+                            .map(|r| r.size())
+                            .collect();
+                        grid_map_kernel(&mut em, &sc, &part, &psizes, &kernel)?;
+                        kernels.push(KernelSpec {
+                            name: pname,
+                            state: si,
+                            step: k,
+                            checked: false,
+                            grid_sizes: Some(psizes),
+                            exchange: None,
+                        });
+                    }
+                    text.push_str(&em.out);
+                    if step.check != CheckPolicy::Never {
+                        let cname = format!("{name}_checked");
+                        let _ = writeln!(
+                            text,
+                            "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+                            st.name.replace("*/", "* /"),
+                        );
+                        if matches!(step.part, Some(MapPart::Interior(_))) {
+                            // Checked, the whole map runs in its rim's step, after the
+                            // exchange finished.
+                            text.push_str("    /* checked: in the rim's step */\n}\n\n");
+                        } else {
+                            let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
+                            em.checked_node(&sc, df, step.node, false)?;
+                            em.out.push_str("}\n\n");
+                            text.push_str(&em.out);
+                        }
+                        kernels.push(KernelSpec {
+                            name: cname,
+                            state: si,
+                            step: k,
+                            checked: true,
+                            grid_sizes: None,
+                            exchange: None,
+                        });
+                    }
+                    continue;
+                }
+                (Some(_), _, _) => {
+                    return Err(CodegenError::Unsupported(format!(
+                        "step {k} of state '{}' runs part of a map's points, but it is not a parallel map on a grid",
+                        st.name
+                    )));
+                }
+                _ => {}
+            }
             match grid_parts(df, step) {
                 // Several copies: a grid each, launched in order.
                 Some(edges) => {
@@ -398,6 +505,7 @@ pub fn emit_cuda_plan(
                             step: k,
                             checked: false,
                             grid_sizes: Some(sizes),
+                            exchange: None,
                         });
                     }
                 }
@@ -409,6 +517,7 @@ pub fn emit_cuda_plan(
                         step: k,
                         checked: false,
                         grid_sizes,
+                        exchange: None,
                     });
                 }
             }
@@ -431,6 +540,7 @@ pub fn emit_cuda_plan(
                     step: k,
                     checked: true,
                     grid_sizes: None,
+                    exchange: None,
                 });
             }
         }
@@ -454,6 +564,7 @@ pub fn emit_cuda_plan(
         params,
         sites: sites.into_inner(),
         block_size: opts.block_size,
+        identity,
     })
 }
 

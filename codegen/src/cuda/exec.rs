@@ -26,6 +26,7 @@ use sdflow_ir::{DType, DataDesc, Sdfg, SymExpr};
 use super::array::{Buffer, DeviceArray};
 use super::device::{DevPtr, Device, DeviceHandle, Event, GraphId, KernelArg, KernelId};
 use super::emit::{CudaEmitOptions, CudaProgram, STATUS_PEEK, STATUS_READ, emit_cuda};
+use super::exchange::Exchanges;
 use super::nvrtc::{self, Arch, NvrtcOptions, Output};
 use crate::CodegenError;
 use crate::args::{
@@ -34,7 +35,7 @@ use crate::args::{
 };
 use crate::cache::{Artifact, Cache, Origin};
 use crate::cfamily::sites::RECORD_LEN;
-use crate::plan::{CheckPolicy, Flow, Plan};
+use crate::plan::{CheckPolicy, Flow, Plan, StepKind};
 use crate::program::CallError;
 
 /// The status's first two words as `sdf_status_peek` writes them (the error flag and the
@@ -198,6 +199,8 @@ pub struct GpuProgram {
     pub name: String,
     /// Whether this load compiled the image or found it in the cache.
     pub origin: Origin,
+    /// The halo exchanges' host side (programs that exchange halos).
+    exchanges: Option<Exchanges>,
 }
 
 /// The kernels of one step (positions in `CudaProgram::kernels`): the unchecked ones,
@@ -465,7 +468,10 @@ impl GpuProgram {
             prog,
             device: device.clone(),
             id: NEXT_PROGRAM.fetch_add(1, Ordering::Relaxed),
+            exchanges: None,
         };
+        // MPI contexts, after every rank checked that all run this program.
+        p.exchanges = Exchanges::open(sdfg, &p.prog)?;
         // Transients whose shapes need no runtime symbol are allocated now; the others at
         // the first call (again only when the symbol values change).
         if p.prog.plan.signature.ints.is_empty() {
@@ -533,6 +539,12 @@ impl GpuProgram {
     /// The generated program (source, plan, kernels).
     pub fn program(&self) -> &CudaProgram {
         &self.prog
+    }
+
+    /// MPI, for a program that exchanges halos (rank, size, barrier, gather, abort);
+    /// `None` for the others.
+    pub fn mpi(&self) -> Option<crate::mpi::Mpi> {
+        self.exchanges.as_ref().map(|x| x.mpi())
     }
 
     /// The device it runs on; arrays for its calls are allocated there.
@@ -810,7 +822,9 @@ impl GpuProgram {
         }
         // A call whose control flow needs no device value is one CUDA graph, captured the
         // first time these arrays and integer values are seen and replayed after.
-        let graphs = self.graphs && self.prog.plan.sync_points() == 0;
+        // Not with halo exchanges: their host functions post and wait for messages once
+        // per call, which a graph would replay with the buffers of its capture.
+        let graphs = self.graphs && self.prog.plan.sync_points() == 0 && self.exchanges.is_none();
         if graphs {
             if let Some(g) = self.graph_cache.get(key) {
                 let g = *g;
@@ -839,7 +853,7 @@ impl GpuProgram {
 
     /// Enqueues every step of the control flow, in order.
     fn enqueue(
-        &self,
+        &mut self,
         device: &mut dyn Device,
         key: &GraphKey,
         bound: &BindResults,
@@ -875,6 +889,7 @@ impl GpuProgram {
             arrays: &key.arrays,
             bound,
             state_no: 0,
+            exchanges: self.exchanges.as_mut(),
         };
         run.flow(&self.prog.plan.body)?;
         // The error flags to the host after the call's work (in the graph, when captured):
@@ -903,7 +918,7 @@ impl GpuProgram {
     pub fn failed(&self) -> bool {
         let mut flags = [0u8; ERROR_FLAG_BYTES];
         self.device.lock().read_mirror(self.status, &mut flags);
-        flags.iter().any(|&b| b != 0)
+        flags.iter().any(|&b| b != 0) || self.exchanges.as_ref().is_some_and(|x| x.failed())
     }
 
     /// Turns replay of captured CUDA graphs on or off (on by default). Off, every call
@@ -941,6 +956,10 @@ impl GpuProgram {
             .collect();
         let mut rec = [0i64; RECORD_LEN];
         rec.copy_from_slice(&words[1..]);
+        // A failed exchange first: the halo it left alone may be why later work failed.
+        if let Some(m) = self.exchanges.as_ref().and_then(|x| x.take_error()) {
+            return Err(self.run_err(m));
+        }
         if rec[0] != 0 {
             return Err(self.run_err(self.prog.sites.message(&rec)));
         }
@@ -1033,6 +1052,7 @@ struct Run<'p> {
     arrays: &'p [DevPtr],
     bound: &'p BindResults,
     state_no: usize,
+    exchanges: Option<&'p mut Exchanges>,
 }
 
 impl Run<'_> {
@@ -1187,6 +1207,24 @@ impl Run<'_> {
         let bs = self.prog.block_size;
         for kernel in launches {
             let spec = &self.prog.kernels[kernel];
+            if let Some(x) = spec.exchange {
+                let id = self.kernels[kernel];
+                let Some(ex) = self.exchanges.as_deref_mut() else {
+                    return Err(self.err(format!("halo exchange #{x} without MPI contexts")));
+                };
+                let at = format!(
+                    "sdfg '{}' / state '{}' / halo exchange #{x}",
+                    self.name, sp.name
+                );
+                let r = match step.kind {
+                    StepKind::ExchangeStart(_) => {
+                        ex.start(x, at, &mut *self.device, &self.env, &self.args, id, bs)
+                    }
+                    _ => ex.finish(x, at, &mut *self.device, &self.args, id, bs),
+                };
+                r.map_err(|m| self.err(m))?;
+                continue;
+            }
             let (grid, block) = match (&spec.grid_sizes, spec.checked) {
                 (Some(sizes), false) => {
                     let mut total: i64 = 1;
@@ -1223,6 +1261,9 @@ impl Drop for GpuProgram {
         self.device.free_later(self.status);
         if let Some(p) = self.floats_buffer.take() {
             self.device.free_later(p);
+        }
+        if let Some(x) = &mut self.exchanges {
+            x.release(&self.device);
         }
     }
 }

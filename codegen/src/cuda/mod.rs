@@ -8,6 +8,7 @@ pub mod array;
 pub mod device;
 pub mod dialect;
 pub mod emit;
+mod exchange;
 pub mod exec;
 pub mod nvrtc;
 

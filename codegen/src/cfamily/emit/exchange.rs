@@ -56,7 +56,7 @@ fn schedule(g: &str, o: &str) -> String {
 }
 
 /// The structured decomposition's parameters.
-fn structured(x: &Exchange) -> Option<([i64; 2], i64, [bool; 2], bool)> {
+pub(crate) fn structured(x: &Exchange) -> Option<([i64; 2], i64, [bool; 2], bool)> {
     match &x.decomposition {
         Decomposition::Structured {
             ranks,
@@ -275,6 +275,101 @@ fn c_string(s: &str) -> String {
 }
 
 impl Emitter<'_> {
+    /// The body of a CUDA kernel packing (`send`) or unpacking structured exchange `x`
+    /// through the buffer `sdf_xb` (its first 8 bytes a status word: unpacking does
+    /// nothing unless it is 0; direction `d`'s message follows, at the offset the
+    /// directions before take, each field's strip padded to 8 bytes — the layout of the
+    /// C backend's per-direction buffers, one after another), for the directions whose
+    /// bit is set in `sdf_xnb`. Each thread takes every `gridDim.x * blockDim.x`-th
+    /// element of each strip; the elements of a strip are in the C backend's order (the
+    /// first dimension slowest).
+    pub(crate) fn exchange_kernel(&mut self, sc: &Scope<'_>, x: &Exchange, send: bool) {
+        let Some((_, w, _, _)) = structured(x) else {
+            return;
+        };
+        let w2 = 2 * w;
+        self.line("const int64_t sdf_t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, sdf_ts = (int64_t)gridDim.x * blockDim.x;");
+        if !send {
+            self.line("if (((const int64_t*)sdf_xb)[0] != 0) return;");
+        }
+        self.line("int64_t sdf_o = 8;");
+        self.line("for (int sdf_d = 0; sdf_d < 9; sdf_d++) {");
+        self.indent += 1;
+        self.line("if (sdf_d == 4) continue;");
+        self.line("const int64_t di = sdf_d % 3 - 1, dj = sdf_d / 3 - 1;");
+        self.line("const int sdf_on = (sdf_xnb >> sdf_d) & 1;");
+        for name in &x.fields {
+            let Some(a) = sc.sdfg.arrays.get(name).and_then(|d| d.as_array()) else {
+                continue;
+            };
+            let t = ctype(a.dtype);
+            let n0 = sc.sym_with(&a.shape[0], SymCheck::Plain);
+            let n1 = sc.sym_with(&a.shape[1], SymCheck::Plain);
+            let span = |n: &str, c: &str| -> (String, String) {
+                if send {
+                    (
+                        format!("{c} < 0 ? {w} : ({c} == 0 ? {w} : ({n}) - {w2})"),
+                        format!("{c} < 0 ? {w2} : ({n}) - {w}"),
+                    )
+                } else {
+                    (
+                        format!("{c} < 0 ? 0 : ({c} == 0 ? {w} : ({n}) - {w})"),
+                        format!("{c} < 0 ? {w} : ({c} == 0 ? ({n}) - {w} : ({n}))"),
+                    )
+                }
+            };
+            let (lo0, hi0) = span(&n0, "di");
+            let (lo1, hi1) = span(&n1, "dj");
+            self.line(&format!("{{ /* '{name}' */"));
+            self.indent += 1;
+            self.line(&format!(
+                "const int64_t lo0 = {lo0}, hi0 = {hi0}, lo1 = {lo1}, hi1 = {hi1};"
+            ));
+            let mut rest = Vec::new();
+            for (k, s) in a.shape.iter().enumerate().skip(2) {
+                let n = sc.sym_with(s, SymCheck::Plain);
+                self.line(&format!("const int64_t sdf_n{k} = {n};"));
+                rest.push(k);
+            }
+            let mut count = String::from("sdf_max64(hi0 - lo0, 0) * sdf_max64(hi1 - lo1, 0)");
+            for k in &rest {
+                let _ = write!(count, " * sdf_max64(sdf_n{k}, 0)");
+            }
+            self.line(&format!("const int64_t sdf_cnt = {count};"));
+            self.line(&format!("{t}* sdf_b = ({t}*)(sdf_xb + sdf_o);"));
+            self.line(
+                "if (sdf_on) for (int64_t sdf_q = sdf_t0; sdf_q < sdf_cnt; sdf_q += sdf_ts) {",
+            );
+            self.indent += 1;
+            self.line("int64_t sdf_r = sdf_q;");
+            let mut idx = vec!["i0".to_string(), "i1".to_string()];
+            for k in rest.iter().rev() {
+                self.line(&format!(
+                    "const int64_t i{k} = sdf_r % sdf_n{k}; sdf_r /= sdf_n{k};"
+                ));
+            }
+            self.line(
+                "const int64_t i1 = lo1 + sdf_r % (hi1 - lo1), i0 = lo0 + sdf_r / (hi1 - lo1);",
+            );
+            idx.extend(rest.iter().map(|k| format!("i{k}")));
+            let at = format!("a_{name}[{}]", sc.flat(&idx, &a.strides));
+            if send {
+                self.line(&format!("sdf_b[sdf_q] = {at};"));
+            } else {
+                self.line(&format!("{at} = sdf_b[sdf_q];"));
+            }
+            self.indent -= 1;
+            self.line("}");
+            self.line(&format!(
+                "sdf_o += (sdf_cnt * (int64_t)sizeof({t}) + 7) / 8 * 8;"
+            ));
+            self.indent -= 1;
+            self.line("}");
+        }
+        self.indent -= 1;
+        self.line("}");
+    }
+
     /// The loops over one field's strip in direction `sdf_d` (`send`: the owned cells
     /// next to that side, else the halo on that side), copying between the field and the
     /// direction's buffer.

@@ -709,6 +709,96 @@ impl Device for CudaDevice {
         self.order(self.cu_stream(), theirs, stream)
     }
 
+    fn alloc_host(&mut self, bytes: usize) -> Result<*mut u8, DeviceError> {
+        self.not_while_capturing("a pinned host allocation")?;
+        self.bind()?;
+        // SAFETY: a plain pinned allocation, zeroed before it is handed out.
+        let p = unsafe { cu::malloc_host(bytes.max(1), 0) }.map_err(|e| {
+            driver_error(
+                format_args!("allocating {bytes} bytes of pinned host memory"),
+                e,
+            )
+        })? as *mut u8;
+        // SAFETY: just allocated, at least `bytes` bytes.
+        unsafe { std::ptr::write_bytes(p, 0, bytes.max(1)) };
+        Ok(p)
+    }
+
+    fn free_host(&mut self, p: *mut u8, _bytes: usize) {
+        if p.is_null() || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the stream is drained first (a copy may still use `p`), then `p`,
+        // allocated by `alloc_host`, is freed once.
+        unsafe {
+            let _ = cu::stream::synchronize(self.cu_stream());
+            let _ = cu::free_host(p as *mut c_void);
+        }
+    }
+
+    unsafe fn copy_d2h_async(
+        &mut self,
+        dst: *mut u8,
+        src: DevPtr,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a device-to-host copy")?;
+        self.bind()?;
+        if bytes > 0 {
+            // SAFETY: pinned `dst` of `bytes` bytes, left alone by the host until the
+            // copy is done (the caller's promise); `src` is the caller's device range.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(dst, bytes);
+                cu::memcpy_dtoh_async(dst, src, self.cu_stream())
+            }
+            .map_err(|e| driver_error(format_args!("copying {bytes} bytes to the host"), e))?;
+        }
+        self.copies += 1;
+        Ok(())
+    }
+
+    unsafe fn copy_h2d_async(
+        &mut self,
+        dst: DevPtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a host-to-device copy")?;
+        self.bind()?;
+        if bytes > 0 {
+            // SAFETY: pinned `src` of `bytes` bytes, not written by the host until the
+            // copy is done (the caller's promise).
+            unsafe {
+                let src = std::slice::from_raw_parts(src, bytes);
+                cu::memcpy_htod_async(dst, src, self.cu_stream())
+            }
+            .map_err(|e| driver_error(format_args!("copying {bytes} bytes to the device"), e))?;
+        }
+        self.copies += 1;
+        Ok(())
+    }
+
+    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
+        self.not_while_capturing("a host function")?;
+        self.bind()?;
+        /// Runs the boxed closure the driver passes back (once), keeping a panic from
+        /// unwinding into the driver.
+        unsafe extern "C" fn trampoline(data: *mut c_void) {
+            // SAFETY: `data` is the `Box<Box<dyn FnOnce>>` leaked below, taken back once.
+            let f = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        let data = Box::into_raw(Box::new(f)) as *mut c_void;
+        // SAFETY: context bound, live stream; the driver calls `trampoline(data)` once.
+        let rc = unsafe { sys::cuLaunchHostFunc(self.cu_stream(), Some(trampoline), data) };
+        if let Err(e) = rc.result() {
+            // SAFETY: not enqueued: taken back, dropped without running.
+            drop(unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) });
+            return Err(driver_error("enqueueing a host function", e));
+        }
+        Ok(())
+    }
+
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         self.bind()?;
         // Both attributes in one driver call (a call passes every array through here).

@@ -640,6 +640,50 @@ impl Device for EmulatedDevice {
         Ok(())
     }
 
+    fn alloc_host(&mut self, bytes: usize) -> Result<*mut u8, DeviceError> {
+        super::plain_host_alloc(bytes)
+    }
+
+    fn free_host(&mut self, p: *mut u8, bytes: usize) {
+        super::plain_host_free(p, bytes)
+    }
+
+    unsafe fn copy_d2h_async(
+        &mut self,
+        dst: *mut u8,
+        src: DevPtr,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a copy to the host")?;
+        self.check(src, bytes, "copy to the host")?;
+        self.copies += 1;
+        // SAFETY: the source lies in a live allocation (checked), the destination holds
+        // `bytes` (the caller's promise); work runs when enqueued.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, bytes) };
+        Ok(())
+    }
+
+    unsafe fn copy_h2d_async(
+        &mut self,
+        dst: DevPtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a copy from the host")?;
+        self.check(dst, bytes, "copy to the device")?;
+        self.copies += 1;
+        // SAFETY: as above, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, bytes) };
+        Ok(())
+    }
+
+    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
+        self.not_while_capturing("a host function")?;
+        // The work before is done: it ran when enqueued.
+        f();
+        Ok(())
+    }
+
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {
         self.check(p, bytes, "memory check")
     }

@@ -79,6 +79,22 @@ pub enum Call {
         /// Bytes copied.
         bytes: usize,
     },
+    /// [`Device::copy_d2h_async`].
+    CopyD2HAsync {
+        /// Source.
+        src: DevPtr,
+        /// Bytes copied.
+        bytes: usize,
+    },
+    /// [`Device::copy_h2d_async`].
+    CopyH2DAsync {
+        /// Destination.
+        dst: DevPtr,
+        /// Bytes copied.
+        bytes: usize,
+    },
+    /// [`Device::host_fn`] (run when enqueued).
+    HostFn,
     /// [`Device::record_event`].
     RecordEvent,
     /// [`Device::wait_for_stream`], with the stream's handle.
@@ -457,6 +473,52 @@ impl Device for RecordingDevice {
     fn signal_stream(&mut self, stream: u64) -> Result<(), DeviceError> {
         self.not_while_capturing("signalling another stream")?;
         self.log(Call::SignalStream(stream), false);
+        Ok(())
+    }
+
+    fn alloc_host(&mut self, bytes: usize) -> Result<*mut u8, DeviceError> {
+        self.not_while_capturing("a host allocation")?;
+        super::plain_host_alloc(bytes)
+    }
+
+    fn free_host(&mut self, p: *mut u8, bytes: usize) {
+        super::plain_host_free(p, bytes)
+    }
+
+    unsafe fn copy_d2h_async(
+        &mut self,
+        dst: *mut u8,
+        src: DevPtr,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a device-to-host copy")?;
+        let data = self.read(src, bytes)?;
+        // SAFETY: `dst` holds `bytes` (the caller's promise).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, bytes) };
+        self.copies += 1;
+        self.log(Call::CopyD2HAsync { src, bytes }, false);
+        Ok(())
+    }
+
+    unsafe fn copy_h2d_async(
+        &mut self,
+        dst: DevPtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        self.not_while_capturing("a host-to-device copy")?;
+        // SAFETY: `src` holds `bytes` (the caller's promise).
+        let data = unsafe { std::slice::from_raw_parts(src, bytes) }.to_vec();
+        self.write(dst, &data)?;
+        self.copies += 1;
+        self.log(Call::CopyH2DAsync { dst, bytes }, false);
+        Ok(())
+    }
+
+    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
+        self.not_while_capturing("a host function")?;
+        self.log(Call::HostFn, false);
+        f();
         Ok(())
     }
 
