@@ -5,8 +5,7 @@
 //! 1 to 4 of them on any machine (oversubscribed), to the interpreter's bits; one rank
 //! builds, the others load; a failing rank or ranks that disagree stop the run with a
 //! message. The CUDA backend runs it on MPI ranks too (`--backend cuda`, on the emulated
-//! device where no GPU is), to the same bits; it refuses an unstructured exchange with a
-//! clear error.
+//! device where no GPU is), to the same bits, and the unstructured ring likewise.
 //!
 //! The MPI tests need Open MPI's `mpirun` and `mpicc` (`apt-get install openmpi-bin
 //! libopenmpi-dev`, which `.ci/run` does); without them they say so and pass, unless
@@ -118,16 +117,20 @@ fn the_exchange_is_lowered_to_mpi_and_drawn() {
             "sdf_k1_2_3"
         ]
     );
-    // An unstructured exchange is the C backend's only.
-    let dir = scratch("refused");
+    // An unstructured exchange: its kernels take the schedule and the lists it was made
+    // from.
+    let dir = scratch("lowered");
     let ring = cli::load_program(&ring(&dir, 12, 3)).unwrap();
-    let e = sdflow::codegen::cuda::emit::emit_cuda(&ring, &Default::default())
-        .expect_err("refused")
-        .to_string();
-    assert!(
-        e.contains("exchanges halos over an unstructured decomposition (exchange #0 of")
-            && e.contains("the CUDA backend lowers structured exchanges only; the C backend lowers both, over MPI"),
-        "{e}"
+    let cuda = sdflow::codegen::cuda::emit::emit_cuda(&ring, &Default::default()).unwrap();
+    assert!(cuda.source.contains(
+        "char* __restrict__ sdf_xb, const int64_t* __restrict__ sdf_xs, const int64_t* __restrict__ sdf_xl"
+    ));
+    assert_eq!(
+        cuda.kernels
+            .iter()
+            .filter(|k| k.exchange == Some(0))
+            .count(),
+        2
     );
     std::fs::remove_dir_all(&dir).ok();
     let out = sdflow(&["show"], &["--emit", "dot"]);
@@ -598,7 +601,18 @@ fn ring(dir: &std::path::Path, n: usize, ranks: usize) -> PathBuf {
 
 #[test]
 fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
-    let dir = scratch("ring");
+    unstructured_on_mpi_ranks("cpu");
+}
+
+#[test]
+fn an_unstructured_exchange_on_gpu_ranks_gives_the_interpreters_bits() {
+    unstructured_on_mpi_ranks("cuda");
+}
+
+/// The ring on 2 and 3 MPI ranks with `backend`, bit for bit the interpreter's ranks;
+/// and a cell whose stated owner does not own it, reported by that owner.
+fn unstructured_on_mpi_ranks(backend: &str) {
+    let dir = scratch(&format!("ring-{backend}"));
     let path = |p: &PathBuf| p.to_string_lossy().into_owned();
     for ranks in [2, 3] {
         let program = ring(&dir, 12, ranks);
@@ -625,7 +639,7 @@ fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
             .unwrap();
         assert!(interp.status.success(), "{}", text(&interp));
         let Some(out) = mpirun(
-            &[(ranks, args("cpu", "got.{rank}.npz"))],
+            &[(ranks, args(backend, "got.{rank}.npz"))],
             &dir.join("cache"),
         ) else {
             return;
@@ -658,7 +672,7 @@ fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
         "--ranks",
         "3",
         "--backend",
-        "cpu",
+        backend,
         "--inputs",
         &path(&dir.join("in.{rank}.npz")),
     ]
@@ -670,8 +684,11 @@ fn an_unstructured_exchange_on_mpi_ranks_gives_the_interpreters_bits() {
     };
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
+    // The C backend makes the schedule before its first state, the CUDA backend at the
+    // exchange's start.
     assert!(
-        t.contains("error: rank 2: program 'ring': sdfg 'ring': cell 4 (global 3) of rank 1 is not among the cells rank 2 owns"),
+        t.contains("error: rank 2: program 'ring': sdfg 'ring'")
+            && t.contains("cell 4 (global 3) of rank 1 is not among the cells rank 2 owns"),
         "{t}"
     );
     std::fs::remove_dir_all(&dir).ok();
@@ -932,5 +949,53 @@ fn cpu_and_gpu_ranks_run_one_program_together() {
         let got = sdflow::npz::read_npz(&dir.join(format!("got.{r}.npz"))).unwrap();
         assert_eq!(got["out"].bits(), want["out"].bits(), "rank {r}");
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn gpu_lists_changed_in_place_are_an_error_and_new_lists_a_new_schedule() {
+    use sdflow::codegen::cuda::device::{DeviceHandle, EmulatedDevice};
+    use sdflow::codegen::cuda::exec::{CudaBackend, DeviceArgs};
+    if !common::have_mpi() {
+        return;
+    }
+    let dir = scratch("gpu-lists");
+    let program = ring(&dir, 6, 1);
+    let s = cli::load_program(&program).unwrap();
+    let handle = DeviceHandle::new(EmulatedDevice::with_threads(1));
+    let mut p = CudaBackend::default().build(&s, &handle).unwrap();
+    let inputs = sdflow::npz::read_npz(&dir.join("in.0.npz")).unwrap();
+    let up =
+        |p: &sdflow::codegen::cuda::exec::GpuProgram, k: &str| p.upload(k, &inputs[k]).unwrap();
+    let (u, out, own, nb) = (up(&p, "u"), up(&p, "out"), up(&p, "own"), up(&p, "nb"));
+    let mut glob = up(&p, "glob");
+    let call = |p: &mut sdflow::codegen::cuda::exec::GpuProgram,
+                glob: &sdflow::codegen::cuda::array::DeviceArray| {
+        let args = DeviceArgs::new()
+            .array("u", &u)
+            .array("out", &out)
+            .array("own", &own)
+            .array("nb", &nb)
+            .array("glob", glob)
+            .int("NL", 6)
+            .int("NO", 6);
+        let done = p.call(args).unwrap();
+        p.wait(done)
+    };
+    call(&mut p, &glob).unwrap();
+    // The global indices rewritten in the same device array.
+    let mut moved = inputs["glob"].clone();
+    moved.set(&[0], Value::I64(100));
+    glob.copy_from_host(&moved).unwrap();
+    let e = call(&mut p, &glob)
+        .expect_err("lists changed in place")
+        .to_string();
+    assert!(
+        e.contains("program 'ring': sdfg 'ring' / state 'exchange' / halo exchange #0: the lists 'glob' and 'own' were changed in place since the exchange's schedule was made from them"),
+        "{e}"
+    );
+    // In another array, they make a new schedule.
+    let fresh = p.upload("glob", &moved).unwrap();
+    call(&mut p, &fresh).unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -125,7 +125,7 @@ pub fn launched() -> Option<(usize, usize)> {
 /// `sdfx_wait` waits and checks the messages' sizes.
 const EXCHANGE_C: &str = r#"
 typedef struct { MPI_Comm comm; } sdfx_p;
-typedef struct { MPI_Comm comm; MPI_Request rq[18]; } sdfx_t;
+typedef struct { MPI_Comm comm; int nrq; MPI_Request* rq; MPI_Status* st; } sdfx_t;
 /* 0: made, *out the program's context; 1: MPI could not start; 2: rank *other runs
    another program (*out made, to be closed); 3: out of memory or MPI_Comm_dup failed. */
 int sdfx_open(uint64_t hash, void** out, int* rank, int* size, int* other) {
@@ -150,27 +150,33 @@ void sdfx_close(void* q) {
     int fin = 0; MPI_Finalized(&fin);
     if (!fin) MPI_Comm_free(&p->comm);
     free(p); }
-/* An exchange's requests over the program's communicator; NULL when out of memory. */
+/* An exchange's requests over the program's communicator (18, or two per rank where
+   there are more than 9 ranks); NULL when out of memory. */
 void* sdfx_exchange(void* q) {
     sdfx_t* x = (sdfx_t*)calloc(1, sizeof *x);
     if (!x) return NULL;
     x->comm = ((sdfx_p*)q)->comm;
-    for (int d = 0; d < 18; d++) x->rq[d] = MPI_REQUEST_NULL;
+    int size = 0; MPI_Comm_size(x->comm, &size);
+    x->nrq = 2 * (size > 9 ? size : 9);
+    x->rq = (MPI_Request*)malloc((size_t)x->nrq * sizeof(MPI_Request));
+    x->st = (MPI_Status*)malloc((size_t)x->nrq * sizeof(MPI_Status));
+    if (!x->rq || !x->st) { free(x->rq); free(x->st); free(x); return NULL; }
+    for (int d = 0; d < x->nrq; d++) x->rq[d] = MPI_REQUEST_NULL;
     return x; }
 /* Completes what is left of an exchange's messages and frees its requests. */
 void sdfx_exchange_close(void* q) {
     sdfx_t* x = (sdfx_t*)q;
     if (!x) return;
     int fin = 0; MPI_Finalized(&fin);
-    if (!fin) MPI_Waitall(18, x->rq, MPI_STATUSES_IGNORE);
-    free(x); }
+    if (!fin) MPI_Waitall(x->nrq, x->rq, MPI_STATUSES_IGNORE);
+    free(x->rq); free(x->st); free(x); }
 /* Posts the receives into `rb` and the sends from `sb` to the neighbours `nb` (-1: none);
    0, or the MPI error. Requests a run that stopped early left are completed first. */
 int sdfx_post(void* p, const int* nb, int tag, char* sb, char* rb, const int64_t* off) {
     sdfx_t* x = (sdfx_t*)p;
-    MPI_Waitall(18, x->rq, MPI_STATUSES_IGNORE);
+    MPI_Waitall(x->nrq, x->rq, MPI_STATUSES_IGNORE);
+    for (int d = 0; d < x->nrq; d++) x->rq[d] = MPI_REQUEST_NULL;
     for (int d = 0; d < 9; d++) {
-        x->rq[d] = MPI_REQUEST_NULL; x->rq[9 + d] = MPI_REQUEST_NULL;
         if (nb[d] < 0) continue;
         int rc = MPI_Irecv(rb + off[d], (int)(off[d + 1] - off[d]), MPI_BYTE, nb[d], tag + 8 - d, x->comm, &x->rq[d]);
         if (rc != MPI_SUCCESS) return rc; }
@@ -183,8 +189,8 @@ int sdfx_post(void* p, const int* nb, int tag, char* sb, char* rb, const int64_t
    bad[1]; 2: it has bad[1] bytes, bad[2] expected. */
 int sdfx_wait(void* p, const int* nb, const int64_t* off, int64_t* bad) {
     sdfx_t* x = (sdfx_t*)p;
-    MPI_Status st[18];
-    const int rc = MPI_Waitall(18, x->rq, st);
+    MPI_Status* st = x->st;
+    const int rc = MPI_Waitall(x->nrq, x->rq, st);
     for (int d = 0; d < 9; d++) {
         if (nb[d] < 0) continue;
         if (rc != MPI_SUCCESS) {
@@ -192,6 +198,58 @@ int sdfx_wait(void* p, const int* nb, const int64_t* off, int64_t* bad) {
             if (er != MPI_SUCCESS) { bad[0] = d; bad[1] = er; return 1; } }
         int n = 0; MPI_Get_count(&st[d], MPI_BYTE, &n);
         if (n != off[d + 1] - off[d]) { bad[0] = d; bad[1] = n; bad[2] = off[d + 1] - off[d]; return 2; } }
+    return 0; }
+/* Unstructured: the schedule of lists `g` (global indices) and `o` (owners) of `n`
+   cells, made by the program's ranks together (sdf_us_build, as the C backend's; its
+   codes and `bad`); *out the schedule, freed by sdfx_us_free. */
+int sdfx_us_build(void* q, const int64_t* g, const int64_t* o, int64_t n, void** out, int64_t* bad) {
+    sdfx_p* p = (sdfx_p*)q;
+    *out = NULL;
+    int rank = 0, size = 0; MPI_Comm_rank(p->comm, &rank); MPI_Comm_size(p->comm, &size);
+    sdf_usched* s = (sdf_usched*)calloc(1, sizeof *s);
+    if (!s) { bad[0] = 0; return 3; }
+    const int k = sdf_us_build(s, p->comm, rank, size, g, o, n, bad);
+    if (k != 0) { sdf_us_free(s); free(s); return k; }
+    *out = s;
+    return 0; }
+/* The schedule's arrays: scnt, rcnt, soff, roff (size + 1 each for the offsets), sidx, ridx. */
+void sdfx_us_view(void* q, const int64_t** v) {
+    const sdf_usched* s = (const sdf_usched*)q;
+    v[0] = s->scnt; v[1] = s->rcnt; v[2] = s->soff; v[3] = s->roff; v[4] = s->sidx; v[5] = s->ridx; }
+void sdfx_us_free(void* q) { if (q) { sdf_us_free((sdf_usched*)q); free(q); } }
+/* The largest `flag` over the program's ranks (collective). */
+int sdfx_any(void* q, int flag, int* any) {
+    return MPI_Allreduce(&flag, any, 1, MPI_INT, MPI_MAX, ((sdfx_p*)q)->comm); }
+/* Unstructured: to and from each rank p with cells to exchange, `rcnt[p] * B` bytes into
+   `rb + roff[p] * B`, `scnt[p] * B` bytes from `sb + soff[p] * B`, tag `tag`; 0 or the
+   MPI error. */
+int sdfx_us_post(void* p, int size, const int64_t* scnt, const int64_t* soff, const int64_t* rcnt,
+                 const int64_t* roff, int64_t B, int tag, char* sb, char* rb) {
+    sdfx_t* x = (sdfx_t*)p;
+    MPI_Waitall(x->nrq, x->rq, MPI_STATUSES_IGNORE);
+    for (int d = 0; d < x->nrq; d++) x->rq[d] = MPI_REQUEST_NULL;
+    for (int r = 0; r < size; r++) {
+        if (rcnt[r] == 0) continue;
+        int rc = MPI_Irecv(rb + roff[r] * B, (int)(rcnt[r] * B), MPI_BYTE, r, tag, x->comm, &x->rq[r]);
+        if (rc != MPI_SUCCESS) return rc; }
+    for (int r = 0; r < size; r++) {
+        if (scnt[r] == 0) continue;
+        int rc = MPI_Isend(sb + soff[r] * B, (int)(scnt[r] * B), MPI_BYTE, r, tag, x->comm, &x->rq[size + r]);
+        if (rc != MPI_SUCCESS) return rc; }
+    return 0; }
+/* Waits for sdfx_us_post's messages: 0; 1: the message from rank bad[0] failed with MPI
+   error bad[1]; 2: it has bad[1] bytes, bad[2] expected. */
+int sdfx_us_wait(void* p, int size, const int64_t* rcnt, int64_t B, int64_t* bad) {
+    sdfx_t* x = (sdfx_t*)p;
+    MPI_Status* st = x->st;
+    const int rc = MPI_Waitall(x->nrq, x->rq, st);
+    for (int r = 0; r < size; r++) {
+        if (rcnt[r] == 0) continue;
+        if (rc != MPI_SUCCESS) {
+            const int er = rc == MPI_ERR_IN_STATUS ? st[r].MPI_ERROR : rc;
+            if (er != MPI_SUCCESS) { bad[0] = r; bad[1] = er; return 1; } }
+        int n = 0; MPI_Get_count(&st[r], MPI_BYTE, &n);
+        if (n != rcnt[r] * B) { bad[0] = r; bad[1] = n; bad[2] = rcnt[r] * B; return 2; } }
     return 0; }
 "#;
 
@@ -206,6 +264,34 @@ type WaitFn = unsafe extern "C" fn(*mut c_void, *const i32, *const i64, *mut i64
 type CloseFn = unsafe extern "C" fn(*mut c_void);
 /// `sdfx_exchange(ctx)`.
 type ExchangeFn = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+/// `sdfx_us_build(ctx, g, o, n, &schedule, bad)`.
+type UsBuildFn = unsafe extern "C" fn(
+    *mut c_void,
+    *const i64,
+    *const i64,
+    i64,
+    *mut *mut c_void,
+    *mut i64,
+) -> i32;
+/// `sdfx_us_view(schedule, arrays)`.
+type UsViewFn = unsafe extern "C" fn(*mut c_void, *mut *const i64);
+/// `sdfx_any(ctx, flag, &any)`.
+type AnyFn = unsafe extern "C" fn(*mut c_void, i32, *mut i32) -> i32;
+/// `sdfx_us_post(x, size, scnt, soff, rcnt, roff, B, tag, sb, rb)`.
+type UsPostFn = unsafe extern "C" fn(
+    *mut c_void,
+    i32,
+    *const i64,
+    *const i64,
+    *const i64,
+    *const i64,
+    i64,
+    i32,
+    *mut u8,
+    *mut u8,
+) -> i32;
+/// `sdfx_us_wait(x, size, rcnt, B, bad)`.
+type UsWaitFn = unsafe extern "C" fn(*mut c_void, i32, *const i64, i64, *mut i64) -> i32;
 
 /// MPI for hosts whose programs are not compiled C (the CUDA backend's): a small library
 /// built once with the MPI C compiler through the build cache (so the Rust build needs no
@@ -220,6 +306,12 @@ pub struct Runtime {
     close: CloseFn,
     exchange: ExchangeFn,
     exchange_close: CloseFn,
+    us_build: UsBuildFn,
+    us_view: UsViewFn,
+    us_free: CloseFn,
+    any: AnyFn,
+    us_post: UsPostFn,
+    us_wait: UsWaitFn,
     /// Rank, size, barrier, sum, gather and abort.
     pub mpi: Mpi,
 }
@@ -261,6 +353,39 @@ impl Drop for ExchangeContext {
     }
 }
 
+/// Who sends which cells to whom in an unstructured exchange ([`Runtime::schedule`]):
+/// per rank, how many cells this rank sends it (`scnt`) and receives from it (`rcnt`),
+/// at which offsets (`soff`, `roff`: one more than ranks) of the local cell indices
+/// `sidx` (owned cells the rank holds in its halo) and `ridx` (this rank's halo cells
+/// the rank owns) — the C backend's schedule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// Cells sent to each rank.
+    pub scnt: Vec<i64>,
+    /// Cells received from each rank.
+    pub rcnt: Vec<i64>,
+    /// Where each rank's cells start in `sidx`.
+    pub soff: Vec<i64>,
+    /// Where each rank's cells start in `ridx`.
+    pub roff: Vec<i64>,
+    /// The local indices of the cells sent.
+    pub sidx: Vec<i64>,
+    /// The local indices of the cells received.
+    pub ridx: Vec<i64>,
+}
+
+/// Why an unstructured exchange's schedule could not be made ([`Runtime::schedule`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScheduleFailure {
+    /// Cell `.0` (global `.1`) of rank `.3` names owner `.2`, which is not a rank.
+    NoSuchOwner(i64, i64, i64, i64),
+    /// Rank `.2` holds cell `.0` (global `.1`) as a halo cell of owner `.3`, which does not
+    /// own it.
+    NotOwned(i64, i64, i64, i64),
+    /// An MPI call failed (or memory ran out).
+    Mpi(String),
+}
+
 /// Why a wait for an exchange's messages failed ([`Runtime::wait`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitFailure {
@@ -283,8 +408,9 @@ impl Runtime {
         let source = format!(
             "/* The MPI runtime of sdflow's CUDA host. Generated; do not edit. */\n\
              #include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <stdio.h>\n\
-             #include <mpi.h>\n#define SDF_MPI_THREADS MPI_THREAD_MULTIPLE\n{}{}",
+             #include <mpi.h>\n#define SDF_MPI_THREADS MPI_THREAD_MULTIPLE\n{}{}{}",
             crate::cpu::emit::MPI_HOST,
+            crate::cpu::emit::MPI_UNSTRUCTURED,
             EXCHANGE_C
         );
         let (lib, _) = crate::CpuBackend::default()
@@ -311,6 +437,12 @@ impl Runtime {
                 exchange_close: std::mem::transmute::<*const c_void, CloseFn>(sym(
                     b"sdfx_exchange_close\0",
                 )?),
+                us_build: std::mem::transmute::<*const c_void, UsBuildFn>(sym(b"sdfx_us_build\0")?),
+                us_view: std::mem::transmute::<*const c_void, UsViewFn>(sym(b"sdfx_us_view\0")?),
+                us_free: std::mem::transmute::<*const c_void, CloseFn>(sym(b"sdfx_us_free\0")?),
+                any: std::mem::transmute::<*const c_void, AnyFn>(sym(b"sdfx_any\0")?),
+                us_post: std::mem::transmute::<*const c_void, UsPostFn>(sym(b"sdfx_us_post\0")?),
+                us_wait: std::mem::transmute::<*const c_void, UsWaitFn>(sym(b"sdfx_us_wait\0")?),
                 mpi: Mpi {
                     world: std::mem::transmute::<*const c_void, WorldFn>(sym(
                         b"sdflow_mpi_world\0",
@@ -389,6 +521,131 @@ impl Runtime {
         match unsafe { (self.post)(ctx.ptr, nb.as_ptr(), tag, sb, rb, off.as_ptr()) } {
             0 => Ok(()),
             e => Err(e),
+        }
+    }
+
+    /// The largest `flag` over the ranks of `program` (collective).
+    pub fn any(&self, program: &Context, flag: bool) -> Result<bool, MpiError> {
+        let mut any = 0;
+        // SAFETY: a live program context; writes one int.
+        match unsafe { (self.any)(program.ptr, i32::from(flag), &mut any) } {
+            0 => Ok(any != 0),
+            e => Err(MpiError(format!("MPI_Allreduce failed: MPI error {e}"))),
+        }
+    }
+
+    /// The schedule of an unstructured exchange over the ranks of `program` from this
+    /// rank's lists: `g`, each local cell's global index, and `o`, its owner (collective,
+    /// as the C backend's `sdf_us_build`).
+    pub fn schedule(
+        &self,
+        program: &Context,
+        g: &[i64],
+        o: &[i64],
+    ) -> Result<Schedule, ScheduleFailure> {
+        let n = g.len().min(o.len());
+        let (mut ptr, mut bad) = (std::ptr::null_mut(), [0i64; 4]);
+        // SAFETY: `n` values of each list; writes the schedule's pointer and `bad`.
+        let k = unsafe {
+            (self.us_build)(
+                program.ptr,
+                g.as_ptr(),
+                o.as_ptr(),
+                n as i64,
+                &mut ptr,
+                bad.as_mut_ptr(),
+            )
+        };
+        match k {
+            0 => {}
+            1 => return Err(ScheduleFailure::NoSuchOwner(bad[0], bad[1], bad[2], bad[3])),
+            2 => return Err(ScheduleFailure::NotOwned(bad[0], bad[1], bad[2], bad[3])),
+            _ if bad[0] == 0 => return Err(ScheduleFailure::Mpi("out of memory".into())),
+            _ => return Err(ScheduleFailure::Mpi(format!("MPI error {}", bad[0]))),
+        }
+        let mut v = [std::ptr::null::<i64>(); 6];
+        // SAFETY: a schedule just made; its arrays hold `size` counts, `size + 1` offsets
+        // and as many indices as the last offsets say; copied, then freed once.
+        unsafe {
+            (self.us_view)(ptr, v.as_mut_ptr());
+            let size = {
+                let (mut r, mut s) = (0, 0);
+                (self.mpi.world)(&mut r, &mut s);
+                s as usize
+            };
+            let take = |p: *const i64, len: usize| std::slice::from_raw_parts(p, len).to_vec();
+            let soff = take(v[2], size + 1);
+            let roff = take(v[3], size + 1);
+            let out = Schedule {
+                scnt: take(v[0], size),
+                rcnt: take(v[1], size),
+                sidx: take(v[4], soff[size] as usize),
+                ridx: take(v[5], roff[size] as usize),
+                soff,
+                roff,
+            };
+            (self.us_free)(ptr);
+            Ok(out)
+        }
+    }
+
+    /// Posts an unstructured exchange's receives into `rb` and sends from `sb` per
+    /// `schedule`, `bytes` per cell; the MPI error code on failure.
+    ///
+    /// # Safety
+    /// `sb` holds `soff[size] * bytes` bytes and `rb` `roff[size] * bytes`, valid (and
+    /// `rb` unread, `sb` unwritten) until [`Runtime::wait_unstructured`] returned.
+    pub unsafe fn post_unstructured(
+        &self,
+        ctx: &ExchangeContext,
+        schedule: &Schedule,
+        bytes: i64,
+        tag: i32,
+        sb: *mut u8,
+        rb: *mut u8,
+    ) -> Result<(), i32> {
+        // SAFETY: as the caller promises; the schedule's arrays are of the ranks' count.
+        match unsafe {
+            (self.us_post)(
+                ctx.ptr,
+                schedule.scnt.len() as i32,
+                schedule.scnt.as_ptr(),
+                schedule.soff.as_ptr(),
+                schedule.rcnt.as_ptr(),
+                schedule.roff.as_ptr(),
+                bytes,
+                tag,
+                sb,
+                rb,
+            )
+        } {
+            0 => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    /// Waits for [`Runtime::post_unstructured`]'s messages and checks their sizes
+    /// (`WaitFailure`'s first number is then the sending rank).
+    pub fn wait_unstructured(
+        &self,
+        ctx: &ExchangeContext,
+        schedule: &Schedule,
+        bytes: i64,
+    ) -> Result<(), WaitFailure> {
+        let mut bad = [0i64; 3];
+        // SAFETY: reads the counts, writes `bad`.
+        match unsafe {
+            (self.us_wait)(
+                ctx.ptr,
+                schedule.rcnt.len() as i32,
+                schedule.rcnt.as_ptr(),
+                bytes,
+                bad.as_mut_ptr(),
+            )
+        } {
+            0 => Ok(()),
+            1 => Err(WaitFailure::Mpi(bad[0] as usize, bad[1])),
+            _ => Err(WaitFailure::Size(bad[0] as usize, bad[1], bad[2])),
         }
     }
 

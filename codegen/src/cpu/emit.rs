@@ -248,7 +248,7 @@ int sdflow_mpi_gather(const void* send, int64_t bytes, void* recv, int root) {
 "#;
 
 /// The unstructured exchanges' schedules (after [`MPI_HOST`]).
-const MPI_UNSTRUCTURED: &str = r#"/* The schedule of the unstructured exchanges by one pair of lists: per rank, how many
+pub(crate) const MPI_UNSTRUCTURED: &str = r#"/* The schedule of the unstructured exchanges by one pair of lists: per rank, how many
    cells this rank sends it and receives from it, at which offsets of `sidx` and `ridx`
    (the local cells: owned cells the rank holds in its halo; this rank's halo cells the
    rank owns), made by `sdf_us_build` and kept while the lists' hash stays the same. */

@@ -88,9 +88,10 @@ pub struct KernelSpec {
     /// (their product is the number of threads that do work).
     pub grid_sizes: Option<Vec<SymExpr>>,
     /// For the start or finish of a halo exchange: the exchange's number. The kernel packs
-    /// (start) or unpacks (finish) its strips and takes two parameters after the common
-    /// ones: the exchange's buffer (`char*`) and the mask of directions with a
-    /// neighbour (`int`).
+    /// (start) or unpacks (finish) the cells its neighbours need and takes, after the
+    /// common parameters, the exchange's buffer (`char*`) and, for a structured exchange,
+    /// the mask of directions with a neighbour (`int`), for an unstructured one its
+    /// schedule and the lists it was made from (two `const int64_t*`).
     pub exchange: Option<usize>,
 }
 
@@ -347,19 +348,6 @@ pub fn emit_cuda_plan(
             plan.name
         )));
     }
-    if let Some(x) = plan
-        .exchanges()
-        .into_iter()
-        .find(|x| crate::cfamily::emit::structured(x).is_none())
-    {
-        return Err(CodegenError::Unsupported(format!(
-            "'{}' exchanges halos over an unstructured decomposition (exchange #{} of {} over {}): the CUDA backend lowers structured exchanges only; the C backend lowers both, over MPI (docs/distributed.md)",
-            plan.name,
-            x.id,
-            x.fields.join(", "),
-            x.decomposition
-        )));
-    }
     let identity =
         (!plan.exchanges().is_empty()).then(|| crate::cpu::emit::distributed_identity(sdfg, &plan));
     if opts.block_size == 0 || !opts.block_size.is_multiple_of(32) || opts.block_size > 1024 {
@@ -398,9 +386,17 @@ pub fn emit_cuda_plan(
             };
             if let StepKind::ExchangeStart(x) | StepKind::ExchangeFinish(x) = &step.kind {
                 let send = matches!(step.kind, StepKind::ExchangeStart(_));
+                // Structured: the directions with a neighbour; unstructured: the schedule
+                // and the lists it was made from.
+                let extra = if crate::cfamily::emit::structured(x).is_some() {
+                    "char* __restrict__ sdf_xb, const int sdf_xnb"
+                } else {
+                    "char* __restrict__ sdf_xb, const int64_t* __restrict__ sdf_xs, const int64_t* __restrict__ sdf_xl"
+                };
+                let sep = if head.is_empty() { "" } else { ", " };
                 let _ = writeln!(
                     em.out,
-                    "/* state '{}', halo exchange #{} ({}) */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}, char* __restrict__ sdf_xb, const int sdf_xnb) {{\n{prologue}",
+                    "/* state '{}', halo exchange #{} ({}) */\nextern \"C\" __global__ void __launch_bounds__({}) {name}({head}{sep}{extra}) {{\n{prologue}",
                     st.name.replace("*/", "* /"),
                     x.id,
                     if send { "pack" } else { "unpack" },

@@ -16,18 +16,26 @@
 //! a split stencil) run while the messages travel. The host functions run on a thread of
 //! the driver; MPI is reached through [`crate::mpi::Runtime`] (no MPI in the Rust build).
 //! The buffers are one per exchange and direction of travel, laid out as the C backend's
-//! per-direction buffers one after another, so a message is the same bytes on both
-//! backends.
+//! messages one after another, so a message is the same bytes on both backends.
+//!
+//! An **unstructured** exchange needs its schedule (who sends which cells to whom),
+//! made from the lists of global indices and owners by all ranks together. The lists
+//! live on the device: a call that passes them in other arrays than the schedule was
+//! made from (the first call, at least) reads them — a wait — and the ranks make the
+//! schedule again together (whether any rank needs to is one `MPI_Allreduce` per call
+//! on the host); the schedule and a copy of the lists go to the device. The pack kernel
+//! compares the lists with that copy, so lists rewritten in place are an error of the
+//! call, not a wrong halo.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use sdflow_ir::{Decomposition, Sdfg, SymExpr};
+use sdflow_ir::{DType, Decomposition, Sdfg, SymExpr};
 
 use super::device::{DevPtr, Device, DeviceHandle, KernelArg, KernelId};
 use super::emit::CudaProgram;
 use crate::CodegenError;
-use crate::mpi::{ExchangeContext, Runtime, WaitFailure};
+use crate::mpi::{Context, ExchangeContext, Runtime, Schedule, ScheduleFailure, WaitFailure};
 
 /// Bytes before the messages in each buffer: the status word the unpack kernel reads.
 const HEADER: usize = 8;
@@ -38,15 +46,8 @@ struct XState {
     /// The exchanged fields, in the exchange's order: their names, shapes and element
     /// sizes.
     fields: Vec<(String, Vec<SymExpr>, usize)>,
-    width: i64,
     ctx: Arc<ExchangeContext>,
-    /// The neighbour in each direction (−1: none).
-    nb: [i32; 9],
-    /// Bit `d` set where direction `d` has a neighbour.
-    mask: i32,
-    /// Where direction `d`'s message lies in the buffers (after the header), for the
-    /// call under way.
-    off: [i64; 10],
+    kind: Kind,
     /// The most elements of one strip, for the kernels' grid.
     widest: i64,
     /// Bytes of each buffer (header included) allocated.
@@ -55,6 +56,40 @@ struct XState {
     recv_dev: DevPtr,
     send_host: *mut u8,
     recv_host: *mut u8,
+}
+
+/// What an exchange's kind adds.
+enum Kind {
+    Structured {
+        width: i64,
+        /// The neighbour in each direction (−1: none).
+        nb: [i32; 9],
+        /// Bit `d` set where direction `d` has a neighbour.
+        mask: i32,
+        /// Where direction `d`'s message lies in the buffers (after the header), for
+        /// the call under way.
+        off: [i64; 10],
+    },
+    Unstructured(Box<Unstructured>),
+}
+
+/// An unstructured exchange's lists and schedule.
+struct Unstructured {
+    /// The lists: names, positions among the kernels' arrays, element types.
+    global: (String, usize, DType),
+    owner: (String, usize, DType),
+    /// The lists' length.
+    n: SymExpr,
+    /// The arrays and length the schedule was made from.
+    made_from: Option<(DevPtr, DevPtr, i64)>,
+    schedule: Arc<Schedule>,
+    /// Bytes per cell of the call under way (every field's values, each padded to 8).
+    cell_bytes: i64,
+    /// On the device: `[ranks, counts, offsets, indices]` of the cells sent and of those
+    /// received, and `[n, global…, owner…]`.
+    send_schedule: DevPtr,
+    recv_schedule: DevPtr,
+    lists: DevPtr,
 }
 
 /// Raw host addresses a host function uses; valid until the buffers are freed, which
@@ -69,6 +104,8 @@ struct HostBufs {
 /// reported.
 pub(crate) struct Exchanges {
     rt: &'static Runtime,
+    /// The program's communicator.
+    program: Arc<Context>,
     list: Vec<XState>,
     error: Arc<Mutex<Option<String>>>,
 }
@@ -98,21 +135,84 @@ impl Exchanges {
                 "rank {rank} runs {description}, and rank {o} another program or decomposition: every rank must run the same program"
             )));
         }
-        let mut list = Vec::new();
+        let mut list_state = Vec::new();
         for x in prog.plan.exchanges() {
-            let Decomposition::Structured {
-                ranks,
-                width,
-                periodic,
-                corners,
-            } = &x.decomposition
-            else {
-                return Err(load_err(format!(
-                    "halo exchange #{}: the CUDA backend lowers structured exchanges only",
-                    x.id
-                )));
-            };
             let ctx = rt.exchange(&program).map_err(load_err)?;
+            let mut fields = Vec::new();
+            for name in &x.fields {
+                let a = sdfg
+                    .arrays
+                    .get(name)
+                    .and_then(|d| d.as_array())
+                    .ok_or_else(|| {
+                        load_err(format!(
+                            "halo exchange #{}: '{name}' is not an array of the program",
+                            x.id
+                        ))
+                    })?;
+                fields.push((name.clone(), a.shape.clone(), a.dtype.size_bytes()));
+            }
+            let new = |kind| XState {
+                id: x.id,
+                fields: fields.clone(),
+                ctx: Arc::new(ctx),
+                kind,
+                widest: 0,
+                cap: 0,
+                send_dev: 0,
+                recv_dev: 0,
+                send_host: std::ptr::null_mut(),
+                recv_host: std::ptr::null_mut(),
+            };
+            let (ranks, width, periodic, corners) = match &x.decomposition {
+                Decomposition::Structured {
+                    ranks,
+                    width,
+                    periodic,
+                    corners,
+                } => (ranks, width, periodic, corners),
+                Decomposition::Unstructured {
+                    ranks,
+                    global,
+                    owner,
+                } => {
+                    if size != *ranks as usize {
+                        return Err(load_err(format!(
+                            "halo exchange #{} of {} is over {ranks} ranks, but the program runs on {size}: start it with `mpirun -n {ranks}`",
+                            x.id,
+                            quoted(&x.fields),
+                        )));
+                    }
+                    let list =
+                        |name: &str| -> Result<(String, usize, DType, SymExpr), CodegenError> {
+                            let k = prog.params.arrays.iter().position(|a| a == name);
+                            let d = sdfg.arrays.get(name).and_then(|d| d.as_array());
+                            match (k, d) {
+                                (Some(k), Some(d)) if k < prog.plan.signature.arrays.len() => {
+                                    Ok((name.to_string(), k, d.dtype, d.shape[0].clone()))
+                                }
+                                _ => Err(load_err(format!(
+                                    "halo exchange #{}: its list '{name}' is not an array argument of the program",
+                                    x.id
+                                ))),
+                            }
+                        };
+                    let (g, gk, gt, n) = list(global)?;
+                    let (o, ok, ot, _) = list(owner)?;
+                    list_state.push(new(Kind::Unstructured(Box::new(Unstructured {
+                        global: (g, gk, gt),
+                        owner: (o, ok, ot),
+                        n,
+                        made_from: None,
+                        schedule: Arc::new(Schedule::default()),
+                        cell_bytes: 0,
+                        send_schedule: 0,
+                        recv_schedule: 0,
+                        lists: 0,
+                    }))));
+                    continue;
+                }
+            };
             let want = (ranks[0] * ranks[1]) as usize;
             if size != want {
                 return Err(load_err(format!(
@@ -148,39 +248,17 @@ impl Exchanges {
                 *slot = (nj * px + ni) as i32;
                 mask |= 1 << d;
             }
-            let mut fields = Vec::new();
-            for name in &x.fields {
-                let a = sdfg
-                    .arrays
-                    .get(name)
-                    .and_then(|d| d.as_array())
-                    .ok_or_else(|| {
-                        load_err(format!(
-                            "halo exchange #{}: '{name}' is not an array of the program",
-                            x.id
-                        ))
-                    })?;
-                fields.push((name.clone(), a.shape.clone(), a.dtype.size_bytes()));
-            }
-            list.push(XState {
-                id: x.id,
-                fields,
+            list_state.push(new(Kind::Structured {
                 width: *width,
-                ctx: Arc::new(ctx),
                 nb,
                 mask,
                 off: [0; 10],
-                widest: 0,
-                cap: 0,
-                send_dev: 0,
-                recv_dev: 0,
-                send_host: std::ptr::null_mut(),
-                recv_host: std::ptr::null_mut(),
-            });
+            }));
         }
         Ok(Some(Exchanges {
             rt,
-            list,
+            program,
+            list: list_state,
             error: Arc::new(Mutex::new(None)),
         }))
     }
@@ -212,7 +290,9 @@ impl Exchanges {
 
     /// Enqueues the start of exchange `id`: its pack kernel `kernel` (with the common
     /// arguments `args`), the copy of the buffer to the host and the host function that
-    /// posts the messages. `at` says where the exchange is, for messages.
+    /// posts the messages. `at` says where the exchange is, for messages. An unstructured
+    /// exchange first agrees with the other ranks whether its schedule must be made
+    /// again, and makes it (reading the lists: a wait) where it must.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         &mut self,
@@ -226,9 +306,15 @@ impl Exchanges {
     ) -> Result<(), String> {
         let rt = self.rt;
         let error = self.error.clone();
+        let program = self.program.clone();
         let x = self.state(id)?;
+        let fields = field_names(x);
+        if let Kind::Unstructured(us) = &mut x.kind {
+            us.prepare(rt, &program, dev, env, args, &x.fields, &at)?;
+        }
         x.layout(env)?;
-        let bytes = HEADER + x.off[9] as usize;
+        let (send_bytes, recv_bytes) = x.message_bytes();
+        let bytes = send_bytes.max(recv_bytes);
         if x.cap < bytes {
             x.release(dev);
             x.send_dev = dev.alloc_zeroed(bytes).map_err(|e| e.0)?;
@@ -237,31 +323,57 @@ impl Exchanges {
             x.recv_host = dev.alloc_host(bytes).map_err(|e| e.0)?;
             x.cap = bytes;
         }
-        x.launch(dev, args, kernel, block, x.send_dev)?;
-        // SAFETY: `send_host` holds `cap >= bytes` bytes; the host touches it only in
-        // the host function enqueued after this copy.
-        unsafe { dev.copy_d2h_async(x.send_host, x.send_dev, bytes) }.map_err(|e| e.0)?;
-        let (ctx, nb, off) = (x.ctx.clone(), x.nb, x.off);
+        if matches!(x.kind, Kind::Unstructured(_)) {
+            // The status word the pack kernel sets where the lists changed.
+            dev.memset_zero(x.send_dev, HEADER).map_err(|e| e.0)?;
+        }
+        x.launch(dev, args, kernel, block, true)?;
+        // SAFETY: `send_host` holds `cap >= send_bytes` bytes; the host touches it only
+        // in the host function enqueued after this copy.
+        unsafe { dev.copy_d2h_async(x.send_host, x.send_dev, send_bytes) }.map_err(|e| e.0)?;
+        let ctx = x.ctx.clone();
         let bufs = HostBufs {
             send: x.send_host as usize,
             recv: x.recv_host as usize,
         };
-        let fields = field_names(x);
+        let post = x.poster();
         dev.host_fn(Box::new(move || {
             let (send, recv) = (bufs.send as *mut u8, bufs.recv as *mut u8);
-            // SAFETY: both buffers hold the header and `off[9]` bytes of messages; they
-            // are freed only after the stream is drained. The receive buffer's status
-            // word is outside the messages, and no copy uses it now (stream order).
+            // SAFETY: both buffers hold the header and the messages; they are freed only
+            // after the stream is drained. The receive buffer's status word is outside
+            // the messages, and no copy uses it now (stream order).
             let posted = unsafe {
                 std::ptr::write_bytes(recv, 0, HEADER);
-                rt.post(
-                    &ctx,
-                    &nb,
-                    (9 * id) as i32,
-                    send.add(HEADER),
-                    recv.add(HEADER),
-                    &off,
-                )
+                if std::ptr::read(send as *const i64) != 0
+                    && let Post::Unstructured { global, owner, .. } = &post
+                {
+                    record(
+                        &error,
+                        format!(
+                            "{at}: the lists '{global}' and '{owner}' were changed in place since the exchange's schedule was made from them: pass changed lists in other arrays (the CUDA backend reads them when a call passes arrays it has not seen)"
+                        ),
+                    );
+                }
+                match &post {
+                    Post::Structured { nb, off } => rt.post(
+                        &ctx,
+                        nb,
+                        (9 * id) as i32,
+                        send.add(HEADER),
+                        recv.add(HEADER),
+                        off,
+                    ),
+                    Post::Unstructured {
+                        schedule, bytes, ..
+                    } => rt.post_unstructured(
+                        &ctx,
+                        schedule,
+                        *bytes,
+                        (9 * id) as i32,
+                        send.add(HEADER),
+                        recv.add(HEADER),
+                    ),
+                }
             };
             if let Err(code) = posted {
                 // SAFETY: as above.
@@ -276,7 +388,7 @@ impl Exchanges {
     }
 
     /// Enqueues the finish of exchange `id`: the host function that waits for its
-    /// messages, the copy of the received strips to the device and the unpack kernel.
+    /// messages, the copy of the received cells to the device and the unpack kernel.
     /// `at` says where the exchange is, for messages.
     pub(crate) fn finish(
         &mut self,
@@ -293,21 +405,37 @@ impl Exchanges {
         if x.cap == 0 {
             return Err(format!("halo exchange #{id} finishes before it started"));
         }
-        let (ctx, nb, off) = (x.ctx.clone(), x.nb, x.off);
+        let ctx = x.ctx.clone();
         let recv = x.recv_host as usize;
         let fields = field_names(x);
+        let post = x.poster();
         dev.host_fn(Box::new(move || {
-            if let Err(f) = rt.wait(&ctx, &nb, &off) {
+            let (waited, from) = match &post {
+                Post::Structured { nb, off } => (rt.wait(&ctx, nb, off), true),
+                Post::Unstructured {
+                    schedule, bytes, ..
+                } => (rt.wait_unstructured(&ctx, schedule, *bytes), false),
+            };
+            if let Err(f) = waited {
+                let whom = |d: usize| {
+                    if from {
+                        format!(
+                            "the neighbour at ({}, {})",
+                            d as i64 % 3 - 1,
+                            d as i64 / 3 - 1
+                        )
+                    } else {
+                        format!("rank {d}")
+                    }
+                };
                 let message = match f {
                     WaitFailure::Mpi(d, code) => format!(
-                        "{at}: the message of {fields} from the neighbour at ({}, {}) failed: MPI error {code}",
-                        d as i64 % 3 - 1,
-                        d as i64 / 3 - 1
+                        "{at}: the message of {fields} from {} failed: MPI error {code}",
+                        whom(d)
                     ),
                     WaitFailure::Size(d, got, want) => format!(
-                        "{at}: the message of {fields} from the neighbour at ({}, {}) has {got} bytes, {want} expected: the ranks' parts of the fields do not fit together",
-                        d as i64 % 3 - 1,
-                        d as i64 / 3 - 1
+                        "{at}: the message of {fields} from {} has {got} bytes, {want} expected: the ranks' parts of the fields do not fit together",
+                        whom(d)
                     ),
                 };
                 // SAFETY: the receive buffer holds the header; no copy uses it now.
@@ -316,11 +444,11 @@ impl Exchanges {
             }
         }))
         .map_err(|e| e.0)?;
-        let bytes = HEADER + x.off[9] as usize;
+        let (_, bytes) = x.message_bytes();
         // SAFETY: `recv_host` holds `bytes`; the host writes it only in host functions,
         // which the stream orders around this copy.
         unsafe { dev.copy_h2d_async(x.recv_dev, x.recv_host, bytes) }.map_err(|e| e.0)?;
-        x.launch(dev, args, kernel, block, x.recv_dev)
+        x.launch(dev, args, kernel, block, false)
     }
 
     /// Frees the buffers (in stream order: after the work enqueued so far).
@@ -333,8 +461,32 @@ impl Exchanges {
                 handle.free_host_later(x.recv_host, x.cap);
                 x.cap = 0;
             }
+            if let Kind::Unstructured(us) = &mut x.kind {
+                for p in [us.send_schedule, us.recv_schedule, us.lists] {
+                    if p != 0 {
+                        handle.free_later(p);
+                    }
+                }
+                us.send_schedule = 0;
+                us.recv_schedule = 0;
+                us.lists = 0;
+            }
         }
     }
+}
+
+/// What the host functions of one exchange's start and finish need.
+enum Post {
+    Structured {
+        nb: [i32; 9],
+        off: [i64; 10],
+    },
+    Unstructured {
+        schedule: Arc<Schedule>,
+        bytes: i64,
+        global: String,
+        owner: String,
+    },
 }
 
 /// Keeps the first failure.
@@ -359,63 +511,142 @@ fn quoted(fields: &[String]) -> String {
         .join(", ")
 }
 
+/// The extents of `shape` for the symbol values `env`.
+fn extents(
+    id: usize,
+    name: &str,
+    shape: &[SymExpr],
+    env: &BTreeMap<String, i64>,
+) -> Result<Vec<i64>, String> {
+    shape
+        .iter()
+        .map(|s| {
+            s.eval_map(env)
+                .map_err(|e| format!("halo exchange #{id}: the shape of '{name}': {e}"))
+        })
+        .collect()
+}
+
 impl XState {
-    /// The messages' layout for the symbol values `env`: per direction, each field's
-    /// strip padded to 8 bytes (as the pack kernel writes them).
+    /// The messages' layout for the symbol values `env`: structured, per direction each
+    /// field's strip padded to 8 bytes; unstructured, the bytes per cell. Also the most
+    /// values one kernel thread loop covers, for the grid.
     fn layout(&mut self, env: &BTreeMap<String, i64>) -> Result<(), String> {
-        let w = self.width;
-        let mut off = [0i64; 10];
-        let mut widest = 0;
-        for d in 0..9usize {
-            let (di, dj) = (d as i64 % 3 - 1, d as i64 / 3 - 1);
-            let mut bytes = 0i64;
-            if d != 4 {
-                for (name, shape, elem) in &self.fields {
-                    let mut ext = Vec::with_capacity(shape.len());
-                    for s in shape {
-                        ext.push(s.eval_map(env).map_err(|e| {
-                            format!("halo exchange #{}: the shape of '{name}': {e}", self.id)
-                        })?);
+        match &mut self.kind {
+            Kind::Structured { width, off, .. } => {
+                let w = *width;
+                let mut o = [0i64; 10];
+                let mut widest = 0;
+                for d in 0..9usize {
+                    let (di, dj) = (d as i64 % 3 - 1, d as i64 / 3 - 1);
+                    let mut bytes = 0i64;
+                    if d != 4 {
+                        for (name, shape, elem) in &self.fields {
+                            let ext = extents(self.id, name, shape, env)?;
+                            if ext.len() < 2 || ext[0] < 2 * w || ext[1] < 2 * w {
+                                return Err(format!(
+                                    "'{name}' has extents {ext:?}: it holds no halo of width {w} on both sides of its first two dimensions (halo exchange #{})",
+                                    self.id
+                                ));
+                            }
+                            let l0 = if di == 0 { ext[0] - 2 * w } else { w };
+                            let l1 = if dj == 0 { ext[1] - 2 * w } else { w };
+                            let rest: i64 = ext[2..].iter().map(|&e| e.max(0)).product();
+                            let count = l0 * l1 * rest;
+                            widest = widest.max(count);
+                            bytes += (count * *elem as i64 + 7) / 8 * 8;
+                        }
                     }
-                    if ext.len() < 2 || ext[0] < 2 * w || ext[1] < 2 * w {
+                    if bytes > i32::MAX as i64 {
                         return Err(format!(
-                            "'{name}' has extents {ext:?}: it holds no halo of width {w} on both sides of its first two dimensions (halo exchange #{})",
+                            "halo exchange #{}: a message of more than 2 GiB",
                             self.id
                         ));
                     }
-                    let l0 = if di == 0 { ext[0] - 2 * w } else { w };
-                    let l1 = if dj == 0 { ext[1] - 2 * w } else { w };
-                    let rest: i64 = ext[2..].iter().map(|&e| e.max(0)).product();
-                    let count = l0 * l1 * rest;
-                    widest = widest.max(count);
-                    bytes += (count * *elem as i64 + 7) / 8 * 8;
+                    o[d + 1] = o[d] + bytes;
                 }
+                *off = o;
+                self.widest = widest;
             }
-            if bytes > i32::MAX as i64 {
-                return Err(format!(
-                    "halo exchange #{}: a message of more than 2 GiB",
-                    self.id
-                ));
+            Kind::Unstructured(us) => {
+                let mut bytes = 0i64;
+                let mut values = 1i64;
+                for (name, shape, elem) in &self.fields {
+                    let ext = extents(self.id, name, shape, env)?;
+                    let m: i64 = ext[1..].iter().map(|&e| e.max(0)).product();
+                    values = values.max(m);
+                    bytes += (m * *elem as i64 + 7) / 8 * 8;
+                }
+                let s = &us.schedule;
+                let cells = s.scnt.iter().chain(&s.rcnt).copied().max().unwrap_or(0);
+                if cells * bytes > i32::MAX as i64 {
+                    return Err(format!(
+                        "halo exchange #{}: a message of more than 2 GiB",
+                        self.id
+                    ));
+                }
+                us.cell_bytes = bytes;
+                self.widest = cells * values;
             }
-            off[d + 1] = off[d] + bytes;
         }
-        self.off = off;
-        self.widest = widest;
         Ok(())
     }
 
-    /// Launches the pack or unpack kernel on `buffer`.
+    /// The bytes of the send and of the receive buffer for the call under way, the
+    /// status word included.
+    fn message_bytes(&self) -> (usize, usize) {
+        match &self.kind {
+            Kind::Structured { off, .. } => (HEADER + off[9] as usize, HEADER + off[9] as usize),
+            Kind::Unstructured(us) => {
+                let s = &us.schedule;
+                let total = |o: &[i64]| o.last().copied().unwrap_or(0) * us.cell_bytes;
+                (
+                    HEADER + total(&s.soff) as usize,
+                    HEADER + total(&s.roff) as usize,
+                )
+            }
+        }
+    }
+
+    /// What the host functions need, for the call under way.
+    fn poster(&self) -> Post {
+        match &self.kind {
+            Kind::Structured { nb, off, .. } => Post::Structured { nb: *nb, off: *off },
+            Kind::Unstructured(us) => Post::Unstructured {
+                schedule: us.schedule.clone(),
+                bytes: us.cell_bytes,
+                global: us.global.0.clone(),
+                owner: us.owner.0.clone(),
+            },
+        }
+    }
+
+    /// Launches the pack (`send`) or unpack kernel.
     fn launch(
         &self,
         dev: &mut dyn Device,
         args: &[KernelArg],
         kernel: KernelId,
         block: u32,
-        buffer: DevPtr,
+        send: bool,
     ) -> Result<(), String> {
         let mut all = args.to_vec();
-        all.push(KernelArg::Ptr(buffer));
-        all.push(KernelArg::I32(self.mask));
+        all.push(KernelArg::Ptr(if send {
+            self.send_dev
+        } else {
+            self.recv_dev
+        }));
+        match &self.kind {
+            Kind::Structured { mask, .. } => all.push(KernelArg::I32(*mask)),
+            Kind::Unstructured(us) => {
+                all.push(KernelArg::Ptr(if send {
+                    us.send_schedule
+                } else {
+                    us.recv_schedule
+                }));
+                all.push(KernelArg::Ptr(us.lists));
+            }
+        }
         let blocks = (self.widest.max(1) as u64)
             .div_ceil(block as u64)
             .min(65_535) as u32;
@@ -433,5 +664,121 @@ impl XState {
         dev.free_host(self.send_host, self.cap);
         dev.free_host(self.recv_host, self.cap);
         self.cap = 0;
+    }
+}
+
+impl Unstructured {
+    /// Makes the schedule again where any rank's call passes its lists in other arrays
+    /// (or of another length) than the schedule was made from: reads the lists (a wait),
+    /// makes the schedule with the other ranks, and puts it and the lists on the device.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &mut self,
+        rt: &Runtime,
+        program: &Context,
+        dev: &mut dyn Device,
+        env: &BTreeMap<String, i64>,
+        args: &[KernelArg],
+        fields: &[(String, Vec<SymExpr>, usize)],
+        at: &str,
+    ) -> Result<(), String> {
+        let ptr = |k: usize| match args.get(k) {
+            Some(KernelArg::Ptr(p)) => Ok(*p),
+            _ => Err(format!("{at}: its list is not an array argument")),
+        };
+        let (gp, op) = (ptr(self.global.1)?, ptr(self.owner.1)?);
+        let n = self
+            .n
+            .eval_map(env)
+            .map_err(|e| format!("{at}: the length of '{}': {e}", self.global.0))?;
+        let changed = self.made_from != Some((gp, op, n));
+        if !rt.any(program, changed).map_err(|e| format!("{at}: {e}"))? {
+            return Ok(());
+        }
+        let read = |p: DevPtr, t: DType, dev: &mut dyn Device| -> Result<Vec<i64>, String> {
+            let mut b = vec![0u8; n.max(0) as usize * t.size_bytes()];
+            if !b.is_empty() {
+                dev.copy_d2h_sync(&mut b, p).map_err(|e| e.0)?;
+            }
+            Ok(match t {
+                DType::I32 => b
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+                    .collect(),
+                DType::I64 => b
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+                other => {
+                    return Err(format!(
+                        "{at}: its lists must be integers, not {}",
+                        other.name()
+                    ));
+                }
+            })
+        };
+        let g = read(gp, self.global.2, dev)?;
+        let o = read(op, self.owner.2, dev)?;
+        let (rank, size) = rt.mpi.world().map_err(|e| format!("{at}: {e}"))?;
+        let schedule = rt.schedule(program, &g, &o).map_err(|f| match f {
+            ScheduleFailure::NoSuchOwner(c, gl, owner, r) => format!(
+                "{at}: cell {c} (global {gl}) of rank {r} is owned by rank {owner}, which is not one of the {size}"
+            ),
+            ScheduleFailure::NotOwned(c, gl, holder, owner) => format!(
+                "{at}: cell {c} (global {gl}) of rank {holder} is not among the cells rank {owner} owns"
+            ),
+            ScheduleFailure::Mpi(m) => format!(
+                "{at}: making the schedule of the exchanges by '{}' and '{}' failed: {m}",
+                self.global.0, self.owner.0
+            ),
+        })?;
+        for (name, shape, _) in fields {
+            if let Some(e0) = shape.first() {
+                let e0 = e0
+                    .eval_map(env)
+                    .map_err(|e| format!("{at}: '{name}': {e}"))?;
+                if e0 != n {
+                    return Err(format!(
+                        "{at}: '{name}' has {e0} cells in its first dimension on rank {rank}, '{}' lists {n}",
+                        self.global.0
+                    ));
+                }
+            }
+        }
+        // On the device: the schedule's two halves and the lists it was made from.
+        let ranks = schedule.scnt.len() as i64;
+        let half = |cnt: &[i64], off: &[i64], idx: &[i64]| -> Vec<i64> {
+            let mut v = vec![ranks];
+            v.extend_from_slice(cnt);
+            v.extend_from_slice(off);
+            v.extend_from_slice(idx);
+            v
+        };
+        let send = half(&schedule.scnt, &schedule.soff, &schedule.sidx);
+        let recv = half(&schedule.rcnt, &schedule.roff, &schedule.ridx);
+        let mut lists = vec![n];
+        lists.extend_from_slice(&g);
+        lists.extend_from_slice(&o);
+        for p in [self.send_schedule, self.recv_schedule, self.lists] {
+            if p != 0 {
+                dev.free(p);
+            }
+        }
+        self.send_schedule = 0;
+        self.recv_schedule = 0;
+        self.lists = 0;
+        self.made_from = None;
+        let upload = |v: &[i64], dev: &mut dyn Device| -> Result<DevPtr, String> {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let p = dev.alloc_zeroed(bytes.len()).map_err(|e| e.0)?;
+            dev.copy_h2d(p, &bytes).map_err(|e| e.0)?;
+            Ok(p)
+        };
+        self.send_schedule = upload(&send, dev)?;
+        self.recv_schedule = upload(&recv, dev)?;
+        self.lists = upload(&lists, dev)?;
+        self.schedule = Arc::new(schedule);
+        self.made_from = Some((gp, op, n));
+        Ok(())
     }
 }

@@ -609,6 +609,25 @@ impl GpuProgram {
     /// the device they live on, no array passed twice; symbol values given or implied
     /// by the arrays.
     pub fn bind(&self, args: DeviceArgs<'_>) -> Result<GpuCall, CallError> {
+        self.bind_inner(args).map_err(|e| self.fail(e))
+    }
+
+    /// An error of a program that exchanges halos, running on several ranks, stops every
+    /// rank: the others would wait for this one at its next exchange. Its message goes
+    /// to standard error, led by the rank, and MPI aborts the run (as the C backend's
+    /// `CompiledProgram` does). Elsewhere `e` is returned.
+    fn fail(&self, e: CallError) -> CallError {
+        if let Some(m) = self.mpi()
+            && let Ok((rank, size)) = m.world()
+            && size > 1
+        {
+            eprintln!("error: rank {rank}: {e}");
+            m.abort(1);
+        }
+        e
+    }
+
+    fn bind_inner(&self, args: DeviceArgs<'_>) -> Result<GpuCall, CallError> {
         let sig = &self.prog.plan.signature;
         let passed: Vec<PassedArray<'_>> = args
             .arrays
@@ -673,6 +692,7 @@ impl GpuProgram {
             )));
         }
         self.enqueue_call(&c.key, &c.floats, &c.bound)
+            .map_err(|e| self.fail(e))
     }
 
     /// Checks arrays that another library allocated on the device (CuPy, anything with
@@ -932,6 +952,10 @@ impl GpuProgram {
     /// interpreter's message. Reading the device's error record waits for all work
     /// enqueued so far, and clears the record.
     pub fn wait(&mut self, c: Completion) -> Result<(), CallError> {
+        self.wait_inner(c).map_err(|e| self.fail(e))
+    }
+
+    fn wait_inner(&mut self, c: Completion) -> Result<(), CallError> {
         c.event.wait().map_err(|e| self.run_err(e.0))?;
         let mut bytes = vec![0u8; (1 + RECORD_LEN) * 8];
         {

@@ -285,6 +285,7 @@ impl Emitter<'_> {
     /// first dimension slowest).
     pub(crate) fn exchange_kernel(&mut self, sc: &Scope<'_>, x: &Exchange, send: bool) {
         let Some((_, w, _, _)) = structured(x) else {
+            self.unstructured_kernel(sc, x, send);
             return;
         };
         let w2 = 2 * w;
@@ -366,6 +367,103 @@ impl Emitter<'_> {
             self.indent -= 1;
             self.line("}");
         }
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// The body of a CUDA kernel packing (`send`) or unpacking unstructured exchange `x`
+    /// through the buffer `sdf_xb` (a status word, then the C backend's unstructured
+    /// message per rank: per field, each cell's values padded to 8 bytes), with the
+    /// schedule `sdf_xs` (`[ranks, count per rank, offset per rank and one, local cell
+    /// indices]`, of the cells sent or of those received) and the lists as the schedule
+    /// was made from them, `sdf_xl` (`[n, global…, owner…]`). Packing first compares the
+    /// lists with those and sets the status word where they differ. Each thread takes
+    /// every `gridDim.x * blockDim.x`-th value of each rank's cells.
+    fn unstructured_kernel(&mut self, sc: &Scope<'_>, x: &Exchange, send: bool) {
+        let Some((g, o)) = lists(x) else {
+            return;
+        };
+        self.line("const int64_t sdf_t0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, sdf_ts = (int64_t)gridDim.x * blockDim.x;");
+        if send {
+            self.line("{ const int64_t sdf_n = sdf_xl[0];");
+            self.line(&format!(
+                "  for (int64_t l = sdf_t0; l < sdf_n; l += sdf_ts) if ((int64_t)a_{g}[l] != sdf_xl[1 + l] || (int64_t)a_{o}[l] != sdf_xl[1 + sdf_n + l]) ((int64_t*)sdf_xb)[0] = 1; }}"
+            ));
+        } else {
+            self.line("if (((const int64_t*)sdf_xb)[0] != 0) return;");
+        }
+        let mut fields = Vec::new();
+        for f in &x.fields {
+            let Some(a) = sc.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
+                continue;
+            };
+            let rest: Vec<String> = a.shape[1..]
+                .iter()
+                .map(|n| format!("sdf_max64({}, 0)", sc.sym_with(n, SymCheck::Plain)))
+                .collect();
+            fields.push((f.clone(), a, rest));
+        }
+        // Values per cell and bytes per cell of each field.
+        for (k, (_, a, rest)) in fields.iter().enumerate() {
+            let m = if rest.is_empty() {
+                "1".to_string()
+            } else {
+                rest.join(" * ")
+            };
+            self.line(&format!(
+                "const int64_t sdf_m{k} = {m}, sdf_cb{k} = (sdf_m{k} * (int64_t)sizeof({}) + 7) / 8 * 8;",
+                ctype(a.dtype)
+            ));
+        }
+        let total: Vec<String> = (0..fields.len()).map(|k| format!("sdf_cb{k}")).collect();
+        self.line(&format!(
+            "const int64_t sdf_B = {};",
+            if total.is_empty() {
+                "0".to_string()
+            } else {
+                total.join(" + ")
+            }
+        ));
+        self.line("const int64_t sdf_P = sdf_xs[0]; const int64_t* sdf_cnt = sdf_xs + 1; const int64_t* sdf_off = sdf_xs + 1 + sdf_P; const int64_t* sdf_idx = sdf_xs + 2 + 2 * sdf_P;");
+        self.line("for (int64_t p = 0; p < sdf_P; p++) {");
+        self.indent += 1;
+        self.line("const int64_t sdf_n = sdf_cnt[p], sdf_base = 8 + sdf_off[p] * sdf_B;");
+        self.line("int64_t sdf_fo = 0;");
+        for (k, (f, a, rest)) in fields.iter().enumerate() {
+            let t = ctype(a.dtype);
+            self.line(&format!(
+                "for (int64_t sdf_q = sdf_t0; sdf_q < sdf_n * sdf_m{k}; sdf_q += sdf_ts) {{ /* '{f}' */"
+            ));
+            self.indent += 1;
+            self.line(&format!(
+                "const int64_t c = sdf_q / sdf_m{k}; int64_t sdf_v = sdf_q % sdf_m{k};"
+            ));
+            self.line(&format!(
+                "{t}* sdf_b = ({t}*)(sdf_xb + sdf_base + sdf_n * sdf_fo + c * sdf_cb{k});"
+            ));
+            self.line("const int64_t sdf_r0 = sdf_v;");
+            let mut ix = vec!["i0".to_string()];
+            for d in (1..=rest.len()).rev() {
+                self.line(&format!(
+                    "const int64_t i{d} = sdf_v % ({r}); sdf_v /= ({r});",
+                    r = rest[d - 1]
+                ));
+            }
+            for d in 1..=rest.len() {
+                ix.push(format!("i{d}"));
+            }
+            self.line("const int64_t i0 = sdf_idx[sdf_off[p] + c];");
+            let at = format!("a_{f}[{}]", sc.flat(&ix, &a.strides));
+            if send {
+                self.line(&format!("sdf_b[sdf_r0] = {at};"));
+            } else {
+                self.line(&format!("{at} = sdf_b[sdf_r0];"));
+            }
+            self.indent -= 1;
+            self.line("}");
+            self.line(&format!("sdf_fo += sdf_cb{k};"));
+        }
+        self.line("(void)sdf_fo; (void)sdf_base;");
         self.indent -= 1;
         self.line("}");
     }
