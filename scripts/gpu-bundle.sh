@@ -9,7 +9,8 @@
 #
 # run.sh writes the device's name, the tests' and the bench's output to OUTDIR (default
 # target/gpu-bundle/results): the GPU results against the interpreter bit for bit
-# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs), the timings of benches/cuda.rs,
+# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs, halo exchanges on 4 MPI ranks where
+# Open MPI is installed), the timings of benches/cuda.rs,
 # and `sdflow bench` of the fused hyperdiffusion and the Laplacian on the CPU at 1 to 16
 # threads and on the GPU, each against the ceiling it measures in the same run (the CPU
 # runs need a C compiler there; SKIP_CPU=1 leaves them out); and the GT4Py corpus at
@@ -115,6 +116,24 @@ if [ -e "$here/gt4py-site.tar.xz" ] && ls "$here"/whl/*.whl >/dev/null 2>&1 &&
 fi
 "$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
 "$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1
+# Halo exchanges on the GPU (where Open MPI is installed): the fixture on 4 MPI ranks,
+# each on this GPU, bit for bit against the interpreter's simulated ranks.
+if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+    xd=$(mktemp -d)
+    fx=tests/distributed/halo_stencil.sdfg.json
+    {
+        "$here/bin/sdflow" run $fx --ranks 4 -s NI=256 -s NJ=256 --outputs "$xd/want.{rank}.npz" >/dev/null &&
+            mpirun --allow-run-as-root --oversubscribe -n 4 "$here/bin/sdflow" run $fx --ranks 4 \
+                -s NI=256 -s NJ=256 --backend cuda --outputs "$xd/got.{rank}.npz" &&
+            python3 -c "
+import numpy as np, sys
+bad = [r for r in range(4) if not np.array_equal(np.load('$xd/want.%d.npz' % r)['out'].view(np.uint64), np.load('$xd/got.%d.npz' % r)['out'].view(np.uint64))]
+print('halo exchange on GPU ranks:', 'bit for bit' if not bad else 'ranks %s differ' % bad)
+sys.exit(1 if bad else 0)"
+    } > "$results/mpi_gpu.txt" 2>&1 || status=1
+else
+    echo "no mpirun/mpicc: the GPU's halo exchanges not run" > "$results/mpi_gpu.txt"
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     "$here/bin/bench_cuda" --bench --noplot > "$results/bench_cuda.txt" 2>&1 || status=1
 fi
@@ -170,6 +189,7 @@ if ls "$here"/whl/*.whl >/dev/null 2>&1 && python3 -c "import cupy" 2>/dev/null;
         status=1
 fi
 grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
+tail -1 "$results/mpi_gpu.txt"
 exit $status
 RUN
 chmod +x "$out/run.sh"
