@@ -805,6 +805,8 @@ fn the_gpu_exchange_is_enqueued_in_stream_order_and_never_waits() {
         .int("NI", ni as i64)
         .int("NJ", nj as i64);
     let call = p.bind(args).unwrap();
+    // Launched one by one first; captured and replayed below.
+    p.set_graphs(false);
     for round in 0..2 {
         let calls = |h: &DeviceHandle| {
             h.lock()
@@ -826,6 +828,7 @@ fn the_gpu_exchange_is_enqueued_in_stream_order_and_never_waits() {
                 Call::Alloc { .. } => Some("alloc".into()),
                 Call::Synchronize | Call::CopyD2H { .. } => Some("wait".into()),
                 Call::BeginCapture => Some("capture".into()),
+                Call::Replay(_) => Some("replay".into()),
                 _ => None,
             })
             .collect();
@@ -852,6 +855,39 @@ fn the_gpu_exchange_is_enqueued_in_stream_order_and_never_waits() {
             .map(String::from),
         );
         assert_eq!(log, want, "call {round}");
+        p.wait(done).unwrap();
+    }
+    // As a graph: the first call captures it (the same steps) and replays it, the next
+    // ones only replay it — host functions and host copies included.
+    p.set_graphs(true);
+    for round in 0..3 {
+        let before = handle
+            .lock()
+            .as_any()
+            .downcast_ref::<RecordingDevice>()
+            .unwrap()
+            .calls()
+            .len();
+        let done = p.call_bound(&call).unwrap();
+        let d = handle.lock();
+        let rec = d.as_any().downcast_ref::<RecordingDevice>().unwrap();
+        let calls = &rec.calls()[before..];
+        let captured = calls.iter().any(|c| matches!(c, Call::BeginCapture));
+        let replays = calls
+            .iter()
+            .filter(|c| matches!(c, Call::Replay(_)))
+            .count();
+        let host_fns = calls.iter().filter(|c| matches!(c, Call::HostFn)).count();
+        assert_eq!(
+            (captured, replays, host_fns),
+            if round == 0 {
+                (true, 1, 2)
+            } else {
+                (false, 1, 0)
+            },
+            "graph call {round}: {calls:?}"
+        );
+        drop(d);
         p.wait(done).unwrap();
     }
     std::fs::remove_dir_all(&dir).ok();

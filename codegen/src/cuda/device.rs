@@ -53,6 +53,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// A device address (`CUdeviceptr`).
 pub type DevPtr = u64;
 
+/// A function the stream runs on the host ([`Device::host_fn`]).
+pub type HostFn = Arc<dyn Fn() + Send + Sync>;
+
 /// One kernel argument, passed by value as the kernel's parameter of the same type.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KernelArg {
@@ -237,22 +240,25 @@ pub trait Device: Send {
     /// Frees memory of [`Device::alloc_host`] of `bytes` bytes, after waiting for the
     /// work enqueued so far (a copy may still use it).
     fn free_host(&mut self, p: *mut u8, bytes: usize);
-    /// Enqueues a copy of `bytes` bytes at `src` into host memory `dst`.
+    /// Enqueues a copy of `bytes` bytes at `src` into host memory `dst` (during a capture,
+    /// the graph copies at each replay).
     ///
     /// # Safety
     /// `dst` is memory of [`Device::alloc_host`] holding `bytes`, which the host neither
-    /// reads nor writes until the copy is done (a later host function or event says so).
+    /// reads nor writes until the copy is done (a later host function or event says so),
+    /// and, for a capture, which outlives the graph.
     unsafe fn copy_d2h_async(
         &mut self,
         dst: *mut u8,
         src: DevPtr,
         bytes: usize,
     ) -> Result<(), DeviceError>;
-    /// Enqueues a copy of `bytes` bytes from host memory `src` to `dst`.
+    /// Enqueues a copy of `bytes` bytes from host memory `src` to `dst` (during a capture,
+    /// the graph copies at each replay).
     ///
     /// # Safety
     /// `src` is memory of [`Device::alloc_host`] holding `bytes`, which the host does not
-    /// write until the copy is done.
+    /// write until the copy is done, and, for a capture, which outlives the graph.
     unsafe fn copy_h2d_async(
         &mut self,
         dst: DevPtr,
@@ -260,9 +266,9 @@ pub trait Device: Send {
         bytes: usize,
     ) -> Result<(), DeviceError>;
     /// Enqueues `f`, run on a host thread once the work enqueued before is done; the work
-    /// enqueued after starts once `f` returned. `f` must not call the device. Not during a
-    /// capture.
-    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError>;
+    /// enqueued after starts once `f` returned. `f` must not call the device. During a
+    /// capture, the graph calls `f` at each replay (and keeps it as long as the graph).
+    fn host_fn(&mut self, f: HostFn) -> Result<(), DeviceError>;
     /// Checks that `[p, p + bytes)` is memory of this device (another library's
     /// allocation a program is given).
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError>;

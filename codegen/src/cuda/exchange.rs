@@ -288,6 +288,34 @@ impl Exchanges {
             .ok_or_else(|| format!("halo exchange #{id} is not one of the program's"))
     }
 
+    /// Whether a call's work can be captured as a graph and replayed: every exchange is
+    /// structured (an unstructured one agrees with the other ranks on its schedule on
+    /// the host, at every call).
+    pub(crate) fn replayable(&self) -> bool {
+        self.list
+            .iter()
+            .all(|x| matches!(x.kind, Kind::Structured { .. }))
+    }
+
+    /// Lays out the structured exchanges' messages for the symbol values `env` and makes
+    /// their buffers large enough, before a call's work is enqueued (a captured graph
+    /// cannot allocate); `true` when a buffer was allocated anew (graphs captured with
+    /// the old ones are stale).
+    pub(crate) fn reserve(
+        &mut self,
+        dev: &mut dyn Device,
+        env: &BTreeMap<String, i64>,
+    ) -> Result<bool, String> {
+        let mut anew = false;
+        for x in &mut self.list {
+            if matches!(x.kind, Kind::Structured { .. }) {
+                x.layout(env)?;
+                anew |= x.reserve(dev)?;
+            }
+        }
+        Ok(anew)
+    }
+
     /// Enqueues the start of exchange `id`: its pack kernel `kernel` (with the common
     /// arguments `args`), the copy of the buffer to the host and the host function that
     /// posts the messages. `at` says where the exchange is, for messages. An unstructured
@@ -313,16 +341,8 @@ impl Exchanges {
             us.prepare(rt, &program, dev, env, args, &x.fields, &at)?;
         }
         x.layout(env)?;
-        let (send_bytes, recv_bytes) = x.message_bytes();
-        let bytes = send_bytes.max(recv_bytes);
-        if x.cap < bytes {
-            x.release(dev);
-            x.send_dev = dev.alloc_zeroed(bytes).map_err(|e| e.0)?;
-            x.recv_dev = dev.alloc_zeroed(bytes).map_err(|e| e.0)?;
-            x.send_host = dev.alloc_host(bytes).map_err(|e| e.0)?;
-            x.recv_host = dev.alloc_host(bytes).map_err(|e| e.0)?;
-            x.cap = bytes;
-        }
+        x.reserve(dev)?;
+        let (send_bytes, _) = x.message_bytes();
         if matches!(x.kind, Kind::Unstructured(_)) {
             // The status word the pack kernel sets where the lists changed.
             dev.memset_zero(x.send_dev, HEADER).map_err(|e| e.0)?;
@@ -337,7 +357,7 @@ impl Exchanges {
             recv: x.recv_host as usize,
         };
         let post = x.poster();
-        dev.host_fn(Box::new(move || {
+        dev.host_fn(Arc::new(move || {
             let (send, recv) = (bufs.send as *mut u8, bufs.recv as *mut u8);
             // SAFETY: both buffers hold the header and the messages; they are freed only
             // after the stream is drained. The receive buffer's status word is outside
@@ -409,7 +429,7 @@ impl Exchanges {
         let recv = x.recv_host as usize;
         let fields = field_names(x);
         let post = x.poster();
-        dev.host_fn(Box::new(move || {
+        dev.host_fn(Arc::new(move || {
             let (waited, from) = match &post {
                 Post::Structured { nb, off } => (rt.wait(&ctx, nb, off), true),
                 Post::Unstructured {
@@ -619,6 +639,23 @@ impl XState {
                 owner: us.owner.0.clone(),
             },
         }
+    }
+
+    /// Makes the buffers large enough for the layout; `true` when they were allocated
+    /// anew.
+    fn reserve(&mut self, dev: &mut dyn Device) -> Result<bool, String> {
+        let (send_bytes, recv_bytes) = self.message_bytes();
+        let bytes = send_bytes.max(recv_bytes);
+        if self.cap >= bytes {
+            return Ok(false);
+        }
+        self.release(dev);
+        self.send_dev = dev.alloc_zeroed(bytes).map_err(|e| e.0)?;
+        self.recv_dev = dev.alloc_zeroed(bytes).map_err(|e| e.0)?;
+        self.send_host = dev.alloc_host(bytes).map_err(|e| e.0)?;
+        self.recv_host = dev.alloc_host(bytes).map_err(|e| e.0)?;
+        self.cap = bytes;
+        Ok(true)
     }
 
     /// Launches the pack (`send`) or unpack kernel.

@@ -842,9 +842,26 @@ impl GpuProgram {
         }
         // A call whose control flow needs no device value is one CUDA graph, captured the
         // first time these arrays and integer values are seen and replayed after.
-        // Not with halo exchanges: their host functions post and wait for messages once
-        // per call, which a graph would replay with the buffers of its capture.
-        let graphs = self.graphs && self.prog.plan.sync_points() == 0 && self.exchanges.is_none();
+        // With halo exchanges: their buffers are made large enough first (a capture
+        // cannot allocate; graphs holding buffers that were replaced are dropped), and
+        // their host functions, which post and wait for the messages, replay with the
+        // graph. Not with an unstructured exchange, whose schedule the ranks agree on at
+        // every call.
+        if let Some(x) = &mut self.exchanges {
+            let mut env = self.statics.clone();
+            for (n, v) in self.prog.plan.signature.ints.iter().zip(&key.ints) {
+                env.insert(n.clone(), *v);
+            }
+            if x.reserve(dev, &env).map_err(|m| CallError::Run {
+                program: self.name.clone(),
+                message: m,
+            })? {
+                self.graph_cache.clear();
+            }
+        }
+        let graphs = self.graphs
+            && self.prog.plan.sync_points() == 0
+            && self.exchanges.as_ref().is_none_or(|x| x.replayable());
         if graphs {
             if let Some(g) = self.graph_cache.get(key) {
                 let g = *g;

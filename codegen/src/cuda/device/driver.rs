@@ -12,7 +12,7 @@
 
 use super::staging::{self, StagingPool};
 use super::{
-    Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, KernelArg, KernelId,
+    Counters, DevPtr, Device, DeviceError, Event, EventImpl, GraphId, HostFn, KernelArg, KernelId,
     MIRROR_BYTES, arg_slots, check_args, check_mirror, driver_error,
 };
 use cudarc::driver::result::{self as cu, DriverError};
@@ -35,6 +35,10 @@ pub struct CudaDevice {
     /// Live allocations: size, and whether `cuMemAllocAsync` made it.
     allocations: HashMap<DevPtr, (usize, bool)>,
     graphs: Vec<(sys::CUgraph, sys::CUgraphExec)>,
+    /// The host functions of the graphs (kept as long as the graphs), and those of the
+    /// capture under way.
+    graph_fns: Vec<*mut HostFn>,
+    capture_fns: Vec<*mut HostFn>,
     staging: StagingPool,
     capturing: bool,
     /// Frees asked for during a capture, done after it.
@@ -196,6 +200,8 @@ impl CudaDevice {
             kernels: Vec::new(),
             allocations: HashMap::new(),
             graphs: Vec::new(),
+            graph_fns: Vec::new(),
+            capture_fns: Vec::new(),
             staging: StagingPool::default(),
             capturing: false,
             deferred_frees: Vec::new(),
@@ -680,6 +686,7 @@ impl Device for CudaDevice {
             }
         };
         self.graphs.push((graph, exec));
+        self.graph_fns.append(&mut self.capture_fns);
         Ok(GraphId(self.graphs.len() - 1))
     }
 
@@ -742,11 +749,11 @@ impl Device for CudaDevice {
         src: DevPtr,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a device-to-host copy")?;
         self.bind()?;
         if bytes > 0 {
             // SAFETY: pinned `dst` of `bytes` bytes, left alone by the host until the
             // copy is done (the caller's promise); `src` is the caller's device range.
+            // Captured, the graph copies at each replay.
             unsafe {
                 let dst = std::slice::from_raw_parts_mut(dst, bytes);
                 cu::memcpy_dtoh_async(dst, src, self.cu_stream())
@@ -763,11 +770,11 @@ impl Device for CudaDevice {
         src: *const u8,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a host-to-device copy")?;
         self.bind()?;
         if bytes > 0 {
             // SAFETY: pinned `src` of `bytes` bytes, not written by the host until the
-            // copy is done (the caller's promise).
+            // copy is done (the caller's promise). Captured, the graph copies at each
+            // replay.
             unsafe {
                 let src = std::slice::from_raw_parts(src, bytes);
                 cu::memcpy_htod_async(dst, src, self.cu_stream())
@@ -778,23 +785,35 @@ impl Device for CudaDevice {
         Ok(())
     }
 
-    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
-        self.not_while_capturing("a host function")?;
+    fn host_fn(&mut self, f: HostFn) -> Result<(), DeviceError> {
         self.bind()?;
-        /// Runs the boxed closure the driver passes back (once), keeping a panic from
-        /// unwinding into the driver.
-        unsafe extern "C" fn trampoline(data: *mut c_void) {
-            // SAFETY: `data` is the `Box<Box<dyn FnOnce>>` leaked below, taken back once.
-            let f = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        /// Runs the function the driver passes back and frees it (a host function
+        /// enqueued outside a capture runs once), keeping a panic from unwinding into the
+        /// driver.
+        unsafe extern "C" fn once(data: *mut c_void) {
+            // SAFETY: `data` is the `Box<HostFn>` leaked below, taken back once.
+            let f = unsafe { Box::from_raw(data as *mut HostFn) };
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&**f));
         }
-        let data = Box::into_raw(Box::new(f)) as *mut c_void;
-        // SAFETY: context bound, live stream; the driver calls `trampoline(data)` once.
-        let rc = unsafe { sys::cuLaunchHostFunc(self.cu_stream(), Some(trampoline), data) };
+        /// Runs a captured graph's host function at a replay (the graph keeps it).
+        unsafe extern "C" fn kept(data: *mut c_void) {
+            // SAFETY: `data` is a `Box<HostFn>` freed only with the device's graphs,
+            // after the stream is drained.
+            let f = unsafe { &*(data as *const HostFn) };
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&**f));
+        }
+        let data = Box::into_raw(Box::new(f));
+        let run: unsafe extern "C" fn(*mut c_void) = if self.capturing { kept } else { once };
+        // SAFETY: context bound, live stream; the driver calls `run(data)` once, or at
+        // each replay of the graph being captured.
+        let rc = unsafe { sys::cuLaunchHostFunc(self.cu_stream(), Some(run), data as *mut c_void) };
         if let Err(e) = rc.result() {
             // SAFETY: not enqueued: taken back, dropped without running.
-            drop(unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) });
+            drop(unsafe { Box::from_raw(data) });
             return Err(driver_error("enqueueing a host function", e));
+        }
+        if self.capturing {
+            self.capture_fns.push(data);
         }
         Ok(())
     }
@@ -877,6 +896,9 @@ impl Drop for CudaDevice {
             for (graph, exec) in self.graphs.drain(..) {
                 let _ = cu::graph::exec_destroy(exec);
                 let _ = cu::graph::destroy(graph);
+            }
+            for f in self.graph_fns.drain(..).chain(self.capture_fns.drain(..)) {
+                drop(Box::from_raw(f));
             }
             for p in self
                 .mirrors

@@ -26,8 +26,8 @@
 //! the host.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostMirrors, KernelArg,
-    KernelId, arg_slots, check_args, check_mirror,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostFn, HostMirrors,
+    KernelArg, KernelId, arg_slots, check_args, check_mirror,
 };
 use crate::CodegenError;
 use crate::cache::{Artifact, Cache, Origin};
@@ -167,7 +167,7 @@ struct Kernel {
 }
 
 /// One operation a graph keeps.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 enum Op {
     Launch {
         k: KernelId,
@@ -188,6 +188,19 @@ enum Op {
         src: DevPtr,
         bytes: usize,
     },
+    /// A copy to host memory (its address).
+    ToHost {
+        dst: usize,
+        src: DevPtr,
+        bytes: usize,
+    },
+    /// A copy from host memory (its address).
+    FromHost {
+        dst: DevPtr,
+        src: usize,
+        bytes: usize,
+    },
+    HostFn(HostFn),
 }
 
 /// The emulated device. See the module documentation.
@@ -318,6 +331,28 @@ impl EmulatedDevice {
                 self.check(*dst, *bytes, "memset")?;
                 // SAFETY: the range lies in a live allocation (checked).
                 unsafe { std::ptr::write_bytes(*dst as *mut u8, 0, *bytes) };
+                Ok(())
+            }
+            Op::ToHost { dst, src, bytes } => {
+                self.check(*src, *bytes, "copy to the host")?;
+                // SAFETY: the source lies in a live allocation (checked), the destination
+                // holds `bytes` (the promise of `copy_d2h_async`'s caller).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(*src as *const u8, *dst as *mut u8, *bytes)
+                };
+                Ok(())
+            }
+            Op::FromHost { dst, src, bytes } => {
+                self.check(*dst, *bytes, "copy to the device")?;
+                // SAFETY: as above, the other way.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(*src as *const u8, *dst as *mut u8, *bytes)
+                };
+                Ok(())
+            }
+            Op::HostFn(f) => {
+                // The work before is done: it ran when enqueued (or replayed).
+                f();
                 Ok(())
             }
             Op::Mirror { src, bytes } => {
@@ -654,13 +689,13 @@ impl Device for EmulatedDevice {
         src: DevPtr,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a copy to the host")?;
         self.check(src, bytes, "copy to the host")?;
         self.copies += 1;
-        // SAFETY: the source lies in a live allocation (checked), the destination holds
-        // `bytes` (the caller's promise); work runs when enqueued.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, bytes) };
-        Ok(())
+        self.enqueue(Op::ToHost {
+            dst: dst as usize,
+            src,
+            bytes,
+        })
     }
 
     unsafe fn copy_h2d_async(
@@ -669,19 +704,17 @@ impl Device for EmulatedDevice {
         src: *const u8,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a copy from the host")?;
         self.check(dst, bytes, "copy to the device")?;
         self.copies += 1;
-        // SAFETY: as above, the other way.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, bytes) };
-        Ok(())
+        self.enqueue(Op::FromHost {
+            dst,
+            src: src as usize,
+            bytes,
+        })
     }
 
-    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
-        self.not_while_capturing("a host function")?;
-        // The work before is done: it ran when enqueued.
-        f();
-        Ok(())
+    fn host_fn(&mut self, f: HostFn) -> Result<(), DeviceError> {
+        self.enqueue(Op::HostFn(f))
     }
 
     fn check_memory(&mut self, p: DevPtr, bytes: usize) -> Result<(), DeviceError> {

@@ -1,8 +1,8 @@
 //! [`RecordingDevice`]: a [`Device`] for tests without a GPU.
 
 use super::{
-    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostMirrors, KernelArg,
-    KernelId, check_mirror,
+    Counters, DevPtr, Device, DeviceError, DoneEvent, Event, GraphId, HostFn, HostMirrors,
+    KernelArg, KernelId, check_mirror,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -93,7 +93,8 @@ pub enum Call {
         /// Bytes copied.
         bytes: usize,
     },
-    /// [`Device::host_fn`] (run when enqueued).
+    /// [`Device::host_fn`] (run when enqueued, or at each replay of the graph it was
+    /// captured into).
     HostFn,
     /// [`Device::record_event`].
     RecordEvent,
@@ -130,11 +131,40 @@ pub struct RecordingDevice {
     calls: Vec<Call>,
     capture: Option<Vec<Call>>,
     graphs: Vec<Vec<Call>>,
+    /// What a captured graph does on the host, in order: its host copies and functions.
+    capture_host: Vec<HostOp>,
+    graphs_host: Vec<Vec<HostOp>>,
     launches: u64,
     copies: u64,
     replays: u64,
     syncs: Arc<AtomicU64>,
     mirrors: HostMirrors,
+}
+
+/// A host copy or function a captured graph replays.
+#[derive(Clone)]
+enum HostOp {
+    ToHost {
+        dst: usize,
+        src: DevPtr,
+        bytes: usize,
+    },
+    FromHost {
+        dst: DevPtr,
+        src: usize,
+        bytes: usize,
+    },
+    Fn(HostFn),
+}
+
+impl std::fmt::Debug for HostOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostOp::ToHost { bytes, .. } => write!(f, "ToHost({bytes})"),
+            HostOp::FromHost { bytes, .. } => write!(f, "FromHost({bytes})"),
+            HostOp::Fn(_) => write!(f, "Fn"),
+        }
+    }
 }
 
 /// Where fake allocations start, and how far apart they are at least.
@@ -158,6 +188,8 @@ impl RecordingDevice {
             calls: Vec::new(),
             capture: None,
             graphs: Vec::new(),
+            capture_host: Vec::new(),
+            graphs_host: Vec::new(),
             launches: 0,
             copies: 0,
             replays: 0,
@@ -430,6 +462,7 @@ impl Device for RecordingDevice {
         self.not_while_capturing("beginning a capture")?;
         self.log(Call::BeginCapture, false);
         self.capture = Some(Vec::new());
+        self.capture_host.clear();
         Ok(())
     }
 
@@ -440,6 +473,8 @@ impl Device for RecordingDevice {
             .ok_or_else(|| DeviceError("end_capture without begin_capture".into()))?;
         let g = GraphId(self.graphs.len());
         self.graphs.push(graph);
+        self.graphs_host
+            .push(std::mem::take(&mut self.capture_host));
         self.log(Call::EndCapture(g), false);
         Ok(g)
     }
@@ -451,11 +486,33 @@ impl Device for RecordingDevice {
             .get(g.0)
             .ok_or_else(|| DeviceError(format!("no graph {}", g.0)))?
             .clone();
+        let mut host = self.graphs_host[g.0].clone().into_iter();
         for call in &graph {
             match *call {
                 Call::CopyD2D { dst, src, bytes } => self.apply_d2d(dst, src, bytes)?,
                 Call::MemsetZero { dst, bytes } => self.apply_memset(dst, bytes)?,
                 Call::Mirror { src, bytes } => self.apply_mirror(src, bytes)?,
+                Call::CopyD2HAsync { .. } | Call::CopyH2DAsync { .. } | Call::HostFn => {
+                    match host.next() {
+                        Some(HostOp::ToHost { dst, src, bytes }) => {
+                            let data = self.read(src, bytes)?;
+                            // SAFETY: `dst` holds `bytes` and outlives the graph (the
+                            // promise of `copy_d2h_async`'s caller).
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, bytes)
+                            };
+                        }
+                        Some(HostOp::FromHost { dst, src, bytes }) => {
+                            // SAFETY: as above, the other way.
+                            let data =
+                                unsafe { std::slice::from_raw_parts(src as *const u8, bytes) }
+                                    .to_vec();
+                            self.write(dst, &data)?;
+                        }
+                        Some(HostOp::Fn(f)) => f(),
+                        None => {}
+                    }
+                }
                 _ => {}
             }
         }
@@ -491,12 +548,20 @@ impl Device for RecordingDevice {
         src: DevPtr,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a device-to-host copy")?;
         let data = self.read(src, bytes)?;
-        // SAFETY: `dst` holds `bytes` (the caller's promise).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, bytes) };
         self.copies += 1;
-        self.log(Call::CopyD2HAsync { src, bytes }, false);
+        let captured = self.capture.is_some();
+        self.log(Call::CopyD2HAsync { src, bytes }, true);
+        if captured {
+            self.capture_host.push(HostOp::ToHost {
+                dst: dst as usize,
+                src,
+                bytes,
+            });
+        } else {
+            // SAFETY: `dst` holds `bytes` (the caller's promise).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, bytes) };
+        }
         Ok(())
     }
 
@@ -506,19 +571,30 @@ impl Device for RecordingDevice {
         src: *const u8,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        self.not_while_capturing("a host-to-device copy")?;
-        // SAFETY: `src` holds `bytes` (the caller's promise).
-        let data = unsafe { std::slice::from_raw_parts(src, bytes) }.to_vec();
-        self.write(dst, &data)?;
+        self.find(dst, bytes)?;
         self.copies += 1;
-        self.log(Call::CopyH2DAsync { dst, bytes }, false);
+        if self.capture.is_some() {
+            self.capture_host.push(HostOp::FromHost {
+                dst,
+                src: src as usize,
+                bytes,
+            });
+        } else {
+            // SAFETY: `src` holds `bytes` (the caller's promise).
+            let data = unsafe { std::slice::from_raw_parts(src, bytes) }.to_vec();
+            self.write(dst, &data)?;
+        }
+        self.log(Call::CopyH2DAsync { dst, bytes }, true);
         Ok(())
     }
 
-    fn host_fn(&mut self, f: Box<dyn FnOnce() + Send>) -> Result<(), DeviceError> {
-        self.not_while_capturing("a host function")?;
-        self.log(Call::HostFn, false);
-        f();
+    fn host_fn(&mut self, f: HostFn) -> Result<(), DeviceError> {
+        self.log(Call::HostFn, true);
+        if self.capture.is_some() {
+            self.capture_host.push(HostOp::Fn(f));
+        } else {
+            f();
+        }
         Ok(())
     }
 
