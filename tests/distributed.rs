@@ -295,6 +295,19 @@ fn write_parts(dir: &std::path::Path, ranks: [usize; 2]) {
     }
 }
 
+/// `sdflow run PROGRAM --ranks N --backend BACKEND EXTRA…` as arguments.
+fn run_args(program: &std::path::Path, ranks: usize, backend: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["run", &program.to_string_lossy(), "--ranks"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(ranks.to_string());
+    args.push("--backend".into());
+    args.push(backend.into());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 fn text(out: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -910,19 +923,13 @@ fn ranks_whose_parts_do_not_fit_together_stop_with_the_exchanges_message() {
             );
             sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &arrays).unwrap();
         }
-        let args: Vec<String> = [
-            "run",
-            &program.to_string_lossy(),
-            "--ranks",
-            "2",
-            "--backend",
+        let inputs = dir.join("in.{rank}.npz");
+        let args = run_args(
+            &program,
+            2,
             backend,
-            "--inputs",
-            &dir.join("in.{rank}.npz").to_string_lossy(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+            &["--inputs", &inputs.to_string_lossy()],
+        );
         let Some(out) = mpirun(&[(2, args)], &dir.join("cache")) else {
             return;
         };
@@ -949,21 +956,17 @@ fn cpu_and_gpu_ranks_run_one_program_together() {
     write_parts(&dir, [2, 2]);
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let args = |backend: &str, out: &str| -> Vec<String> {
-        [
-            "run",
-            &path(fixture()),
-            "--ranks",
-            "4",
-            "--backend",
+        run_args(
+            &fixture(),
+            4,
             backend,
-            "--inputs",
-            &path(dir.join("in.{rank}.npz")),
-            "--outputs",
-            &path(dir.join(out)),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+            &[
+                "--inputs",
+                &path(dir.join("in.{rank}.npz")),
+                "--outputs",
+                &path(dir.join(out)),
+            ],
+        )
     };
     let interp = Command::new(env!("CARGO_BIN_EXE_sdflow"))
         .args(args("interp", "want.{rank}.npz"))
@@ -1110,21 +1113,18 @@ fn random_programs_with_exchanges_on_mpi_ranks_give_the_interpreters_bits() {
                 sdflow::npz::write_npz(&dir.join(format!("in.{r}.npz")), &arrays).unwrap();
             }
             for backend in ["cpu", "cuda"] {
-                let args: Vec<String> = [
-                    "run",
-                    &program.to_string_lossy(),
-                    "--ranks",
-                    "4",
-                    "--backend",
+                let (inputs, outputs) = (dir.join("in.{rank}.npz"), dir.join("out.{rank}.npz"));
+                let args = run_args(
+                    &program,
+                    4,
                     backend,
-                    "--inputs",
-                    &dir.join("in.{rank}.npz").to_string_lossy(),
-                    "--outputs",
-                    &dir.join("out.{rank}.npz").to_string_lossy(),
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+                    &[
+                        "--inputs",
+                        &inputs.to_string_lossy(),
+                        "--outputs",
+                        &outputs.to_string_lossy(),
+                    ],
+                );
                 let Some(out) = mpirun(&[(4, args)], &dir.join("cache")) else {
                     return;
                 };

@@ -448,34 +448,6 @@ pub fn emit_cuda_plan(
                             exchange: None,
                         });
                     }
-                    text.push_str(&em.out);
-                    if step.check != CheckPolicy::Never {
-                        let cname = format!("{name}_checked");
-                        let _ = writeln!(
-                            text,
-                            "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
-                            st.name.replace("*/", "* /"),
-                        );
-                        if matches!(step.part, Some(MapPart::Interior(_))) {
-                            // Checked, the whole map runs in its rim's step, after the
-                            // exchange finished.
-                            text.push_str("    /* checked: in the rim's step */\n}\n\n");
-                        } else {
-                            let mut em = Emitter::new(&emit_opts, &mut fns, &mut counter, 1);
-                            em.checked_node(&sc, df, step.node, false)?;
-                            em.out.push_str("}\n\n");
-                            text.push_str(&em.out);
-                        }
-                        kernels.push(KernelSpec {
-                            name: cname,
-                            state: si,
-                            step: k,
-                            checked: true,
-                            grid_sizes: None,
-                            exchange: None,
-                        });
-                    }
-                    continue;
                 }
                 (Some(_), _, _) => {
                     return Err(CodegenError::Unsupported(format!(
@@ -483,39 +455,38 @@ pub fn emit_cuda_plan(
                         st.name
                     )));
                 }
-                _ => {}
-            }
-            match grid_parts(df, step) {
-                // Several copies: a grid each, launched in order.
-                Some(edges) => {
-                    for (j, e) in edges.into_iter().enumerate() {
-                        let part = format!("{name}_{j}");
-                        let kernel = GridKernel {
-                            name: &part,
-                            ..kernel
-                        };
-                        let sizes = copy_grid_kernel(&mut em, &sc, df, step, &kernel, e)?;
+                _ => match grid_parts(df, step) {
+                    // Several copies: a grid each, launched in order.
+                    Some(edges) => {
+                        for (j, e) in edges.into_iter().enumerate() {
+                            let part = format!("{name}_{j}");
+                            let kernel = GridKernel {
+                                name: &part,
+                                ..kernel
+                            };
+                            let sizes = copy_grid_kernel(&mut em, &sc, df, step, &kernel, e)?;
+                            kernels.push(KernelSpec {
+                                name: part,
+                                state: si,
+                                step: k,
+                                checked: false,
+                                grid_sizes: Some(sizes),
+                                exchange: None,
+                            });
+                        }
+                    }
+                    None => {
+                        let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
                         kernels.push(KernelSpec {
-                            name: part,
+                            name: name.clone(),
                             state: si,
                             step: k,
                             checked: false,
-                            grid_sizes: Some(sizes),
+                            grid_sizes,
                             exchange: None,
                         });
                     }
-                }
-                None => {
-                    let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
-                    kernels.push(KernelSpec {
-                        name: name.clone(),
-                        state: si,
-                        step: k,
-                        checked: false,
-                        grid_sizes,
-                        exchange: None,
-                    });
-                }
+                },
             }
             text.push_str(&em.out);
             if step.check != CheckPolicy::Never {
@@ -526,8 +497,14 @@ pub fn emit_cuda_plan(
                     "/* state '{}', step {k} (checked) */\nextern \"C\" __global__ void {cname}({head}) {{\n{prologue}    if (blockIdx.x != 0 || threadIdx.x != 0) return;",
                     st.name.replace("*/", "* /"),
                 );
-                // One thread, in stream order: nothing runs beside it.
-                em.checked_node(&sc, df, step.node, false)?;
+                if matches!(step.part, Some(MapPart::Interior(_))) {
+                    // Checked, the whole map runs in its rim's step, after the exchange
+                    // finished.
+                    em.out.push_str("\n    /* checked: in the rim's step */\n");
+                } else {
+                    // One thread, in stream order: nothing runs beside it.
+                    em.checked_node(&sc, df, step.node, false)?;
+                }
                 em.out.push_str("}\n\n");
                 text.push_str(&em.out);
                 kernels.push(KernelSpec {

@@ -482,14 +482,9 @@ impl Exchanges {
                 x.cap = 0;
             }
             if let Kind::Unstructured(us) = &mut x.kind {
-                for p in [us.send_schedule, us.recv_schedule, us.lists] {
-                    if p != 0 {
-                        handle.free_later(p);
-                    }
+                for p in us.take_device() {
+                    handle.free_later(p);
                 }
-                us.send_schedule = 0;
-                us.recv_schedule = 0;
-                us.lists = 0;
             }
         }
     }
@@ -705,6 +700,19 @@ impl XState {
 }
 
 impl Unstructured {
+    /// The device memory of the schedule and the lists, forgotten here (to be freed).
+    fn take_device(&mut self) -> Vec<DevPtr> {
+        self.made_from = None;
+        [
+            std::mem::take(&mut self.send_schedule),
+            std::mem::take(&mut self.recv_schedule),
+            std::mem::take(&mut self.lists),
+        ]
+        .into_iter()
+        .filter(|&p| p != 0)
+        .collect()
+    }
+
     /// Makes the schedule again where any rank's call passes its lists in other arrays
     /// (or of another length) than the schedule was made from: reads the lists (a wait),
     /// makes the schedule with the other ranks, and puts it and the lists on the device.
@@ -796,15 +804,9 @@ impl Unstructured {
         let mut lists = vec![n];
         lists.extend_from_slice(&g);
         lists.extend_from_slice(&o);
-        for p in [self.send_schedule, self.recv_schedule, self.lists] {
-            if p != 0 {
-                dev.free(p);
-            }
+        for p in self.take_device() {
+            dev.free(p);
         }
-        self.send_schedule = 0;
-        self.recv_schedule = 0;
-        self.lists = 0;
-        self.made_from = None;
         let upload = |v: &[i64], dev: &mut dyn Device| -> Result<DevPtr, String> {
             let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
             let p = dev.alloc_zeroed(bytes.len()).map_err(|e| e.0)?;

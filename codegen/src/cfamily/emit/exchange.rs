@@ -250,6 +250,28 @@ pub(crate) fn init_text(
     Ok(out)
 }
 
+/// The fields of unstructured exchange `x` with, per field, the C text of its extents
+/// beyond the first (the values of a cell), each between `open` and `close`.
+fn cell_fields<'s>(
+    sc: &Scope<'s>,
+    x: &Exchange,
+    open: &str,
+    close: &str,
+) -> Vec<(String, &'s sdflow_ir::Array, Vec<String>)> {
+    let mut fields = Vec::new();
+    for f in &x.fields {
+        let Some(a) = sc.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
+            continue;
+        };
+        let rest: Vec<String> = a.shape[1..]
+            .iter()
+            .map(|n| format!("{open}{}{close}", sc.sym_with(n, SymCheck::Plain)))
+            .collect();
+        fields.push((f.clone(), a, rest));
+    }
+    fields
+}
+
 /// `'a', 'b'`.
 fn quoted(fields: &[String]) -> String {
     fields
@@ -392,17 +414,7 @@ impl Emitter<'_> {
         } else {
             self.line("if (((const int64_t*)sdf_xb)[0] != 0) return;");
         }
-        let mut fields = Vec::new();
-        for f in &x.fields {
-            let Some(a) = sc.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
-                continue;
-            };
-            let rest: Vec<String> = a.shape[1..]
-                .iter()
-                .map(|n| format!("sdf_max64({}, 0)", sc.sym_with(n, SymCheck::Plain)))
-                .collect();
-            fields.push((f.clone(), a, rest));
-        }
+        let fields = cell_fields(sc, x, "sdf_max64(", ", 0)");
         // Values per cell and bytes per cell of each field.
         for (k, (_, a, rest)) in fields.iter().enumerate() {
             let m = if rest.is_empty() {
@@ -657,17 +669,7 @@ impl Emitter<'_> {
         let e = x.id;
         let us = schedule(g, o);
         // Per field: its type, the C text of its values per cell, its strides.
-        let mut fields = Vec::new();
-        for f in &x.fields {
-            let Some(a) = sc.sdfg.arrays.get(f).and_then(|d| d.as_array()) else {
-                continue;
-            };
-            let rest: Vec<String> = a.shape[1..]
-                .iter()
-                .map(|n| format!("({})", sc.sym_with(n, SymCheck::Plain)))
-                .collect();
-            fields.push((f.clone(), a, rest));
-        }
+        let fields = cell_fields(sc, x, "(", ")");
         let cell_bytes: Vec<String> = fields
             .iter()
             .map(|(_, a, rest)| {
