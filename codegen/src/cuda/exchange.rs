@@ -108,6 +108,8 @@ pub(crate) struct Exchanges {
     program: Arc<Context>,
     list: Vec<XState>,
     error: Arc<Mutex<Option<String>>>,
+    /// The integer symbols the structured exchanges were last laid out for.
+    laid_out_for: Option<Vec<i64>>,
 }
 
 // SAFETY: the raw host addresses are buffers of the device these exchanges belong to,
@@ -260,6 +262,7 @@ impl Exchanges {
             program,
             list: list_state,
             error: Arc::new(Mutex::new(None)),
+            laid_out_for: None,
         }))
     }
 
@@ -297,22 +300,30 @@ impl Exchanges {
             .all(|x| matches!(x.kind, Kind::Structured { .. }))
     }
 
-    /// Lays out the structured exchanges' messages for the symbol values `env` and makes
-    /// their buffers large enough, before a call's work is enqueued (a captured graph
-    /// cannot allocate); `true` when a buffer was allocated anew (graphs captured with
-    /// the old ones are stale).
+    /// Lays out the structured exchanges' messages for the symbol values `env` makes (of
+    /// the signature's integer symbols `ints`; nothing to do when the last call had them)
+    /// and makes their buffers large enough, before a call's work is enqueued (a
+    /// captured graph cannot allocate); `true` when a buffer was allocated anew (graphs
+    /// captured with the old ones are stale).
     pub(crate) fn reserve(
         &mut self,
         dev: &mut dyn Device,
-        env: &BTreeMap<String, i64>,
+        ints: &[i64],
+        env: impl FnOnce() -> BTreeMap<String, i64>,
     ) -> Result<bool, String> {
+        if self.laid_out_for.as_deref() == Some(ints) {
+            return Ok(false);
+        }
+        self.laid_out_for = None;
+        let env = env();
         let mut anew = false;
         for x in &mut self.list {
             if matches!(x.kind, Kind::Structured { .. }) {
-                x.layout(env)?;
+                x.layout(&env)?;
                 anew |= x.reserve(dev)?;
             }
         }
+        self.laid_out_for = Some(ints.to_vec());
         Ok(anew)
     }
 
@@ -337,10 +348,12 @@ impl Exchanges {
         let program = self.program.clone();
         let x = self.state(id)?;
         let fields = field_names(x);
+        // A structured exchange was laid out for this call's symbols by `reserve`; an
+        // unstructured one's layout follows its schedule.
         if let Kind::Unstructured(us) = &mut x.kind {
             us.prepare(rt, &program, dev, env, args, &x.fields, &at)?;
+            x.layout(env)?;
         }
-        x.layout(env)?;
         x.reserve(dev)?;
         let (send_bytes, _) = x.message_bytes();
         if matches!(x.kind, Kind::Unstructured(_)) {

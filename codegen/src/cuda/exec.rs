@@ -488,10 +488,7 @@ impl GpuProgram {
         if self.allocated_for.as_deref() == Some(ints) {
             return Ok(());
         }
-        let mut env = self.statics.clone();
-        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
-            env.insert(n.clone(), *v);
-        }
+        let env = self.symbol_env(ints);
         let names = &self.prog.params.arrays[self.prog.plan.signature.arrays.len()..];
         let mut need = Vec::with_capacity(names.len());
         for (name, d) in names.iter().zip(&self.transient_descs) {
@@ -807,12 +804,14 @@ impl GpuProgram {
         self.enqueue_call(&key, floats, &bound)
     }
 
+    /// The static symbols' values and the signature's integer symbols' values `ints`.
+    fn symbol_env(&self, ints: &[i64]) -> BTreeMap<String, i64> {
+        symbol_env(&self.statics, &self.prog.plan.signature.ints, ints)
+    }
+
     /// The bind-time conditions' results for the integer symbols `ints` (the signature's).
     fn bind_results(&self, ints: &[i64]) -> BindResults {
-        let mut env = self.statics.clone();
-        for (n, v) in self.prog.plan.signature.ints.iter().zip(ints) {
-            env.insert(n.clone(), *v);
-        }
+        let env = self.symbol_env(ints);
         BindResults::of(&self.prog.plan, &env)
     }
 
@@ -848,11 +847,9 @@ impl GpuProgram {
         // graph. Not with an unstructured exchange, whose schedule the ranks agree on at
         // every call.
         if let Some(x) = &mut self.exchanges {
-            let mut env = self.statics.clone();
-            for (n, v) in self.prog.plan.signature.ints.iter().zip(&key.ints) {
-                env.insert(n.clone(), *v);
-            }
-            if x.reserve(dev, &env).map_err(|m| CallError::Run {
+            let (statics, names) = (&self.statics, &self.prog.plan.signature.ints);
+            let env = || symbol_env(statics, names, &key.ints);
+            if x.reserve(dev, &key.ints, env).map_err(|m| CallError::Run {
                 program: self.name.clone(),
                 message: m,
             })? {
@@ -1062,6 +1059,19 @@ impl GpuProgram {
         }
         Ok(())
     }
+}
+
+/// `statics` with the integer symbols `names` set to `ints`.
+fn symbol_env(
+    statics: &BTreeMap<String, i64>,
+    names: &[String],
+    ints: &[i64],
+) -> BTreeMap<String, i64> {
+    let mut env = statics.clone();
+    for (n, v) in names.iter().zip(ints) {
+        env.insert(n.clone(), *v);
+    }
+    env
 }
 
 /// The number of elements of a container for the symbol values `env`.
