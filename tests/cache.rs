@@ -207,3 +207,63 @@ fn a_change_of_generated_code_is_a_new_cache_entry() {
     assert_eq!(compiles(&count), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn builds_without_a_cache_leave_nothing_behind() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let sdfg =
+        sdflow::ir::format::load(&std::fs::read_to_string(root.join("laplace.sdfg.json")).unwrap())
+            .unwrap();
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let prog = backend.build(&sdfg).unwrap();
+    assert_eq!(prog.origin, Origin::Built);
+    let scratch = prog.library.parent().unwrap().to_path_buf();
+    assert!(
+        scratch.starts_with(std::env::temp_dir()),
+        "{}",
+        scratch.display()
+    );
+    assert!(!scratch.exists(), "{} stayed", scratch.display());
+    // The loaded library runs after its file is gone.
+    use sdflow::ir::dtype::Value;
+    use sdflow::ir::interp::{self, Bindings, HostArray};
+    let n = 8usize;
+    let mut bindings = Bindings::default();
+    bindings.symbols.insert("N".into(), Value::I64(n as i64));
+    let u = (0..n * n).map(|i| ((i * 7) % 11) as f64 * 0.25).collect();
+    bindings
+        .arrays
+        .insert("u".into(), HostArray::from_f64(&[n, n], u).unwrap());
+    bindings
+        .arrays
+        .insert("out".into(), HostArray::from_f64(&[n, n], vec![0.0; n * n]).unwrap());
+    let mut expected = bindings.clone();
+    interp::run(&sdfg, &mut expected).unwrap();
+    prog.run_bindings(&mut bindings).unwrap();
+    assert_eq!(bindings.arrays["out"].bits(), expected.arrays["out"].bits());
+    assert_ne!(expected.arrays["out"].to_f64_vec(), vec![0.0; n * n]);
+
+    // A failed compile keeps its scratch directory: the error names the source in it.
+    let broken = CpuBackend {
+        cache: None,
+        compiler: CompilerOptions {
+            flags: vec!["-shared".into(), "-fPIC".into(), "-Dsdf_fail=(".into()],
+            ..CompilerOptions::default()
+        },
+        ..CpuBackend::default()
+    };
+    let Err(sdflow::codegen::CodegenError::Compiler {
+        source_file: Some(src),
+        ..
+    }) = broken.build(&sdfg)
+    else {
+        panic!("a broken compile succeeded or named no source")
+    };
+    assert!(src.exists(), "{} is gone", src.display());
+    let text = std::fs::read_to_string(&src).unwrap();
+    assert_eq!(text, backend.generate(&sdfg).unwrap());
+    let _ = std::fs::remove_dir_all(src.parent().unwrap());
+}

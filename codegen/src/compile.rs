@@ -185,3 +185,76 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::env::temp_dir().join(format!("sdflow-{tag}-{}-{n}", std::process::id()))
 }
+
+/// A compiled shared library on disk: an entry of the build cache, which stays, or a
+/// file in a scratch directory of its own, which is removed when this is dropped. Load
+/// the library before dropping this: a loaded library stays mapped after its file is
+/// gone, so an uncached build leaves nothing behind in the temporary directory.
+#[derive(Debug)]
+pub struct LibraryFile {
+    path: PathBuf,
+    scratch: Option<tempfile::TempDir>,
+}
+
+impl LibraryFile {
+    /// A library in the build cache (or anywhere else it is to stay).
+    pub fn kept(path: PathBuf) -> LibraryFile {
+        LibraryFile {
+            path,
+            scratch: None,
+        }
+    }
+
+    /// Compiles C `source` with `compile(source file, library file)` in a fresh scratch
+    /// directory. On success the directory goes when the returned value is dropped; when
+    /// the compile fails it stays, so that the source the error names can be read.
+    pub fn compile_scratch(
+        source: &str,
+        compile: impl FnOnce(&Path, &Path) -> Result<(), CodegenError>,
+    ) -> Result<LibraryFile, CodegenError> {
+        let dir = tempfile::Builder::new()
+            .prefix("sdflow-build-")
+            .tempdir()
+            .map_err(|e| {
+                CodegenError::Cache(format!(
+                    "cannot create a scratch directory in {}: {e}",
+                    std::env::temp_dir().display()
+                ))
+            })?;
+        let src = dir.path().join("program.c");
+        std::fs::write(&src, source)
+            .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
+        let path = dir.path().join("libprogram.so");
+        if let Err(e) = compile(&src, &path) {
+            let _ = dir.keep();
+            return Err(e);
+        }
+        Ok(LibraryFile {
+            path,
+            scratch: Some(dir),
+        })
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file is removed when this is dropped (built without a cache).
+    pub fn is_scratch(&self) -> bool {
+        self.scratch.is_some()
+    }
+}
+
+impl std::ops::Deref for LibraryFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for LibraryFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}

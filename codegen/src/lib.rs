@@ -37,7 +37,7 @@ pub mod program;
 
 pub use abi::{ArgSpec, Signature};
 pub use cache::{Artifact, Cache, Origin};
-pub use compile::CompilerOptions;
+pub use compile::{CompilerOptions, LibraryFile};
 pub use cpu::{CpuBackend, CpuUnit, EmitOptions, OmpSchedule};
 pub use plan::Plan;
 pub use program::{Args, BoundCall, CallError, CompiledProgram, Element, MAX_THREADS};

@@ -419,7 +419,7 @@ impl Runtime {
         // SAFETY: a library of this crate's C (above); its symbols have the types named.
         // It stays loaded for the life of the process (the functions are kept).
         unsafe {
-            let l = libloading::Library::new(&lib)
+            let l = libloading::Library::new(lib.path())
                 .map_err(|e| MpiError(format!("loading {}: {e}", lib.display())))?;
             let sym = |name: &[u8]| -> Result<*const c_void, MpiError> {
                 l.get::<*const c_void>(name)

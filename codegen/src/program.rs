@@ -61,7 +61,8 @@ pub struct CompiledProgram {
     statics: BTreeMap<String, i64>,
     /// The program's name.
     pub name: String,
-    /// The loaded library.
+    /// The loaded library's path: its build cache entry, or, for a build without a
+    /// cache, the scratch file it was loaded from (removed once loaded).
     pub library: PathBuf,
     /// Whether this load compiled the library or found it in the cache.
     pub origin: Origin,

@@ -21,7 +21,7 @@ use crate::cfamily::sites;
 use crate::CodegenError;
 use crate::args::static_ints;
 use crate::cache::{Cache, Origin};
-use crate::compile::{CompilerOptions, scratch_dir};
+use crate::compile::{CompilerOptions, LibraryFile};
 use crate::program::CompiledProgram;
 
 /// Code generation, compilation and caching for the CPU.
@@ -97,11 +97,12 @@ impl CpuBackend {
     }
 
     /// The compile step alone: the shared library of `unit`, from the cache or compiled
-    /// into it (or into a scratch directory without a cache).
+    /// into it (or, without a cache, into a scratch directory that goes when the
+    /// returned file is dropped: load it first).
     pub fn compile_unit(
         &self,
         unit: &CpuUnit,
-    ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
+    ) -> Result<(LibraryFile, Origin), CodegenError> {
         self.compile_source(&unit.name, &unit.source, unit.mpi)
     }
 
@@ -112,7 +113,7 @@ impl CpuBackend {
         name: &str,
         source: &str,
         mpi: bool,
-    ) -> Result<(std::path::PathBuf, Origin), CodegenError> {
+    ) -> Result<(LibraryFile, Origin), CodegenError> {
         let compiler = if mpi {
             self.mpi_compiler()?
         } else {
@@ -129,19 +130,10 @@ impl CpuBackend {
         match &self.cache {
             Some(cache) => {
                 let key = self.key_with(&compiler, source)?;
-                cache.get_or_build(&key, source, compile)
+                let (lib, origin) = cache.get_or_build(&key, source, compile)?;
+                Ok((LibraryFile::kept(lib), origin))
             }
-            None => {
-                let dir = scratch_dir("build");
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| CodegenError::Cache(format!("{}: {e}", dir.display())))?;
-                let src = dir.join("program.c");
-                std::fs::write(&src, source)
-                    .map_err(|e| CodegenError::Cache(format!("{}: {e}", src.display())))?;
-                let lib = dir.join("libprogram.so");
-                compile(&src, &lib)?;
-                Ok((lib, Origin::Built))
-            }
+            None => Ok((LibraryFile::compile_scratch(source, compile)?, Origin::Built)),
         }
     }
 
