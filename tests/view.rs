@@ -12,7 +12,7 @@ fn root() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sdflow-view-{}", std::process::id()));
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view");
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }

@@ -213,7 +213,7 @@ fn errors_name_the_file_line_and_key() {
 
 #[test]
 fn the_environment_variable_overrides_the_path() {
-    let dir = std::env::temp_dir().join(format!("sdflow-config-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("config");
     std::fs::create_dir_all(&dir).unwrap();
     let a = dir.join("a.toml");
     std::fs::write(&a, "[cpu]\nthreads = 5\n").unwrap();
