@@ -237,9 +237,10 @@ fn builds_without_a_cache_leave_nothing_behind() {
     bindings
         .arrays
         .insert("u".into(), HostArray::from_f64(&[n, n], u).unwrap());
-    bindings
-        .arrays
-        .insert("out".into(), HostArray::from_f64(&[n, n], vec![0.0; n * n]).unwrap());
+    bindings.arrays.insert(
+        "out".into(),
+        HostArray::from_f64(&[n, n], vec![0.0; n * n]).unwrap(),
+    );
     let mut expected = bindings.clone();
     interp::run(&sdfg, &mut expected).unwrap();
     prog.run_bindings(&mut bindings).unwrap();

@@ -183,3 +183,147 @@ fn zero_negative_and_overlapping_strides_are_refused() {
         "program 'colmajor': the program's 'u' has stride 0 in dimension 1; strides must be positive (in elements)"
     );
 }
+
+/// `out[e, k] = code(a = u[e2c[e, 0], k], b = u[e2c[e, 1], k], c = w[k])`, with `u`
+/// and `out` column-major (horizontal first, as GT4Py's fields from Fortran) when
+/// `strides` names the extents their second dimension strides by.
+fn gather(strides: Option<[&str; 2]>, wcr: bool, code: &str) -> Sdfg {
+    let mut b = SdfgBuilder::new("strips");
+    b.symbol("E", DType::I64)
+        .symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("e2c", DType::I32, ["E", "2"])
+        .array("u", DType::F64, ["C", "K"])
+        .array("w", DType::F64, ["K"])
+        .array("out", DType::F64, ["E", "K"]);
+    let out = if wcr {
+        "out[e, k] (wcr: sum)"
+    } else {
+        "out[e, k]"
+    };
+    b.state("main", |s| {
+        s.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
+            m.tasklet(
+                "t",
+                &[
+                    ("a", "u[e2c[e, 0], k]"),
+                    ("b", "u[e2c[e, 1], k]"),
+                    ("c", "w[k]"),
+                ],
+                &[("o", out)],
+                code,
+            );
+        });
+    });
+    let mut s = b.build();
+    if let Some([su, so]) = strides {
+        for (a, extent) in [("u", su), ("out", so)] {
+            if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
+                a.strides = vec![SymExpr::Int(1), SymExpr::sym(extent)];
+            }
+        }
+    }
+    s
+}
+
+/// A map gathering through a table over column-major fields runs in strips: the plan
+/// says so, the C loops over strips of 512 points with the levels outside a vectorized
+/// loop over a strip's points, and the results are the interpreter's bits over three
+/// strips (the last one short) — NaNs of any payload in, canonical NaNs out; a bad table
+/// entry in the second strip is reported as the interpreter reports it. Row-major
+/// fields, fields of strides known only at the call, a body resolving write conflicts
+/// and a body calling `sqrt` (a call under `-frounding-math`) keep rows.
+#[test]
+fn a_column_major_gather_runs_in_strips() {
+    use sdflow_codegen::plan::{Plan, StepKind, Target};
+    let strips = |s: &Sdfg| {
+        let plan = Plan::of(s, Target::default()).unwrap();
+        match &plan.body.states()[0].steps[0].kind {
+            StepKind::ParallelMap {
+                row_checks: Some(_),
+                strips,
+                ..
+            } => *strips,
+            other => panic!("a parallel map checked per row: {other:?}"),
+        }
+    };
+    const CODE: &str = "o = (a - b) * c + min(a, c)";
+    let s = gather(Some(["C", "E"]), false, CODE);
+    assert_eq!(s.validate(), Ok(()));
+    assert!(strips(&s));
+    assert!(!strips(&gather(None, false, CODE)));
+    assert!(!strips(&gather(
+        Some(["C", "E"]),
+        false,
+        "o = sqrt(a - b) * c"
+    )));
+    assert!(strips(&gather(
+        Some(["C", "E"]),
+        false,
+        "o = abs(a - b) * max(c, 0.5)"
+    )));
+    let mut symbolic = gather(Some(["C", "E"]), false, CODE);
+    if let Some(DataDesc::Array(a)) = symbolic.arrays.get_mut("out") {
+        a.strides = vec![SymExpr::sym("so0"), SymExpr::sym("so1")];
+    }
+    symbolic
+        .symbols
+        .insert("so0".into(), sdflow_ir::Symbol::new(DType::I64));
+    symbolic
+        .symbols
+        .insert("so1".into(), sdflow_ir::Symbol::new(DType::I64));
+    assert!(!strips(&symbolic));
+    assert!(!strips(&gather(Some(["C", "E"]), true, CODE)));
+    let plan = Plan::of(&s, Target::default()).unwrap();
+    assert!(
+        plan.to_text().contains("in strips of 512"),
+        "{}",
+        plan.to_text()
+    );
+
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let c = backend.generate(&s).unwrap();
+    assert!(c.contains(" += 512LL) {"), "{c}");
+    assert!(c.contains("#pragma GCC ivdep\n"), "{c}");
+
+    let syms = [("E", 1300), ("C", 700), ("K", 5)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let mut inputs = random_bindings(&s, &syms, 3).unwrap();
+    // NaNs of both signs and several payloads in `u`'s first cells, all levels.
+    let u = inputs.arrays.get_mut("u").unwrap();
+    for cell in 0..40usize {
+        for k in 0..5usize {
+            let bits = [
+                0x7ff8_0000_0000_0001u64,
+                0xfff4_0000_0000_0000,
+                0x7ff0_0000_dead_beef,
+            ];
+            assert!(u.set(&[cell, k], Value::F64(f64::from_bits(bits[(cell + k) % 3]))));
+        }
+    }
+    let prog = backend.build(&s).unwrap();
+    prog.set_threads(2);
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    let nans = expected.arrays["out"]
+        .to_f64_vec()
+        .iter()
+        .filter(|v| v.is_nan())
+        .count();
+    assert!(nans > 100, "{nans} NaNs");
+    let mut got = inputs.clone();
+    prog.run_bindings(&mut got).unwrap();
+    assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+
+    let mut bad = inputs.clone();
+    let e2c = bad.arrays.get_mut("e2c").unwrap();
+    assert!(e2c.set(&[1000, 1], Value::I64(700)));
+    let mut expected = bad.clone();
+    let want = interp::run(&s, &mut expected).unwrap_err();
+    let got = prog.run_bindings(&mut bad).unwrap_err();
+    assert_eq!(got.to_string(), format!("program 'strips': {want}"));
+}

@@ -66,4 +66,9 @@ pub trait Team: Sync {
 
     /// Before a loop whose iterations carry no dependence, run `lanes` at a time.
     fn simd(&self, lanes: u32) -> String;
+
+    /// Before a loop whose iterations carry no dependence, for the compiler to vectorize
+    /// as it chooses (its gathers included: without the mark, a gather that might alias
+    /// a store keeps the loop scalar).
+    fn simd_loop(&self) -> String;
 }

@@ -91,6 +91,13 @@ impl Team for OpenMp {
     fn simd(&self, lanes: u32) -> String {
         format!("#pragma omp simd simdlen({lanes})")
     }
+
+    fn simd_loop(&self) -> String {
+        // GCC's own mark: with `omp simd` GCC 12 leaves the loops of GT4Py's neighbour
+        // sums (scalars copied into scalars) scalar, with `ivdep` it vectorizes them.
+        // Other compilers ignore it.
+        "#pragma GCC ivdep".into()
+    }
 }
 
 /// The C dialect: the standard headers, and the dialect's spellings.

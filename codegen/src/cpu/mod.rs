@@ -99,10 +99,7 @@ impl CpuBackend {
     /// The compile step alone: the shared library of `unit`, from the cache or compiled
     /// into it (or, without a cache, into a scratch directory that goes when the
     /// returned file is dropped: load it first).
-    pub fn compile_unit(
-        &self,
-        unit: &CpuUnit,
-    ) -> Result<(LibraryFile, Origin), CodegenError> {
+    pub fn compile_unit(&self, unit: &CpuUnit) -> Result<(LibraryFile, Origin), CodegenError> {
         self.compile_source(&unit.name, &unit.source, unit.mpi)
     }
 
@@ -133,7 +130,10 @@ impl CpuBackend {
                 let (lib, origin) = cache.get_or_build(&key, source, compile)?;
                 Ok((LibraryFile::kept(lib), origin))
             }
-            None => Ok((LibraryFile::compile_scratch(source, compile)?, Origin::Built)),
+            None => Ok((
+                LibraryFile::compile_scratch(source, compile)?,
+                Origin::Built,
+            )),
         }
     }
 

@@ -208,6 +208,11 @@ pub enum StepKind {
         /// collapsed loops ([`rows`]), the inner loops then gathering without a check;
         /// `None`: checked where they are read.
         row_checks: Option<Vec<rows::RowCheck>>,
+        /// With row checks, the outer loop runs in strips of [`rows::STRIP`] points,
+        /// each checked at once, the inner loop outside a contiguous loop over the
+        /// strip's points ([`rows::strips`]: fields contiguous along the outer
+        /// parameter).
+        strips: bool,
     },
     /// A map run by one worker (its schedule is sequential, or the plan is not parallel).
     SequentialMap,
@@ -558,6 +563,7 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                         collapse,
                         min_points,
                         row_checks,
+                        strips,
                     } => {
                         let _ = write!(line, " collapse {collapse}");
                         if *min_points > 1 {
@@ -570,6 +576,9 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                                 c.len(),
                                 if c.len() == 1 { "" } else { "s" }
                             );
+                        }
+                        if *strips {
+                            let _ = write!(line, " in strips of {}", rows::STRIP);
                         }
                     }
                     StepKind::Copy { shared: true } => line.push_str(" shared"),
@@ -1137,11 +1146,13 @@ fn plan_state(
                     }
                     _ => None,
                 };
+                let strips = row_checks.is_some() && collapse == 1 && rows::strips(sdfg, m);
                 (
                     StepKind::ParallelMap {
                         collapse,
                         min_points,
                         row_checks,
+                        strips,
                     },
                     m.label.clone(),
                 )

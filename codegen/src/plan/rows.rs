@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, Sdfg, SymExpr};
+use sdflow_ir::{DataDesc, Dataflow, Dim, Expr, MapScope, MathFn, Node, Sdfg, SymExpr};
 
 /// One index-table read of a map body checked per point of the map's outer loops: the
 /// dimension, the extent its value must lie in, and the inner-map parameters (constant
@@ -138,4 +138,137 @@ pub fn gathers_anywhere(sdfg: &Sdfg) -> bool {
         })
     }
     sdfg.states.iter().any(|st| df_gathers(&st.graph))
+}
+
+/// The points of the outer loop a strip holds ([`strips`]): 4 KiB of each field of
+/// doubles per level, a page.
+pub const STRIP: i64 = 512;
+
+/// Whether a two-parameter map whose outer loop a team shares, with row checks, runs in
+/// strips: the outer loop steps over strips of [`STRIP`] points, the tables are checked
+/// for the strip's points at once, and inside a strip the level loop runs outside a
+/// contiguous loop over the strip's points. That is the map whose fields are contiguous
+/// along its outer parameter (column-major fields, horizontal first), which `loop_order`
+/// keeps outermost because a gather at every point of the levels' loop costs more: in
+/// strips a point's table entries are read once per level, after one check per strip,
+/// and the contiguous loop vectorizes, its gathers included.
+///
+/// The order of the points changes only between points of different outer indices,
+/// which a parallel map runs in any order already. Required: the outer range steps by
+/// 1 and the inner range does not depend on it; the body is tasklets and containers
+/// (no inner map, library node or nested SDFG), calls no math function the C compiler
+/// keeps a call ([`calls_out`]: the loop would stay scalar, and a scalar loop over a
+/// strip reads each table entry at every level: GT4Py's
+/// `calculate_nabla2_and_smag_coefficients_for_vn`, whose `sqrt` is such a call, was a
+/// tenth slower in strips), resolves no write conflict, and indexes no
+/// table it computes (those stay checked at each point); every array it reads or writes
+/// has a dimension of constant stride 1 (its layout is known when the program is
+/// built); some array is contiguous along the outer parameter, and none that varies with
+/// it is contiguous along the inner one.
+pub fn strips(sdfg: &Sdfg, m: &MapScope) -> bool {
+    let [h, k] = m.params.as_slice() else {
+        return false;
+    };
+    let inner = &m.ranges[1];
+    if m.ranges[0].step.as_int() != Some(1)
+        || [&inner.start, &inner.end, &inner.step]
+            .iter()
+            .any(|x| x.free_symbols().contains(h.as_str()))
+    {
+        return false;
+    }
+    let df = &m.body;
+    let plain = df.node_ids().into_iter().all(|n| match df.node(n) {
+        Node::Tasklet(t) => t.code.iter().all(|st| !calls_out(&st.value)),
+        Node::Access(_) => true,
+        _ => false,
+    });
+    if !plain {
+        return false;
+    }
+    let names = [h.as_str(), k.as_str()];
+    let (mut along_outer, mut along_inner) = (0usize, 0usize);
+    for e in df.edge_ids() {
+        let memlet = &df.edge(e).memlet;
+        if memlet.wcr.is_some() {
+            return false;
+        }
+        let computed = memlet
+            .subset
+            .tables()
+            .into_iter()
+            .any(|t| matches!(sdfg.arrays.get(t), Some(DataDesc::Scalar { .. }) | None));
+        if computed {
+            return false;
+        }
+        let Some(DataDesc::Array(a)) = sdfg.arrays.get(&memlet.data) else {
+            continue;
+        };
+        if a.shape.is_empty() {
+            continue;
+        }
+        if !a.strides.iter().any(|s| s.as_int() == Some(1)) {
+            return false;
+        }
+        if contiguous_along(&memlet.subset.0, &a.strides, h, &names) {
+            along_outer += 1;
+        }
+        // An array read the same at every point of a strip (a column of coefficients)
+        // is one value per level there, whatever its layout.
+        let varies_outer = memlet.subset.free_symbols().contains(h.as_str());
+        if varies_outer && contiguous_along(&memlet.subset.0, &a.strides, k, &names) {
+            along_inner += 1;
+        }
+    }
+    along_outer > 0 && along_inner == 0
+}
+
+/// Whether an access `dims` into an array of `strides` moves by one element per step of
+/// `p`: exactly one dimension varies with `p`, as `p` with coefficient 1 (affine in
+/// `names`), and its stride is 1.
+fn contiguous_along(dims: &[Dim], strides: &[SymExpr], p: &str, names: &[&str]) -> bool {
+    let mut unit = false;
+    for (d, stride) in dims.iter().zip(strides) {
+        let mentions = |x: &SymExpr| x.free_symbols().contains(p);
+        match d {
+            Dim::Index(x) if mentions(x) => {
+                let coeff = x
+                    .affine_in(names)
+                    .and_then(|(c, _)| c.get(p).copied())
+                    .unwrap_or(0);
+                if unit || coeff != 1 || stride.as_int() != Some(1) {
+                    return false;
+                }
+                unit = true;
+            }
+            Dim::Index(_) => {}
+            Dim::Range { start, end, step } => {
+                if [start, end, step].into_iter().any(mentions) {
+                    return false;
+                }
+            }
+            Dim::Indirect { index, offset, .. } => {
+                if index.iter().chain(std::iter::once(offset)).any(mentions) {
+                    return false;
+                }
+            }
+        }
+    }
+    unit
+}
+
+/// Whether `e` calls a math function that stays a call in the C the backend compiles
+/// (anything but `abs`, `min` and `max`, which are selects): `<math.h>`'s functions,
+/// `sqrt` included (under `-frounding-math` GCC does not inline it), and sdflow's own
+/// `cbrt`, `fma` and clock. A call keeps a loop from vectorizing.
+fn calls_out(e: &Expr) -> bool {
+    match e {
+        Expr::Call(f, args) => {
+            !matches!(f, MathFn::Abs | MathFn::Min | MathFn::Max) || args.iter().any(calls_out)
+        }
+        Expr::Unary(_, a) | Expr::Cast(_, a) => calls_out(a),
+        Expr::Binary(_, a, b) => calls_out(a) || calls_out(b),
+        Expr::Select(c, a, b) => calls_out(c) || calls_out(a) || calls_out(b),
+        Expr::Const(_) | Expr::Var(_) => false,
+    }
 }

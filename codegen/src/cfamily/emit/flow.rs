@@ -230,6 +230,7 @@ impl Emitter<'_> {
                     collapse,
                     min_points,
                     row_checks,
+                    strips,
                 },
                 Node::Map(m),
             ) if sc.parallel => {
@@ -247,7 +248,8 @@ impl Emitter<'_> {
                         ..m.clone()
                     };
                     let m = if step.part.is_some() { &part } else { m };
-                    self.parallel_map(&sc, m, *collapse, *min_points, row_checks.as_deref())?;
+                    let rows = row_checks.as_deref().map(|c| (c, *strips));
+                    self.parallel_map(&sc, m, *collapse, *min_points, rows)?;
                 }
             }
             (StepKind::Copy { shared: true }, Node::Access(dst)) if sc.parallel => {

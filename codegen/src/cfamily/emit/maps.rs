@@ -122,7 +122,7 @@ impl Emitter<'_> {
         m: &MapScope,
         collapse: usize,
         min_points: i64,
-        row_checks: Option<&[RowCheck]>,
+        row_checks: Option<(&[RowCheck], bool)>,
     ) -> Result<(), CodegenError> {
         let sizes: Vec<String> = m
             .ranges
@@ -186,25 +186,114 @@ impl Emitter<'_> {
         self.map_loops_from(sc, m, parallel, 0, None)
     }
 
-    /// [`Self::map_loops`]; with `outer` > 0 and the plan's `row_checks` (`plan::rows`),
+    /// [`Self::map_loops`]; with `outer` > 0 and the plan's row checks (`plan::rows`),
     /// the index-table entries the body reads for one point of the first `outer` loops
     /// are checked once there, before the inner loops, which then gather without a check
-    /// (a bad entry runs them checked, as before).
+    /// (a bad entry runs them checked, as before). With the plan's `strips` as well, the
+    /// outer loop steps over strips ([`Self::strip_loops`]).
     pub(crate) fn map_loops_from(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
         outer: usize,
-        row_checks: Option<&[RowCheck]>,
+        row_checks: Option<(&[RowCheck], bool)>,
     ) -> Result<(), CodegenError> {
         let checks = row_checks
-            .filter(|c| !c.is_empty())
+            .filter(|(c, _)| !c.is_empty())
             .filter(|_| outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked);
-        let Some(checks) = checks else {
+        let Some((checks, strips)) = checks else {
             return self.map_loops_inner(sc, m, parallel, 0);
         };
+        if strips && outer == 1 && m.params.len() == 2 && sc.jam.is_none() {
+            return self.strip_loops(sc, m, parallel, checks);
+        }
         self.open_loops(sc, m, 0..outer);
+        self.row_checks(sc, m, outer, checks, None);
+        self.line("if (sdf_rok) {");
+        self.indent += 1;
+        let mut proven = sc.clone();
+        proven.rows_checked = true;
+        self.map_loops_inner(&proven, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.map_loops_inner(sc, m, parallel, outer)?;
+        self.indent -= 1;
+        self.line("}");
+        self.close_loops(outer);
+        Ok(())
+    }
+
+    /// A two-parameter map in strips (`plan::rows::strips`): the outer loop steps over
+    /// strips of `STRIP` points; the table entries of a strip's points are checked at
+    /// once; then the inner loop runs outside a loop over the strip's points, which
+    /// gathers without a check and vectorizes (the map's points are independent, so the
+    /// loop is marked so). A bad entry runs the strip's points one after another,
+    /// checked, as without strips.
+    fn strip_loops(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        checks: &[RowCheck],
+    ) -> Result<(), CodegenError> {
+        let (h, r) = (&m.params[0], &m.ranges[0]);
+        let n = self.fresh();
+        let (sb, se) = (format!("sdf_sb{n}"), format!("sdf_se{n}"));
+        let (start, end) = (sc.sub_sym(&r.start), sc.sub_sym(&r.end));
+        let strip = crate::plan::rows::STRIP;
+        self.line(&format!(
+            "for (int64_t {sb} = {start}; {sb} < {end}; {sb} += {strip}LL) {{"
+        ));
+        self.indent += 1;
+        // The distance to the end, unsigned, cannot overflow: `sb` < `end`.
+        self.line(&format!(
+            "const int64_t {se} = ((uint64_t)({end}) - (uint64_t){sb} > {strip}u) ? {sb} + {strip}LL : ({end});"
+        ));
+        let strip_loop = format!("for (int64_t s_{h} = {sb}; s_{h} < {se}; s_{h}++) {{");
+        self.row_checks(sc, m, 1, checks, Some(&strip_loop));
+        self.line("if (sdf_rok) {");
+        self.indent += 1;
+        let mut proven = sc.clone();
+        proven.rows_checked = true;
+        self.open_loops(&proven, m, 1..2);
+        self.team_line(|t| t.simd_loop());
+        self.line(&strip_loop);
+        self.indent += 1;
+        let inner = self.body_scope(&proven, m, parallel);
+        // Contiguous, its gathers checked: the loop vectorizes, so the NaN
+        // canonicalization is the select the vectorizer turns into a blend.
+        let blend = std::mem::replace(&mut self.blend_canon, false);
+        let done = self.body(&inner, &m.body);
+        self.blend_canon = blend;
+        done?;
+        self.close_loops(2);
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.line(&strip_loop);
+        self.indent += 1;
+        self.map_loops_inner(sc, m, parallel, 1)?;
+        self.close_loops(1);
+        self.indent -= 1;
+        self.line("}");
+        self.close_loops(1);
+        Ok(())
+    }
+
+    /// `int sdf_rok`: whether the index-table entries of `checks`, read at the current
+    /// point of `m`'s first `outer` loops, lie in their extents (checked only where the
+    /// inner loops run at all); with `points`, a loop header over the outer parameter,
+    /// at each of its points (a strip's).
+    fn row_checks(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        outer: usize,
+        checks: &[RowCheck],
+        points: Option<&str>,
+    ) {
         let mut at = sc.clone();
         at.params.extend(m.params[..outer].iter().cloned());
         // Only where the inner loops run: the body reads the tables only then.
@@ -215,6 +304,10 @@ impl Emitter<'_> {
         self.line("int sdf_rok = 1;");
         self.line(&format!("if ({}) {{", nonempty.join(" && ")));
         self.indent += 1;
+        if let Some(header) = points {
+            self.line(header);
+            self.indent += 1;
+        }
         for c in checks {
             for (p, r) in &c.inner {
                 self.line(&format!(
@@ -235,21 +328,12 @@ impl Emitter<'_> {
                 self.line("}");
             }
         }
+        if points.is_some() {
+            self.indent -= 1;
+            self.line("}");
+        }
         self.indent -= 1;
         self.line("}");
-        self.line("if (sdf_rok) {");
-        self.indent += 1;
-        let mut proven = sc.clone();
-        proven.rows_checked = true;
-        self.map_loops_inner(&proven, m, parallel, outer)?;
-        self.indent -= 1;
-        self.line("} else {");
-        self.indent += 1;
-        self.map_loops_inner(sc, m, parallel, outer)?;
-        self.indent -= 1;
-        self.line("}");
-        self.close_loops(outer);
-        Ok(())
     }
 
     /// Opens the loops of `m`'s parameters `ks`.
