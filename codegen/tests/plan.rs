@@ -44,7 +44,8 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
         StepKind::ParallelMap {
             collapse: 1,
             min_points: 4096,
-            row_checks: None
+            row_checks: None,
+            strips: false
         }
     ));
     assert_eq!(plan.allocation("t").unwrap().lifetime, Lifetime::Persistent);
@@ -295,7 +296,8 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
         StepKind::ParallelMap {
             collapse: 1,
             min_points: 100,
-            row_checks: None
+            row_checks: None,
+            strips: false
         }
     );
     assert_eq!(steps[c].kind, StepKind::Copy { shared: true });
@@ -306,6 +308,7 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
         collapse: 1,
         min_points: 7,
         row_checks: None,
+        strips: false,
     };
     let changed = text(&sdfg, &other);
     assert!(changed.contains(">= 7) {") && !changed.contains(">= 100) {"));
