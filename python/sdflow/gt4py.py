@@ -548,8 +548,10 @@ def _laid_out(rank: int, unit: int) -> np.ndarray:
 
 
 def _layout(parameters: Sequence[tuple[str, Any]], mapper: Any) -> tuple[tuple[str, int, int], ...]:
-    """For every field parameter of two or more dimensions (tuple elements included):
-    the dimension the allocator's layout mapper makes contiguous."""
+    """For every field parameter (tuple elements included): the dimension the allocator's
+    layout mapper makes contiguous. One-dimensional fields too: their stride is then a
+    static 1 as well, which the CPU plan needs to know a gathering stencil's arrays are
+    contiguous along its horizontal loop (`docs/backend-cpu.md`, *Strips*)."""
     if mapper is None:
         return ()
     out = []
@@ -558,7 +560,7 @@ def _layout(parameters: Sequence[tuple[str, Any]], mapper: Any) -> tuple[tuple[s
         if isinstance(type_, ts.TupleType):
             for i, t in enumerate(type_.types):
                 walk(f"{name}_{i}", t)
-        elif isinstance(type_, ts.FieldType) and len(type_.dims) >= 2:
+        elif isinstance(type_, ts.FieldType) and len(type_.dims) >= 1:
             layout = list(mapper(type_.dims))
             out.append((name, len(type_.dims), layout.index(max(layout))))
 

@@ -488,6 +488,8 @@ def test_the_program_is_specialized_for_the_allocators_layout_and_takes_others_t
     static, runtime = (f"__vn_{unit}_stride", "__vn_Edge_stride" if unit == "K" else "__vn_K_stride")
     assert static not in decorated.program.arguments
     assert runtime in decorated.program.arguments
+    # One-dimensional fields' strides are static too (both layouts: contiguous).
+    assert "__area_edge_Edge_stride" not in decorated.program.arguments
     assert decorated._generic is None
     assert_equals_references(fields, npz, meta)
 
