@@ -193,7 +193,8 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LibraryFile {
     path: PathBuf,
-    scratch: Option<tempfile::TempDir>,
+    /// Held for its drop, which removes the folder.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl LibraryFile {
@@ -201,7 +202,7 @@ impl LibraryFile {
     pub fn kept(path: PathBuf) -> LibraryFile {
         LibraryFile {
             path,
-            scratch: None,
+            _scratch: None,
         }
     }
 
@@ -231,7 +232,7 @@ impl LibraryFile {
         }
         Ok(LibraryFile {
             path,
-            scratch: Some(dir),
+            _scratch: Some(dir),
         })
     }
 
@@ -239,22 +240,11 @@ impl LibraryFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    /// Whether the file is removed when this is dropped (built without a cache).
-    pub fn is_scratch(&self) -> bool {
-        self.scratch.is_some()
-    }
 }
 
 impl std::ops::Deref for LibraryFile {
     type Target = Path;
     fn deref(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl AsRef<Path> for LibraryFile {
-    fn as_ref(&self) -> &Path {
         &self.path
     }
 }

@@ -257,13 +257,7 @@ fn column_major(s: &mut Sdfg) {
         if let sdflow_ir::DataDesc::Array(a) = d
             && a.shape.len() >= 2
         {
-            let mut strides = Vec::with_capacity(a.shape.len());
-            let mut stride = sdflow_ir::SymExpr::Int(1);
-            for extent in &a.shape {
-                strides.push(stride.clone());
-                stride = stride.mul(extent);
-            }
-            a.strides = strides;
+            a.strides = sdflow_transforms::layout::column_major_strides(&a.shape);
         }
     }
 }
