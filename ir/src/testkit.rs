@@ -1450,8 +1450,11 @@ impl Gen {
                             let name = format!("{label}_point");
                             let callee =
                                 (k % 2 == 1 || name_seed(&label).is_multiple_of(2)).then(|| {
-                                    if name_seed(&name).is_multiple_of(2) {
-                                        if_stmt_callee(&name, self.dtypes[t2])
+                                    let seed = name_seed(&name);
+                                    if seed.is_multiple_of(2) {
+                                        let kinds = IfStmtKind::ALL;
+                                        let kind = kinds[(seed / 2 % kinds.len() as u64) as usize];
+                                        if_stmt_callee_of(&name, self.dtypes[t2], kind)
                                     } else {
                                         point_callee(&name, self.dtypes[t2])
                                     }
@@ -1862,40 +1865,90 @@ fn point_callee(name: &str, dtype: DType) -> Sdfg {
 
 /// `o = a > b ? a * 2 : a + b` as GT4Py's `if_stmt` callees are written: the condition a
 /// bool scalar computed in a state of its own (beside a value nothing reads), the branch
-/// values through a transient copied into the output — work for the passes inside a
-/// callee that stays a call.
+/// values through a transient copied into the output ([`IfStmtKind::Plain`]).
 pub fn if_stmt_callee(name: &str, dtype: DType) -> Sdfg {
+    if_stmt_callee_of(name, dtype, IfStmtKind::Plain)
+}
+
+/// The shapes of [`if_stmt_callee_of`]: what decides whether an optimizer may run both
+/// branches and select (the cost of a branch, whether it can fail, whether both write
+/// the output) and how the condition is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IfStmtKind {
+    /// `o = a > b ? a * 2 : a + b`.
+    Plain,
+    /// The same, the condition `c` an `i64` (non-zero is true) tested negated: `if !c`.
+    NegatedInt,
+    /// The `then` value `exp(a) * 2`: a branch too costly to run where it is not taken.
+    Costly,
+    /// The `then` value `f64(i64(a) / 2)`: a branch dividing integers.
+    IntDivision,
+    /// Only the `then` branch writes `o`; the `else` branch writes a transient of its own,
+    /// so `o` keeps the caller's value there.
+    OneBranch,
+}
+
+impl IfStmtKind {
+    /// Every kind.
+    pub const ALL: [IfStmtKind; 5] = [
+        IfStmtKind::Plain,
+        IfStmtKind::NegatedInt,
+        IfStmtKind::Costly,
+        IfStmtKind::IntDivision,
+        IfStmtKind::OneBranch,
+    ];
+}
+
+/// A callee of GT4Py's `if_stmt` shape (see [`if_stmt_callee`]) of the given kind.
+pub fn if_stmt_callee_of(name: &str, dtype: DType, kind: IfStmtKind) -> Sdfg {
     let mut b = SdfgBuilder::new(name);
     for c in ["a", "b", "o"] {
         b.array(c, dtype, ["1"]);
     }
-    b.transient_scalar("c", DType::Bool)
+    let int_cond = kind == IfStmtKind::NegatedInt;
+    b.transient_scalar("c", if int_cond { DType::I64 } else { DType::Bool })
         .transient_scalar("t", dtype)
+        .transient_scalar("f", dtype)
         .transient_scalar("unused", dtype);
     let cond = b.state("cond", |s| {
-        s.tasklet(
-            "c",
-            &[("a", "a[0]"), ("b", "b[0]")],
-            &[("c", "c")],
-            "c = a > b",
-        );
+        let code = if int_cond {
+            "c = select(a > b, 0, 7)"
+        } else {
+            "c = a > b"
+        };
+        s.tasklet("c", &[("a", "a[0]"), ("b", "b[0]")], &[("c", "c")], code);
         s.tasklet("u", &[("a", "a[0]")], &[("u", "unused")], "u = a * a");
     });
     let then = b.state("then", |s| {
-        s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], "t = a * 2.0");
+        let code = match kind {
+            IfStmtKind::Costly => "t = exp(a) * 2.0",
+            IfStmtKind::IntDivision => "t = f64(i64(a) / 2)",
+            _ => "t = a * 2.0",
+        };
+        s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], code);
         s.copy("t", "o[0]");
     });
     let otherwise = b.state("otherwise", |s| {
+        let out = if kind == IfStmtKind::OneBranch {
+            "f"
+        } else {
+            "o[0]"
+        };
         s.tasklet(
             "f",
             &[("a", "a[0]"), ("b", "b[0]")],
-            &[("o", "o[0]")],
+            &[("o", out)],
             "o = a + b",
         );
     });
+    let test = if int_cond {
+        SymExpr::Not(std::sync::Arc::new(SymExpr::sym("c")))
+    } else {
+        SymExpr::sym("c")
+    };
     b.body(Block::seq([
         Block::State(cond),
-        Block::if_else("c", Block::State(then), Block::State(otherwise)),
+        Block::if_else(test, Block::State(then), Block::State(otherwise)),
     ]));
     b.build()
 }

@@ -87,7 +87,9 @@ impl Pass for InlineNested {
             break;
         }
         ch.notes.extend(kept.into_values());
-        ch.add("nested_inlined_in_maps", inline_map_callees(sdfg));
+        let (spliced, selected) = inline_map_callees(sdfg);
+        ch.add("nested_inlined_in_maps", spliced);
+        ch.add("nested_ifs_selected", selected);
         ch
     }
 }
@@ -936,13 +938,24 @@ fn replace_state(block: &mut Block, s: StateId, with: &Block) {
 /// the caller's edges carry no resolution. The copy-in of an output then holds the
 /// caller's value, which a single write with a resolution combines with as the inlined
 /// write does.
-pub(crate) fn inline_map_callees(sdfg: &mut Sdfg) -> usize {
-    let mut count = 0;
+///
+/// A callee whose body branches is spliced in the same way once both branches and a
+/// select of their results can stand for it ([`crate::if_select`]). Returns how many
+/// callees were spliced in, and how many of those through a select.
+pub(crate) fn inline_map_callees(sdfg: &mut Sdfg) -> (usize, usize) {
+    let mut count = (0, 0);
     let mut new_arrays: Vec<(String, DataDesc)> = Vec::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
     for si in 0..sdfg.states.len() {
         let mut df = std::mem::take(&mut sdfg.states[si].graph);
-        count += in_bodies(sdfg, &mut df, false, &mut new_arrays, &mut taken);
+        in_bodies(
+            sdfg,
+            &mut df,
+            false,
+            &mut new_arrays,
+            &mut taken,
+            &mut count,
+        );
         sdfg.states[si].graph = df;
     }
     for (name, desc) in new_arrays {
@@ -951,38 +964,46 @@ pub(crate) fn inline_map_callees(sdfg: &mut Sdfg) -> usize {
     count
 }
 
-/// Inlines the straight-line callees of the map bodies in `df` (`in_map`: `df` is one).
+/// Inlines the straight-line callees of the map bodies in `df` (`in_map`: `df` is one),
+/// counting them in `count` (all, and those made straight-line through a select).
 fn in_bodies(
     sdfg: &Sdfg,
     df: &mut Dataflow,
     in_map: bool,
     new_arrays: &mut Vec<(String, DataDesc)>,
     taken: &mut BTreeSet<String>,
-) -> usize {
-    let mut count = 0;
+    count: &mut (usize, usize),
+) {
     for n in df.node_ids() {
         if let Node::Map(m) = df.graph.node_weight_mut(n).expect("node of the graph") {
             let mut body = std::mem::take(&mut m.body);
-            count += in_bodies(sdfg, &mut body, true, new_arrays, taken);
+            in_bodies(sdfg, &mut body, true, new_arrays, taken, count);
             if let Node::Map(m) = df.graph.node_weight_mut(n).expect("node of the graph") {
                 m.body = body;
             }
         }
     }
     if !in_map {
-        return count;
+        return;
     }
     for n in df.node_ids() {
         let Node::Nested(ns) = df.node(n) else {
             continue;
         };
-        let ns = ns.clone();
-        if straight_line(df, n, &ns).is_ok() {
-            splice(sdfg, df, n, &ns, new_arrays, taken);
-            count += 1;
-        }
+        let ns = match straight_line(df, n, ns) {
+            Ok(()) => ns.clone(),
+            // A branching callee whose branches can both run: both, then a select.
+            Err(_) => match crate::if_select::flatten(ns) {
+                Ok(flat) if straight_line(df, n, &flat).is_ok() => {
+                    count.1 += 1;
+                    flat
+                }
+                _ => continue,
+            },
+        };
+        splice(sdfg, df, n, &ns, new_arrays, taken);
+        count.0 += 1;
     }
-    count
 }
 
 /// A scalar, or an array whose every extent is the constant 1: a connector of it moves
@@ -992,7 +1013,7 @@ fn one_element(d: &DataDesc) -> bool {
 }
 
 /// The callee's states in order when its body is a plain sequence.
-fn plain_states(b: &Block, out: &mut Vec<StateId>) -> bool {
+pub(crate) fn plain_states(b: &Block, out: &mut Vec<StateId>) -> bool {
     match b {
         Block::State(s) => {
             out.push(*s);
@@ -1011,8 +1032,16 @@ fn straight_line(df: &Dataflow, n: NodeId, ns: &NestedSdfg) -> Result<(), String
     if !plain_states(&inner.body, &mut order) {
         return Err("its body has control flow".into());
     }
-    if !inner.symbols.is_empty() || !ns.symbol_mapping.is_empty() {
-        return Err("it has symbols".into());
+    // Symbols passed through under their own names (DaCe's callees read the program's
+    // scalar parameters so) mean the same spliced into the caller's scope.
+    let identity = |(k, v): (&String, &SymExpr)| matches!(v, SymExpr::Sym(x) if **x == **k);
+    if !ns.symbol_mapping.iter().all(identity)
+        || inner
+            .symbols
+            .keys()
+            .any(|k| !ns.symbol_mapping.contains_key(k))
+    {
+        return Err("it has symbols not passed through by name".into());
     }
     let mut conn_dirs: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     for (e, input) in df.edges_both(n) {

@@ -29,6 +29,7 @@ mod copy_forwarding;
 mod dead_dataflow;
 pub mod egraph;
 mod gpu_schedule;
+mod if_select;
 mod inline_nested;
 pub mod layout;
 mod local_unroll;

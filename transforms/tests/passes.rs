@@ -5,7 +5,7 @@
 use sdflow_ir::testkit::assert_same_results;
 use std::collections::BTreeMap;
 
-use sdflow_ir::testkit::{branchy, if_stmt_callee};
+use sdflow_ir::testkit::{IfStmtKind, branchy, if_stmt_callee_of};
 use sdflow_ir::{Block, DType, DataDesc, Node, Sdfg, SdfgBuilder, SymExpr, Value};
 use sdflow_transforms::{
     DeadDataflow, EGraphPass, MapFusion, MoveIntoIf, Pass, Pipeline, RedundantCopy, SiblingFusion,
@@ -1095,14 +1095,8 @@ fn inline_nested_splices_a_straight_line_accumulating_callee_into_its_map() {
     assert_eq!(t.stats().nested, 1);
 }
 
-/// A map whose body calls GT4Py's `if_stmt` shape — `o = a > b ? a * 2 : a + b`, the
-/// condition in a state of its own beside a value nothing reads, the `then` value
-/// through a transient copied into the output. The call stays (its body branches), and
-/// the pipeline optimizes the callee as a program of its own: the unread value goes, the
-/// results stay bit for bit.
-#[test]
-fn the_passes_run_inside_callees_that_stay_calls() {
-    let inner = if_stmt_callee("if_stmt", DType::F64);
+/// A map over `0:N` whose body calls `inner` with `a = x[i]`, `b = y[i]`, `o = out[i]`.
+fn calling_map(inner: Sdfg) -> Sdfg {
     let mut b = SdfgBuilder::new("caller");
     b.symbol("N", DType::I64)
         .array("x", DType::F64, ["N"])
@@ -1118,36 +1112,102 @@ fn the_passes_run_inside_callees_that_stay_calls() {
             );
         });
     });
-    let s0 = b.build();
-    let callee = |s: &Sdfg| -> Sdfg {
+    b.build()
+}
+
+/// The callee a map body of `s` still calls.
+fn map_callee(s: &Sdfg) -> Option<Sdfg> {
+    let df = &s.states[0].graph;
+    let map = df
+        .node_ids()
+        .into_iter()
+        .find_map(|n| match df.node(n) {
+            Node::Map(m) => Some(m.body.clone()),
+            _ => None,
+        })
+        .expect("the map stays");
+    map.node_ids().into_iter().find_map(|n| match map.node(n) {
+        Node::Nested(ns) => Some((*ns.sdfg).clone()),
+        _ => None,
+    })
+}
+
+/// GT4Py's `if_stmt` shape at every point of a map — `o = a > b ? a * 2 : a + b`, the
+/// condition in a state of its own, the `then` value through a transient copied into
+/// the output — becomes both branches and a select in the map body: no call stays, and
+/// the results are the same bit for bit. So does the negated integer condition.
+#[test]
+fn a_branching_callee_in_a_map_becomes_a_select() {
+    use sdflow_transforms::InlineNested;
+    for kind in [IfStmtKind::Plain, IfStmtKind::NegatedInt] {
+        let s0 = calling_map(if_stmt_callee_of("if_stmt", DType::F64, kind));
+        assert_eq!(s0.validate(), Ok(()));
+        let mut s = s0.clone();
+        let ch = InlineNested.run(&mut s);
+        assert_eq!(ch.get("nested_ifs_selected"), 1, "{kind:?}: {ch:?}");
+        assert_eq!(ch.get("nested_inlined_in_maps"), 1, "{kind:?}: {ch:?}");
+        assert_eq!(s.validate(), Ok(()));
+        assert!(map_callee(&s).is_none(), "{kind:?}");
         let df = &s.states[0].graph;
-        let map = df
+        let body = df
             .node_ids()
             .into_iter()
             .find_map(|n| match df.node(n) {
                 Node::Map(m) => Some(m.body.clone()),
                 _ => None,
             })
-            .expect("the map stays");
-        map.node_ids()
+            .unwrap();
+        let selects: Vec<String> = body
+            .node_ids()
             .into_iter()
-            .find_map(|n| match map.node(n) {
-                Node::Nested(ns) => Some((*ns.sdfg).clone()),
+            .filter_map(|n| match body.node(n) {
+                Node::Tasklet(t) if t.name.starts_with("select_") => Some(t.name.clone()),
                 _ => None,
             })
-            .expect("the call stays")
-    };
-    let tasklets = |s: &Sdfg| s.stats().tasklets;
-    assert_eq!(tasklets(&callee(&s0)), 4);
-    let mut s = s0.clone();
-    let report = Pipeline::cpu().validate_each(true).run(&mut s).unwrap();
-    assert_eq!(s.validate(), Ok(()));
-    assert_eq!(report.callees, 1, "{report}");
-    assert!(report.fixed_point);
-    let inner = callee(&s);
-    assert!(!inner.arrays.contains_key("unused"), "{report}");
-    assert_eq!(tasklets(&inner), 3, "{report}");
-    same_results(&s0, &s, &[("N", 7)]);
+            .collect();
+        assert_eq!(selects, ["select_o"], "{kind:?}");
+        same_results(&s0, &s, &[("N", 23)]);
+        // The whole pipeline from there: one map, no call, the same results.
+        let mut p = s0.clone();
+        let report = Pipeline::cpu().validate_each(true).run(&mut p).unwrap();
+        assert_eq!(p.stats().nested, 0, "{report}");
+        assert_eq!(report.callees, 0, "{report}");
+        same_results(&s0, &p, &[("N", 23)]);
+    }
+}
+
+/// A branch that would cost too much where it is not taken (`exp`), one that divides
+/// integers (which could fail there), and an output written in one branch only (the
+/// caller's value where the other runs) keep the call; the pipeline then optimizes the
+/// callee as a program of its own: the unread value goes, the results stay bit for bit.
+#[test]
+fn branching_callees_that_cannot_run_both_branches_stay_calls() {
+    use sdflow_transforms::InlineNested;
+    for kind in [
+        IfStmtKind::Costly,
+        IfStmtKind::IntDivision,
+        IfStmtKind::OneBranch,
+    ] {
+        let s0 = calling_map(if_stmt_callee_of("if_stmt", DType::F64, kind));
+        assert_eq!(s0.validate(), Ok(()));
+        let mut s = s0.clone();
+        let ch = InlineNested.run(&mut s);
+        assert_eq!(ch.get("nested_ifs_selected"), 0, "{kind:?}: {ch:?}");
+        assert_eq!(s.stats().nested, 1, "{kind:?}");
+        let tasklets = |s: &Sdfg| s.stats().tasklets;
+        assert_eq!(tasklets(&map_callee(&s0).unwrap()), 4);
+        let mut s = s0.clone();
+        let report = Pipeline::cpu().validate_each(true).run(&mut s).unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(report.callees, 1, "{kind:?}: {report}");
+        assert!(report.fixed_point);
+        let inner = map_callee(&s).expect("the call stays");
+        assert!(!inner.arrays.contains_key("unused"), "{report}");
+        // The `else` branch's own value goes too where nothing reads it.
+        let kept = if kind == IfStmtKind::OneBranch { 2 } else { 3 };
+        assert_eq!(tasklets(&inner), kept, "{kind:?}: {report}");
+        same_results(&s0, &s, &[("N", 7)]);
+    }
 }
 
 /// `u[i, j] = u[i, j] * 2 + v[i, j]` over column-major arrays, listed `(i, j)`; with

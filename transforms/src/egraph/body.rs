@@ -91,7 +91,7 @@ fn op_cost(op: Op) -> u64 {
 }
 
 /// The cost of an elaborated expression tree, each node paid as often as it is written.
-fn tree_cost(e: &Expr) -> u64 {
+pub(crate) fn tree_cost(e: &Expr) -> u64 {
     let mut c = 0;
     e.visit(&mut |x| {
         c += match x {

@@ -37,6 +37,7 @@ use sdflow_ir::{Dataflow, Node as IrNode, Sdfg};
 use crate::pass::{Changes, Pass};
 use crate::pattern::for_each_state_parallel;
 
+pub(crate) use body::tree_cost;
 pub use lang::{Node as ENode, Op};
 
 /// Saturation bounds.
