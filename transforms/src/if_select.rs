@@ -87,19 +87,19 @@ pub(crate) fn flatten(ns: &NestedSdfg) -> Result<NestedSdfg, String> {
                             "a branch costs {cost} per point, more than {SPECULATION_BUDGET}"
                         ));
                     }
-                    let renames: BTreeMap<String, String> = arm_writes
-                        .into_iter()
-                        .map(|x| {
-                            let fresh = fresh_name(&out, &format!("{x}_{}", arms.len()));
-                            let dtype = inner.arrays[&x].dtype();
-                            let desc = DataDesc::Scalar {
-                                dtype,
-                                transient: true,
-                            };
-                            out.arrays.insert(fresh.clone(), desc);
-                            (x, fresh)
-                        })
-                        .collect();
+                    let mut renames: BTreeMap<String, String> = BTreeMap::new();
+                    for x in arm_writes {
+                        let Some(desc) = inner.arrays.get(&x) else {
+                            return Err(format!("a branch writes '{x}', which is not declared"));
+                        };
+                        let fresh = fresh_name(&out, &format!("{x}_{}", arms.len()));
+                        let scalar = DataDesc::Scalar {
+                            dtype: desc.dtype(),
+                            transient: true,
+                        };
+                        out.arrays.insert(fresh.clone(), scalar);
+                        renames.insert(x, fresh);
+                    }
                     for &s in &arm {
                         let st = &inner.states[s.index()];
                         let graph = assignments(inner, &st.graph, &renames)?;

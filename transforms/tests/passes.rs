@@ -1115,17 +1115,21 @@ fn calling_map(inner: Sdfg) -> Sdfg {
     b.build()
 }
 
-/// The callee a map body of `s` still calls.
-fn map_callee(s: &Sdfg) -> Option<Sdfg> {
+/// The body of the map of `s`'s first state.
+fn map_body(s: &Sdfg) -> sdflow_ir::Dataflow {
     let df = &s.states[0].graph;
-    let map = df
-        .node_ids()
+    df.node_ids()
         .into_iter()
         .find_map(|n| match df.node(n) {
             Node::Map(m) => Some(m.body.clone()),
             _ => None,
         })
-        .expect("the map stays");
+        .expect("the map stays")
+}
+
+/// The callee a map body of `s` still calls.
+fn map_callee(s: &Sdfg) -> Option<Sdfg> {
+    let map = map_body(s);
     map.node_ids().into_iter().find_map(|n| match map.node(n) {
         Node::Nested(ns) => Some((*ns.sdfg).clone()),
         _ => None,
@@ -1148,15 +1152,7 @@ fn a_branching_callee_in_a_map_becomes_a_select() {
         assert_eq!(ch.get("nested_inlined_in_maps"), 1, "{kind:?}: {ch:?}");
         assert_eq!(s.validate(), Ok(()));
         assert!(map_callee(&s).is_none(), "{kind:?}");
-        let df = &s.states[0].graph;
-        let body = df
-            .node_ids()
-            .into_iter()
-            .find_map(|n| match df.node(n) {
-                Node::Map(m) => Some(m.body.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let body = map_body(&s);
         let selects: Vec<String> = body
             .node_ids()
             .into_iter()
