@@ -37,6 +37,7 @@ use sdflow_ir::{
 };
 
 use crate::egraph::tree_cost as expr_cost;
+use crate::inline_nested::{one_element, plain_states};
 use crate::pattern::fresh_name;
 
 /// The most a branch may cost (per point) to run where it would not have run.
@@ -136,8 +137,8 @@ fn items_of<'a>(b: &'a Block, out: &mut Vec<Item<'a>>) -> bool {
         Block::Seq(v) => v.iter().all(|b| items_of(b, out)),
         Block::If(i) => {
             let (mut then, mut otherwise) = (Vec::new(), Vec::new());
-            let plain = crate::inline_nested::plain_states(&i.then, &mut then)
-                && crate::inline_nested::plain_states(&i.otherwise, &mut otherwise);
+            let plain =
+                plain_states(&i.then, &mut then) && plain_states(&i.otherwise, &mut otherwise);
             if plain {
                 out.push(Item::If(&i.cond, then, otherwise));
             }
@@ -193,10 +194,6 @@ fn condition(
         ));
     }
     Ok((name, negated))
-}
-
-fn one_element(d: &DataDesc) -> bool {
-    d.shape().iter().all(|e| e.as_int() == Some(1))
 }
 
 /// The subset of the one element of `desc`.

@@ -1008,7 +1008,7 @@ fn in_bodies(
 
 /// A scalar, or an array whose every extent is the constant 1: a connector of it moves
 /// one element, so the caller's memlet can stand for the callee's.
-fn one_element(d: &DataDesc) -> bool {
+pub(crate) fn one_element(d: &DataDesc) -> bool {
     d.shape().iter().all(|e| e.as_int() == Some(1))
 }
 
