@@ -4,12 +4,13 @@
 # and no Rust toolchain, from a copy of this repository (the tests read examples/ and
 # tests/dace/ from it):
 #
-#   scripts/gpu-bundle.sh                      # here: build and pack (about 30 MB)
+#   scripts/gpu-bundle.sh                      # here: build and pack (about 40 MB)
 #   target/gpu-bundle/run.sh [OUTDIR]          # there, from the repository root
 #
 # run.sh writes the device's name, the tests' and the bench's output to OUTDIR (default
 # target/gpu-bundle/results): the GPU results against the interpreter bit for bit
-# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs, halo exchanges on 4 MPI ranks where
+# (tests/cuda.rs gpu_*, codegen/tests/cuda_device.rs, the GT4Py corpus of
+# tests/gt4py_corpus.rs against GT4Py's outputs, halo exchanges on 4 MPI ranks where
 # Open MPI is installed), the timings of benches/cuda.rs,
 # and `sdflow bench` of the fused hyperdiffusion and the Laplacian on the CPU at 1 to 16
 # threads and on the GPU, each against the ceiling it measures in the same run (the CPU
@@ -18,7 +19,8 @@
 # --write-inputs, from target/pyenv: run scripts/test-python.sh first): each program's
 # lowered SDFG optimized by sdflow, GT4Py's final SDFG as it is and optimized once more,
 # the lowered SDFG specialized for column-major fields (`--layout F`), on the GPU and on
-# the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt); and, where
+# the CPU at 16 threads (gt4py_gpu.txt, gt4py_cpu16.txt; GT4PY_VARIANTS picks among
+# "lowered: final:--no-opt final: lowered:--layout F"); and, where
 # python3 there has CuPy, scripts/python/cupy_check.py with the Python package built here
 # for Python 3.12 (PYTHON_GPU; cupy_check.txt); and, first, where the GT4Py environment
 # exists here (scripts/gt4py/env.sh), scripts/gt4py/gpu_check.py with its packages
@@ -38,10 +40,11 @@ executable() {
 
 test_bin=$(cargo test --no-run --test cuda 2>&1 | executable)
 device_bin=$(cargo test --no-run -p sdflow-codegen --test cuda_device 2>&1 | executable)
+corpus_bin=$(cargo test --no-run --test gt4py_corpus 2>&1 | executable)
 bench_bin=$(cargo bench --no-run --bench cuda 2>&1 | executable)
 cargo build --release --bin sdflow >/dev/null 2>&1
 cli_bin=$(pwd)/target/release/sdflow
-for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin" "sdflow:$cli_bin"; do
+for pair in "cuda:$test_bin" "cuda_device:$device_bin" "gt4py_corpus:$corpus_bin" "bench_cuda:$bench_bin" "sdflow:$cli_bin"; do
     name=${pair%%:*}
     path=${pair#*:}
     if [ -z "$path" ] || [ ! -x "$path" ]; then
@@ -51,6 +54,11 @@ for pair in "cuda:$test_bin" "cuda_device:$device_bin" "bench_cuda:$bench_bin" "
     cp "$path" "$out/bin/$name"
     strip "$out/bin/$name" 2>/dev/null || true
 done
+# Compressed (about a quarter of their size): the bundle and the repository travel
+# together under a size limit; run.sh unpacks them.
+rm -f "$out/bin.tar.xz"
+tar -C "$out" -cf - bin | xz -T0 -6 > "$out/bin.tar.xz"
+rm -rf "$out/bin"
 
 # The GT4Py corpus' arguments on the large grid (compressed: the copies repeat).
 if [ -x target/pyenv/bin/python ] && target/pyenv/bin/python -c "import sdflow" 2>/dev/null; then
@@ -90,6 +98,9 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 results=${1:-$here/results}
 mkdir -p "$results"
+if [ ! -d "$here/bin" ]; then
+    xz -dc "$here/bin.tar.xz" | tar -xf - -C "$here" || exit 1
+fi
 export SDFLOW_ROOT=${SDFLOW_ROOT:-$(pwd)}
 if [ -z "${SDFLOW_NVRTC:-}" ]; then
     for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
@@ -99,7 +110,7 @@ if [ -z "${SDFLOW_NVRTC:-}" ]; then
         fi
     done
 fi
-export SDFLOW_CACHE_DIR=${SDFLOW_CACHE_DIR:-$results/cache}
+export SDFLOW_CACHE_DIR=${SDFLOW_CACHE_DIR:-$here/cache}
 (nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv) \
     > "$results/device.txt" 2>&1
 status=0
@@ -116,6 +127,10 @@ if [ -e "$here/gt4py-site.tar.xz" ] && ls "$here"/whl/*.whl >/dev/null 2>&1 &&
 fi
 "$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
 "$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1
+# The GT4Py corpus, row-major and specialized for column-major fields, against GT4Py's
+# stored outputs on the emulated device and the GPU.
+"$here/bin/gt4py_corpus" --test-threads=1 --nocapture on_the_emulated_device \
+    > "$results/gt4py_corpus.txt" 2>&1 || status=1
 # Halo exchanges on the GPU (where Open MPI is installed): the fixture on 4 MPI ranks,
 # each on this GPU, bit for bit against the interpreter's simulated ranks.
 if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
@@ -165,7 +180,7 @@ corpus() {
         [ -e "$inputs" ] || continue
         local p
         p=$(basename "$inputs" .lowered.npz)
-        for v in "lowered:" "final:--no-opt" "final:" "lowered:--layout F"; do
+        for v in ${GT4PY_VARIANTS:-"lowered:" "final:--no-opt" "final:" "lowered:--layout F"}; do
             local variant=${v%%:*} flag=${v#*:} file
             file="tests/gt4py/$p.simple.dace.$variant.sdfgz"
             [ -e "$here/gt4py-inputs/$p.$variant.sdfgz" ] && file="$here/gt4py-inputs/$p.$variant.sdfgz"
@@ -188,9 +203,10 @@ if ls "$here"/whl/*.whl >/dev/null 2>&1 && python3 -c "import cupy" 2>/dev/null;
         PYTHONPATH=$site python3 scripts/python/cupy_check.py 4096 > "$results/cupy_check.txt" 2>&1 ||
         status=1
 fi
-grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt
+grep -h "test result\|panicked\|skipped" "$results"/cuda_device.txt "$results"/cuda_tests.txt \
+    "$results"/gt4py_corpus.txt
 tail -1 "$results/mpi_gpu.txt"
 exit $status
 RUN
 chmod +x "$out/run.sh"
-du -sh "$out/bin"/*
+du -sh "$out"/*

@@ -415,7 +415,15 @@ fn no_per_point_step_copies_a_grid_sized_container() {
 #[test]
 fn every_gt4py_program_reproduces_gt4py_on_the_emulated_device() {
     use sdflow::codegen::cuda::device::{CudaDevice, DeviceHandle, EmulatedDevice};
-    let mut devices = vec![("emulated", DeviceHandle::new(EmulatedDevice::new()))];
+    // Also in reverse order: a kernel whose threads read each other's writes (a race on a
+    // GPU) gives other results there.
+    let mut devices = vec![
+        ("emulated", DeviceHandle::new(EmulatedDevice::new())),
+        (
+            "emulated (reverse order)",
+            DeviceHandle::new(EmulatedDevice::new().in_reverse_order(true)),
+        ),
+    ];
     if sdflow::codegen::cuda::nvrtc::available().is_ok()
         && let Ok(d) = CudaDevice::new(0)
     {

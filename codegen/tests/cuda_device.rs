@@ -146,3 +146,60 @@ fn exercise(dev: &mut dyn Device, image: &[u8], image2: &[u8]) {
     dev.free(py);
     dev.synchronize().unwrap();
 }
+
+/// A kernel whose threads read what other threads of the same launch write (a race on a
+/// GPU): the emulated device in its threads' order and in reverse order gives two
+/// results, so the reverse order exposes such a kernel; a kernel without one (`axpy`)
+/// gives the same bits in both orders.
+#[test]
+fn the_emulated_device_in_reverse_order_exposes_threads_that_read_each_others_writes() {
+    const RACY: &str = r#"extern "C" __global__ void shift(double* a, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i + 1 < n) {
+        a[i] = a[i + 1] + 1.0;
+    }
+}
+"#;
+    let dir = std::env::temp_dir().join(format!("sdflow-emu-order-{}", std::process::id()));
+    let cache = Cache::at(&dir);
+    let n = 600usize;
+    let run = |text: &str, name: &str, reverse: bool, args: &dyn Fn(u64, u64) -> Vec<KernelArg>| {
+        let names = vec![name.to_string()];
+        let (lib, _) = build_library(text, &names, Some(&cache)).unwrap();
+        // One host thread: the blocks one after the other, so the orders are exact.
+        let mut dev = EmulatedDevice::with_threads(1).in_reverse_order(reverse);
+        assert_eq!(dev.name().contains("reverse order"), reverse);
+        let k = dev.load_module(&lib, &names).unwrap()[0];
+        let p = dev.alloc_zeroed(n * 8).unwrap();
+        let q = dev.alloc_zeroed(n * 8).unwrap();
+        let init: Vec<f64> = (0..n).map(|i| i as f64 * 0.25).collect();
+        dev.copy_h2d(p, &bytes(&init)).unwrap();
+        dev.copy_h2d(q, &bytes(&init)).unwrap();
+        dev.launch(k, [n.div_ceil(128) as u32, 1, 1], [128, 1, 1], &args(p, q))
+            .unwrap();
+        let mut out = vec![0u8; n * 8];
+        dev.copy_d2h_sync(&mut out, p).unwrap();
+        doubles(&out)
+    };
+    let racy = |p: u64, _: u64| vec![KernelArg::Ptr(p), KernelArg::I64(n as i64)];
+    let forward = run(RACY, "shift", false, &racy);
+    let backward = run(RACY, "shift", true, &racy);
+    // In order, each thread reads its neighbour before the neighbour's thread writes it;
+    // in reverse, after.
+    assert_eq!(forward[0], 0.25 + 1.0);
+    assert_eq!(backward[0], 0.25 * (n - 1) as f64 + (n - 1) as f64);
+    assert_ne!(forward, backward);
+    let axpy = |p: u64, q: u64| {
+        vec![
+            KernelArg::Ptr(p),
+            KernelArg::Ptr(q),
+            KernelArg::F64(1.0 / 3.0),
+            KernelArg::I64(n as i64),
+        ]
+    };
+    assert_eq!(
+        run(KERNEL, "axpy", false, &axpy),
+        run(KERNEL, "axpy", true, &axpy)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -806,3 +806,76 @@ fn transients_stay_allocated_for_alternating_sizes() {
     }
     assert_eq!(count(&p), (allocs, frees, captures));
 }
+
+/// A transient whose strides leave gaps (laid out like a padded field: a composed step's
+/// scratch field keeps its allocator's strides) is allocated for every element its
+/// strides reach, not for the product of its extents; the emulated device's results equal
+/// the interpreter's.
+#[test]
+fn a_padded_transient_is_allocated_for_its_whole_span() {
+    use sdflow_codegen::cuda::device::EmulatedDevice;
+    let mut b = SdfgBuilder::new("padded");
+    b.symbol("N", DType::I64)
+        .array("a", DType::F64, ["N", "9"])
+        .array("w", DType::F64, ["N", "9"])
+        .transient("t", DType::F64, ["N", "9"]);
+    b.state("s", |s| {
+        s.copy("a[0:N, 0:9]", "t[0:N, 0:9]");
+    });
+    b.state("u", |s| {
+        s.copy("t[0:N, 0:9]", "w[0:N, 0:9]");
+    });
+    let mut s = b.build();
+    // Horizontal-first with rows padded to N + 5 elements: 1 + (N − 1) + 8 (N + 5)
+    // elements, 130 for N = 10 (the extents' product is 90).
+    let Some(sdflow_ir::DataDesc::Array(t)) = s.arrays.get_mut("t") else {
+        panic!("no transient 't'");
+    };
+    t.strides = vec![
+        SymExpr::Int(1),
+        sdflow_ir::parse::parse_symexpr("N + 5").unwrap(),
+    ];
+    assert_eq!(s.validate(), Ok(()));
+    let n = 10usize;
+    let p = load(&s);
+    let a = DeviceArray::zeros(p.device(), DType::F64, &[n, 9]).unwrap();
+    let w = DeviceArray::zeros(p.device(), DType::F64, &[n, 9]).unwrap();
+    let mut p = p;
+    let done = p
+        .call(DeviceArgs::new().array("a", &a).array("w", &w))
+        .unwrap();
+    p.wait(done).unwrap();
+    let dev = p.device().lock();
+    let rec = dev.as_any().downcast_ref::<RecordingDevice>().unwrap();
+    let allocs: Vec<usize> = rec
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Alloc { bytes, .. } => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    drop(dev);
+    // The two arguments, then the transient (after the program's own error record).
+    assert!(
+        allocs.ends_with(&[n * 9 * 8, n * 9 * 8, 130 * 8]),
+        "{allocs:?}"
+    );
+
+    // Run on the emulated device: the copies through the padded transient.
+    let dev = DeviceHandle::new(EmulatedDevice::with_threads(2));
+    let backend = sdflow_codegen::cuda::exec::CudaBackend {
+        cache: None,
+        ..Default::default()
+    };
+    let mut p = backend.build(&s, &dev).unwrap();
+    let input: Vec<f64> = (0..n * 9).map(|i| i as f64 * 0.5 - 3.0).collect();
+    let a = DeviceArray::from_host(&dev, &HostArray::from_f64(&[n, 9], input.clone()).unwrap())
+        .unwrap();
+    let w = DeviceArray::zeros(&dev, DType::F64, &[n, 9]).unwrap();
+    let done = p
+        .call(DeviceArgs::new().array("a", &a).array("w", &w))
+        .unwrap();
+    p.wait(done).unwrap();
+    assert_eq!(w.to_host().unwrap().to_f64_vec(), input);
+}

@@ -259,12 +259,7 @@ impl<'a> Frame<'a> {
         for v in &self.plan.flow_symbols {
             let _ = writeln!(out, "        int64_t s_{v} = 0;");
         }
-        if !parallel
-            && self
-                .transients
-                .iter()
-                .any(|(_, d)| small_len(d.shape()).is_none())
-        {
+        if !parallel && self.transients.iter().any(|(_, d)| small_span(d).is_none()) {
             out.push_str("        if (sdf_e->failed) goto sdf_end;\n");
         }
         let scope = Scope {
@@ -326,7 +321,7 @@ pub(crate) fn emit_function(
     // allocated, and a failed allocation raises the error flag before the body runs.
     for (n, d) in &frame.transients {
         let t = ctype(d.dtype());
-        let _ = match small_len(d.shape()) {
+        let _ = match small_span(d) {
             Some(len) => writeln!(out, "    {t} a_{n}[{len}] = {{0}};"),
             None => writeln!(
                 out,
@@ -339,7 +334,7 @@ pub(crate) fn emit_function(
     frame.body(&mut out, opts, fns, counter, false)?;
     out.push_str("    }\n");
     for (n, d) in &frame.transients {
-        if small_len(d.shape()).is_none() {
+        if small_span(d).is_none() {
             let _ = writeln!(out, "    free(a_{n});");
         }
     }

@@ -1074,13 +1074,27 @@ fn symbol_env(
     env
 }
 
-/// The number of elements of a container for the symbol values `env`.
+/// The number of elements a container spans for the symbol values `env`: 1 + Σ (n_d − 1) ·
+/// |s_d| over its extents n_d and strides s_d (0 when a dimension is empty), which is more
+/// than the product of the extents where the strides leave gaps (a transient laid out
+/// like a padded field: a composed step's scratch field keeps its allocator's strides).
 fn elements(d: &DataDesc, env: &BTreeMap<String, i64>) -> Result<i64, String> {
-    let mut n: i64 = 1;
-    for e in d.shape() {
-        let v = e.eval_map(env).map_err(|e| e.to_string())?;
-        n = n.saturating_mul(v.max(0));
+    let DataDesc::Array(a) = d else {
+        return Ok(1);
+    };
+    let mut product: i64 = 1;
+    let mut span: i64 = 1;
+    for (e, s) in a.shape.iter().zip(&a.strides) {
+        let n = e.eval_map(env).map_err(|e| e.to_string())?.max(0);
+        let s = s.eval_map(env).map_err(|e| e.to_string())?;
+        product = product.saturating_mul(n);
+        span = span.saturating_add(
+            n.saturating_sub(1)
+                .max(0)
+                .saturating_mul(s.saturating_abs()),
+        );
     }
+    let n = if product == 0 { 0 } else { span.max(product) };
     if n > 1 << 40 {
         return Err(format!("{n} elements"));
     }

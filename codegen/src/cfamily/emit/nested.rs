@@ -236,6 +236,16 @@ pub(crate) fn small_len(shape: &[SymExpr]) -> Option<i64> {
     constant_product(shape, STACK_ELEMENTS).map(|n| n.max(1))
 }
 
+/// The number of elements a container of constant extents and strides spans, up to
+/// [`STACK_ELEMENTS`] (1 for a scalar): a transient whose strides leave gaps needs more
+/// than the product of its extents.
+pub(crate) fn small_span(d: &DataDesc) -> Option<i64> {
+    match d {
+        DataDesc::Array(a) => constant_span(&a.shape, &a.strides, STACK_ELEMENTS).map(|n| n.max(1)),
+        DataDesc::Scalar { .. } => Some(1),
+    }
+}
+
 /// Declares every static symbol (`const` with its value; integers as `int64_t`) at
 /// indentation `ind`.
 pub(crate) fn static_symbol_decls(out: &mut String, sdfg: &Sdfg, ind: &str) {

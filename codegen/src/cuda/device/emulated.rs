@@ -100,16 +100,23 @@ template <typename... A> struct sdf_emu_sig<void(A...)> {
     static void call(void (*f)(A...), void* const* a) { apply(f, a, std::index_sequence_for<A...>{}); }
 };
 typedef void (*sdf_emu_entry)(void* const*);
+/* rev: the blocks of the grid and the threads of each block in reverse order (a kernel
+   whose threads depend on one another's writes then gives other results, as it may on a
+   GPU). */
 extern "C" void sdf_emu_launch(sdf_emu_entry f, void* const* a, unsigned gx, unsigned gy, unsigned gz,
-                               unsigned bx, unsigned by, unsigned bz, int threads) {
+                               unsigned bx, unsigned by, unsigned bz, int threads, int rev) {
     const long long nb = (long long)gx * gy * gz;
     #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (long long b = 0; b < nb; b++) {
+    for (long long i = 0; i < nb; i++) {
+        const long long b = rev ? nb - 1 - i : i;
         gridDim = sdf_emu_dim3{gx, gy, gz}; blockDim = sdf_emu_dim3{bx, by, bz};
         blockIdx = sdf_emu_dim3{(unsigned)(b % gx), (unsigned)(b / gx % gy), (unsigned)(b / ((long long)gx * gy))};
-        for (unsigned z = 0; z < bz; z++)
-            for (unsigned y = 0; y < by; y++)
-                for (unsigned x = 0; x < bx; x++) { threadIdx = sdf_emu_dim3{x, y, z}; f(a); }
+        for (unsigned zi = 0; zi < bz; zi++)
+            for (unsigned yi = 0; yi < by; yi++)
+                for (unsigned xi = 0; xi < bx; xi++) {
+                    threadIdx = rev ? sdf_emu_dim3{bx - 1 - xi, by - 1 - yi, bz - 1 - zi} : sdf_emu_dim3{xi, yi, zi};
+                    f(a);
+                }
     }
 }
 "#,
@@ -156,7 +163,8 @@ const LIBRARY: Artifact = Artifact {
 };
 
 type Entry = unsafe extern "C" fn(*const *mut c_void);
-type Launcher = unsafe extern "C" fn(Entry, *const *mut c_void, u32, u32, u32, u32, u32, u32, i32);
+type Launcher =
+    unsafe extern "C" fn(Entry, *const *mut c_void, u32, u32, u32, u32, u32, u32, i32, i32);
 
 /// A kernel of a loaded module: its entry point and parameter sizes.
 struct Kernel {
@@ -206,6 +214,7 @@ enum Op {
 /// The emulated device. See the module documentation.
 pub struct EmulatedDevice {
     threads: i32,
+    reverse: bool,
     libraries: Vec<libloading::Library>,
     kernels: Vec<Kernel>,
     memory: BTreeMap<DevPtr, Layout>,
@@ -233,7 +242,7 @@ const ALIGN: usize = 256;
 
 impl EmulatedDevice {
     /// An emulated device running launches on every core (`SDFLOW_EMULATED_THREADS`
-    /// overrides).
+    /// overrides), in the threads' order unless `SDFLOW_EMULATED_ORDER=reverse`.
     pub fn new() -> EmulatedDevice {
         let threads = std::env::var("SDFLOW_EMULATED_THREADS")
             .ok()
@@ -242,13 +251,15 @@ impl EmulatedDevice {
             .unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as i32)
             });
-        EmulatedDevice::with_threads(threads)
+        let reverse = std::env::var("SDFLOW_EMULATED_ORDER").is_ok_and(|v| v == "reverse");
+        EmulatedDevice::with_threads(threads).in_reverse_order(reverse)
     }
 
     /// An emulated device with `threads` host threads per launch.
     pub fn with_threads(threads: i32) -> EmulatedDevice {
         EmulatedDevice {
             threads: threads.max(1),
+            reverse: false,
             libraries: Vec::new(),
             kernels: Vec::new(),
             memory: BTreeMap::new(),
@@ -260,6 +271,15 @@ impl EmulatedDevice {
             syncs: Arc::new(AtomicU64::new(0)),
             mirrors: HostMirrors::default(),
         }
+    }
+
+    /// With `reverse`, every launch runs the blocks of its grid from the last to the
+    /// first and the threads of each block from the last to the first: a kernel whose
+    /// threads read what other threads of the same launch write (a race on a GPU) then
+    /// gives other results than in the threads' order.
+    pub fn in_reverse_order(mut self, reverse: bool) -> EmulatedDevice {
+        self.reverse = reverse;
+        self
     }
 
     /// The allocation holding `[p, p + bytes)`, or an error naming the range.
@@ -315,6 +335,7 @@ impl EmulatedDevice {
                         block[1],
                         block[2],
                         self.threads,
+                        i32::from(self.reverse),
                     )
                 };
                 Ok(())
@@ -466,8 +487,9 @@ impl Drop for EmulatedDevice {
 impl Device for EmulatedDevice {
     fn name(&self) -> String {
         format!(
-            "sdflow emulated CUDA device ({} host threads)",
-            self.threads
+            "sdflow emulated CUDA device ({} host threads{})",
+            self.threads,
+            if self.reverse { ", reverse order" } else { "" }
         )
     }
 
