@@ -161,8 +161,16 @@ pub fn compose(step: &Step) -> Result<Sdfg, BuildError> {
         {
             return Err(err(format!("{at}: '{extra}' is no symbol of the program")));
         }
+        // An argument the callee neither reads nor writes gets no connector, and leaves
+        // the callee's copy too: a nested SDFG binds every argument it declares (the
+        // interpreter requires that).
+        let mut inner = callee.clone();
+        inner
+            .arrays
+            .retain(|n, d| d.transient() || reads.contains(n) || writes.contains(n));
+        inner.arg_order.retain(|n| inner.arrays.contains_key(n));
         let node = graph.add_node(Node::Nested(NestedSdfg {
-            sdfg: Box::new(callee.clone()),
+            sdfg: Box::new(inner),
             symbol_mapping,
         }));
         for (conn, m) in inputs {

@@ -228,3 +228,51 @@ fn a_scratch_container_is_a_transient_of_the_step() {
         "program 'twice': transient container 'b' has the extent or stride 'M'; a step's transients have constant ones"
     );
 }
+
+/// A callee argument the callee neither reads nor writes (GT4Py keeps such arguments,
+/// e.g. `nudgecoeff_e` of `apply_diffusion_to_vn` when the grid is not a limited area)
+/// gets no connector, bound or not, and leaves the callee's copy: the interpreter runs
+/// the composed step (it requires every argument a nested SDFG declares to be bound).
+#[test]
+fn an_argument_the_callee_does_not_use_leaves_the_call() {
+    let m = 7;
+    let mut unused = laplace();
+    let (name, desc) = field("spare");
+    unused.arrays.insert(name.clone(), desc);
+    unused.arg_order.push(name);
+    for bound in [false, true] {
+        let mut s = step();
+        s.calls[0].sdfg = unused.clone();
+        s.data.push(field("d"));
+        if bound {
+            s.calls[0].data.insert("spare".into(), "d".into());
+        }
+        let composed = compose(&s).unwrap();
+        let sdflow_ir::Node::Nested(ns) = composed.states[0]
+            .graph
+            .node_ids()
+            .into_iter()
+            .map(|n| composed.states[0].graph.node(n))
+            .find(|n| matches!(n, sdflow_ir::Node::Nested(_)))
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        assert!(!ns.sdfg.arrays.contains_key("spare"));
+        assert!(!ns.sdfg.arg_order.contains(&"spare".to_string()));
+        let a = inputs(m);
+        let zeros = vec![0.0; m * m];
+        let args = [
+            ("a", a.clone()),
+            ("b", zeros.clone()),
+            ("c", zeros.clone()),
+            ("d", zeros.clone()),
+        ];
+        let mut got = bindings(&args, &[("M", m as i64)], m);
+        run(&composed, &mut got).unwrap();
+        let mut want = bindings(&args[..3], &[("M", m as i64)], m);
+        run(&compose(&step()).unwrap(), &mut want).unwrap();
+        assert_eq!(got.arrays["c"].to_f64_vec(), want.arrays["c"].to_f64_vec());
+        assert!(got.arrays["c"].to_f64_vec().iter().any(|x| *x != 0.0));
+    }
+}
