@@ -822,12 +822,14 @@ fn held_of(sdfg: &Sdfg, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Held> 
 }
 
 /// Integer symbols neither given in `sets` nor static whose values the arrays' extents
-/// imply ([`sdflow_ir::bind::infer_symbols`]); two arrays implying different values is
-/// an error naming both.
+/// imply ([`sdflow_ir::bind::infer_symbols`]), and with `strides` their strides too (the
+/// interpreter, which reads the arrays as they are); two arrays implying different values
+/// is an error naming both.
 fn infer_sizes(
     sdfg: &Sdfg,
     sets: &[&BoundArgs],
     statics: &[String],
+    strides: bool,
 ) -> Result<Vec<(String, i64)>, sdflow_ir::bind::BindError> {
     let items = || sets.iter().flat_map(|s| s.items.iter());
     let mut known: BTreeMap<String, i64> = items()
@@ -838,15 +840,25 @@ fn infer_sizes(
         .collect();
     let layouts: Vec<sdflow_ir::bind::ArgLayout<'_>> = items()
         .filter_map(|(name, h)| {
-            let Held::Array { shape, .. } = h else {
+            let Held::Array {
+                shape,
+                strides: elem,
+                ..
+            } = h
+            else {
                 return None;
+            };
+            let desc = sdfg.arrays.get(name)?;
+            let declared: &[SymExpr] = match desc {
+                DataDesc::Array(a) if strides => &a.strides,
+                _ => &[],
             };
             Some(sdflow_ir::bind::ArgLayout {
                 name,
-                shape: sdfg.arrays.get(name)?.shape(),
-                strides: &[],
+                shape: desc.shape(),
+                strides: declared,
                 extents: shape,
-                elem_strides: None,
+                elem_strides: strides.then_some(&elem[..]),
             })
         })
         .collect();
@@ -1093,8 +1105,13 @@ impl CompiledProgram {
         {
             // The compiled CPU program infers sizes from the arrays' shapes; for the
             // others, a dimension that is a bare symbol gives its value here.
-            let inferred = infer_sizes(&self.sdfg, &[&held, &self.bound], &self.statics)
-                .map_err(|e| call_err(format!("program '{}': {e}", self.sdfg.name)))?;
+            let inferred = infer_sizes(
+                &self.sdfg,
+                &[&held, &self.bound],
+                &self.statics,
+                self.backend == Backend::Interp,
+            )
+            .map_err(|e| call_err(format!("program '{}': {e}", self.sdfg.name)))?;
             held.items
                 .extend(inferred.into_iter().map(|(k, v)| (k, Held::Int(v))));
         }
