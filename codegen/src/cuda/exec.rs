@@ -1082,17 +1082,17 @@ fn elements(d: &DataDesc, env: &BTreeMap<String, i64>) -> Result<i64, String> {
     let DataDesc::Array(a) = d else {
         return Ok(1);
     };
-    let mut product: i64 = 1;
+    let mut extents = Vec::with_capacity(a.shape.len());
+    for e in &a.shape {
+        extents.push(e.eval_map(env).map_err(|e| e.to_string())?.max(0));
+    }
+    let product = extents.iter().fold(1i64, |p, &n| p.saturating_mul(n));
     let mut span: i64 = 1;
-    for (e, s) in a.shape.iter().zip(&a.strides) {
-        let n = e.eval_map(env).map_err(|e| e.to_string())?.max(0);
-        let s = s.eval_map(env).map_err(|e| e.to_string())?;
-        product = product.saturating_mul(n);
-        span = span.saturating_add(
-            n.saturating_sub(1)
-                .max(0)
-                .saturating_mul(s.saturating_abs()),
-        );
+    if a.strides.len() == extents.len() {
+        for (&n, s) in extents.iter().zip(&a.strides) {
+            let s = s.eval_map(env).map_err(|e| e.to_string())?;
+            span = span.saturating_add((n - 1).max(0).saturating_mul(s.saturating_abs()));
+        }
     }
     let n = if product == 0 { 0 } else { span.max(product) };
     if n > 1 << 40 {
