@@ -22,7 +22,7 @@ fn counting_cc(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\ncase \"$*\" in *--version*) ;; *) echo compile >> '{}' ;; esac\nexec cc \"$@\"\n",
+            "#!/bin/sh\ncase \"$*\" in *--version*|*--help=*) ;; *) echo compile >> '{}' ;; esac\nexec cc \"$@\"\n",
             count.display()
         ),
     )

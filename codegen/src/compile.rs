@@ -22,7 +22,33 @@ pub struct CompilerOptions {
     /// fast-math unless a program opts in by adding flags here. With `SDFLOW_SANITIZE=1` in the environment, the
     /// sanitizer flags of [`CompilerOptions::sanitized`] follow.
     pub flags: Vec<String>,
+    /// With `-march=native`, add the tuning of [`CompilerOptions::host_tuning`] for the
+    /// host CPU (default: on).
+    pub host_tuning: bool,
 }
+
+/// GCC's tuning that keeps its vectorizer from the AVX2/AVX-512 gather instructions
+/// (`vgatherdpd`, …); it then vectorizes an indirect load as scalar loads assembled into a
+/// vector.
+pub const NO_HARDWARE_GATHER: &str =
+    "-mtune-ctrl=^use_gather,^use_gather_2parts,^use_gather_4parts";
+
+/// The `-mtune` targets (as GCC names the host CPU under `-march=native`) whose gather
+/// instructions run under the microcode mitigation of Gather Data Sampling: Intel's cores
+/// from Skylake to Tiger Lake and Rocket Lake. GCC 13.3 and 14 leave gathers out for these
+/// by default; older GCC (12 in Debian 12) still emits them, and on such a CPU they are
+/// slower than the scalar loads (`docs/backend-cpu.md`, *Compiler flags*).
+pub const SLOW_GATHER_TUNINGS: [&str; 9] = [
+    "skylake",
+    "skylake-avx512",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "cascadelake",
+    "cooperlake",
+    "tigerlake",
+    "rocketlake",
+];
 
 /// The flags of a sanitized build: AddressSanitizer and UndefinedBehaviorSanitizer, a
 /// finding ends the run (`-fno-sanitize-recover=all`).
@@ -51,6 +77,7 @@ impl Default for CompilerOptions {
             .iter()
             .map(|s| s.to_string())
             .collect(),
+            host_tuning: true,
         };
         if std::env::var("SDFLOW_SANITIZE").is_ok_and(|v| v == "1") {
             opts.sanitized()
@@ -129,14 +156,57 @@ impl CompilerOptions {
     fn with_cpu(&self, mut id: String) -> String {
         if self.flags.iter().any(|f| f == "-march=native") {
             id.push_str(host_cpu());
+            for f in self.host_tuning() {
+                id.push(' ');
+                id.push_str(f);
+            }
         }
         id
+    }
+
+    /// The flags added after [`CompilerOptions::flags`] for the host CPU: with
+    /// `-march=native` and [`CompilerOptions::host_tuning`], [`NO_HARDWARE_GATHER`] where
+    /// the compiler accepts it and tunes for a CPU of [`SLOW_GATHER_TUNINGS`]; nothing
+    /// where the flags already choose a tuning (`-mtune=`, `-mtune-ctrl=`). The compiler
+    /// is asked once per process (`-march=native -Q --help=target`).
+    pub fn host_tuning(&self) -> &'static [&'static str] {
+        const NONE: &[&str] = &[];
+        const NO_GATHER: &[&str] = &[NO_HARDWARE_GATHER];
+        if !self.host_tuning
+            || !self.flags.iter().any(|f| f == "-march=native")
+            || self
+                .flags
+                .iter()
+                .any(|f| f.starts_with("-mtune=") || f.starts_with("-mtune-ctrl="))
+        {
+            return NONE;
+        }
+        static SLOW: std::sync::Mutex<Vec<(String, bool)>> = std::sync::Mutex::new(Vec::new());
+        let known = SLOW
+            .lock()
+            .ok()
+            .and_then(|v| v.iter().find(|(cc, _)| *cc == self.cc).map(|(_, s)| *s));
+        let slow = known.unwrap_or_else(|| {
+            let slow = Command::new(&self.cc)
+                .args(["-march=native", NO_HARDWARE_GATHER, "-Q", "--help=target"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| tuned_cpu(&String::from_utf8_lossy(&o.stdout)))
+                .is_some_and(|cpu| SLOW_GATHER_TUNINGS.contains(&cpu.as_str()));
+            if let Ok(mut v) = SLOW.lock() {
+                v.push((self.cc.clone(), slow));
+            }
+            slow
+        });
+        if slow { NO_GATHER } else { NONE }
     }
 
     /// Compiles `source` into the shared library `output`.
     pub fn compile(&self, source: &Path, output: &Path) -> Result<(), CodegenError> {
         let out = Command::new(&self.cc)
             .args(&self.flags)
+            .args(self.host_tuning())
             .arg("-o")
             .arg(output)
             .arg(source)
@@ -152,7 +222,12 @@ impl CompilerOptions {
                 message: format!(
                     "'{} {}' failed ({}):\n{}",
                     self.cc,
-                    self.flags.join(" "),
+                    self.flags
+                        .iter()
+                        .map(String::as_str)
+                        .chain(self.host_tuning().iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     out.status,
                     stderr.trim_end()
                 ),
@@ -161,6 +236,15 @@ impl CompilerOptions {
         }
         Ok(())
     }
+}
+
+/// The CPU a compiler tunes for, from its `-Q --help=target` listing (GCC: the line
+/// `  -mtune=  cascadelake`).
+pub fn tuned_cpu(listing: &str) -> Option<String> {
+    listing.lines().find_map(|l| {
+        let v = l.trim_start().strip_prefix("-mtune=")?.trim();
+        (!v.is_empty()).then(|| v.to_string())
+    })
 }
 
 /// The host CPU's model name (Linux), or the architecture.

@@ -65,6 +65,29 @@ impl Array {
     pub fn size(&self) -> SymExpr {
         self.shape.iter().fold(SymExpr::Int(1), |a, s| a.mul(s))
     }
+
+    /// The number of elements its storage must hold, from extents and strides that
+    /// `eval` gives values: 1 + Σ (n_d − 1) · |s_d| — what the strides reach, more than
+    /// the product of the extents where they leave gaps (padded rows) — and at least that
+    /// product; 0 when a dimension is empty. `None` when `eval` has no value for one of
+    /// them or the count overflows.
+    pub fn span_by(&self, mut eval: impl FnMut(&SymExpr) -> Option<i64>) -> Option<i64> {
+        let mut product: i64 = 1;
+        let mut extents = Vec::with_capacity(self.shape.len());
+        for e in &self.shape {
+            let n = eval(e)?.max(0);
+            product = product.checked_mul(n)?;
+            extents.push(n);
+        }
+        if product == 0 || self.strides.len() != extents.len() {
+            return Some(product);
+        }
+        let mut span: i64 = 1;
+        for (n, s) in extents.iter().zip(&self.strides) {
+            span = span.checked_add((n - 1).checked_mul(eval(s)?.checked_abs()?)?)?;
+        }
+        Some(span.max(product))
+    }
 }
 
 /// Row-major strides for a shape: the last dimension is contiguous.

@@ -5,7 +5,8 @@ ICON4Py's simple grid that `perf.py` builds (fields tiled, neighbour tables offs
 copy, index scalars scaled), the program is called as a model calls it:
 `program.with_backend(B)(**fields_and_scalars, offset_provider=tables)`, with B each of
 `sdflow.gt4py.cpu`, GT4Py's `gtfn_cpu` and `run_dace_cpu`. Reported per program: the
-median time of a call (ms), the first call (translation and build, s), and the check of
+median time of a call (ms; the backends' calls timed in rounds, one call of each per
+round, so that a slow minute of a shared machine falls on all of them alike), the first call (translation and build, s), and the check of
 sdflow's outputs against the tiled references (bit for bit where exact, else
 `perf.TOLERANCE` relative) and against gtfn's.
 
@@ -67,7 +68,9 @@ def backends(gt4py_too: bool) -> dict:
     return out
 
 
-def time_program(case, program, backend, offset_provider, reps: int) -> dict:
+def prepare_program(case, program, backend, offset_provider) -> dict:
+    """The bound call of `program` on `backend`, called once: its first-call time and the
+    outputs of the initial inputs."""
     args, fields = perf.gt4py_arguments(program, case.inputs, backend)
     prog = program.with_backend(backend)
     call = lambda: prog(**args, offset_provider=offset_provider)
@@ -75,8 +78,22 @@ def time_program(case, program, backend, offset_provider, reps: int) -> dict:
     call()
     first = time.perf_counter() - t0
     outputs = {f: fields[f].asnumpy().copy() for f in case.outputs}
-    samples = perf.time_calls(call, 2, reps)
-    return {"median_ms": statistics.median(samples) * 1e3, "first_call_s": first, "outputs": outputs}
+    return {"call": call, "first_call_s": first, "outputs": outputs}
+
+
+def time_interleaved(calls: dict, reps: int, warmup: int = 2) -> dict:
+    """Times the calls of `calls` in rounds, one call of each per round (so that a slow
+    minute of a shared machine falls on all of them alike); the median of `reps` rounds
+    after `warmup`, in ms, per name."""
+    samples: dict = {b: [] for b in calls}
+    for k in range(warmup + reps):
+        for b, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            t = time.perf_counter() - t0
+            if k >= warmup:
+                samples[b].append(t)
+    return {b: statistics.median(v) * 1e3 for b, v in samples.items()}
 
 
 def check(case, got: dict, gtfn: dict | None) -> list[str]:
@@ -219,9 +236,13 @@ def main() -> int:
         got = {}
         for bname, backend in bk.items():
             try:
-                got[bname] = time_program(case, program, backend, grid.offset_provider, opts.reps)
+                got[bname] = prepare_program(case, program, backend, grid.offset_provider)
             except Exception as e:  # a backend that fails is reported, the others go on
                 got[bname] = {"error": f"{type(e).__name__}: {e}"[:500]}
+        calls = {b: r.pop("call") for b, r in got.items() if "call" in r}
+        for b, ms in time_interleaved(calls, opts.reps).items():
+            got[b]["median_ms"] = ms
+        del calls
         checks = []
         for b, r in got.items():
             if not b.startswith("sdflow"):

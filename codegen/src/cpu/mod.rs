@@ -143,6 +143,7 @@ impl CpuBackend {
         let c = CompilerOptions {
             cc: std::env::var("SDFLOW_MPICC").unwrap_or_else(|_| "mpicc".to_string()),
             flags: self.compiler.flags.clone(),
+            host_tuning: self.compiler.host_tuning,
         };
         match c.identity() {
             Ok(_) => Ok(c),

@@ -1082,23 +1082,20 @@ fn elements(d: &DataDesc, env: &BTreeMap<String, i64>) -> Result<i64, String> {
     let DataDesc::Array(a) = d else {
         return Ok(1);
     };
-    let mut extents = Vec::with_capacity(a.shape.len());
-    for e in &a.shape {
-        extents.push(e.eval_map(env).map_err(|e| e.to_string())?.max(0));
-    }
-    let product = extents.iter().fold(1i64, |p, &n| p.saturating_mul(n));
-    let mut span: i64 = 1;
-    if a.strides.len() == extents.len() {
-        for (&n, s) in extents.iter().zip(&a.strides) {
-            let s = s.eval_map(env).map_err(|e| e.to_string())?;
-            span = span.saturating_add((n - 1).max(0).saturating_mul(s.saturating_abs()));
+    let mut failed = None;
+    let n = a.span_by(|e| match e.eval_map(env) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            failed = Some(e.to_string());
+            None
         }
+    });
+    match (n, failed) {
+        (_, Some(e)) => Err(e),
+        (None, None) => Err("more than 2^63 elements".to_string()),
+        (Some(n), None) if n > 1 << 40 => Err(format!("{n} elements")),
+        (Some(n), None) => Ok(n),
     }
-    let n = if product == 0 { 0 } else { span.max(product) };
-    if n > 1 << 40 {
-        return Err(format!("{n} elements"));
-    }
-    Ok(n)
 }
 
 /// One call's walk over the plan's control flow (borrowing the program's parts, so the

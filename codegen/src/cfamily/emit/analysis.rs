@@ -131,23 +131,6 @@ pub(crate) fn constant_product(sizes: &[SymExpr], limit: i64) -> Option<i64> {
     })
 }
 
-/// The number of elements an array of constant extents and strides spans, up to `limit`:
-/// 1 + Σ (n_d − 1) · |s_d| (0 when a dimension is empty), at least the product of the
-/// extents (strides that leave gaps need more than the product).
-pub(crate) fn constant_span(shape: &[SymExpr], strides: &[SymExpr], limit: i64) -> Option<i64> {
-    let product = constant_product(shape, limit)?;
-    if product == 0 || strides.len() != shape.len() {
-        return Some(product);
-    }
-    let mut span: i64 = 1;
-    for (n, s) in shape.iter().zip(strides) {
-        let n = n.simplify().as_int()?.max(0);
-        let s = s.simplify().as_int()?;
-        span = span.checked_add((n - 1).checked_mul(s.checked_abs()?)?)?;
-    }
-    Some(span.max(product)).filter(|v| *v <= limit)
-}
-
 /// Whether `df` calls a nested SDFG, directly or inside its maps.
 pub(crate) fn calls_nested(df: &Dataflow) -> bool {
     df.node_ids().into_iter().any(|n| match df.node(n) {

@@ -241,7 +241,10 @@ pub(crate) fn small_len(shape: &[SymExpr]) -> Option<i64> {
 /// than the product of its extents.
 pub(crate) fn small_span(d: &DataDesc) -> Option<i64> {
     match d {
-        DataDesc::Array(a) => constant_span(&a.shape, &a.strides, STACK_ELEMENTS).map(|n| n.max(1)),
+        DataDesc::Array(a) => a
+            .span_by(|e| e.simplify().as_int())
+            .filter(|n| *n <= STACK_ELEMENTS)
+            .map(|n| n.max(1)),
         DataDesc::Scalar { .. } => Some(1),
     }
 }
