@@ -108,6 +108,19 @@ impl SdfgBuilder {
         self
     }
 
+    /// Sets the strides of the array `name` declared before (a padded or column-major
+    /// layout); nothing for a scalar or an undeclared name.
+    pub fn strides<S: Into<SymExpr>>(
+        &mut self,
+        name: &str,
+        strides: impl IntoIterator<Item = S>,
+    ) -> &mut Self {
+        if let Some(DataDesc::Array(a)) = self.sdfg.arrays.get_mut(name) {
+            a.strides = strides.into_iter().map(Into::into).collect();
+        }
+        self
+    }
+
     /// Declares an argument scalar.
     pub fn scalar(&mut self, name: &str, dtype: DType) -> &mut Self {
         self.sdfg.arrays.insert(

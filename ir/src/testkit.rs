@@ -106,8 +106,10 @@ pub struct GenConfig {
     /// sometimes a field beside it from the slab read back, reduced by a library node in
     /// the map that reads it (a neighbour reduction) and added to that field; a transient
     /// assembled from row pieces in successive states and copied whole into another
-    /// (`concat_where`), inside a conditional's arm or a loop at times; and `if_stmt`
-    /// callees (a branching nested SDFG) called at every point of a map.
+    /// (`concat_where`), inside a conditional's arm or a loop at times; `if_stmt`
+    /// callees (a branching nested SDFG) called at every point of a map; and a quarter
+    /// of the grid-shaped transients with padded strides (a composed program's scratch
+    /// fields keep their allocator's), drawn from a stream of their own.
     pub allow_gt4py_shapes: bool,
     /// Halo exchanges over this decomposition (off by default): states that
     /// exchange one or two of the fields, between the others; the program is then run on
@@ -287,6 +289,9 @@ enum Step {
 
 struct Gen {
     rng: ChaCha8Rng,
+    /// Draws the layouts of transients: a stream of its own, so that padding them leaves
+    /// the programs' structure as the seed gives it without.
+    layout_rng: ChaCha8Rng,
     cfg: GenConfig,
     dims: Vec<&'static str>,
     b: SdfgBuilder,
@@ -332,6 +337,7 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
     }
     let mut g = Gen {
         rng,
+        layout_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_1a70),
         cfg: cfg.clone(),
         dims,
         b,
@@ -507,11 +513,30 @@ impl Gen {
         self.dims.len()
     }
 
-    /// A new grid-shaped transient, `tmp<k>`, declared.
+    /// A new grid-shaped transient, `tmp<k>`, declared. With GT4Py's shapes, one in four
+    /// keeps padded strides (rows of `last + 3` elements; a one-dimensional one every
+    /// second element), as a composed program's scratch fields keep their allocator's:
+    /// its storage spans more than the product of its extents.
     fn fresh_transient(&mut self) -> String {
         let name = format!("tmp{}", self.transients);
         self.transients += 1;
         self.declare(&name, true);
+        if self.cfg.allow_gt4py_shapes && self.layout_rng.random_bool(0.25) {
+            let rank = self.dims.len();
+            let mut strides = vec![SymExpr::Int(1); rank];
+            if rank == 1 {
+                strides[0] = SymExpr::Int(2);
+            }
+            for d in (0..rank.saturating_sub(1)).rev() {
+                let next = SymExpr::parse(self.dims[d + 1]).unwrap_or(SymExpr::Int(1));
+                strides[d] = if d + 2 == rank {
+                    next.add(&SymExpr::Int(3))
+                } else {
+                    strides[d + 1].mul(&next)
+                };
+            }
+            self.b.strides(&name, strides);
+        }
         name
     }
 
