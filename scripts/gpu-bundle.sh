@@ -26,7 +26,9 @@
 # exists here (scripts/gt4py/env.sh), scripts/gt4py/gpu_check.py with its packages
 # carried (gt4py-site.tar.xz): `sdflow.gt4py.gpu` with CuPy fields on the GT4Py corpus and
 # ICON4Py's diffusion granule (gt4py_check.txt; GT4PY_CHECK passes it options, e.g.
-# "--copies 2000"). NVRTC comes
+# "--copies 2000"), then the corpus through GT4Py's call at 2000 copies against GT4Py's
+# own gtfn and DaCe GPU backends (gt4py_backends.txt; SKIP_GT4PY_BACKENDS=1 leaves it
+# out, GT4PY_BACKENDS_COPIES sets the copies). NVRTC comes
 # from SDFLOW_NVRTC, else the CUDA toolkit's lib64 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,11 +83,13 @@ fi
 
 # The GT4Py environment's packages (scripts/gt4py/.venv, made by scripts/gt4py/env.sh) for
 # scripts/gt4py/gpu_check.py there, less those the GPU machine's Python has (NumPy, pandas,
-# pytest, the build tools) and sdflow (the wheel above).
+# pytest, the build tools) and sdflow (the wheel above); nanobind stays (GT4Py's gtfn
+# builds its bindings with it), cmake (86 MB) does not: GT4Py's own GPU backends build
+# there only where the machine has a cmake.
 rm -f "$out/gt4py-site.tar.xz"
 venv_site=scripts/gt4py/.venv/lib/python3.12/site-packages
 if [ -d "$venv_site/gt4py" ] && [ -d "$venv_site/icon4py" ]; then
-    (cd "$venv_site" && ls | grep -v -E '^(cmake|pip|setuptools|pandas|numpy|_pytest|pytest|py\.py|pygments|ninja|nanobind|pybind11|maturin|skbuild|scikit_build|sdflow|__pycache__|_distutils_hack|distutils-precedence\.pth|wheel|iniconfig|pluggy)' |
+    (cd "$venv_site" && ls | grep -v -E '^(cmake|pip|setuptools|pandas|numpy|_pytest|pytest|py\.py|pygments|ninja|pybind11|maturin|skbuild|scikit_build|sdflow|__pycache__|_distutils_hack|distutils-precedence\.pth|wheel|iniconfig|pluggy)' |
         tar -cf - --exclude=__pycache__ --exclude='*/tests' -T - | xz -T0 -6) > "$out/gt4py-site.tar.xz"
 else
     echo "gpu-bundle: no GT4Py environment in scripts/gt4py/.venv (scripts/gt4py/env.sh): no GT4Py GPU check" >&2
@@ -124,6 +128,15 @@ if [ -e "$here/gt4py-site.tar.xz" ] && ls "$here"/whl/*.whl >/dev/null 2>&1 &&
         PYTHONPATH=$gsite PYTHONUNBUFFERED=1 timeout "${GT4PY_TIMEOUT:-300}" \
             python3 -O -W ignore scripts/gt4py/gpu_check.py ${GT4PY_CHECK:-} > "$results/gt4py_check.txt" 2>&1 ||
         status=1
+    # The corpus through GT4Py's call on 2000 copies of the simple grid: sdflow.gt4py.gpu
+    # against GT4Py's own gtfn and DaCe GPU backends (built here: the bundle's cmake and
+    # compilers), timed in rounds (SKIP_GT4PY_BACKENDS=1 leaves it out).
+    if [ -z "${SKIP_GT4PY_BACKENDS:-}" ]; then
+        echo "cmake: $(command -v cmake || echo none)" > "$results/gt4py_backends.txt"
+        PATH="$gsite/bin:$PATH" PYTHONPATH=$gsite PYTHONUNBUFFERED=1 timeout "${GT4PY_BACKENDS_TIMEOUT:-400}" \
+            python3 -O -W ignore scripts/gt4py/gpu_check.py --parts backends \
+            --copies "${GT4PY_BACKENDS_COPIES:-2000}" >> "$results/gt4py_backends.txt" 2>&1 || status=1
+    fi
 fi
 "$here/bin/cuda_device" --test-threads=1 --nocapture > "$results/cuda_device.txt" 2>&1 || status=1
 "$here/bin/cuda" --test-threads=1 --nocapture gpu_ > "$results/cuda_tests.txt" 2>&1 || status=1

@@ -68,28 +68,35 @@ def backends(gt4py_too: bool) -> dict:
     return out
 
 
-def prepare_program(case, program, backend, offset_provider) -> dict:
+def prepare_program(case, program, backend, offset_provider, sync=None) -> dict:
     """The bound call of `program` on `backend`, called once: its first-call time and the
-    outputs of the initial inputs."""
+    outputs of the initial inputs (after `sync`, a device wait, where given)."""
     args, fields = perf.gt4py_arguments(program, case.inputs, backend)
     prog = program.with_backend(backend)
     call = lambda: prog(**args, offset_provider=offset_provider)
     t0 = time.perf_counter()
     call()
+    if sync is not None:
+        sync()
     first = time.perf_counter() - t0
     outputs = {f: fields[f].asnumpy().copy() for f in case.outputs}
     return {"call": call, "first_call_s": first, "outputs": outputs}
 
 
-def time_interleaved(calls: dict, reps: int, warmup: int = 2) -> dict:
+def time_interleaved(calls: dict, reps: int, warmup: int = 2, sync=None) -> dict:
     """Times the calls of `calls` in rounds, one call of each per round (so that a slow
     minute of a shared machine falls on all of them alike); the median of `reps` rounds
-    after `warmup`, in ms, per name."""
+    after `warmup`, in ms, per name. `sync` (a device wait) runs before each call and
+    inside each timing."""
     samples: dict = {b: [] for b in calls}
     for k in range(warmup + reps):
         for b, call in calls.items():
+            if sync is not None:
+                sync()
             t0 = time.perf_counter()
             call()
+            if sync is not None:
+                sync()
             t = time.perf_counter() - t0
             if k >= warmup:
                 samples[b].append(t)

@@ -13,6 +13,10 @@ NVIDIA GPU, CuPy and the GT4Py environment of `scripts/gt4py/env.sh`:
    step orchestrated into one program.
 4. With --copies N: the time per diffusion step on N copies of the simple grid (per
    program and orchestrated).
+5. `backends` (not in the default `--parts`): every corpus program on --copies copies of
+   the simple grid (default 2000) through GT4Py's call on `sdflow.gt4py.gpu` and GT4Py's
+   own `gtfn_gpu` and `run_dace_gpu`, timed in rounds, sdflow checked against the tiled
+   references and gtfn's; a table of medians.
 
 `--host-fields` allocates NumPy fields instead (copied to the device and back per call):
 the same checks without CuPy, on the emulated device (`SDFLOW_CUDA_DEVICE=emulated`).
@@ -282,7 +286,84 @@ def main() -> int:
                 prof.disable()
                 pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
-    known = {"corpus": corpus, "calls": calls, "granule": granule, "large": large}
+    def backends() -> None:
+        # Every corpus program on --copies copies of the simple grid (default 2000), K 10,
+        # through GT4Py's call: sdflow.gt4py.gpu against GT4Py's own GPU backends (gtfn,
+        # DaCe), the calls timed in rounds (one call of each backend per round, each
+        # waited for). sdflow's outputs are checked against the tiled references and
+        # gtfn's; a GT4Py backend that cannot build or run here is reported and left out.
+        import importlib
+
+        import backend_perf as bp
+        import perf
+
+        from gt4py.next.program_processors.runners import dace as gtx_dace
+
+        copies = opts.copies or 2000
+        lg = perf.GT4Py(copies, perf.NLEV)
+        if table_allocator is not None:
+            lg.offset_provider = {
+                name: gtx.as_connectivity(
+                    domain=list(c.domain.dims),
+                    codomain=c.codomain,
+                    data=c.asnumpy(),
+                    skip_value=c.skip_value,
+                    allocator=table_allocator,
+                )
+                for name, c in lg.offset_provider.items()
+            }
+        bk = {"sdflow": gpu}
+        if not opts.host_fields:
+            bk |= {"gtfn": gtx.gtfn_gpu, "dace": gtx_dace.run_dace_gpu}
+        rows, bad = [], []
+        for name in tb.PROGRAMS:
+            case = perf.load_case(name, copies, perf.NLEV)
+            lg.check_grid(case)
+            program = getattr(importlib.import_module(case.meta["module"]), case.meta["program"])
+            got = {}
+            for b, backend in bk.items():
+                try:
+                    got[b] = bp.prepare_program(case, program, backend, lg.offset_provider, sync)
+                except Exception as e:  # noqa: BLE001 - a backend that fails is reported
+                    got[b] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            calls = {b: r.pop("call") for b, r in got.items() if "call" in r}
+            for b, ms in bp.time_interleaved(calls, 11, sync=sync).items():
+                got[b]["median_ms"] = ms
+            del calls
+            if "outputs" not in got["sdflow"]:
+                checks = [f"sdflow: {got['sdflow']['error']} FAIL"]
+            else:
+                gtfn = got.get("gtfn", {}).get("outputs")
+                checks = bp.check(case, got["sdflow"]["outputs"], gtfn)
+            if any("FAIL" in c for c in checks):
+                bad.append(name)
+            print(
+                f"  {name}: "
+                + ", ".join(
+                    f"{b} {r['median_ms']:.3f} ms" if "median_ms" in r else f"{b} {r['error']}"
+                    for b, r in got.items()
+                )
+                + "; " + "; ".join(checks),
+                flush=True,
+            )
+            rows.append((name, {b: r.get("median_ms") for b, r in got.items()}))
+        names = list(bk)
+        print("\n| program | " + " | ".join(f"{b} ms" for b in names) + " | sdflow / best of GT4Py's |")
+        print("|---|" + "---:|" * (len(names) + 1))
+        ratios = []
+        for name, ms in rows:
+            theirs = [ms[b] for b in names if b != "sdflow" and ms[b] is not None]
+            r = ms["sdflow"] / min(theirs) if theirs and ms["sdflow"] is not None else None
+            if r is not None:
+                ratios.append(r)
+            cells = ["error" if ms[b] is None else f"{ms[b]:.3f}" for b in names]
+            print(f"| {name} | " + " | ".join(cells) + f" | {'–' if r is None else f'{r:.2f}'} |")
+        if ratios:
+            print(f"| **geometric mean** |" + " |" * len(names) + f" **{float(np.exp(np.mean(np.log(ratios)))):.2f}** |")
+        if bad:
+            raise AssertionError(f"{len(bad)} programs differ: {bad}")
+
+    known = {"corpus": corpus, "calls": calls, "granule": granule, "large": large, "backends": backends}
     for name in opts.parts.split(","):
         if name not in known:
             print(f"unknown part '{name}': expected one of {', '.join(known)}")
