@@ -188,6 +188,12 @@ fn zero_negative_and_overlapping_strides_are_refused() {
 /// and `out` column-major (horizontal first, as GT4Py's fields from Fortran) when
 /// `strides` names the extents their second dimension strides by.
 fn gather(strides: Option<[&str; 2]>, wcr: bool, code: &str) -> Sdfg {
+    gather_reading(strides, wcr, code, false)
+}
+
+/// [`gather`], where with `index` the tasklet also reads its first neighbour's index
+/// from the table, as GT4Py's neighbour tasklets do.
+fn gather_reading(strides: Option<[&str; 2]>, wcr: bool, code: &str, index: bool) -> Sdfg {
     let mut b = SdfgBuilder::new("strips");
     b.symbol("E", DType::I64)
         .symbol("C", DType::I64)
@@ -203,16 +209,15 @@ fn gather(strides: Option<[&str; 2]>, wcr: bool, code: &str) -> Sdfg {
     };
     b.state("main", |s| {
         s.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
-            m.tasklet(
-                "t",
-                &[
-                    ("a", "u[e2c[e, 0], k]"),
-                    ("b", "u[e2c[e, 1], k]"),
-                    ("c", "w[k]"),
-                ],
-                &[("o", out)],
-                code,
-            );
+            let mut inputs = vec![
+                ("a", "u[e2c[e, 0], k]"),
+                ("b", "u[e2c[e, 1], k]"),
+                ("c", "w[k]"),
+            ];
+            if index {
+                inputs.push(("n", "e2c[e, 0]"));
+            }
+            m.tasklet("t", &inputs, &[("o", out)], code);
         });
     });
     let mut s = b.build();
@@ -230,7 +235,8 @@ fn gather(strides: Option<[&str; 2]>, wcr: bool, code: &str) -> Sdfg {
 /// says so, the C loops over strips of 512 points with the levels outside a vectorized
 /// loop over a strip's points, and the results are the interpreter's bits over three
 /// strips (the last one short) — NaNs of any payload in, canonical NaNs out; a bad table
-/// entry in the second strip is reported as the interpreter reports it. Row-major
+/// entry in the second strip is reported as the interpreter reports it; a table of
+/// strides known only at the call runs in strips too, with the same bits. Row-major
 /// fields, fields of strides known only at the call, a body resolving write conflicts
 /// and a body calling `sqrt` (a call under `-frounding-math`) keep rows.
 #[test]
@@ -274,6 +280,19 @@ fn a_column_major_gather_runs_in_strips() {
         .insert("so1".into(), sdflow_ir::Symbol::new(DType::I64));
     assert!(!strips(&symbolic));
     assert!(!strips(&gather(Some(["C", "E"]), true, CODE)));
+    // A table whose strides are known only at the call (GT4Py's, where the fields'
+    // layout is specialized): read the same at every level, its layout does not matter.
+    let mut table_strides = gather_reading(Some(["C", "E"]), false, CODE, true);
+    if let Some(DataDesc::Array(a)) = table_strides.arrays.get_mut("e2c") {
+        a.strides = vec![SymExpr::sym("st0"), SymExpr::sym("st1")];
+    }
+    for n in ["st0", "st1"] {
+        table_strides
+            .symbols
+            .insert(n.into(), sdflow_ir::Symbol::new(DType::I64));
+    }
+    assert_eq!(table_strides.validate(), Ok(()));
+    assert!(strips(&table_strides));
     let plan = Plan::of(&s, Target::default()).unwrap();
     assert!(
         plan.to_text().contains("in strips of 512"),
@@ -317,6 +336,14 @@ fn a_column_major_gather_runs_in_strips() {
     assert!(nans > 100, "{nans} NaNs");
     let mut got = inputs.clone();
     prog.run_bindings(&mut got).unwrap();
+    assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+    // The same with the table's strides given at the call (row-major: 2, 1).
+    let table_prog = backend.build(&table_strides).unwrap();
+    table_prog.set_threads(2);
+    let mut got = inputs.clone();
+    got.symbols.insert("st0".into(), Value::I64(2));
+    got.symbols.insert("st1".into(), Value::I64(1));
+    table_prog.run_bindings(&mut got).unwrap();
     assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
 
     let mut bad = inputs.clone();

@@ -207,7 +207,13 @@ pub fn strips(sdfg: &Sdfg, m: &MapScope) -> bool {
         if a.shape.is_empty() {
             continue;
         }
-        if !a.strides.iter().any(|s| s.as_int() == Some(1)) {
+        // An array whose access moves with the levels must have a known contiguous
+        // dimension (it might be contiguous along the levels, which then belong
+        // innermost). One read the same at every level (a neighbour table, a horizontal
+        // field) cannot be, whatever its layout: GT4Py leaves the tables' strides to
+        // the call even where the fields' are specialized.
+        let free = memlet.subset.free_symbols();
+        if free.contains(k.as_str()) && !a.strides.iter().any(|s| s.as_int() == Some(1)) {
             return false;
         }
         if contiguous_along(&memlet.subset.0, &a.strides, h, &names) {
@@ -215,7 +221,7 @@ pub fn strips(sdfg: &Sdfg, m: &MapScope) -> bool {
         }
         // An array read the same at every point of a strip (a column of coefficients)
         // is one value per level there, whatever its layout.
-        let varies_outer = memlet.subset.free_symbols().contains(h.as_str());
+        let varies_outer = free.contains(h.as_str());
         if varies_outer && contiguous_along(&memlet.subset.0, &a.strides, k, &names) {
             along_inner += 1;
         }
