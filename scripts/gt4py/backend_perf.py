@@ -103,6 +103,43 @@ def time_interleaved(calls: dict, reps: int, warmup: int = 2, sync=None) -> dict
     return {b: statistics.median(v) * 1e3 for b, v in samples.items()}
 
 
+def measure(case, program, bk: dict, offset_provider, reps: int, sync=None) -> tuple[dict, list[str]]:
+    """`program` on each backend of `bk` (name to GT4Py backend): prepared, timed in
+    rounds (`time_interleaved`), and the outputs of each sdflow backend checked against
+    the tiled references and gtfn's. A backend that fails is reported, the others go on."""
+    got = {}
+    for bname, backend in bk.items():
+        try:
+            got[bname] = prepare_program(case, program, backend, offset_provider, sync)
+        except Exception as e:  # a backend that fails is reported, the others go on
+            got[bname] = {"error": f"{type(e).__name__}: {e}"[:500]}
+    calls = {b: r.pop("call") for b, r in got.items() if "call" in r}
+    for b, ms in time_interleaved(calls, reps, sync=sync).items():
+        got[b]["median_ms"] = ms
+    del calls
+    checks = []
+    for b, r in got.items():
+        if not b.startswith("sdflow"):
+            continue
+        if "outputs" in r:
+            checks += [f"{b}: {c}" for c in check(case, r["outputs"], got.get("gtfn", {}).get("outputs"))]
+        else:
+            checks.append(f"{b}: {r['error']} FAIL")
+    return got, checks
+
+
+def summary(name: str, got: dict, checks: list[str]) -> str:
+    """One program's line: each backend's median (and first call) or error, the checks."""
+    return (
+        f"{name}: "
+        + ", ".join(
+            f"{b} {r['median_ms']:.3f} ms (first {r['first_call_s']:.1f} s)" if "median_ms" in r else f"{b} {r['error']}"
+            for b, r in got.items()
+        )
+        + "; " + "; ".join(checks)
+    )
+
+
 def check(case, got: dict, gtfn: dict | None) -> list[str]:
     out = []
     if not case.no_reference:
@@ -240,34 +277,10 @@ def main() -> int:
         case = perf.load_case(name, opts.copies, perf.NLEV)
         grid.check_grid(case)
         program = getattr(importlib.import_module(case.meta["module"]), case.meta["program"])
-        got = {}
-        for bname, backend in bk.items():
-            try:
-                got[bname] = prepare_program(case, program, backend, grid.offset_provider)
-            except Exception as e:  # a backend that fails is reported, the others go on
-                got[bname] = {"error": f"{type(e).__name__}: {e}"[:500]}
-        calls = {b: r.pop("call") for b, r in got.items() if "call" in r}
-        for b, ms in time_interleaved(calls, opts.reps).items():
-            got[b]["median_ms"] = ms
-        del calls
-        checks = []
-        for b, r in got.items():
-            if not b.startswith("sdflow"):
-                continue
-            if "outputs" in r:
-                checks += [f"{b}: {c}" for c in check(case, r["outputs"], got.get("gtfn", {}).get("outputs"))]
-            else:
-                checks.append(f"{b}: {r['error']} FAIL")
+        got, checks = measure(case, program, bk, grid.offset_provider, opts.reps)
         if any("FAIL" in c for c in checks):
             failed.append(name)
-        log(
-            f"{name}: "
-            + ", ".join(
-                f"{b} {r['median_ms']:.3f} ms (first {r['first_call_s']:.1f} s)" if "median_ms" in r else f"{b} {r['error']}"
-                for b, r in got.items()
-            )
-            + "; " + "; ".join(checks)
-        )
+        log(summary(name, got, checks))
         rows.append((name, got))
         result["programs"][name] = {
             b: {k: v for k, v in r.items() if k != "outputs"} for b, r in got.items()

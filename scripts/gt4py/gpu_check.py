@@ -320,32 +320,10 @@ def main() -> int:
             case = perf.load_case(name, copies, perf.NLEV)
             lg.check_grid(case)
             program = getattr(importlib.import_module(case.meta["module"]), case.meta["program"])
-            got = {}
-            for b, backend in bk.items():
-                try:
-                    got[b] = bp.prepare_program(case, program, backend, lg.offset_provider, sync)
-                except Exception as e:  # noqa: BLE001 - a backend that fails is reported
-                    got[b] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            calls = {b: r.pop("call") for b, r in got.items() if "call" in r}
-            for b, ms in bp.time_interleaved(calls, 11, sync=sync).items():
-                got[b]["median_ms"] = ms
-            del calls
-            if "outputs" not in got["sdflow"]:
-                checks = [f"sdflow: {got['sdflow']['error']} FAIL"]
-            else:
-                gtfn = got.get("gtfn", {}).get("outputs")
-                checks = bp.check(case, got["sdflow"]["outputs"], gtfn)
+            got, checks = bp.measure(case, program, bk, lg.offset_provider, 11, sync)
             if any("FAIL" in c for c in checks):
                 bad.append(name)
-            print(
-                f"  {name}: "
-                + ", ".join(
-                    f"{b} {r['median_ms']:.3f} ms" if "median_ms" in r else f"{b} {r['error']}"
-                    for b, r in got.items()
-                )
-                + "; " + "; ".join(checks),
-                flush=True,
-            )
+            print("  " + bp.summary(name, got, checks), flush=True)
             rows.append((name, {b: r.get("median_ms") for b, r in got.items()}))
         names = list(bk)
         print("\n| program | " + " | ".join(f"{b} ms" for b in names) + " | sdflow / best of GT4Py's |")
