@@ -37,7 +37,7 @@ pub const NO_HARDWARE_GATHER: &str =
 /// instructions run under the microcode mitigation of Gather Data Sampling: Intel's cores
 /// from Skylake to Tiger Lake and Rocket Lake. GCC 13.3 and 14 leave gathers out for these
 /// by default; older GCC (12 in Debian 12) still emits them, and on such a CPU they are
-/// slower than the scalar loads (`docs/backend-cpu.md`, *Compiler flags*).
+/// slower than the scalar loads (`docs/backend-cpu.md`, *Host tuning*).
 pub const SLOW_GATHER_TUNINGS: [&str; 9] = [
     "skylake",
     "skylake-avx512",
