@@ -113,6 +113,10 @@ impl Pass for MapFusion {
 
     fn run(&self, sdfg: &mut Sdfg) -> Changes {
         let uses = data_uses(sdfg);
+        let widths: BTreeMap<String, i64> = sdflow_ir::validate::halo_widths(sdfg)
+            .into_iter()
+            .map(|(f, (w, _))| (f.to_string(), w))
+            .collect();
         // States are fused independently (a candidate's T is private to its state), in
         // parallel, against the program as it was; each state's new containers and
         // removed transients are merged afterwards in state order, so the result does not
@@ -128,7 +132,7 @@ impl Pass for MapFusion {
             let mut memo = memos[k]
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.run_state(shared, &uses, graph, &mut memo)
+            self.run_state(shared, (&uses, &widths), graph, &mut memo)
         });
         let mut ch = Changes::default();
         for (s, o) in outcomes {
@@ -168,7 +172,7 @@ impl MapFusion {
     fn run_state(
         &self,
         sdfg: &Sdfg,
-        uses: &DataUses,
+        (uses, widths): (&DataUses, &BTreeMap<String, i64>),
         graph: &mut Dataflow,
         memo: &mut BoundaryMemo,
     ) -> Outcome {
@@ -197,7 +201,7 @@ impl MapFusion {
         };
         let mut topo = positions(graph);
         let mut from = 0;
-        while let Some((c, at)) = self.find(&scratch, graph, uses, &topo, from, &mut ch) {
+        while let Some((c, at)) = self.find(&scratch, graph, (uses, widths), &topo, from, &mut ch) {
             from = at + 1;
             let created = match &c.offsets {
                 None => {
@@ -257,7 +261,7 @@ impl MapFusion {
         &self,
         arrays: &Scratch<'_>,
         df: &Dataflow,
-        uses: &DataUses,
+        (uses, widths): (&DataUses, &BTreeMap<String, i64>),
         topo: &[Option<usize>],
         from: usize,
         ch: &mut Changes,
@@ -401,6 +405,11 @@ impl MapFusion {
                         also: Vec::new(),
                     };
                     return Some((c, t_node.index()));
+                }
+                // A's reads move with B's offsets: they must stay within the halo an
+                // exchange fills.
+                if !within_halos(ma, &offsets, widths) {
+                    continue;
                 }
                 // Promoted, A's own map no longer runs, but its value is computed at
                 // every point of B (K times as often): r computations per point, r reads
@@ -946,6 +955,42 @@ fn recomputable(ma: &MapScope, b_ranges: &[sdflow_ir::Range], offsets: &[Vec<i64
                 let hi = ra.end.const_diff(&rb.end.add(&SymExpr::Int(off)));
                 matches!((lo, hi), (Some(l), Some(h)) if l >= 0 && h >= 0)
             })
+    })
+}
+
+/// A's reads of fields a structured halo exchange fills stay within the exchange's width
+/// once A's body is copied to B's points at `offsets` (a read `f[p_k + c]` becomes
+/// `f[q_k + o_k + c]`), as validation requires of every map (`halo_widths`).
+fn within_halos(ma: &MapScope, offsets: &[Vec<i64>], widths: &BTreeMap<String, i64>) -> bool {
+    if widths.is_empty() {
+        return true;
+    }
+    let body = &ma.body;
+    body.edge_ids().into_iter().all(|e| {
+        let m = &body.edge(e).memlet;
+        let Some(&w) = widths.get(m.data.as_str()) else {
+            return true;
+        };
+        m.subset.0.iter().take(2).all(|d| {
+            let points = match d {
+                Dim::Index(x) => vec![x.clone()],
+                Dim::Range { start, end, .. } => {
+                    vec![start.clone(), end.sub(&SymExpr::Int(1)).simplify()]
+                }
+                Dim::Indirect { .. } => Vec::new(),
+            };
+            points.iter().all(|x| {
+                ma.params.iter().enumerate().all(|(k, p)| {
+                    let Some(c) = x.sub(&SymExpr::sym(p)).simplify().as_int() else {
+                        return true;
+                    };
+                    !x.mentions(p)
+                        || offsets
+                            .iter()
+                            .all(|o| o.get(k).is_some_and(|&ok| (c + ok).abs() <= w))
+                })
+            })
+        })
     })
 }
 

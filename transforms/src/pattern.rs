@@ -152,8 +152,9 @@ pub(crate) fn for_each_state_parallel<R: Send>(
 }
 
 /// Renames container `from` to `to` in every access node and memlet (data and index
-/// tables) of `df` and of the bodies of its maps. Nested SDFGs keep their own names; only
-/// their edges here are renamed.
+/// tables) of `df` and of the bodies of its maps, and in the connectors of halo exchanges
+/// (named after their fields). Nested SDFGs keep their own names; only their edges here
+/// are renamed.
 pub fn rename_data(df: &mut Dataflow, from: &str, to: &str) {
     for n in df.node_ids() {
         match &mut df.graph[n] {
@@ -163,7 +164,22 @@ pub fn rename_data(df: &mut Dataflow, from: &str, to: &str) {
         }
     }
     for e in df.edge_ids() {
-        let m = &mut df.graph[e].memlet;
+        // A halo exchange takes each field at the connector of its name.
+        let (src, dst) = df.endpoints(e);
+        let exchange = |n: NodeId| {
+            matches!(
+                df.node(n),
+                Node::Library(sdflow_ir::LibraryNode::HaloExchange(_))
+            )
+        };
+        let (at_src, at_dst) = (exchange(src), exchange(dst));
+        let edge = &mut df.graph[e];
+        for (conn, on) in [(&mut edge.src_conn, at_src), (&mut edge.dst_conn, at_dst)] {
+            if on && conn.as_deref() == Some(from) {
+                *conn = Some(to.to_string());
+            }
+        }
+        let m = &mut edge.memlet;
         if m.data == from {
             m.data = to.to_string();
         }

@@ -369,3 +369,128 @@ fn move_into_nested_if_passes_the_symbols_of_moved_descriptors() {
         );
     }
 }
+
+/// `tmp[i, j] = 2 u[i, j - a]` then `out[i, j] = tmp[i + 1, j - 1]`, `u` exchanged with
+/// a halo of width 1: fusing by recomputation reads `u[i + 1, j - 1 - a]`, beyond the
+/// halo when `a = 1`. Map fusion keeps the maps apart then, and fuses them otherwise.
+#[test]
+fn map_fusion_keeps_recomputed_reads_within_the_halo() {
+    use sdflow_transforms::MapFusion;
+    let program = |a: i64| {
+        let mut b = SdfgBuilder::new("halo_recompute");
+        b.symbol("N", DType::I64)
+            .array("u", DType::F64, ["N", "N"])
+            .array("out", DType::F64, ["N", "N"])
+            .transient("tmp", DType::F64, ["N", "N"]);
+        b.state("exchange", |s| {
+            s.halo_exchange(&["u"], exchange_2x2());
+        });
+        b.state("apply", |s| {
+            s.map("make", &["i", "j"], &["0:N", "1:N"], |m| {
+                m.tasklet(
+                    "make",
+                    &[("x", &format!("u[i, j - {a}]"))],
+                    &[("o", "tmp[i, j]")],
+                    "o = 2.0 * x",
+                );
+            });
+            s.map("use", &["i", "j"], &["0:N - 1", "2:N"], |m| {
+                m.tasklet(
+                    "use",
+                    &[("x", "tmp[i + 1, j - 1]")],
+                    &[("o", "out[i, j]")],
+                    "o = x + 1.0",
+                );
+            });
+        });
+        b.build()
+    };
+    let pass = MapFusion {
+        tile_rows: 0,
+        ..MapFusion::default()
+    };
+    for (a, fused) in [(1, 0), (0, 1)] {
+        let s0 = program(a);
+        assert_eq!(s0.validate(), Ok(()));
+        let mut s = s0.clone();
+        let ch = pass.run(&mut s);
+        assert_eq!(ch.get("maps_fused_recompute"), fused, "a = {a}: {ch:?}");
+        assert_eq!(s.validate(), Ok(()), "{}", sdflow_ir::format::to_json(&s));
+        same_results_on_ranks(&s0, &s, &[3, 6]);
+    }
+}
+
+/// Both programs on the 2 x 2 ranks of their exchanges, at each `N` given: every rank's
+/// arguments bitwise equal afterwards.
+fn same_results_on_ranks(a: &Sdfg, b: &Sdfg, ns: &[i64]) {
+    for &v in ns {
+        let syms = BTreeMap::from([("N".to_string(), Value::I64(v))]);
+        let inputs: Vec<_> = (0..4)
+            .map(|r| random_bindings(a, &syms, 11 + r).unwrap())
+            .collect();
+        let (mut before, mut after) = (inputs.clone(), inputs);
+        interp::run_ranks(a, &mut before).unwrap();
+        interp::run_ranks(b, &mut after).unwrap();
+        for (r, (x, y)) in before.iter().zip(&after).enumerate() {
+            let d = sdflow_ir::testkit::first_difference(a, x, y);
+            assert_eq!(d, None, "'{}': rank {r}, N = {v}", a.name);
+        }
+    }
+}
+
+fn exchange_2x2() -> sdflow_ir::HaloExchange {
+    sdflow_ir::HaloExchange {
+        decomposition: sdflow_ir::Decomposition::Structured {
+            ranks: [2, 2],
+            width: 1,
+            periodic: [true, true],
+            corners: true,
+        },
+    }
+}
+
+/// `tmp = 2 u`, exchanged, copied whole into `tmp2`, which a stencil reads: merging the
+/// copy renames `tmp` to `tmp2` everywhere, the exchange's connectors (named after the
+/// field) included.
+#[test]
+fn redundant_copy_renames_an_exchanged_transient_at_the_exchange() {
+    let mut b = SdfgBuilder::new("exchanged_copy");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N", "N"])
+        .array("out", DType::F64, ["N", "N"])
+        .transient("tmp", DType::F64, ["N", "N"])
+        .transient("tmp2", DType::F64, ["N", "N"]);
+    b.state("make", |s| {
+        s.map("make", &["i", "j"], &["0:N", "0:N"], |m| {
+            m.tasklet(
+                "make",
+                &[("x", "u[i, j]")],
+                &[("o", "tmp[i, j]")],
+                "o = 2.0 * x",
+            );
+        });
+    });
+    b.state("exchange", |s| {
+        s.halo_exchange(&["tmp"], exchange_2x2());
+    });
+    b.state("copy", |s| {
+        s.copy("tmp[0:N, 0:N]", "tmp2[0:N, 0:N]");
+    });
+    b.state("use", |s| {
+        s.map("use", &["i", "j"], &["1:N", "0:N"], |m| {
+            m.tasklet(
+                "use",
+                &[("x", "tmp2[i - 1, j]"), ("y", "tmp2[i, j]")],
+                &[("o", "out[i, j]")],
+                "o = x - y",
+            );
+        });
+    });
+    let s0 = b.build();
+    assert_eq!(s0.validate(), Ok(()));
+    let mut s = s0.clone();
+    assert_eq!(RedundantCopy.run(&mut s).get("transients_merged"), 1);
+    assert_eq!(s.validate(), Ok(()), "{}", sdflow_ir::format::to_json(&s));
+    assert!(!s.arrays.contains_key("tmp"));
+    same_results_on_ranks(&s0, &s, &[3, 6]);
+}

@@ -11,9 +11,11 @@ use crate::dataflow::{Dataflow, LibraryNode, Node};
 use crate::memlet::Dim;
 use crate::{Decomposition, Sdfg, SymExpr};
 
-/// Checks every map of `sdfg` against the widths of its structured exchanges.
-pub(super) fn check_halo_reads(cx: &mut Cx, sdfg: &Sdfg, loc: &Location) {
-    // Per field: the smallest width an exchange fills it with, and that exchange's state.
+/// Per field a structured halo exchange fills: the smallest width it is filled with and
+/// the name of that exchange's state. A map may read such a field at most that far from
+/// its parameters along the first two dimensions (what transformations that move reads
+/// must keep).
+pub fn halo_widths(sdfg: &Sdfg) -> BTreeMap<&str, (i64, &str)> {
     let mut widths: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
     for st in &sdfg.states {
         for n in st.graph.node_ids() {
@@ -32,6 +34,12 @@ pub(super) fn check_halo_reads(cx: &mut Cx, sdfg: &Sdfg, loc: &Location) {
             }
         }
     }
+    widths
+}
+
+/// Checks every map of `sdfg` against the widths of its structured exchanges.
+pub(super) fn check_halo_reads(cx: &mut Cx, sdfg: &Sdfg, loc: &Location) {
+    let widths = halo_widths(sdfg);
     if widths.is_empty() {
         return;
     }

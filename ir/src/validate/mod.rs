@@ -69,6 +69,7 @@ mod tasklet;
 use std::collections::BTreeSet;
 use std::fmt;
 
+pub use halo::halo_widths;
 use location::{Loc, Where};
 pub use location::{Location, Segment};
 
