@@ -626,3 +626,72 @@ fn fast_math_forms_fused_multiply_adds() {
         assert!((x - y).abs() <= FAST_MATH_REL * x.abs());
     }
 }
+
+/// GT4Py's unrolled neighbour values pass through copies between body-local scalars (a
+/// value copied into a slab element) and a reduction's scalar is copied into its field:
+/// the copies join the merged tasklet, and an element read twice is one input.
+#[test]
+fn copies_from_body_locals_are_merged() {
+    let mut b = SdfgBuilder::new("copies");
+    b.array("a", DType::F64, [96])
+        .array("o", DType::F64, [96])
+        .transient_scalar("v", DType::F64)
+        .transient_scalar("w", DType::F64)
+        .transient_scalar("r", DType::F64);
+    b.state("s", |s| {
+        s.map("m", &["i"], &["0:96"], |m| {
+            m.tasklet("t0", &[("x", "a[i]")], &[("y", "v")], "y = x * 2.0");
+            m.copy("v", "w");
+            m.tasklet(
+                "t1",
+                &[("x", "w"), ("z", "a[i]")],
+                &[("y", "r")],
+                "y = x + z",
+            );
+            m.copy("r", "o[i]");
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let (opt, c) = optimized(&s, EGraphPass::default());
+    assert_eq!(
+        (c.get("bodies_optimized"), c.get("copies_merged")),
+        (1, 2),
+        "{c}"
+    );
+    let g = &opt.states[0].graph;
+    let m = g
+        .node_ids()
+        .into_iter()
+        .find_map(|n| match g.node(n) {
+            sdflow_ir::Node::Map(m) => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let tasklets: Vec<&sdflow_ir::Tasklet> = m
+        .body
+        .node_ids()
+        .into_iter()
+        .filter_map(|n| match m.body.node(n) {
+            sdflow_ir::Node::Tasklet(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tasklets.len(), 1, "{:?}", body_code(&opt));
+    assert_eq!(tasklets[0].inputs.len(), 1, "{:?}", body_code(&opt));
+    let copies = m
+        .body
+        .edge_ids()
+        .into_iter()
+        .filter(|&e| {
+            let (x, y) = m.body.endpoints(e);
+            m.body.node(x).as_access().is_some() && m.body.node(y).as_access().is_some()
+        })
+        .count();
+    assert_eq!(copies, 0);
+    let b = inputs(&s, 3, false);
+    assert_eq!(
+        run(&s, &b).arrays["o"].bits(),
+        run(&opt, &b).arrays["o"].bits()
+    );
+}

@@ -368,6 +368,7 @@ fn random_programs_exercise_the_passes() {
             "buffers_scalarized",
             "loops_reordered",
             "loops_reordered_in_place",
+            "copies_merged",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -413,6 +414,7 @@ fn random_programs_exercise_the_passes() {
         "loop_order",
         "loops_reordered",
         "loops_reordered_in_place",
+        "copies_merged",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,

@@ -25,6 +25,8 @@ pub(crate) struct BodyOutcome {
     pub body: Dataflow,
     /// Tasklets merged into one (1 when the body had one).
     pub merged: usize,
+    /// Copies from body-local values that became part of the merged tasklet.
+    pub copies: usize,
     /// Cost of the code before and after (the extractor's cost model).
     pub cost_before: u64,
     pub cost_after: u64,
@@ -301,6 +303,7 @@ pub(crate) fn optimize(
     Some(BodyOutcome {
         body: rewrite(body, &shape, &built, merged, &in_name, &out_name),
         merged: tasklets.len(),
+        copies: shape.copies,
         cost_before: built.cost_before,
         cost_after,
     })
@@ -311,6 +314,8 @@ pub(crate) fn optimize(
 struct StraightLine<'b> {
     order: Vec<NodeId>,
     tasklets: Vec<NodeId>,
+    /// Copy edges (from a local to a local or to one element outside).
+    copies: usize,
     /// Transient scalars written once and read from the same access node (and not read
     /// through a subset): their values become e-graph classes, not containers.
     locals: BTreeSet<&'b str>,
@@ -333,13 +338,20 @@ impl<'b> StraightLine<'b> {
         if tasklets.is_empty() {
             return None;
         }
-        // Edges: reads access → tasklet, writes tasklet → access, both with connectors.
+        // Edges: reads access → tasklet, writes tasklet → access, both with connectors;
+        // and copies access → access, which must be between locals (checked below).
+        let mut copies = Vec::new();
         for e in body.edge_ids() {
             let (s, d) = body.endpoints(e);
             let edge = body.edge(e);
             match (body.node(s), body.node(d)) {
                 (IrNode::Access(_), IrNode::Tasklet(_)) if edge.dst_conn.is_some() => {}
                 (IrNode::Tasklet(_), IrNode::Access(_)) if edge.src_conn.is_some() => {}
+                (IrNode::Access(a), IrNode::Access(b)) if edge.memlet.wcr.is_none() => {
+                    copy_target(&edge.memlet, a, b)?;
+                    copies.push((a.as_str(), b.as_str()));
+                    continue;
+                }
                 _ => return None,
             }
             if edge.memlet.other_subset.is_some() {
@@ -396,10 +408,17 @@ impl<'b> StraightLine<'b> {
                 return None;
             }
         }
+        // A copy passes a local's value on, to another local (GT4Py's bodies copy a
+        // neighbour value into a slab element, `local_unroll` makes both scalars) or to
+        // one element outside (a reduction's result copied into its field).
+        if copies.iter().any(|(a, _)| !is_local(a)) {
+            return None;
+        }
         let locals = nodes_of.keys().copied().filter(|d| is_local(d)).collect();
         Some(StraightLine {
             order,
             tasklets,
+            copies: copies.len(),
             locals,
         })
     }
@@ -436,10 +455,34 @@ fn build<'c>(cx: &'c Context<'c>, body: &Dataflow, shape: &StraightLine<'_>) -> 
     let mut outputs: Vec<Output> = Vec::new();
     let mut local_value: HashMap<String, Id> = HashMap::default();
     let mut cost_before = 0;
-    let tasklets = &shape.tasklets;
-    for &tn in tasklets {
-        let IrNode::Tasklet(t) = body.node(tn) else {
-            continue;
+    for &tn in &shape.order {
+        let t = match body.node(tn) {
+            IrNode::Tasklet(t) => t,
+            // A copy from a local (`StraightLine::of`): the value passes on, to another
+            // local or to an output.
+            IrNode::Access(data) => {
+                for e in body.in_edges(tn) {
+                    let (src, _) = body.endpoints(e);
+                    let IrNode::Access(from) = body.node(src) else {
+                        continue;
+                    };
+                    let v = *local_value.get(from.as_str())?;
+                    let dt = cx.arrays.get(data).map(DataDesc::dtype)?;
+                    let v = b.cast(v, dt);
+                    if local(data) {
+                        local_value.insert(data.clone(), v);
+                    } else {
+                        outputs.push(Output {
+                            memlet: copy_target(&body.edge(e).memlet, from, data)?,
+                            target: tn,
+                            dtype: dt,
+                            value: v,
+                        });
+                    }
+                }
+                continue;
+            }
+            _ => continue,
         };
         // The class of each input connector, converted to the connector's type.
         let mut conn: HashMap<String, Id> = HashMap::default();
@@ -535,6 +578,24 @@ fn build<'c>(cx: &'c Context<'c>, body: &Dataflow, shape: &StraightLine<'_>) -> 
         outputs,
         cost_before,
     })
+}
+
+/// The memlet writing the copy `memlet`'s element of `to` (copied from `from`): its
+/// subset when it names `to`, its other subset when it names `from`; `None` for a copy
+/// of more than one element, or between containers it does not name.
+fn copy_target(memlet: &sdflow_ir::Memlet, from: &str, to: &str) -> Option<sdflow_ir::Memlet> {
+    let subset = if memlet.data == to {
+        memlet.subset.clone()
+    } else if memlet.data == from {
+        memlet.other_subset.clone()?
+    } else {
+        return None;
+    };
+    subset
+        .0
+        .iter()
+        .all(|d| matches!(d, sdflow_ir::Dim::Index(_)))
+        .then(|| sdflow_ir::Memlet::new(to, subset))
 }
 
 /// A prefix for the new connectors and locals that no symbol or map parameter starts

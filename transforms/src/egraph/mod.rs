@@ -420,6 +420,9 @@ fn run_graph(cx: &mut RunCx<'_>, decls: Decls<'_>, df: &mut Dataflow, params: &[
                         cx.tally
                             .changes
                             .add("tasklets_merged", out.merged.saturating_sub(1));
+                        if out.copies > 0 {
+                            cx.tally.changes.add("copies_merged", out.copies);
+                        }
                         cx.tally.cost_before += out.cost_before;
                         cx.tally.cost_after += out.cost_after;
                     }
