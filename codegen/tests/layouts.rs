@@ -354,3 +354,86 @@ fn a_column_major_gather_runs_in_strips() {
     let got = prog.run_bindings(&mut bad).unwrap_err();
     assert_eq!(got.to_string(), format!("program 'strips': {want}"));
 }
+
+/// A row-major gather checked per row (levels innermost, GT4Py's layout): the inner loop
+/// is marked independent (`#pragma GCC ivdep` right before it), so GCC vectorizes it
+/// without testing at every row whether the arrays overlap; results are the
+/// interpreter's bits. A body resolving write conflicts (an accumulation, a dependence
+/// between points) and a sequential map get no mark; nor does the loop an `omp for`
+/// shares out, which its pragma must immediately precede.
+#[test]
+fn a_row_major_gather_marks_its_inner_loop_independent() {
+    const CODE: &str = "o = max(a, c) + min(b, c)";
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let marked = |s: &Sdfg| {
+        let c = backend.generate(s).unwrap();
+        let lines: Vec<&str> = c.lines().map(str::trim).collect();
+        lines
+            .windows(2)
+            .filter(|w| w[0] == "#pragma GCC ivdep")
+            .map(|w| {
+                assert!(w[1].starts_with("for (int64_t s_"), "{c}");
+            })
+            .count()
+    };
+    let s = gather(None, false, CODE);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(marked(&s), 1);
+    let c = backend.generate(&s).unwrap();
+    let at = c.find("#pragma GCC ivdep\n").unwrap();
+    let next = c[at..].lines().nth(1).unwrap().trim();
+    assert!(next.starts_with("for (int64_t s_k = "), "{c}");
+    assert_eq!(marked(&gather(None, true, CODE)), 0);
+    let mut sequential = s.clone();
+    if let sdflow_ir::Node::Map(m) = sequential.states[0]
+        .graph
+        .graph
+        .node_weights_mut()
+        .find(|n| matches!(n, sdflow_ir::Node::Map(_)))
+        .unwrap()
+    {
+        m.schedule = sdflow_ir::Schedule::Sequential;
+    }
+    assert_eq!(marked(&sequential), 0);
+    // A one-dimensional map: its only loop is the one the threads share (marked only
+    // where one thread runs it, below the size worth sharing).
+    let one_d = one_dimensional();
+    let c = backend.generate(&one_d).unwrap();
+    let lines: Vec<&str> = c.lines().map(str::trim).collect();
+    for w in lines.windows(2) {
+        if w[0].starts_with("#pragma omp for") {
+            assert!(w[1].starts_with("for ("), "{c}");
+        }
+    }
+    assert_eq!(marked(&one_d), 1);
+    assert!(backend.build(&one_d).is_ok());
+
+    let syms = [("E", 900), ("C", 700), ("K", 10)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let inputs = random_bindings(&s, &syms, 5).unwrap();
+    let prog = backend.build(&s).unwrap();
+    prog.set_threads(2);
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    let mut got = inputs;
+    prog.run_bindings(&mut got).unwrap();
+    assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+}
+
+/// `out[i] = 2 u[i]` over `N` points.
+fn one_dimensional() -> Sdfg {
+    let mut b = SdfgBuilder::new("one_d");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"]);
+    b.state("main", |s| {
+        s.map("m", &["i"], &["0:N"], |m| {
+            m.tasklet("t", &[("x", "u[i]")], &[("o", "out[i]")], "o = 2.0 * x");
+        });
+    });
+    b.build()
+}

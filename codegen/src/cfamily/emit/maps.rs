@@ -203,7 +203,7 @@ impl Emitter<'_> {
             .filter(|(c, _)| !c.is_empty())
             .filter(|_| outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked);
         let Some((checks, strips)) = checks else {
-            return self.map_loops_inner(sc, m, parallel, 0);
+            return self.map_loops_inner(sc, m, parallel, 0, outer);
         };
         if strips && outer == 1 && m.params.len() == 2 && sc.jam.is_none() {
             return self.strip_loops(sc, m, parallel, checks);
@@ -214,11 +214,11 @@ impl Emitter<'_> {
         self.indent += 1;
         let mut proven = sc.clone();
         proven.rows_checked = true;
-        self.map_loops_inner(&proven, m, parallel, outer)?;
+        self.map_loops_inner(&proven, m, parallel, outer, outer)?;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
-        self.map_loops_inner(sc, m, parallel, outer)?;
+        self.map_loops_inner(sc, m, parallel, outer, outer)?;
         self.indent -= 1;
         self.line("}");
         self.close_loops(outer);
@@ -274,7 +274,7 @@ impl Emitter<'_> {
         self.indent += 1;
         self.line(&strip_loop);
         self.indent += 1;
-        self.map_loops_inner(sc, m, parallel, 1)?;
+        self.map_loops_inner(sc, m, parallel, 1, 1)?;
         self.close_loops(1);
         self.indent -= 1;
         self.line("}");
@@ -353,21 +353,40 @@ impl Emitter<'_> {
         }
     }
 
-    /// The loops of `m` from parameter `from` on, and the body.
+    /// The loops of `m` from parameter `from` on, and the body; the first `shared` loops
+    /// of `m` are divided among the threads by the pragma just before the nest.
     pub(crate) fn map_loops_inner(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
         from: usize,
+        shared: usize,
     ) -> Result<(), CodegenError> {
-        self.open_loops(sc, m, from..m.params.len());
-        let inner = self.body_scope(sc, m, parallel);
         // A loop of a few iterations inside a scalar loop (a neighbour loop) is unrolled
         // into it and stays scalar too; any other inner loop (a tile's rows) decides
         // for itself.
         let scalar = stays_scalar(sc.sdfg, &m.body, sc.rows_checked)
             || (self.blend_canon && few_iterations(m));
+        let n = m.params.len();
+        self.open_loops(sc, m, from..n.saturating_sub(1).max(from));
+        if from < n {
+            // The innermost loop of a body meant to vectorize: its points are independent
+            // (a map's are; a sequential one's need not be), so it is marked so, and the
+            // compiler does not test at every row whether the arrays overlap (GCC does
+            // not apply `restrict` to the pointers inside the parallel region: a
+            // ten-level column then spends as much on the test as on the loop). Not a
+            // loop the threads share: their pragma must stand right before it.
+            if !scalar
+                && n > shared
+                && m.schedule != sdflow_ir::Schedule::Sequential
+                && independent_points(&m.body)
+            {
+                self.team_line(|t| t.simd_loop());
+            }
+            self.open_loops(sc, m, n - 1..n);
+        }
+        let inner = self.body_scope(sc, m, parallel);
         let blend = std::mem::replace(&mut self.blend_canon, scalar);
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;
@@ -375,4 +394,17 @@ impl Emitter<'_> {
         self.close_loops(m.params.len() - from);
         Ok(())
     }
+}
+
+/// A body whose points do not depend on each other through memory: tasklets and access
+/// nodes only, no write-conflict resolution (an accumulation into one element is such a
+/// dependence).
+fn independent_points(df: &sdflow_ir::Dataflow) -> bool {
+    df.node_ids()
+        .into_iter()
+        .all(|n| matches!(df.node(n), Node::Tasklet(_) | Node::Access(_)))
+        && df
+            .edge_ids()
+            .into_iter()
+            .all(|e| df.edge(e).memlet.wcr.is_none())
 }
