@@ -398,6 +398,11 @@ fn a_row_major_gather_marks_its_inner_loop_independent() {
         m.schedule = sdflow_ir::Schedule::Sequential;
     }
     assert_eq!(marked(&sequential), 0);
+    // Points that depend on each other along the levels: one element written per row
+    // (the last level's value stays), a level read that the previous level wrote.
+    assert_eq!(marked(&levels_dependent("u[e2c[e, 0], k]", "out[e, 0]")), 0);
+    assert_eq!(marked(&levels_dependent("out[e, k - 1]", "out[e, k]")), 0);
+    assert_eq!(marked(&levels_dependent("u[e2c[e, 0], k]", "out[e, k]")), 1);
     // A one-dimensional map: its only loop is the one the threads share (marked only
     // where one thread runs it, below the size worth sharing).
     let one_d = one_dimensional();
@@ -436,4 +441,29 @@ fn one_dimensional() -> Sdfg {
         });
     });
     b.build()
+}
+
+/// A row-major gather over levels `1:K` reading `a` and writing `out` as given.
+fn levels_dependent(a: &str, out: &str) -> Sdfg {
+    let mut b = SdfgBuilder::new("levels");
+    b.symbol("E", DType::I64)
+        .symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("e2c", DType::I32, ["E", "2"])
+        .array("u", DType::F64, ["C", "K"])
+        .array("w", DType::F64, ["K"])
+        .array("out", DType::F64, ["E", "K"]);
+    b.state("main", |s| {
+        s.map("m", &["e", "k"], &["0:E", "1:K"], |m| {
+            m.tasklet(
+                "t",
+                &[("a", a), ("b", "u[e2c[e, 1], k]"), ("c", "w[k]")],
+                &[("o", out)],
+                "o = max(a, c) + min(b, c)",
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
 }

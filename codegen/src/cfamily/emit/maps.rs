@@ -380,7 +380,7 @@ impl Emitter<'_> {
             if !scalar
                 && n > shared
                 && m.schedule != sdflow_ir::Schedule::Sequential
-                && independent_points(&m.body)
+                && independent_points(sc.sdfg, &m.body, &m.params[n - 1])
             {
                 self.team_line(|t| t.simd_loop());
             }
@@ -396,15 +396,40 @@ impl Emitter<'_> {
     }
 }
 
-/// A body whose points do not depend on each other through memory: tasklets and access
-/// nodes only, no write-conflict resolution (an accumulation into one element is such a
-/// dependence).
-fn independent_points(df: &sdflow_ir::Dataflow) -> bool {
-    df.node_ids()
+/// A body whose points do not depend on each other through memory along its innermost
+/// parameter `p`: tasklets and access nodes only, no write-conflict resolution (an
+/// accumulation into one element is such a dependence), every array written at an
+/// element that moves with `p`, and an array both read and written only at the element
+/// written (GT4Py's in-place updates).
+fn independent_points(sdfg: &sdflow_ir::Sdfg, df: &sdflow_ir::Dataflow, p: &str) -> bool {
+    if !df
+        .node_ids()
         .into_iter()
         .all(|n| matches!(df.node(n), Node::Tasklet(_) | Node::Access(_)))
-        && df
-            .edge_ids()
-            .into_iter()
-            .all(|e| df.edge(e).memlet.wcr.is_none())
+    {
+        return false;
+    }
+    let mut written: BTreeMap<&str, Vec<&sdflow_ir::Subset>> = BTreeMap::new();
+    let mut read: BTreeMap<&str, Vec<&sdflow_ir::Subset>> = BTreeMap::new();
+    for e in df.edge_ids() {
+        let m = &df.edge(e).memlet;
+        if m.wcr.is_some() {
+            return false;
+        }
+        let (src, dst) = df.endpoints(e);
+        if df.node(dst).as_access().is_some() {
+            if !matches!(sdfg.arrays.get(&m.data), Some(DataDesc::Scalar { .. }))
+                && !m.subset.free_symbols().contains(p)
+            {
+                return false;
+            }
+            written.entry(&m.data).or_default().push(&m.subset);
+        } else if df.node(src).as_access().is_some() {
+            read.entry(&m.data).or_default().push(&m.subset);
+        }
+    }
+    written.iter().all(|(d, ws)| {
+        read.get(d)
+            .is_none_or(|rs| rs.iter().chain(ws.iter()).all(|s| *s == ws[0]))
+    })
 }
