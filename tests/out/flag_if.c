@@ -87,6 +87,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     } else {
                         #pragma omp single nowait
                         {
+                            #pragma GCC ivdep
                             for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
                                 { /* tasklet 'double' */
                                     const double v_x = a_u[(s_i)];
@@ -159,6 +160,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     } else {
                         #pragma omp single nowait
                         {
+                            #pragma GCC ivdep
                             for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
                                 { /* tasklet 'shift' */
                                     const double v_x = a_u[(s_i)];

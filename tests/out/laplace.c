@@ -72,6 +72,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(sdf_ssub(s_N, 2LL, 0), 0) * sdf_max64(sdf_ssub(s_N, 2LL, 1), 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 1LL; s_i < (s_N - 1LL); s_i++) {
+                        #pragma GCC ivdep
                         for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
                             { /* tasklet 'lap5' */
                                 const double v_c = a_u[(s_i) * (s_N) + (s_j)];
@@ -89,6 +90,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     #pragma omp single nowait
                     {
                         for (int64_t s_i = 1LL; s_i < (s_N - 1LL); s_i++) {
+                            #pragma GCC ivdep
                             for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
                                 { /* tasklet 'lap5' */
                                     const double v_c = a_u[(s_i) * (s_N) + (s_j)];

@@ -88,6 +88,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                        #pragma GCC ivdep
                         for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
                             { /* tasklet 'start' */
                                 const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
@@ -106,6 +107,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     #pragma omp single nowait
                     {
                         for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                            #pragma GCC ivdep
                             for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
                                 { /* tasklet 'start' */
                                     const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
@@ -340,6 +342,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                        #pragma GCC ivdep
                         for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
                             { /* tasklet 'top' */
                                 const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
@@ -353,6 +356,7 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     #pragma omp single nowait
                     {
                         for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                            #pragma GCC ivdep
                             for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
                                 { /* tasklet 'top' */
                                     const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
