@@ -194,33 +194,12 @@ fn gather(strides: Option<[&str; 2]>, wcr: bool, code: &str) -> Sdfg {
 /// [`gather`], where with `index` the tasklet also reads its first neighbour's index
 /// from the table, as GT4Py's neighbour tasklets do.
 fn gather_reading(strides: Option<[&str; 2]>, wcr: bool, code: &str, index: bool) -> Sdfg {
-    let mut b = SdfgBuilder::new("strips");
-    b.symbol("E", DType::I64)
-        .symbol("C", DType::I64)
-        .symbol("K", DType::I64)
-        .array("e2c", DType::I32, ["E", "2"])
-        .array("u", DType::F64, ["C", "K"])
-        .array("w", DType::F64, ["K"])
-        .array("out", DType::F64, ["E", "K"]);
     let out = if wcr {
         "out[e, k] (wcr: sum)"
     } else {
         "out[e, k]"
     };
-    b.state("main", |s| {
-        s.map("m", &["e", "k"], &["0:E", "0:K"], |m| {
-            let mut inputs = vec![
-                ("a", "u[e2c[e, 0], k]"),
-                ("b", "u[e2c[e, 1], k]"),
-                ("c", "w[k]"),
-            ];
-            if index {
-                inputs.push(("n", "e2c[e, 0]"));
-            }
-            m.tasklet("t", &inputs, &[("o", out)], code);
-        });
-    });
-    let mut s = b.build();
+    let mut s = gather_program("u[e2c[e, 0], k]", out, "0:K", code, index);
     if let Some([su, so]) = strides {
         for (a, extent) in [("u", su), ("out", so)] {
             if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
@@ -445,7 +424,15 @@ fn one_dimensional() -> Sdfg {
 
 /// A row-major gather over levels `1:K` reading `a` and writing `out` as given.
 fn levels_dependent(a: &str, out: &str) -> Sdfg {
-    let mut b = SdfgBuilder::new("levels");
+    let s = gather_program(a, out, "1:K", "o = max(a, c) + min(b, c)", false);
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// `out = code(a, u[e2c[e, 1], k], w[k])` over edges `e` and levels `k` in `levels`, `a`
+/// and `out` as given; with `index` the tasklet also reads its first neighbour's index.
+fn gather_program(a: &str, out: &str, levels: &str, code: &str, index: bool) -> Sdfg {
+    let mut b = SdfgBuilder::new("strips");
     b.symbol("E", DType::I64)
         .symbol("C", DType::I64)
         .symbol("K", DType::I64)
@@ -454,16 +441,13 @@ fn levels_dependent(a: &str, out: &str) -> Sdfg {
         .array("w", DType::F64, ["K"])
         .array("out", DType::F64, ["E", "K"]);
     b.state("main", |s| {
-        s.map("m", &["e", "k"], &["0:E", "1:K"], |m| {
-            m.tasklet(
-                "t",
-                &[("a", a), ("b", "u[e2c[e, 1], k]"), ("c", "w[k]")],
-                &[("o", out)],
-                "o = max(a, c) + min(b, c)",
-            );
+        s.map("m", &["e", "k"], &["0:E", levels], |m| {
+            let mut inputs = vec![("a", a), ("b", "u[e2c[e, 1], k]"), ("c", "w[k]")];
+            if index {
+                inputs.push(("n", "e2c[e, 0]"));
+            }
+            m.tasklet("t", &inputs, &[("o", out)], code);
         });
     });
-    let s = b.build();
-    assert_eq!(s.validate(), Ok(()));
-    s
+    b.build()
 }

@@ -971,26 +971,15 @@ fn within_halos(ma: &MapScope, offsets: &[Vec<i64>], widths: &BTreeMap<String, i
         let Some(&w) = widths.get(m.data.as_str()) else {
             return true;
         };
-        m.subset.0.iter().take(2).all(|d| {
-            let points = match d {
-                Dim::Index(x) => vec![x.clone()],
-                Dim::Range { start, end, .. } => {
-                    vec![start.clone(), end.sub(&SymExpr::Int(1)).simplify()]
-                }
-                Dim::Indirect { .. } => Vec::new(),
-            };
-            points.iter().all(|x| {
-                ma.params.iter().enumerate().all(|(k, p)| {
-                    let Some(c) = x.sub(&SymExpr::sym(p)).simplify().as_int() else {
-                        return true;
-                    };
-                    !x.mentions(p)
-                        || offsets
-                            .iter()
-                            .all(|o| o.get(k).is_some_and(|&ok| (c + ok).abs() <= w))
+        sdflow_ir::validate::halo_offsets(&m.subset, &ma.params)
+            .into_iter()
+            .all(|(_, p, c)| {
+                let k = ma.params.iter().position(|q| q == p);
+                offsets.iter().all(|o| {
+                    k.and_then(|k| o.get(k))
+                        .is_some_and(|&ok| (c + ok).abs() <= w)
                 })
             })
-        })
     })
 }
 

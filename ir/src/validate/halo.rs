@@ -78,32 +78,45 @@ fn walk(
         if g.node(g.endpoints(e).1).as_access().is_some() {
             continue;
         }
-        for (d, dim) in m.subset.0.iter().take(2).enumerate() {
-            let points: Vec<SymExpr> = match dim {
-                Dim::Index(x) => vec![x.clone()],
-                Dim::Range { start, end, .. } => {
-                    vec![start.clone(), end.sub(&SymExpr::Int(1)).simplify()]
-                }
-                Dim::Indirect { .. } => Vec::new(),
-            };
-            for x in points {
-                let Some((p, c)) = params.iter().find_map(|p| {
-                    let c = x.sub(&SymExpr::sym(p)).simplify().as_int()?;
-                    x.mentions(p).then_some((p, c))
-                }) else {
-                    continue;
-                };
-                if c.abs() > w {
-                    cx.push(
-                        ProblemKind::LibraryNode,
-                        &graph::edge_loc(g, e, loc),
-                        format!(
-                            "map '{label}' reads '{}' at offset {c:+} from '{p}' in dimension {d} ({m}), beyond the halo of width {w} that the exchange in state '{state}' fills",
-                            m.data
-                        ),
-                    );
-                }
+        for (d, p, c) in halo_offsets(&m.subset, params) {
+            if c.abs() > w {
+                cx.push(
+                    ProblemKind::LibraryNode,
+                    &graph::edge_loc(g, e, loc),
+                    format!(
+                        "map '{label}' reads '{}' at offset {c:+} from '{p}' in dimension {d} ({m}), beyond the halo of width {w} that the exchange in state '{state}' fills",
+                        m.data
+                    ),
+                );
             }
         }
     }
+}
+
+/// The offsets the halo rule judges in `subset`: per point of its first two dimensions
+/// (an index, or a range's first and last element) that is one of `params` plus a
+/// constant, the dimension, that parameter and the constant.
+pub fn halo_offsets<'p>(
+    subset: &crate::memlet::Subset,
+    params: &'p [String],
+) -> Vec<(usize, &'p str, i64)> {
+    let mut out = Vec::new();
+    for (d, dim) in subset.0.iter().take(2).enumerate() {
+        let points: Vec<SymExpr> = match dim {
+            Dim::Index(x) => vec![x.clone()],
+            Dim::Range { start, end, .. } => {
+                vec![start.clone(), end.sub(&SymExpr::Int(1)).simplify()]
+            }
+            Dim::Indirect { .. } => Vec::new(),
+        };
+        for x in points {
+            if let Some((p, c)) = params.iter().find_map(|p| {
+                let c = x.sub(&SymExpr::sym(p)).simplify().as_int()?;
+                x.mentions(p).then_some((p.as_str(), c))
+            }) {
+                out.push((d, p, c));
+            }
+        }
+    }
+    out
 }

@@ -69,7 +69,7 @@ mod tasklet;
 use std::collections::BTreeSet;
 use std::fmt;
 
-pub use halo::halo_widths;
+pub use halo::{halo_offsets, halo_widths};
 use location::{Loc, Where};
 pub use location::{Location, Segment};
 
