@@ -177,6 +177,129 @@ pub fn disjoint(a: &Subset, b: &Subset) -> bool {
     })
 }
 
+/// [`disjoint`], with `min`/`max` bounds compared by [`SymExpr::provably_le`]: GT4Py's
+/// domain pieces end and start at `min`/`max` of the same symbols (`[s, min(e, n))` and
+/// `[max(s, n), e)`). Costlier than [`disjoint`] (a case split per `min`/`max`), for the
+/// few pairs a rule asks about.
+pub fn disjoint_proven(a: &Subset, b: &Subset) -> bool {
+    a.rank() == b.rank()
+        && a.0.iter().zip(&b.0).any(|(x, y)| {
+            let (Some((xl, xh)), Some((yl, yh))) = (x.bounds(), y.bounds()) else {
+                return false;
+            };
+            let one = SymExpr::Int(1);
+            xh.add(&one).provably_le(&yl) || yh.add(&one).provably_le(&xl)
+        })
+}
+
+/// Whether boxes `pieces` (half-open `[lo, hi)` per dimension) together cover every
+/// index of a container of shape `shape`, for every value of the symbols. Each `min` and
+/// `max` in the expressions is replaced by one operand and then by the other
+/// (consistently in all of them; at most ten such splits), and in each case the pieces
+/// must chain along one dimension from 0 past the extent while spanning the others
+/// whole. Sound, not complete.
+pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bool {
+    if pieces.iter().any(|p| p.len() != shape.len()) {
+        return false;
+    }
+    let mut exprs: Vec<SymExpr> = shape.to_vec();
+    for p in pieces {
+        for (lo, hi) in p {
+            exprs.push(lo.clone());
+            exprs.push(hi.clone());
+        }
+    }
+    cover_cases(&exprs, shape.len(), 10)
+}
+
+fn cover_cases(exprs: &[SymExpr], rank: usize, budget: u32) -> bool {
+    let fixed = exprs.len();
+    cover_split(exprs.to_vec(), fixed, rank, budget)
+}
+
+/// One case of [`union_covers`]: `exprs` holds the shape and the pieces (the first
+/// `fixed`), then facts known in this case (each at least 0: which operand a `min` or
+/// `max` took).
+fn cover_split(exprs: Vec<SymExpr>, fixed: usize, rank: usize, budget: u32) -> bool {
+    let Some(node) = exprs.iter().find_map(|e| e.first_min_max()).cloned() else {
+        return cover_linear(&exprs[..fixed], &exprs[fixed..], rank);
+    };
+    let SymExpr::Bin(op, a, b) = &node else {
+        return false;
+    };
+    budget > 0
+        && [(a, b), (b, a)].iter().all(|(x, y)| {
+            // `max(a, b)` is `a` where `a >= b`; `min(a, b)` is `a` where `a <= b`.
+            let fact = if *op == crate::symexpr::SymOp::Max {
+                x.sub(y)
+            } else {
+                y.sub(x)
+            };
+            let mut case: Vec<SymExpr> = exprs.iter().map(|e| e.replace(&node, x)).collect();
+            case.push(fact.replace(&node, x));
+            cover_split(case, fixed, rank, budget - 1)
+        })
+}
+
+/// `x <= y` given `facts` (each at least 0): the difference, plus at most two facts, is a
+/// constant at most 0.
+fn le_given(x: &SymExpr, y: &SymExpr, facts: &[SymExpr]) -> bool {
+    if x.provably_le(y) {
+        return true;
+    }
+    let d = x.sub(y);
+    facts.iter().enumerate().any(|(i, f)| {
+        let one = d.add(f);
+        matches!(one.as_int(), Some(v) if v <= 0)
+            || facts[i + 1..]
+                .iter()
+                .any(|g| matches!(one.add(g).as_int(), Some(v) if v <= 0))
+    })
+}
+
+/// [`union_covers`] once no `min`/`max` is left: `exprs` is the shape, then each piece's
+/// `lo, hi` per dimension; `facts` are known to be at least 0.
+fn cover_linear(exprs: &[SymExpr], facts: &[SymExpr], rank: usize) -> bool {
+    let zero = SymExpr::Int(0);
+    let le = |x: &SymExpr, y: &SymExpr| le_given(x, y, facts);
+    let (shape, rest) = exprs.split_at(rank);
+    if shape.iter().any(|n| le(n, &zero)) {
+        return true;
+    }
+    let pieces: Vec<&[SymExpr]> = rest.chunks(2 * rank).collect();
+    (0..rank).any(|k| {
+        // Pieces spanning every other dimension whole, chained along `k`.
+        let mut open: Vec<(&SymExpr, &SymExpr)> = pieces
+            .iter()
+            .filter(|p| {
+                (0..rank)
+                    .filter(|&d| d != k)
+                    .all(|d| le(&p[2 * d], &zero) && le(&shape[d], &p[2 * d + 1]))
+            })
+            .map(|p| (&p[2 * k], &p[2 * k + 1]))
+            .collect();
+        // Covered: `[0, r)` for the largest `r` reached.
+        let mut reached = vec![zero.clone()];
+        loop {
+            let before = open.len();
+            open.retain(|(lo, hi)| {
+                if reached.iter().any(|r| le(lo, r)) {
+                    reached.push((*hi).clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            if reached.iter().any(|r| le(&shape[k], r)) {
+                return true;
+            }
+            if open.len() == before {
+                return false;
+            }
+        }
+    })
+}
+
 /// What a map body reads from outside and writes to outside, propagated over the map's
 /// parameters: the memlets of the map node's in-edges and out-edges, one per container
 /// (in name order). A read is an edge leaving a body access node without in-edges;
@@ -322,6 +445,41 @@ mod tests {
         let params: Vec<String> = spec.iter().map(|(p, _)| p.to_string()).collect();
         let ranges: Vec<Range> = spec.iter().map(|(_, r)| Range::parse(r).unwrap()).collect();
         ParamBox::of_map(&params, &ranges)
+    }
+
+    #[test]
+    fn disjoint_proven_separates_domain_pieces() {
+        let sub = |t: &str| Subset::parse(t).unwrap();
+        let (a, b) = (sub("s:min(e, n), 0:K"), sub("max(s, n):e, 0:K"));
+        assert!(!disjoint(&a, &b), "needs min/max reasoning");
+        assert!(disjoint_proven(&a, &b));
+        assert!(disjoint_proven(&b, &a));
+        assert!(!disjoint_proven(
+            &sub("s:n, 0:K"),
+            &sub("max(s, n - 1):e, 0:K")
+        ));
+        assert!(!disjoint_proven(&sub("0:N"), &sub("0:N, 0:K")));
+    }
+
+    #[test]
+    fn union_covers_chains_pieces_case_by_case() {
+        let e = |t: &str| SymExpr::from(t);
+        let piece = |h: (&str, &str), k: (&str, &str)| vec![(e(h.0), e(h.1)), (e(k.0), e(k.1))];
+        let shape = [e("max(0, he - hs)"), e("max(0, K)")];
+        let low = piece(("0", "max(hs, min(he, n)) - hs"), ("0", "max(0, K)"));
+        let high = piece(("max(hs, n) - hs", "he - hs"), ("0", "K"));
+        // Whatever `n` is (below, inside or above `[hs, he)`), the two zones cover.
+        assert!(union_covers(&shape, &[low.clone(), high.clone()]));
+        assert!(union_covers(&shape, &[high.clone(), low.clone()]));
+        assert!(!union_covers(&shape, std::slice::from_ref(&low)));
+        // A gap of one index.
+        let gap = piece(("max(hs, n) - hs + 1", "he - hs"), ("0", "K"));
+        assert!(!union_covers(&shape, &[low.clone(), gap]));
+        // Not spanning the other dimension whole.
+        let short = piece(("max(hs, n) - hs", "he - hs"), ("0", "K - 1"));
+        assert!(!union_covers(&shape, &[low, short]));
+        // An empty container is covered by anything.
+        assert!(union_covers(&[e("0"), e("K")], &[]));
     }
 
     #[test]

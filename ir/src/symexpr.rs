@@ -463,6 +463,48 @@ impl SymExpr {
         Some((coeffs, rest.rebuild()))
     }
 
+    /// Whether `self <= other` whatever values the symbols take. Proven on the
+    /// difference as a sum: a constant at most 0 once each `min` and `max` in it is
+    /// replaced by its operands — by either one where the replacement can only grow the
+    /// sum (a `min` added, a `max` subtracted), by each in turn otherwise (the node
+    /// equals one of them). Sound, not complete: `false` means "not proven"; at most
+    /// eight nodes deep.
+    pub fn provably_le(&self, other: &SymExpr) -> bool {
+        if let Some(d) = self.const_diff(other) {
+            return d <= 0;
+        }
+        match Linear::of(self).and_then(|a| a.plus(Linear::of(other)?, -1)) {
+            Some(diff) => nonpositive(diff, 8),
+            None => false,
+        }
+    }
+
+    /// Every occurrence of `from` replaced by `to`, simplified.
+    pub fn replace(&self, from: &SymExpr, to: &SymExpr) -> SymExpr {
+        fn go(e: &SymExpr, from: &SymExpr, to: &SymExpr) -> SymExpr {
+            if e == from {
+                return to.clone();
+            }
+            match e {
+                SymExpr::Int(_) | SymExpr::Sym(_) => e.clone(),
+                SymExpr::Neg(a) => SymExpr::Neg(Arc::new(go(a, from, to))),
+                SymExpr::Not(a) => SymExpr::Not(Arc::new(go(a, from, to))),
+                SymExpr::Bin(op, a, b) => SymExpr::bin(*op, go(a, from, to), go(b, from, to)),
+            }
+        }
+        go(self, from, to).simplify()
+    }
+
+    /// The first `min` or `max` node of the expression (outermost first).
+    pub fn first_min_max(&self) -> Option<&SymExpr> {
+        match self {
+            SymExpr::Bin(SymOp::Min | SymOp::Max, _, _) => Some(self),
+            SymExpr::Int(_) | SymExpr::Sym(_) => None,
+            SymExpr::Neg(a) | SymExpr::Not(a) => a.first_min_max(),
+            SymExpr::Bin(_, a, b) => a.first_min_max().or_else(|| b.first_min_max()),
+        }
+    }
+
     fn simplify_children(&self) -> SymExpr {
         match self {
             SymExpr::Neg(a) => SymExpr::Neg(Arc::new(a.simplify())),
@@ -520,6 +562,43 @@ fn simplify_bin(op: SymOp, a: SymExpr, b: SymExpr) -> SymExpr {
     }
 }
 
+/// Whether the sum is at most 0 for every value of its symbols ([`SymExpr::provably_le`]),
+/// replacing at most `budget` more `min`/`max` terms.
+fn nonpositive(lin: Linear, budget: u32) -> bool {
+    // Where the term equals one of two operands, the cases first: each case may decide
+    // which bound of a `min` or `max` elsewhere is the one that proves the claim.
+    let kind = |(a, c): &(SymExpr, i64)| match a {
+        SymExpr::Bin(op @ (SymOp::Min | SymOp::Max), _, _) => Some((*op == SymOp::Min) == (*c > 0)),
+        _ => None,
+    };
+    let Some(k) = (lin.terms.iter().position(|t| kind(t) == Some(false)))
+        .or_else(|| lin.terms.iter().position(|t| kind(t) == Some(true)))
+    else {
+        return lin.terms.is_empty() && lin.constant <= 0;
+    };
+    if budget == 0 {
+        return false;
+    }
+    let mut rest = lin;
+    let (atom, c) = rest.terms.remove(k);
+    let SymExpr::Bin(op, a, b) = &atom else {
+        return false;
+    };
+    let holds = |x: &SymExpr| {
+        Linear::of(x)
+            .and_then(|l| l.scale(c))
+            .and_then(|l| rest.clone().plus(l, 1))
+            .is_some_and(|l| nonpositive(l, budget - 1))
+    };
+    // `c·min(a, b)` with `c > 0` is at most `c·a` and at most `c·b` (so is `c·max` with
+    // `c < 0`): either bound suffices. Otherwise the term is one of the two: both must.
+    if (*op == SymOp::Min) == (c > 0) {
+        holds(a) || holds(b)
+    } else {
+        holds(a) && holds(b)
+    }
+}
+
 /// `e` as a 0/1 value: comparisons and connectives already are; anything else is `e != 0`.
 fn truthy(e: SymExpr) -> SymExpr {
     match &e {
@@ -532,6 +611,7 @@ fn truthy(e: SymExpr) -> SymExpr {
 /// `Σ coeff·atom + constant`, the normal form of sums. The terms are sorted by atom and
 /// have non-zero coefficients; sums in index expressions have one to three terms, so a
 /// sorted vector beats a map.
+#[derive(Clone)]
 struct Linear {
     terms: Vec<(SymExpr, i64)>,
     constant: i64,
@@ -753,6 +833,33 @@ mod tests {
 
     fn s(t: &str) -> SymExpr {
         SymExpr::parse(t).unwrap()
+    }
+
+    #[test]
+    fn provably_le_reasons_through_min_and_max() {
+        let le = |a: &str, b: &str| s(a).provably_le(&s(b));
+        // GT4Py's domain pieces: `[s, min(e, n))` ends where `[max(s, n), e)` starts.
+        assert!(le("min(e, n)", "max(s, n)"));
+        assert!(le("max(s, min(e, n))", "max(s, n)"));
+        assert!(le("min(e, n) - s", "max(s, n) - s"));
+        assert!(le("N - 1", "N"));
+        assert!(le("max(0, N - 2)", "max(0, N)"));
+        // Not proven: false for some values, or not decidable from the terms.
+        assert!(!le("max(s, n)", "min(e, n)"));
+        assert!(!le("N", "M"));
+        assert!(!le("min(e, n)", "s"));
+        assert!(!le("N", "N - 1"));
+        assert!(!le("i // 2", "i"));
+    }
+
+    #[test]
+    fn replace_substitutes_every_occurrence() {
+        let e = s("max(a, min(b, c)) + min(b, c)");
+        assert_eq!(e.first_min_max(), Some(&s("max(a, min(b, c))")));
+        assert_eq!(
+            e.replace(&s("min(b, c)"), &s("b")).to_string(),
+            "b + max(a, b)"
+        );
     }
 
     #[test]

@@ -292,6 +292,9 @@ struct Gen {
     /// Draws the layouts of transients: a stream of its own, so that padding them leaves
     /// the programs' structure as the seed gives it without.
     layout_rng: ChaCha8Rng,
+    /// The in-place variant of `assembled` (its own stream: the other draws stay those of
+    /// the programs generated before it existed).
+    zones_rng: ChaCha8Rng,
     cfg: GenConfig,
     dims: Vec<&'static str>,
     b: SdfgBuilder,
@@ -338,6 +341,7 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
     let mut g = Gen {
         rng,
         layout_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_1a70),
+        zones_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x20e5_b4c4),
         cfg: cfg.clone(),
         dims,
         b,
@@ -722,7 +726,10 @@ impl Gen {
     /// (GT4Py's `if` on a scalar argument, both arms assembling one result), and every
     /// other time `b` is then copied whole into an output (GT4Py's write-back). With
     /// hazards, the pieces may leave the last row unwritten (whose zeros the copy
-    /// carries) and `b` may be written whole in a state before.
+    /// carries) and `b` may be written whole in a state before. Every third time or so
+    /// the source is an output and `b` is copied back into it: GT4Py's in-place update
+    /// on a domain in zones (`vn = f(vn)`), the pieces reading the field at the point
+    /// they compute, the other arm copying it over unchanged.
     fn assembled(&mut self, env: &mut Env) -> Block {
         let full = vec![(0, 0); self.rank()];
         let valid: Vec<String> = env
@@ -730,7 +737,17 @@ impl Gen {
             .filter(|(_, h)| **h == full)
             .map(|(n, _)| n.clone())
             .collect();
-        let src = valid[self.rng.random_range(0..valid.len())].clone();
+        let fields: Vec<String> = self
+            .outputs
+            .iter()
+            .filter(|o| valid.contains(o))
+            .cloned()
+            .collect();
+        let mut src = valid[self.rng.random_range(0..valid.len())].clone();
+        let in_place = !fields.is_empty() && self.zones_rng.random_bool(0.35);
+        if in_place {
+            src = fields[self.zones_rng.random_range(0..fields.len())].clone();
+        }
         let (a, b) = (self.fresh_transient(), self.fresh_transient());
         let n = self.dims[0];
         let split = format!("min({n}, {})", self.rng.random_range(1..=3));
@@ -788,8 +805,9 @@ impl Gen {
         // Hazard: `b`'s last row rewritten after it was read (in a loop, the next
         // iteration's copy must put `a`'s zeros back first).
         let rewrite = gap && self.rng.random_bool(0.5);
-        if rewrite || self.rng.random_bool(0.5) {
-            let out = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
+        if rewrite || self.rng.random_bool(0.5) || in_place {
+            let other = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
+            let out = if in_place { src.clone() } else { other };
             self.written_outputs.insert(out.clone());
             items.push(self.emit_state(vec![copy(&b, &out)]));
             self.states_left = self.states_left.saturating_sub(1);

@@ -773,6 +773,25 @@ pub fn writes_whole(df: &Dataflow, n: NodeId, data: &str, shape: &[SymExpr]) -> 
 }
 
 fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> bool {
+    map_written_boxes(m, data, shape.len()).iter().any(|b| {
+        b.iter()
+            .zip(shape)
+            .all(|((lo, hi), extent)| lo.simplify().as_int() == Some(0) && same_extent(hi, extent))
+    })
+}
+
+/// The boxes (`[lo, hi)` per dimension, of a container of rank `rank`) map `m` writes
+/// every element of, each time it runs: one per write of its body (without nested maps,
+/// which must not write `data`) by a tasklet, or a copy of one element, at
+/// `data[p_k + c_k, …]`, one distinct parameter per dimension with step 1 — the box is
+/// the parameters' ranges moved by `c_k`. Empty when a nested map or SDFG writes `data`
+/// or no write has that form. What the body does, not the map's summary memlet (which
+/// may over-approximate).
+pub fn map_written_boxes(
+    m: &sdflow_ir::MapScope,
+    data: &str,
+    rank: usize,
+) -> Vec<Vec<(SymExpr, SymExpr)>> {
     let body = &m.body;
     // Inner maps (a neighbour loop) may be there, as long as they do not write `data`.
     fn inner_writes(df: &Dataflow, data: &str) -> bool {
@@ -793,46 +812,46 @@ fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> b
         })
     }
     if inner_writes(body, data) {
-        return false;
+        return Vec::new();
     }
-    body.edge_ids().into_iter().any(|e| {
-        let (src, dst) = body.endpoints(e);
-        let memlet = &body.edge(e).memlet;
-        // A tasklet's write, or a copy of one element (a reduction's result) into `data`,
-        // whose memlet may name either end.
-        let subset = match body.node(src) {
-            Node::Tasklet(_) => &memlet.subset,
-            Node::Access(_) if memlet.data == data => &memlet.subset,
-            Node::Access(_) => match &memlet.other_subset {
-                Some(o) if memlet.subset.is_element() => o,
-                _ => return false,
-            },
-            _ => return false,
-        };
-        if body.node(dst).as_access() != Some(data) || subset.rank() != shape.len() {
-            return false;
-        }
-        let mut used = BTreeSet::new();
-        let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
-        subset.0.iter().zip(shape).all(|(d, extent)| {
-            // `p + c`, `c` free of parameters.
-            let Dim::Index(x) = d else { return false };
-            let Some((coeffs, c)) = x.affine_in(&params) else {
-                return false;
+    let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
+    body.edge_ids()
+        .into_iter()
+        .filter_map(|e| {
+            let (src, dst) = body.endpoints(e);
+            let memlet = &body.edge(e).memlet;
+            // A tasklet's write, or a copy of one element (a reduction's result) into
+            // `data`, whose memlet may name either end.
+            let subset = match body.node(src) {
+                Node::Tasklet(_) => &memlet.subset,
+                Node::Access(_) if memlet.data == data => &memlet.subset,
+                Node::Access(_) => match &memlet.other_subset {
+                    Some(o) if memlet.subset.is_element() => o,
+                    _ => return None,
+                },
+                _ => return None,
             };
-            let Some((k, _)) = m
-                .params
+            if body.node(dst).as_access() != Some(data) || subset.rank() != rank {
+                return None;
+            }
+            let mut used = BTreeSet::new();
+            subset
+                .0
                 .iter()
-                .enumerate()
-                .find(|(_, p)| coeffs.len() == 1 && coeffs.get(*p) == Some(&1))
-            else {
-                return false;
-            };
-            let r = &m.ranges[k];
-            used.insert(k)
-                && r.step.as_int() == Some(1)
-                && r.start.add(&c).simplify().as_int() == Some(0)
-                && same_extent(&r.end.add(&c), extent)
+                .map(|d| {
+                    // `p + c`, `c` free of parameters.
+                    let Dim::Index(x) = d else { return None };
+                    let (coeffs, c) = x.affine_in(&params)?;
+                    let (k, _) = m
+                        .params
+                        .iter()
+                        .enumerate()
+                        .find(|(_, p)| coeffs.len() == 1 && coeffs.get(*p) == Some(&1))?;
+                    let r = &m.ranges[k];
+                    (used.insert(k) && r.step.as_int() == Some(1))
+                        .then(|| (r.start.add(&c), r.end.add(&c)))
+                })
+                .collect::<Option<Vec<_>>>()
         })
-    })
+        .collect()
 }

@@ -23,6 +23,8 @@
 use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Subset, SymExpr};
 
 use crate::pass::{Changes, Pass};
+
+mod write_back;
 use crate::pattern::{
     DataUses, data_uses, for_each_state_parallel, is_full, move_in_edges, node_reads_writes,
     rename_data, same_extent, writes_whole,
@@ -55,6 +57,7 @@ impl Pass for RedundantCopy {
             sdfg.arrays.remove(from);
         }
         ch.add("transients_merged", merge_into_destinations(sdfg));
+        ch.add("write_backs_merged", write_back::merge_write_backs(sdfg));
         ch
     }
 }

@@ -697,6 +697,143 @@ fn a_transient_assembled_over_states_becomes_the_one_it_is_copied_into() {
     }
 }
 
+/// What a write-back program gets wrong, if anything (see [`zones`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Zones {
+    /// Nothing: the rule applies.
+    Whole,
+    /// The upper zone starts one row late: row `S` keeps `t`'s zero.
+    Gap,
+    /// The upper zone reads `v` one row off the one it writes.
+    NeighbourRead,
+    /// A map reads all of `v` after the lower zone was written.
+    ReadAfterWrite,
+}
+
+/// GT4Py's in-place update on a domain split in zones (`apply_diffusion_to_vn`): `t`
+/// assembled in the arms of a conditional — the lower zone computed from `v` at the
+/// point written, or copied over from `v` unchanged; the upper zone computed — then
+/// copied whole into `v[1:N + 1]` (element `i` of `t` is element `i + 1` of `v`).
+fn zones(z: Zones) -> Sdfg {
+    let mut b = SdfgBuilder::new("zones");
+    b.symbol("N", DType::I64)
+        .symbol("S", DType::I64)
+        .symbol("c", DType::I64)
+        .array("v", DType::F64, ["N + 2"])
+        .array("u", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("t", DType::F64, ["N"]);
+    let lo = b.state("lo", |s| {
+        s.map("lo", &["i"], &["0:min(N, S)"], |m| {
+            m.tasklet(
+                "f",
+                &[("x", "v[i + 1]"), ("a", "u[i]")],
+                &[("y", "t[i]")],
+                "y = x + a",
+            );
+        });
+    });
+    let start = if z == Zones::Gap {
+        "max(0, S) + 1:N"
+    } else {
+        "max(0, S):N"
+    };
+    let read = if z == Zones::NeighbourRead {
+        "v[i]"
+    } else {
+        "v[i + 1]"
+    };
+    let hi = b.state("hi", |s| {
+        s.map("hi", &["i"], &[start], |m| {
+            m.tasklet("g", &[("x", read)], &[("y", "t[i]")], "y = 2.0 * x");
+        });
+    });
+    let mut then = vec![Block::State(lo)];
+    if z == Zones::ReadAfterWrite {
+        then.push(Block::State(b.state("peek", |s| {
+            s.map("peek", &["i"], &["0:N"], |m| {
+                m.tasklet("p", &[("x", "v[i + 1]")], &[("y", "out[i]")], "y = x");
+            });
+        })));
+    }
+    then.push(Block::State(hi));
+    let keep = b.state("keep", |s| {
+        s.copy("v[1:min(N, S) + 1]", "t[0:min(N, S)]");
+    });
+    let hi2 = b.state("hi2", |s| {
+        s.map("hi2", &["i"], &["max(0, S):N"], |m| {
+            m.tasklet(
+                "g",
+                &[("x", "v[i + 1]"), ("a", "u[i]")],
+                &[("y", "t[i]")],
+                "y = x - a",
+            );
+        });
+    });
+    let back = b.state("back", |s| {
+        s.copy("t[0:N]", "v[1:N + 1]");
+    });
+    b.body(Block::seq([
+        Block::if_else(
+            "c != 0",
+            Block::seq(then),
+            Block::seq([Block::State(keep), Block::State(hi2)]),
+        ),
+        Block::State(back),
+    ]));
+    b.build()
+}
+
+#[test]
+fn a_write_back_buffer_assembled_in_zones_becomes_its_destination() {
+    let cases = [
+        [("N", 6), ("S", 2), ("c", 1)],
+        [("N", 6), ("S", 2), ("c", 0)],
+        [("N", 3), ("S", 5), ("c", 1)],
+        [("N", 3), ("S", 5), ("c", 0)],
+        [("N", 4), ("S", 0), ("c", 1)],
+        [("N", 4), ("S", 0), ("c", 0)],
+    ];
+    let s0 = zones(Zones::Whole);
+    let mut s = s0.clone();
+    let c = RedundantCopy.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("write_backs_merged"), 1);
+    assert!(!s.arrays.contains_key("t"));
+    // The copy back and the unchanged zone's copy are gone: the maps write `v`.
+    let copies: usize = s
+        .states
+        .iter()
+        .map(|st| {
+            let g = &st.graph;
+            g.edge_ids()
+                .into_iter()
+                .filter(|&e| {
+                    let (a, b) = g.endpoints(e);
+                    g.node(a).as_access().is_some() && g.node(b).as_access().is_some()
+                })
+                .count()
+        })
+        .sum();
+    assert_eq!(copies, 0);
+    for syms in &cases {
+        same_results(&s0, &s, syms);
+    }
+    for z in [Zones::Gap, Zones::NeighbourRead, Zones::ReadAfterWrite] {
+        let s0 = zones(z);
+        let mut s = s0.clone();
+        assert_eq!(
+            RedundantCopy.run(&mut s).get("write_backs_merged"),
+            0,
+            "{z:?}"
+        );
+        assert!(s.arrays.contains_key("t"), "{z:?}");
+        for syms in &cases {
+            same_results(&s0, &s, syms);
+        }
+    }
+}
+
 #[test]
 fn specialization_folds_static_sizes_and_flags() {
     let mut b = SdfgBuilder::new("static");

@@ -369,6 +369,7 @@ fn random_programs_exercise_the_passes() {
             "loops_reordered",
             "loops_reordered_in_place",
             "copies_merged",
+            "write_backs_merged",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -415,6 +416,7 @@ fn random_programs_exercise_the_passes() {
         "loops_reordered",
         "loops_reordered_in_place",
         "copies_merged",
+        "write_backs_merged",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,
