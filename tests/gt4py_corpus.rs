@@ -526,7 +526,7 @@ fn no_lowered_program_copies_more_than_gt4pys_optimizer_leaves() {
     assert_eq!(find("apply_diffusion_to_vn"), Some((0, 4)), "{counts:?}");
     assert_eq!(
         find("apply_diffusion_to_w_and_compute_horizontal_gradients_for_turbulence"),
-        Some((9, 23)),
+        Some((6, 23)),
         "{counts:?}"
     );
 }

@@ -202,6 +202,77 @@ pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bo
     if pieces.iter().any(|p| p.len() != shape.len()) {
         return false;
     }
+    // Dimensions every piece spans whole as written (`0:e` of an extent `e` or
+    // `max(0, e)`) drop out before the case splits: their `min`s and `max`s would only
+    // multiply the cases.
+    let spans = |d: usize| {
+        let n = shape[d].simplify();
+        pieces.iter().all(|p| {
+            let (lo, hi) = (&p[d].0, p[d].1.simplify());
+            lo.simplify().as_int() == Some(0)
+                && (hi == n
+                    || matches!(&n, SymExpr::Bin(crate::symexpr::SymOp::Max, a, b)
+                        if (a.as_int() == Some(0) && **b == hi)
+                            || (b.as_int() == Some(0) && **a == hi)))
+        })
+    };
+    let keep: Vec<usize> = (0..shape.len()).filter(|&d| !spans(d)).collect();
+    if keep.is_empty() {
+        return !pieces.is_empty() || shape.iter().any(|n| n.provably_le(&SymExpr::Int(0)));
+    }
+    let shape: Vec<SymExpr> = keep.iter().map(|&d| shape[d].clone()).collect();
+    let mut pieces: Vec<Vec<(SymExpr, SymExpr)>> = pieces
+        .iter()
+        .map(|p| keep.iter().map(|&d| p[d].clone()).collect())
+        .collect();
+    // Two dimensions: pieces sharing their range in one (a band; ends compared where
+    // the band is not empty) that together span the other whole stand for one piece
+    // spanning it (zones along the horizontal in a band of levels).
+    // The band then replaces its pieces (fewer `min`s and `max`s to split).
+    if shape.len() == 2 {
+        for k in 0..2 {
+            let j = 1 - k;
+            let mut groups: Vec<((SymExpr, SymExpr), Vec<usize>)> = Vec::new();
+            for (i, p) in pieces.iter().enumerate() {
+                let (lo, hi) = (p[k].0.simplify(), p[k].1.simplify());
+                // The same elements: one start, and ends equal where the range is not
+                // empty (`max(lo, hi)` the same).
+                let same = |g: &(SymExpr, SymExpr)| {
+                    let (x, y) = (SymExpr::max(&lo, &g.1), SymExpr::max(&lo, &hi));
+                    g.0 == lo && x.provably_le(&y) && y.provably_le(&x)
+                };
+                match groups.iter_mut().find(|g| same(&g.0)) {
+                    Some(g) => g.1.push(i),
+                    None => groups.push(((lo, hi), vec![i])),
+                }
+            }
+            let mut merged = Vec::new();
+            let mut bands = Vec::new();
+            for (band, members) in groups {
+                let one: Vec<Vec<_>> = members
+                    .iter()
+                    .map(|&i| vec![pieces[i][j].clone()])
+                    .collect();
+                if one.len() > 1 && cover_cases(&flatten(&shape[j..=j], &one), 1, 10) {
+                    let mut piece = vec![band.clone(), band];
+                    piece[j] = (SymExpr::Int(0), shape[j].clone());
+                    bands.push(piece);
+                    merged.extend(members);
+                }
+            }
+            let mut i = 0;
+            pieces.retain(|_| {
+                i += 1;
+                !merged.contains(&(i - 1))
+            });
+            pieces.extend(bands);
+        }
+    }
+    cover_cases(&flatten(&shape, &pieces), shape.len(), 10)
+}
+
+/// The shape, then each piece's `lo, hi` per dimension.
+fn flatten(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> Vec<SymExpr> {
     let mut exprs: Vec<SymExpr> = shape.to_vec();
     for p in pieces {
         for (lo, hi) in p {
@@ -209,7 +280,7 @@ pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bo
             exprs.push(hi.clone());
         }
     }
-    cover_cases(&exprs, shape.len(), 10)
+    exprs
 }
 
 fn cover_cases(exprs: &[SymExpr], rank: usize, budget: u32) -> bool {
@@ -480,6 +551,21 @@ mod tests {
         assert!(!union_covers(&shape, &[low, short]));
         // An empty container is covered by anything.
         assert!(union_covers(&[e("0"), e("K")], &[]));
+        // Zones along the first dimension in a band of the second (its end written two
+        // ways), and the levels below and above the band whole.
+        let band = |h: (&str, &str)| piece(h, ("1", "min(t, K)"));
+        let zones = [
+            band(("0", "max(hs, min(he, n)) - hs")),
+            piece(("max(hs, n) - hs", "he - hs"), ("1", "max(1, min(t, K))")),
+        ];
+        let k = [e("max(0, he - hs)"), e("max(0, K)")];
+        let level0 = piece(("0", "max(0, he - hs)"), ("0", "min(1, K)"));
+        let above = piece(("0", "max(0, he - hs)"), ("max(1, t)", "max(max(1, t), K)"));
+        let all = [zones.to_vec(), vec![level0.clone(), above.clone()]].concat();
+        assert!(union_covers(&k, &all));
+        // Without the upper zone the band has a hole.
+        let holed = [vec![zones[0].clone()], vec![level0, above]].concat();
+        assert!(!union_covers(&k, &holed));
     }
 
     #[test]

@@ -495,6 +495,15 @@ impl SymExpr {
         go(self, from, to).simplify()
     }
 
+    /// The number of nodes of the expression tree.
+    pub fn nodes(&self) -> usize {
+        match self {
+            SymExpr::Int(_) | SymExpr::Sym(_) => 1,
+            SymExpr::Neg(a) | SymExpr::Not(a) => 1 + a.nodes(),
+            SymExpr::Bin(_, a, b) => 1 + a.nodes() + b.nodes(),
+        }
+    }
+
     /// The first `min` or `max` node of the expression (outermost first).
     pub fn first_min_max(&self) -> Option<&SymExpr> {
         match self {
@@ -571,9 +580,13 @@ fn nonpositive(lin: Linear, budget: u32) -> bool {
         SymExpr::Bin(op @ (SymOp::Min | SymOp::Max), _, _) => Some((*op == SymOp::Min) == (*c > 0)),
         _ => None,
     };
-    let Some(k) = (lin.terms.iter().position(|t| kind(t) == Some(false)))
-        .or_else(|| lin.terms.iter().position(|t| kind(t) == Some(true)))
-    else {
+    // Then the largest bound first: one that holds another (`max(1, max(1, x))` against
+    // `x`) keeps the choice of the inner one for later.
+    let Some(k) = (lin.terms.iter().position(|t| kind(t) == Some(false))).or_else(|| {
+        (0..lin.terms.len())
+            .filter(|&i| kind(&lin.terms[i]) == Some(true))
+            .max_by_key(|&i| (lin.terms[i].0.nodes(), std::cmp::Reverse(i)))
+    }) else {
         return lin.terms.is_empty() && lin.constant <= 0;
     };
     if budget == 0 {

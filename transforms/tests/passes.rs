@@ -708,6 +708,11 @@ enum Zones {
     NeighbourRead,
     /// A map reads all of `v` after the lower zone was written.
     ReadAfterWrite,
+    /// A state before writes `v[0]`, outside the box the copy back writes: the rule
+    /// applies (a destination assembled from pieces keeps its other pieces).
+    PieceOutside,
+    /// A state before writes `v[1]`, inside that box.
+    PieceInside,
 }
 
 /// GT4Py's in-place update on a domain split in zones (`apply_diffusion_to_vn`): `t`
@@ -773,14 +778,26 @@ fn zones(z: Zones) -> Sdfg {
     let back = b.state("back", |s| {
         s.copy("t[0:N]", "v[1:N + 1]");
     });
-    b.body(Block::seq([
+    let mut blocks = Vec::new();
+    if matches!(z, Zones::PieceOutside | Zones::PieceInside) {
+        let at = if z == Zones::PieceOutside {
+            "0:1"
+        } else {
+            "1:2"
+        };
+        blocks.push(Block::State(b.state("piece", |s| {
+            s.copy("u[0:1]", &format!("v[{at}]"));
+        })));
+    }
+    blocks.extend([
         Block::if_else(
             "c != 0",
             Block::seq(then),
             Block::seq([Block::State(keep), Block::State(hi2)]),
         ),
         Block::State(back),
-    ]));
+    ]);
+    b.body(Block::seq(blocks));
     b.build()
 }
 
@@ -794,6 +811,12 @@ fn a_write_back_buffer_assembled_in_zones_becomes_its_destination() {
         [("N", 4), ("S", 0), ("c", 1)],
         [("N", 4), ("S", 0), ("c", 0)],
     ];
+    let s0 = zones(Zones::PieceOutside);
+    let mut s = s0.clone();
+    assert_eq!(RedundantCopy.run(&mut s).get("write_backs_merged"), 1);
+    for syms in &cases {
+        same_results(&s0, &s, syms);
+    }
     let s0 = zones(Zones::Whole);
     let mut s = s0.clone();
     let c = RedundantCopy.run(&mut s);
@@ -819,7 +842,12 @@ fn a_write_back_buffer_assembled_in_zones_becomes_its_destination() {
     for syms in &cases {
         same_results(&s0, &s, syms);
     }
-    for z in [Zones::Gap, Zones::NeighbourRead, Zones::ReadAfterWrite] {
+    for z in [
+        Zones::Gap,
+        Zones::NeighbourRead,
+        Zones::ReadAfterWrite,
+        Zones::PieceInside,
+    ] {
         let s0 = zones(z);
         let mut s = s0.clone();
         assert_eq!(

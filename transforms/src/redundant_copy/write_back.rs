@@ -19,7 +19,9 @@
 //!
 //! - `T` is only written before the copy (never read), by copies and by maps whose body
 //!   writes it plainly; the copy's state holds one node of each, the destination written
-//!   by the copy alone; nothing before the copy writes `D`, nor uses it as an index table;
+//!   by the copy alone; nothing before the copy writes `D` inside the box the copy
+//!   writes (other pieces of a destination assembled itself stay), nor uses `D` as an
+//!   index table;
 //! - a write into `T` that is not a piece of `D` at the same elements changes `D` once
 //!   merged: no read of `D` that may run after it (or at the same time, in one state) may
 //!   overlap it — reads by maps and copies, the same-element pieces, and producers reading
@@ -339,6 +341,12 @@ fn state_events(
         return None;
     }
     let back = |x: &Subset| unshifted(x, c.shift);
+    let whole = Subset(
+        c.shape
+            .iter()
+            .map(|n| Dim::range(SymExpr::Int(0), n.clone()))
+            .collect(),
+    );
     let mut out = Vec::new();
     for n in df.node_ids() {
         let Some(x) = df.node(n).as_access() else {
@@ -449,8 +457,18 @@ fn state_events(
             if last && n == c.dst {
                 continue;
             }
-            if df.in_degree(n) > 0 {
-                return None;
+            // Writes of `D` outside the box the copy writes (other pieces of a
+            // destination assembled itself) stay as they are; none may reach into it.
+            for e in df.in_edges(n) {
+                let m = &df.edge(e).memlet;
+                let d_side = if m.data == c.d {
+                    m.subset.clone()
+                } else {
+                    m.other_subset.clone()?
+                };
+                if !disjoint_proven(&back(&d_side), &whole) {
+                    return None;
+                }
             }
             for e in df.out_edges(n) {
                 let r = df.endpoints(e).1;
