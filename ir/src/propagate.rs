@@ -195,7 +195,8 @@ pub fn disjoint_proven(a: &Subset, b: &Subset) -> bool {
 /// Whether boxes `pieces` (half-open `[lo, hi)` per dimension) together cover every
 /// index of a container of shape `shape`, for every value of the symbols. Each `min` and
 /// `max` in the expressions is replaced by one operand and then by the other
-/// (consistently in all of them; at most ten such splits), and in each case the pieces
+/// (consistently in all of them; at most ten deep and 512 cases in all, each case first
+/// tried with the `min`/`max` left opaque), and in each case the pieces
 /// must chain along one dimension from 0 past the extent while spanning the others
 /// whole. Sound, not complete.
 pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bool {
@@ -268,7 +269,26 @@ pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bo
             pieces.extend(bands);
         }
     }
-    cover_cases(&flatten(&shape, &pieces), shape.len(), 10)
+    let exprs = flatten(&shape, &pieces);
+    // The proof is a pure function of its expressions, and the optimizer asks about
+    // the same pieces again in each of its rounds: remembered per thread.
+    thread_local! {
+        static PROVEN: std::cell::RefCell<rustc_hash::FxHashMap<(usize, Vec<SymExpr>), bool>> =
+            Default::default();
+    }
+    let key = (shape.len(), exprs);
+    if let Some(known) = PROVEN.with(|m| m.borrow().get(&key).copied()) {
+        return known;
+    }
+    let covered = cover_cases(&key.1, key.0, 10);
+    PROVEN.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert(key, covered);
+    });
+    covered
 }
 
 /// The shape, then each piece's `lo, hi` per dimension.
@@ -285,15 +305,35 @@ fn flatten(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> Vec<SymExpr
 
 fn cover_cases(exprs: &[SymExpr], rank: usize, budget: u32) -> bool {
     let fixed = exprs.len();
-    cover_split(exprs.to_vec(), fixed, rank, budget)
+    // At most this many cases in all: a proof that does not close within them fails
+    // (a program's pieces then keep their copy) rather than costing seconds.
+    let mut cases = CASES;
+    cover_split(exprs.to_vec(), fixed, rank, budget, &mut cases)
 }
+
+/// The most cases one coverage proof examines.
+const CASES: u32 = 512;
 
 /// One case of [`union_covers`]: `exprs` holds the shape and the pieces (the first
 /// `fixed`), then facts known in this case (each at least 0: which operand a `min` or
 /// `max` took).
-fn cover_split(exprs: Vec<SymExpr>, fixed: usize, rank: usize, budget: u32) -> bool {
+fn cover_split(
+    exprs: Vec<SymExpr>,
+    fixed: usize,
+    rank: usize,
+    budget: u32,
+    cases: &mut u32,
+) -> bool {
+    if *cases == 0 {
+        return false;
+    }
+    *cases -= 1;
+    // Proven without splitting what is left (`min`/`max` as opaque terms): done.
+    if cover_linear(&exprs[..fixed], &exprs[fixed..], rank) {
+        return true;
+    }
     let Some(node) = exprs.iter().find_map(|e| e.first_min_max()).cloned() else {
-        return cover_linear(&exprs[..fixed], &exprs[fixed..], rank);
+        return false;
     };
     let SymExpr::Bin(op, a, b) = &node else {
         return false;
@@ -308,31 +348,16 @@ fn cover_split(exprs: Vec<SymExpr>, fixed: usize, rank: usize, budget: u32) -> b
             };
             let mut case: Vec<SymExpr> = exprs.iter().map(|e| e.replace(&node, x)).collect();
             case.push(fact.replace(&node, x));
-            cover_split(case, fixed, rank, budget - 1)
+            cover_split(case, fixed, rank, budget - 1, cases)
         })
 }
 
-/// `x <= y` given `facts` (each at least 0): the difference, plus at most two facts, is a
-/// constant at most 0.
-fn le_given(x: &SymExpr, y: &SymExpr, facts: &[SymExpr]) -> bool {
-    if x.provably_le(y) {
-        return true;
-    }
-    let d = x.sub(y);
-    facts.iter().enumerate().any(|(i, f)| {
-        let one = d.add(f);
-        matches!(one.as_int(), Some(v) if v <= 0)
-            || facts[i + 1..]
-                .iter()
-                .any(|g| matches!(one.add(g).as_int(), Some(v) if v <= 0))
-    })
-}
-
-/// [`union_covers`] once no `min`/`max` is left: `exprs` is the shape, then each piece's
-/// `lo, hi` per dimension; `facts` are known to be at least 0.
+/// [`union_covers`] with the `min`/`max` left as opaque terms: `exprs` is the shape, then
+/// each piece's `lo, hi` per dimension; `facts` are known to be at least 0.
 fn cover_linear(exprs: &[SymExpr], facts: &[SymExpr], rank: usize) -> bool {
     let zero = SymExpr::Int(0);
-    let le = |x: &SymExpr, y: &SymExpr| le_given(x, y, facts);
+    let facts = crate::symexpr::Facts::new(facts);
+    let le = |x: &SymExpr, y: &SymExpr| facts.le(x, y);
     let (shape, rest) = exprs.split_at(rank);
     if shape.iter().any(|n| le(n, &zero)) {
         return true;

@@ -571,6 +571,39 @@ fn simplify_bin(op: SymOp, a: SymExpr, b: SymExpr) -> SymExpr {
     }
 }
 
+/// Facts `f >= 0` about the symbols, for many comparisons: `x <= y` holds when
+/// `x - y`, plus at most two facts, is a constant at most 0. `min` and `max` are opaque
+/// terms here (the same term on both sides cancels); no case splits.
+pub struct Facts(Vec<Linear>);
+
+impl Facts {
+    /// The facts `f >= 0` (those not linear sums within 64 bits are dropped).
+    pub fn new(facts: &[SymExpr]) -> Facts {
+        Facts(facts.iter().filter_map(Linear::of).collect())
+    }
+
+    /// Whether `x <= y` follows from the facts (see [`Facts`]).
+    pub fn le(&self, x: &SymExpr, y: &SymExpr) -> bool {
+        let Some(d) = Linear::of(x).and_then(|a| a.plus(Linear::of(y)?, -1)) else {
+            return false;
+        };
+        let at_most_0 =
+            |l: Option<Linear>| matches!(l.and_then(|l| l.as_constant()), Some(v) if v <= 0);
+        if at_most_0(Some(d.clone())) {
+            return true;
+        }
+        self.0.iter().enumerate().any(|(i, f)| {
+            let Some(one) = d.clone().plus(f.clone(), 1) else {
+                return false;
+            };
+            at_most_0(Some(one.clone()))
+                || self.0[i + 1..]
+                    .iter()
+                    .any(|g| at_most_0(one.clone().plus(g.clone(), 1)))
+        })
+    }
+}
+
 /// Whether the sum is at most 0 for every value of its symbols ([`SymExpr::provably_le`]),
 /// replacing at most `budget` more `min`/`max` terms.
 fn nonpositive(lin: Linear, budget: u32) -> bool {
