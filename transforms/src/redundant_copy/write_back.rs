@@ -384,33 +384,21 @@ fn state_events(
                             )
                         };
                         let exact = subset_box(&t_side).into_iter().collect();
-                        if y == c.d {
-                            let y_side = y_side.unwrap_or_else(|| t_side.clone());
-                            let read = back(&y_side);
-                            let same = same_subset(&read, &t_side);
-                            if same {
-                                identity.push((s, w, n));
-                            }
-                            out.push(Event {
-                                state: s,
-                                start: w,
-                                end: n,
-                                write: Some(t_side),
-                                exact,
-                                changes: !same,
-                                read: Some(read),
-                            });
-                        } else {
-                            out.push(Event {
-                                state: s,
-                                start: w,
-                                end: n,
-                                write: Some(t_side),
-                                exact,
-                                changes: true,
-                                read: None,
-                            });
+                        // From `D`: a read of it, and at the same elements no change.
+                        let read = (y == c.d).then(|| back(y_side.as_ref().unwrap_or(&t_side)));
+                        let same = read.as_ref().is_some_and(|r| same_subset(r, &t_side));
+                        if same {
+                            identity.push((s, w, n));
                         }
+                        out.push(Event {
+                            state: s,
+                            start: w,
+                            end: n,
+                            write: Some(t_side),
+                            exact,
+                            changes: !same,
+                            read,
+                        });
                     }
                     Node::Map(mp) => {
                         if m.data != c.t || wcr_on_path(df, w, c.t) {
