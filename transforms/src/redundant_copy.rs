@@ -655,6 +655,94 @@ fn order(x: &Place, s: &Place) -> Order {
     }
 }
 
+/// A plain copy of all of a transient array `from` into a box of an array `to` of the
+/// same element type, rank and storage, in a state no loop encloses: an edge between two
+/// access nodes, each its container's only one in the state, the source read by the
+/// copy alone and the destination written by it alone, neither read as an index table
+/// there. `shift`: where `from`'s element 0 lands in `to`.
+struct WholeCopy<'a> {
+    state: usize,
+    place: &'a Place,
+    src: NodeId,
+    dst: NodeId,
+    from: &'a str,
+    to: &'a str,
+    shift: Vec<SymExpr>,
+}
+
+/// Every [`WholeCopy`] of the program, state by state in the control flow's order.
+fn whole_copies<'a>(
+    sdfg: &'a Sdfg,
+    places: &'a rustc_hash::FxHashMap<usize, Place>,
+) -> Vec<WholeCopy<'a>> {
+    let mut out = Vec::new();
+    for sid in sdfg.body.states() {
+        let s = sid.index();
+        let Some(place) = places.get(&s).filter(|p| !p.in_loop) else {
+            continue;
+        };
+        let df = &sdfg.states[s].graph;
+        for e in df.edge_ids() {
+            let (src, dst) = df.endpoints(e);
+            let (Some(a), Some(b)) = (df.node(src).as_access(), df.node(dst).as_access()) else {
+                continue;
+            };
+            let (Some(DataDesc::Array(da)), Some(DataDesc::Array(db))) =
+                (sdfg.arrays.get(a), sdfg.arrays.get(b))
+            else {
+                continue;
+            };
+            if a == b
+                || !da.transient
+                || da.dtype != db.dtype
+                || da.storage != db.storage
+                || da.shape.len() != db.shape.len()
+                || df.out_degree(src) != 1
+                || df.in_degree(dst) != 1
+            {
+                continue;
+            }
+            // All of `from`, into a box of `to`; the memlet names either end.
+            let cm = &df.edge(e).memlet;
+            let (a_side, b_side) = if cm.data == a {
+                (&cm.subset, cm.other_subset.as_ref())
+            } else if cm.data == b {
+                match &cm.other_subset {
+                    Some(o) => (o, Some(&cm.subset)),
+                    None => (&cm.subset, Some(&cm.subset)),
+                }
+            } else {
+                continue;
+            };
+            if cm.wcr.is_some() || !is_full(a_side, &da.shape) {
+                continue;
+            }
+            let shift = match destination_box(b_side, &da.shape, &db.shape) {
+                Some(Some(starts)) => starts,
+                Some(None) => vec![SymExpr::Int(0); da.shape.len()],
+                None => continue,
+            };
+            if df.access_nodes(a).len() != 1 || df.access_nodes(b).len() != 1 {
+                continue;
+            }
+            let tables = crate::pattern::tables_read(df);
+            if tables.contains(a) || tables.contains(b) {
+                continue;
+            }
+            out.push(WholeCopy {
+                state: s,
+                place,
+                src,
+                dst,
+                from: a,
+                to: b,
+                shift,
+            });
+        }
+    }
+    out
+}
+
 /// Merges transients into the transients they are copied into, across states; returns
 /// how many disappeared.
 ///
@@ -727,92 +815,40 @@ struct Merge {
 fn find_merge(sdfg: &Sdfg) -> Option<Merge> {
     let places = places(&sdfg.body);
     let mut uses: Option<DataUses> = None;
-    for sid in sdfg.body.states() {
-        let s = sid.index();
-        let Some(place) = places.get(&s) else {
-            continue;
-        };
-        if place.in_loop {
+    for c in whole_copies(sdfg, &places) {
+        let (s, place, a, b) = (c.state, c.place, c.from, c.to);
+        // Into a transient, at the same indices.
+        let transient = matches!(sdfg.arrays.get(b), Some(DataDesc::Array(db)) if db.transient);
+        if !transient || c.shift.iter().any(|x| x.simplify().as_int() != Some(0)) {
             continue;
         }
-        let df = &sdfg.states[s].graph;
-        for e in df.edge_ids() {
-            let (t1, t2) = df.endpoints(e);
-            let (Some(a), Some(b)) = (df.node(t1).as_access(), df.node(t2).as_access()) else {
-                continue;
-            };
-            let (Some(DataDesc::Array(da)), Some(DataDesc::Array(db))) =
-                (sdfg.arrays.get(a), sdfg.arrays.get(b))
-            else {
-                continue;
-            };
-            if a == b
-                || !da.transient
-                || !db.transient
-                || da.dtype != db.dtype
-                || da.storage != db.storage
-                || da.shape.len() != db.shape.len()
-                || df.out_degree(t1) != 1
-                || df.in_degree(t2) != 1
-            {
-                continue;
-            }
-            // The copy: all of A, to the same indices of B.
-            let cm = &df.edge(e).memlet;
-            let (a_side, b_side) = if cm.data == a {
-                (&cm.subset, cm.other_subset.as_ref())
-            } else if cm.data == b {
-                match &cm.other_subset {
-                    Some(o) => (o, Some(&cm.subset)),
-                    None => (&cm.subset, Some(&cm.subset)),
-                }
-            } else {
-                continue;
-            };
-            if cm.wcr.is_some() || !is_full(a_side, &da.shape) {
-                continue;
-            }
-            match destination_box(b_side, &da.shape, &db.shape) {
-                Some(None) => {}
-                Some(Some(starts)) if starts.iter().all(|x| x.simplify().as_int() == Some(0)) => {}
-                _ => continue,
-            }
-            // In this state: one node each, nothing else naming either (tables included).
-            if df.access_nodes(a).len() != 1 || df.access_nodes(b).len() != 1 {
-                continue;
-            }
-            let tables = crate::pattern::tables_read(df);
-            if tables.contains(a) || tables.contains(b) {
-                continue;
-            }
-            let uses = uses.get_or_insert_with(|| data_uses(sdfg));
-            let (Some(ua), Some(ub)) = (uses.get(a), uses.get(b)) else {
-                continue;
-            };
-            if ua.in_control || ub.in_control {
-                continue;
-            }
-            let when = |x: usize| match places.get(&x) {
-                Some(p) => order(p, place),
-                None => Order::Unknown,
-            };
-            let a_ok = ua
-                .states
-                .iter()
-                .all(|&x| matches!(when(x), Order::Same | Order::Before));
-            let b_ok = ub
-                .states
-                .iter()
-                .all(|&x| matches!(when(x), Order::Same | Order::After | Order::Exclusive));
-            if a_ok && b_ok {
-                return Some(Merge {
-                    state: s,
-                    src: t1,
-                    dst: t2,
-                    from: a.to_string(),
-                    to: b.to_string(),
-                });
-            }
+        let uses = uses.get_or_insert_with(|| data_uses(sdfg));
+        let (Some(ua), Some(ub)) = (uses.get(a), uses.get(b)) else {
+            continue;
+        };
+        if ua.in_control || ub.in_control {
+            continue;
+        }
+        let when = |x: usize| match places.get(&x) {
+            Some(p) => order(p, place),
+            None => Order::Unknown,
+        };
+        let a_ok = ua
+            .states
+            .iter()
+            .all(|&x| matches!(when(x), Order::Same | Order::Before));
+        let b_ok = ub
+            .states
+            .iter()
+            .all(|&x| matches!(when(x), Order::Same | Order::After | Order::Exclusive));
+        if a_ok && b_ok {
+            return Some(Merge {
+                state: s,
+                src: c.src,
+                dst: c.dst,
+                from: a.to_string(),
+                to: b.to_string(),
+            });
         }
     }
     None

@@ -37,8 +37,8 @@
 use sdflow_ir::propagate::{disjoint_proven, union_covers};
 use sdflow_ir::{Block, DataDesc, Dataflow, Dim, Node, NodeId, Sdfg, Subset, SymExpr};
 
-use super::{Order, destination_box, in_place_body, order, places, rename_data_shifted, shifted};
-use crate::pattern::{data_uses, is_full, map_written_boxes, tables_read, wcr_on_path};
+use super::{Order, in_place_body, order, places, rename_data_shifted, shifted};
+use crate::pattern::{data_uses, map_written_boxes, tables_read, wcr_on_path};
 
 /// Paths through the conditionals before a copy that one analysis follows at most.
 const MAX_PATHS: usize = 64;
@@ -93,96 +93,45 @@ struct Event {
 fn find(sdfg: &Sdfg) -> Option<Plan> {
     let places = places(&sdfg.body);
     let mut uses = None;
-    for sid in sdfg.body.states() {
-        let s = sid.index();
-        let Some(place) = places.get(&s) else {
+    for c in super::whole_copies(sdfg, &places) {
+        let (s, place, t, d, src, dst) = (c.state, c.place, c.from, c.to, c.src, c.dst);
+        let (Some(DataDesc::Array(dt)), shift) = (sdfg.arrays.get(t), &c.shift) else {
             continue;
         };
-        if place.in_loop {
+        let uses = uses.get_or_insert_with(|| data_uses(sdfg));
+        let (Some(ut), Some(ud)) = (uses.get(t), uses.get(d)) else {
+            continue;
+        };
+        let before = |x: &usize| {
+            *x == s
+                || places
+                    .get(x)
+                    .is_some_and(|p| !p.in_loop && order(p, place) == Order::Before)
+        };
+        if ut.in_control || ud.in_control || !ut.states.iter().all(before) {
             continue;
         }
-        let df = &sdfg.states[s].graph;
-        for e in df.edge_ids() {
-            let (src, dst) = df.endpoints(e);
-            let (Some(t), Some(d)) = (df.node(src).as_access(), df.node(dst).as_access()) else {
-                continue;
-            };
-            let (Some(DataDesc::Array(dt)), Some(DataDesc::Array(dd))) =
-                (sdfg.arrays.get(t), sdfg.arrays.get(d))
-            else {
-                continue;
-            };
-            if t == d
-                || !dt.transient
-                || dt.dtype != dd.dtype
-                || dt.storage != dd.storage
-                || dt.shape.len() != dd.shape.len()
-                || df.out_degree(src) != 1
-                || df.in_degree(dst) != 1
-                || df.access_nodes(t).len() != 1
-                || df.access_nodes(d).len() != 1
-            {
-                continue;
-            }
-            // The copy: all of `T`, into a box of `D`.
-            let m = &df.edge(e).memlet;
-            let (t_side, d_side) = if m.data == t {
-                (&m.subset, m.other_subset.as_ref())
-            } else if m.data == d {
-                match &m.other_subset {
-                    Some(o) => (o, Some(&m.subset)),
-                    None => (&m.subset, Some(&m.subset)),
-                }
-            } else {
-                continue;
-            };
-            if m.wcr.is_some() || !is_full(t_side, &dt.shape) {
-                continue;
-            }
-            let shift = match destination_box(d_side, &dt.shape, &dd.shape) {
-                Some(Some(s)) => s,
-                Some(None) => vec![SymExpr::Int(0); dt.shape.len()],
-                None => continue,
-            };
-            let tables = tables_read(df);
-            if tables.contains(t) || tables.contains(d) {
-                continue;
-            }
-            let uses = uses.get_or_insert_with(|| data_uses(sdfg));
-            let (Some(ut), Some(ud)) = (uses.get(t), uses.get(d)) else {
-                continue;
-            };
-            let before = |x: &usize| {
-                *x == s
-                    || places
-                        .get(x)
-                        .is_some_and(|p| !p.in_loop && order(p, place) == Order::Before)
-            };
-            if ut.in_control || ud.in_control || !ut.states.iter().all(before) {
-                continue;
-            }
-            let copy = Copy {
-                t,
-                d,
-                shift: &shift,
-                shape: &dt.shape,
+        let copy = Copy {
+            t,
+            d,
+            shift,
+            shape: &dt.shape,
+            state: s,
+            src,
+            dst,
+        };
+        if let Some((in_place, identity)) = check(sdfg, &copy) {
+            return Some(Plan {
+                t: t.to_string(),
+                d: d.to_string(),
+                shift: shift.clone(),
                 state: s,
                 src,
                 dst,
-            };
-            if let Some((in_place, identity)) = check(sdfg, &copy) {
-                return Some(Plan {
-                    t: t.to_string(),
-                    d: d.to_string(),
-                    shift: shift.clone(),
-                    state: s,
-                    src,
-                    dst,
-                    in_place,
-                    identity,
-                    states: ut.states.clone(),
-                });
-            }
+                in_place,
+                identity,
+                states: ut.states.clone(),
+            });
         }
     }
     None
