@@ -62,6 +62,10 @@ class Program:
         """Raises ``ValidationError`` listing every problem."""
     def problems(self) -> list[str]:
         """Validation problems, one text each (empty when valid)."""
+    @property
+    def optimized(self) -> bool:
+        """Whether ``optimize()`` made this program: ``compile`` then does not run the
+        pipeline again unless ``options`` set ``optimize``."""
     def optimize(
         self,
         pipeline: str = "cpu",

@@ -77,6 +77,9 @@ struct Program {
     sdfg: Arc<Sdfg>,
     /// Where it came from (a path, `<json>`, a DaCe SDFG's name), for errors.
     origin: String,
+    /// Made by `optimize()` and not changed since: `compile` then does not run the
+    /// pipeline again unless its options ask for it.
+    optimized: bool,
 }
 
 /// What `Program.optimize` did.
@@ -171,6 +174,7 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Program> {
     Ok(Program {
         sdfg: Arc::new(sdfg),
         origin,
+        optimized: false,
     })
 }
 
@@ -251,6 +255,13 @@ impl Program {
     #[getter]
     fn name(&self) -> String {
         self.sdfg.name.clone()
+    }
+
+    /// Whether `optimize()` made this program: `compile` then does not run the
+    /// pipeline again unless `options` set `optimize`.
+    #[getter]
+    fn optimized(&self) -> bool {
+        self.optimized
     }
 
     /// Its array and scalar arguments, in calling order.
@@ -351,6 +362,7 @@ impl Program {
             Program {
                 sdfg: Arc::new(sdfg),
                 origin: self.origin.clone(),
+                optimized: true,
             },
             report,
         ))
@@ -412,10 +424,13 @@ impl Program {
         out.set_item("column_major", r.column_major)?;
         out.set_item("transients_relaid", r.transients_relaid)?;
         out.set_item("transients_kept", r.transients_kept)?;
+        // Known strides change what the pipeline decides (loop order, strips): a
+        // specialized program is optimized again when compiled.
         Ok((
             Program {
                 sdfg: Arc::new(sdfg),
                 origin: self.origin.clone(),
+                optimized: false,
             },
             out,
         ))
@@ -550,6 +565,13 @@ impl Program {
                 }
                 spec = spec.variants(&k, values);
             }
+        }
+        // A program `optimize()` made is compiled as it is unless the options say
+        // otherwise: running the pipeline again would redo its work, or undo a choice of
+        // passes.
+        let optimize_given = options.is_some_and(|d| d.contains("optimize").unwrap_or(false));
+        if self.optimized && !optimize_given {
+            spec = spec.option("optimize", "false");
         }
         if let Some(d) = options {
             for (k, v) in d.iter() {
@@ -1469,6 +1491,7 @@ fn compose(
     Ok(Program {
         sdfg: Arc::new(sdfg),
         origin: format!("<step '{name}'>"),
+        optimized: false,
     })
 }
 

@@ -148,6 +148,25 @@ def test_optimize_report_and_printing():
     assert q.stats()["maps"] == 99
 
 
+def test_compile_runs_the_pipeline_once():
+    import re
+
+    p = sdflow.load(CORPUS / "stencil_chain_20.raw.sdfg")
+    assert not p.optimized
+    # A program as loaded: compile runs the backend's pipeline (the option's default).
+    assert re.search(r"optimize\s+true\s+default", p.compile("cpu").options), p.compile("cpu").options
+    # One optimize() made, with passes of the caller's choice: compiled as it is.
+    q, _ = p.optimize(passes=["dead_dataflow", "state_fusion"])
+    assert q.optimized and q.stats()["maps"] == 99
+    text = q.compile("cpu").options
+    assert re.search(r"optimize\s+false\s+code", text), text
+    # Unless the options ask for the pipeline again; or the program changed since.
+    again = q.compile("cpu", options={"optimize": True}).options
+    assert re.search(r"optimize\s+true\s+code", again), again
+    relaid, _ = q.specialize_layout(order="C")
+    assert not relaid.optimized
+
+
 def test_show_specializes_static_values():
     p = sdflow.load(EXAMPLES / "laplace.sdfg.json")
     assert "s_N" in p.show("c")
