@@ -32,6 +32,8 @@
 //! run or what each computes. Where a point fails, the error the interpreter reports
 //! first may be another failing point's (`docs/transforms.md`, *Errors*).
 
+use std::collections::BTreeSet;
+
 use sdflow_ir::{DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Schedule, Sdfg};
 
 use crate::pass::{Changes, Pass};
@@ -119,7 +121,8 @@ fn innermost(sdfg: &Sdfg, df: &Dataflow, n: NodeId, m: &MapScope) -> Option<(usi
     } else {
         &CPU
     };
-    if !costs(sdfg, &m.body, &m.params, w, &mut cost) {
+    let tables = crate::pattern::tables_read(&m.body);
+    if !costs(sdfg, &m.body, &m.params, w, &tables, &mut cost) {
         return None;
     }
     let (best, &low) = cost
@@ -244,15 +247,25 @@ const GPU: Weights = Weights {
 /// Adds to `cost[k]` what the accesses of `df` (inner maps too) cost per point were
 /// `params[k]` the innermost parameter ([`Weights`]); false
 /// when an array there has no dimension of constant stride 1 (its strides are symbols,
-/// its layout known only at call time: any dimension may be the contiguous one).
-fn costs(sdfg: &Sdfg, df: &Dataflow, params: &[String], w: &Weights, cost: &mut [usize]) -> bool {
+/// its layout known only at call time: any dimension may be the contiguous one) — unless
+/// it is one of the map's index `tables`, read the same whatever the fields' layout
+/// (GT4Py passes the neighbour tables' strides at the call where the fields' layout is
+/// known): its own accesses then count as strided wherever they move.
+fn costs(
+    sdfg: &Sdfg,
+    df: &Dataflow,
+    params: &[String],
+    w: &Weights,
+    tables: &BTreeSet<String>,
+    cost: &mut [usize],
+) -> bool {
     let names: Vec<&str> = params.iter().map(String::as_str).collect();
     for e in df.edge_ids() {
         let memlet = &df.edge(e).memlet;
         let Some(DataDesc::Array(a)) = sdfg.arrays.get(&memlet.data) else {
             continue;
         };
-        if !a.strides.iter().any(|s| s.as_int() == Some(1)) {
+        if !a.strides.iter().any(|s| s.as_int() == Some(1)) && !tables.contains(&memlet.data) {
             return false;
         }
         for (k, p) in params.iter().enumerate() {
@@ -285,11 +298,21 @@ fn costs(sdfg: &Sdfg, df: &Dataflow, params: &[String], w: &Weights, cost: &mut 
                             contiguous = false;
                         }
                     }
-                    Dim::Indirect { index, offset, .. } => {
-                        if index
-                            .iter()
-                            .chain(std::iter::once(offset))
-                            .any(|x| x.free_symbols().contains(p.as_str()))
+                    // An index computed in the body (a scalar table: GT4Py's dynamic
+                    // vertical offsets, `k + zd_vertoffset[c, n, k]`) may move with any
+                    // parameter, through the values it is computed from.
+                    Dim::Indirect {
+                        table,
+                        index,
+                        offset,
+                    } => {
+                        let computed =
+                            matches!(sdfg.arrays.get(table), Some(DataDesc::Scalar { .. }));
+                        if computed
+                            || index
+                                .iter()
+                                .chain(std::iter::once(offset))
+                                .any(|x| x.free_symbols().contains(p.as_str()))
                         {
                             varies = true;
                             gather = true;
@@ -306,7 +329,7 @@ fn costs(sdfg: &Sdfg, df: &Dataflow, params: &[String], w: &Weights, cost: &mut 
         }
     }
     df.node_ids().into_iter().all(|n| match df.node(n) {
-        Node::Map(im) => costs(sdfg, &im.body, params, w, cost),
+        Node::Map(im) => costs(sdfg, &im.body, params, w, tables, cost),
         _ => true,
     })
 }

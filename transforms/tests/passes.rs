@@ -1494,6 +1494,85 @@ fn loop_order_keeps_the_levels_innermost_where_a_map_gathers() {
     assert_eq!(first_map(&s).params, ["k", "e"]);
 }
 
+/// GT4Py's dynamic vertical offsets with column-major fields: `out[c, k] = x[tab[c, 0],
+/// kk] + x[tab[c, 1], kk]`, `kk = k + off[c, k]` computed at each point, the table's
+/// strides passed at the call (`tab_layout`: `None`) or known. The computed level is a
+/// gather whichever loop is innermost, and the table a gather's index whose own layout
+/// does not decide the fields': the cells, contiguous in every field, go innermost. With
+/// the level read at `k` itself, the levels stay innermost (the entries read once per
+/// column outweigh contiguous loads, as above).
+#[test]
+fn loop_order_weighs_a_computed_level_as_a_gather_and_tables_as_indices() {
+    fn program(computed: bool, tab_strides: Option<[i64; 2]>) -> Sdfg {
+        let mut b = SdfgBuilder::new("computed_level");
+        b.symbol("C", DType::I64)
+            .symbol("K", DType::I64)
+            .symbol("T0", DType::I64)
+            .symbol("T1", DType::I64)
+            .array("x", DType::F64, ["C", "K"])
+            .array("off", DType::I32, ["C", "K"])
+            .array("tab", DType::I32, ["C", "2"])
+            .array("out", DType::F64, ["C", "K"])
+            .transient_scalar("kk", DType::I32);
+        let level = if computed { "kk[]" } else { "k" };
+        let (a, bb) = (
+            format!("x[tab[c, 0], {level}]"),
+            format!("x[tab[c, 1], {level}]"),
+        );
+        b.state("s", |st| {
+            st.map("m", &["c", "k"], &["0:C", "0:K"], |m| {
+                if computed {
+                    m.tasklet(
+                        "level",
+                        &[("o", "off[c, k]")],
+                        &[("l", "kk")],
+                        "l = i32(k) + o",
+                    );
+                }
+                // The entry itself is read too, as GT4Py's neighbour tasklets do.
+                let mut inputs = vec![("a", a.as_str()), ("b", bb.as_str()), ("i", "tab[c, 0]")];
+                if computed {
+                    inputs.push(("l", "kk"));
+                }
+                m.tasklet("g", &inputs, &[("o", "out[c, k]")], "o = a * 0.5 + b");
+            });
+        });
+        let mut s = b.build();
+        for f in ["x", "off", "out"] {
+            if let Some(DataDesc::Array(a)) = s.arrays.get_mut(f) {
+                a.strides = vec![SymExpr::Int(1), SymExpr::sym("C")];
+            }
+        }
+        if let Some(DataDesc::Array(a)) = s.arrays.get_mut("tab") {
+            a.strides = match tab_strides {
+                Some([s0, s1]) => vec![SymExpr::Int(s0), SymExpr::Int(s1)],
+                None => vec![SymExpr::sym("T0"), SymExpr::sym("T1")],
+            };
+        }
+        assert_eq!(s.validate(), Ok(()));
+        s
+    }
+    for tab in [None, Some([2, 1]), Some([1, 1 << 20])] {
+        let mut s = program(true, tab);
+        let ch = sdflow_transforms::LoopOrder.run(&mut s);
+        assert_eq!(ch.get("loops_reordered"), 1, "table strides {tab:?}");
+        assert_eq!(first_map(&s).params, ["k", "c"], "table strides {tab:?}");
+        let mut s = program(false, tab);
+        assert!(
+            sdflow_transforms::LoopOrder.run(&mut s).is_empty(),
+            "table strides {tab:?}"
+        );
+        assert_eq!(first_map(&s).params, ["c", "k"]);
+    }
+    // A field whose layout is known only at the call still leaves the map alone.
+    let mut s = program(true, None);
+    if let Some(DataDesc::Array(a)) = s.arrays.get_mut("off") {
+        a.strides = vec![SymExpr::sym("T0"), SymExpr::sym("T1")];
+    }
+    assert!(sdflow_transforms::LoopOrder.run(&mut s).is_empty());
+    assert_eq!(first_map(&s).params, ["c", "k"]);
+}
+
 /// GT4Py's shape: fields with stride symbols, a transient between two maps.
 fn strided_fields() -> Sdfg {
     let mut b = SdfgBuilder::new("fields");
