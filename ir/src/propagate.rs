@@ -261,12 +261,13 @@ pub fn union_covers(shape: &[SymExpr], pieces: &[Vec<(SymExpr, SymExpr)>]) -> bo
                     merged.extend(members);
                 }
             }
-            let mut i = 0;
-            pieces.retain(|_| {
-                i += 1;
-                !merged.contains(&(i - 1))
-            });
-            pieces.extend(bands);
+            pieces = std::mem::take(&mut pieces)
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !merged.contains(i))
+                .map(|(_, p)| p)
+                .chain(bands)
+                .collect();
         }
     }
     let exprs = flatten(&shape, &pieces);

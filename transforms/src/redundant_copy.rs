@@ -682,6 +682,8 @@ fn whole_copies<'a>(
             continue;
         };
         let df = &sdfg.states[s].graph;
+        // The state's index tables, found once for its candidates.
+        let mut tables = None;
         for e in df.edge_ids() {
             let (src, dst) = df.endpoints(e);
             let (Some(a), Some(b)) = (df.node(src).as_access(), df.node(dst).as_access()) else {
@@ -725,7 +727,7 @@ fn whole_copies<'a>(
             if df.access_nodes(a).len() != 1 || df.access_nodes(b).len() != 1 {
                 continue;
             }
-            let tables = crate::pattern::tables_read(df);
+            let tables = tables.get_or_insert_with(|| crate::pattern::tables_read(df));
             if tables.contains(a) || tables.contains(b) {
                 continue;
             }
