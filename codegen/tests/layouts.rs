@@ -451,3 +451,129 @@ fn gather_program(a: &str, out: &str, levels: &str, code: &str, index: bool) -> 
     });
     b.build()
 }
+
+/// GT4Py's dynamic vertical offsets with the cells innermost (horizontal-first fields):
+/// `out[c, k] = x[tab[c, 0], kk] * 0.5 + x[tab[c, 1], kk] + out[c, k]`, `kk = k +
+/// off[c, k]` computed at each point (`level` the tasklet's code, `level_inputs` its
+/// inputs besides `o = off[c, k]`), `out` updated in place.
+fn computed_level(level: &str, level_inputs: &[(&str, &str)]) -> Sdfg {
+    let mut b = SdfgBuilder::new("computed_level");
+    b.symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("x", DType::F64, ["C", "K"])
+        .array("off", DType::I32, ["C", "K"])
+        .array("dv", DType::I32, ["C"])
+        .array("tab", DType::I32, ["C", "2"])
+        .array("out", DType::F64, ["C", "K"])
+        .transient_scalar("kk", DType::I32);
+    b.state("s", |st| {
+        st.map("m", &["k", "c"], &["0:K", "0:C"], |m| {
+            let mut inputs = vec![("o", "off[c, k]")];
+            inputs.extend_from_slice(level_inputs);
+            m.tasklet("level", &inputs, &[("l", "kk")], level);
+            m.tasklet(
+                "g",
+                &[
+                    ("a", "x[tab[c, 0], kk[]]"),
+                    ("b", "x[tab[c, 1], kk[]]"),
+                    ("p", "out[c, k]"),
+                    ("l", "kk"),
+                ],
+                &[("o", "out[c, k]")],
+                "o = a * 0.5 + b + p",
+            );
+        });
+    });
+    let mut s = b.build();
+    for f in ["x", "off", "out"] {
+        if let Some(DataDesc::Array(a)) = s.arrays.get_mut(f) {
+            a.strides = vec![SymExpr::Int(1), SymExpr::sym("C")];
+        }
+    }
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// A row whose gathers check their table entries and computed levels at each point
+/// (the cells innermost) checks them all first, in a loop of its own, and then gathers
+/// without a check: the C says so, results are the interpreter's bits (an in-place
+/// update included, on the parallel path and on one thread), and a bad computed level
+/// or a bad table entry is reported as the interpreter reports it. A level computed
+/// with an integer division (which could raise before the row) or from the container
+/// the body writes keeps its checks at each point, with the same results.
+#[test]
+fn a_row_checks_its_computed_levels_and_table_entries_before_it_runs() {
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let s = computed_level("l = i32(k) + o", &[]);
+    let c = backend.generate(&s).unwrap();
+    assert_eq!(c.matches("int sdf_pok").count(), 2, "{c}");
+    let (c_n, k_n) = (1300usize, 7usize);
+    let syms = [("C", c_n as i64), ("K", k_n as i64)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let mut inputs = random_bindings(&s, &syms, 7).unwrap();
+    for cell in 0..c_n {
+        for j in 0..2 {
+            let t = inputs.arrays.get_mut("tab").unwrap();
+            assert!(t.set(&[cell, j], Value::I32(((cell * 7 + j * 3) % c_n) as i32)));
+        }
+        let d = inputs.arrays.get_mut("dv").unwrap();
+        assert!(d.set(&[cell], Value::I32(1 + (cell % 3) as i32)));
+        for k in 0..k_n {
+            // Offsets of -1, 0 and 1 that stay inside the column.
+            let o = (cell % 3) as i64 - 1;
+            let o = if (k as i64 + o) < 0 || k as i64 + o >= k_n as i64 {
+                0
+            } else {
+                o
+            };
+            let off = inputs.arrays.get_mut("off").unwrap();
+            assert!(off.set(&[cell, k], Value::I32(o as i32)));
+        }
+    }
+    let run = |s: &Sdfg, threads: usize, b: &interp::Bindings| {
+        let prog = backend.build(s).unwrap();
+        prog.set_threads(threads);
+        let mut got = b.clone();
+        prog.run_bindings(&mut got).map(|_| got)
+    };
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    for threads in [1, 2] {
+        let got = run(&s, threads, &inputs).unwrap();
+        assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+    }
+
+    // A computed level past the column, then a table entry past the cells.
+    let mut bad_level = inputs.clone();
+    let off = bad_level.arrays.get_mut("off").unwrap();
+    assert!(off.set(&[1000, 3], Value::I32(k_n as i32)));
+    let mut bad_entry = inputs.clone();
+    let tab = bad_entry.arrays.get_mut("tab").unwrap();
+    assert!(tab.set(&[500, 1], Value::I32(c_n as i32)));
+    for bad in [bad_level, bad_entry] {
+        let mut expected = bad.clone();
+        let want = interp::run(&s, &mut expected).unwrap_err();
+        for threads in [1, 2] {
+            let got = run(&s, threads, &bad).unwrap_err();
+            assert_eq!(got.to_string(), format!("program 'computed_level': {want}"));
+        }
+    }
+
+    // Computing the level could raise (an integer division), or reads what the body
+    // writes: checked at each point, as before.
+    let divided = computed_level("l = i32(k) + o // d", &[("d", "dv[c]")]);
+    let from_output = computed_level("l = i32(k) + o + i32(q * 0.0)", &[("q", "out[c, k]")]);
+    for s in [&divided, &from_output] {
+        let c = backend.generate(s).unwrap();
+        assert!(!c.contains("sdf_pok"), "{c}");
+        assert!(c.contains("sdf_inds("), "{c}");
+        let mut expected = inputs.clone();
+        interp::run(s, &mut expected).unwrap();
+        let got = run(s, 2, &inputs).unwrap();
+        assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+    }
+}

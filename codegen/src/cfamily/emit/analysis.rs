@@ -139,3 +139,131 @@ pub(crate) fn calls_nested(df: &Dataflow) -> bool {
         _ => false,
     })
 }
+
+/// The index-table values a map body reads at each point of its innermost loop, which
+/// a loop before that row can check for all of its points at once
+/// ([`Emitter::map_loops_inner`]): each gathered dimension with the extent it must lie
+/// in, and the nodes that compute the scalar tables (GT4Py's dynamic vertical offsets),
+/// which that loop evaluates first.
+pub(crate) struct PointChecks {
+    pub(crate) checks: Vec<(Dim, SymExpr)>,
+    pub(crate) slice: BTreeSet<NodeId>,
+}
+
+/// [`PointChecks`] of a flat body `df` (tasklets and containers only) that gathers
+/// through an index it computes (a scalar table) and through array tables it checks at
+/// each point (not `rows_checked`: the horizontal loop innermost): those indices and
+/// entries. `None` without a computed index — entries alone, read again for every row
+/// of levels, cost more checked in a loop of their own than at each point (GT4Py's
+/// `calculate_nabla2_for_z`, cells innermost, 14 % slower so) — or with the entries
+/// checked with their row (the levels innermost: over a column's few levels the loop
+/// costs about what it saves, 5 % slower at 10 levels), and where a check before the
+/// row could see other values than the row's points: an array table the body writes, or whose index uses a name other than
+/// `params` and program symbols; a scalar table computed from a container the body
+/// writes (other than the scalars the plan declares at each point), through a gather or
+/// a node other than tasklets and such scalars, or by a tasklet that also writes
+/// elsewhere; a copy whose other side gathers.
+pub(crate) fn point_checks(
+    sdfg: &Sdfg,
+    plan: &Plan,
+    df: &Dataflow,
+    rows_checked: bool,
+    params: &BTreeSet<String>,
+) -> Option<PointChecks> {
+    let per_point =
+        |d: &str| matches!(sdfg.arrays.get(d), Some(DataDesc::Scalar { .. })) && plan.body_local(d);
+    let mut written = BTreeSet::new();
+    for n in df.node_ids() {
+        match df.node(n) {
+            Node::Access(a) if df.in_degree(n) > 0 && !per_point(a) => {
+                written.insert(a.as_str());
+            }
+            Node::Access(_) | Node::Tasklet(_) => {}
+            _ => return None,
+        }
+    }
+    let mut out = PointChecks {
+        checks: Vec::new(),
+        slice: BTreeSet::new(),
+    };
+    let mut stack = Vec::new();
+    let (mut computed, mut entries) = (false, false);
+    for e in df.edge_ids() {
+        let memlet = &df.edge(e).memlet;
+        if memlet
+            .other_subset
+            .as_ref()
+            .is_some_and(|o| !o.tables().is_empty())
+        {
+            return None;
+        }
+        for (k, d) in memlet.subset.0.iter().enumerate() {
+            let Dim::Indirect { table, index, .. } = d else {
+                continue;
+            };
+            match sdfg.arrays.get(table)? {
+                DataDesc::Array(_) if rows_checked => continue,
+                DataDesc::Array(_) => {
+                    entries = true;
+                    let known = index
+                        .iter()
+                        .flat_map(SymExpr::free_symbols)
+                        .all(|x| params.contains(&x) || sdfg.symbols.contains_key(&x));
+                    if written.contains(table.as_str()) || !known {
+                        return None;
+                    }
+                }
+                DataDesc::Scalar { .. } => {
+                    computed = true;
+                    stack.extend(
+                        df.node_ids()
+                            .into_iter()
+                            .filter(|&n| df.node(n).as_access() == Some(table.as_str())),
+                    );
+                }
+            }
+            let extent = sdfg
+                .arrays
+                .get(&memlet.data)?
+                .as_array()?
+                .shape
+                .get(k)?
+                .clone();
+            if !out.checks.iter().any(|(x, n)| x == d && *n == extent) {
+                out.checks.push((d.clone(), extent));
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        match df.node(n) {
+            Node::Access(a) if df.in_degree(n) == 0 && written.contains(a.as_str()) => {
+                return None;
+            }
+            Node::Access(_) => {}
+            Node::Tasklet(_) => {
+                let elsewhere = df.out_edges(n).into_iter().any(|e| {
+                    df.node(df.endpoints(e).1)
+                        .as_access()
+                        .is_none_or(|d| !per_point(d))
+                });
+                if elsewhere {
+                    return None;
+                }
+                out.slice.insert(n);
+            }
+            _ => return None,
+        }
+        for e in df.in_edges(n) {
+            let m = &df.edge(e).memlet;
+            if !m.subset.tables().is_empty() || written.contains(m.data.as_str()) {
+                return None;
+            }
+            stack.push(df.endpoints(e).0);
+        }
+    }
+    (computed && entries).then_some(out)
+}

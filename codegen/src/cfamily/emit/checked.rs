@@ -27,6 +27,7 @@ impl Emitter<'_> {
             locals: sc.locals.clone(),
             in_parallel_map: sc.in_parallel_map || atomic,
             checked: true,
+            points_checked: false,
             stop: Some(label.clone()),
             loc: sc.loc.clone(),
             ..*sc

@@ -63,6 +63,7 @@ impl Emitter<'_> {
             depth: sc.depth,
             sites: sc.sites,
             rows_checked: sc.rows_checked,
+            points_checked: sc.points_checked,
             jam: sc.jam,
             callee: None,
         };
@@ -369,29 +370,125 @@ impl Emitter<'_> {
         let scalar = stays_scalar(sc.sdfg, &m.body, sc.rows_checked)
             || (self.blend_canon && few_iterations(m));
         let n = m.params.len();
-        self.open_loops(sc, m, from..n.saturating_sub(1).max(from));
-        if from < n {
-            // The innermost loop of a body meant to vectorize: its points are independent
-            // (a map's are; a sequential one's need not be), so it is marked so, and the
-            // compiler does not test at every row whether the arrays overlap (GCC does
-            // not apply `restrict` to the pointers inside the parallel region: a
-            // ten-level column then spends as much on the test as on the loop). Not a
-            // loop the threads share: their pragma must stand right before it.
-            if !scalar
-                && n > shared
-                && m.schedule != sdflow_ir::Schedule::Sequential
-                && independent_points(sc.sdfg, &m.body, &m.params[n - 1])
-            {
-                self.team_line(|t| t.simd_loop());
-            }
-            self.open_loops(sc, m, n - 1..n);
+        if from >= n {
+            let inner = self.body_scope(sc, m, parallel);
+            let blend = std::mem::replace(&mut self.blend_canon, scalar);
+            let done = self.body(&inner, &m.body);
+            self.blend_canon = blend;
+            return done;
         }
+        self.open_loops(sc, m, from..n - 1);
+        if !self.prechecked_row(sc, m, parallel, scalar, shared)? {
+            self.innermost_loop(sc, m, parallel, scalar, shared)?;
+        }
+        self.close_loops(n - 1 - from);
+        Ok(())
+    }
+
+    /// The innermost loop of `m`, where its body gathers through an index it computes
+    /// (GT4Py's dynamic vertical offsets), after a loop over the same points that checks
+    /// the index-table values the body reads at each of them ([`point_checks`]: those
+    /// indices, computed there by the tasklets that compute them in the body, and the
+    /// table entries not checked with their row): loads, arithmetic and compares
+    /// without a branch; where every value lies in its extent, the row gathers without
+    /// a check, else it runs checked at each point, as without the loop before. CPU only (a team of threads), in unchecked bodies,
+    /// not in a loop the threads share (its pragma must stand right before it), and not
+    /// where computing an index could raise an error of its own (an integer division):
+    /// the check must not raise before the row. Whether it was printed so.
+    fn prechecked_row(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        scalar: bool,
+        shared: usize,
+    ) -> Result<bool, CodegenError> {
+        if self.fns.dialect.team().is_none()
+            || sc.checked
+            || sc.points_checked
+            || m.params.len() <= shared
+        {
+            return Ok(false);
+        }
+        let mut params = sc.params.clone();
+        params.extend(m.params.iter().cloned());
+        let Some(pc) = point_checks(sc.sdfg, sc.plan, &m.body, sc.rows_checked, &params) else {
+            return Ok(false);
+        };
+        let order = m
+            .body
+            .topological_order()
+            .map_err(|_| CodegenError::Unsupported("a map body has a cycle".into()))?;
+        let (mark, sites) = (self.out.len(), sc.sites.borrow().sites.len());
+        let ok = format!("sdf_pok{}", self.fresh());
+        self.line(&format!("int {ok} = 1;"));
+        let header = self.loop_header(sc, m, m.params.len() - 1);
+        self.line(&header);
+        self.indent += 1;
+        let inner = self.body_scope(sc, m, parallel);
+        for n in order.into_iter().filter(|n| pc.slice.contains(n)) {
+            let here = inner.at(LocPart::Text(m.body.node(n).describe()));
+            self.node(&here, &m.body, n)?;
+        }
+        for (dim, extent) in &pc.checks {
+            let value = inner.index_of(dim, None, None);
+            let extent = inner.sym_with(extent, SymCheck::Plain);
+            self.line(&format!(
+                "{{ const int64_t sdf_rv = {value}; {ok} &= (sdf_rv >= 0) & (sdf_rv < ({extent})); }}"
+            ));
+        }
+        self.close_loops(1);
+        if sc.sites.borrow().sites.len() != sites {
+            // Computing an index raises at a site of its own.
+            self.out.truncate(mark);
+            return Ok(false);
+        }
+        self.line(&format!("if ({ok}) {{"));
+        self.indent += 1;
+        let proven = Scope {
+            points_checked: true,
+            ..sc.clone()
+        };
+        self.innermost_loop(&proven, m, parallel, scalar, shared)?;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.innermost_loop(sc, m, parallel, scalar, shared)?;
+        self.indent -= 1;
+        self.line("}");
+        Ok(true)
+    }
+
+    /// The innermost loop of `m` and its body (the loops outside it open).
+    fn innermost_loop(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        scalar: bool,
+        shared: usize,
+    ) -> Result<(), CodegenError> {
+        let n = m.params.len();
+        // The innermost loop of a body meant to vectorize: its points are independent
+        // (a map's are; a sequential one's need not be), so it is marked so, and the
+        // compiler does not test at every row whether the arrays overlap (GCC does
+        // not apply `restrict` to the pointers inside the parallel region: a
+        // ten-level column then spends as much on the test as on the loop). Not a
+        // loop the threads share: their pragma must stand right before it.
+        if !scalar
+            && n > shared
+            && m.schedule != sdflow_ir::Schedule::Sequential
+            && independent_points(sc.sdfg, &m.body, &m.params[n - 1])
+        {
+            self.team_line(|t| t.simd_loop());
+        }
+        self.open_loops(sc, m, n - 1..n);
         let inner = self.body_scope(sc, m, parallel);
         let blend = std::mem::replace(&mut self.blend_canon, scalar);
         let done = self.body(&inner, &m.body);
         self.blend_canon = blend;
         done?;
-        self.close_loops(m.params.len() - from);
+        self.close_loops(1);
         Ok(())
     }
 }

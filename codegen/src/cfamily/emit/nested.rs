@@ -104,6 +104,7 @@ impl Emitter<'_> {
             depth: sc.depth,
             sites: sc.sites,
             rows_checked: sc.rows_checked,
+            points_checked: false,
             jam: None,
             callee: None,
         };

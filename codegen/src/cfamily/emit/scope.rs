@@ -31,6 +31,10 @@ pub(crate) struct Scope<'a> {
     /// Every index-table entry the body reads was checked for its row before the inner
     /// loops ([`Emitter::row_checks`]): gathers index without a check.
     pub(crate) rows_checked: bool,
+    /// Every index-table value the body reads at a point of its innermost loop (the
+    /// entries of array tables, the indices it computes) was checked for the whole row
+    /// before the loop ([`Emitter::map_loops_inner`]): gathers index without a check.
+    pub(crate) points_checked: bool,
     /// The map body the plan jams, and its shape (the step's map, unchecked).
     pub(crate) jam: Option<(&'a Dataflow, &'a Jam)>,
     /// The nested SDFG a state-level step calls, and the callee's plan (the step's).
@@ -73,6 +77,7 @@ impl<'a> Scope<'a> {
             depth,
             sites,
             rows_checked: false,
+            points_checked: false,
             jam: None,
             callee: None,
         }
@@ -275,7 +280,9 @@ impl<'a> Scope<'a> {
                     _ => format!("sdf_add64({value}, {})", self.sub_sym(offset)),
                 };
                 match (extent, of) {
-                    (Some(_), Some(_)) if row_checked => format!("({value})"),
+                    (Some(_), Some(_)) if row_checked || self.points_checked => {
+                        format!("({value})")
+                    }
                     (Some(n), Some((data, dim))) => {
                         let (site, at) = self.site_at_point(SiteKind::Index {
                             data: data.to_string(),
