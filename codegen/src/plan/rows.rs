@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sdflow_ir::{DataDesc, Dataflow, Dim, Expr, MapScope, MathFn, Node, Sdfg, SymExpr};
+use sdflow_ir::{DataDesc, Dataflow, Dim, Expr, MapScope, MathFn, Memlet, Node, Sdfg, SymExpr};
 
 /// One index-table read of a map body checked per point of the map's outer loops: the
 /// dimension, the extent its value must lie in, and the inner-map parameters (constant
@@ -37,43 +37,33 @@ pub fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowChec
         inner: &BTreeMap<String, sdflow_ir::Range>,
         out: &mut Vec<RowCheck>,
     ) -> Option<()> {
-        for e in df.edge_ids() {
-            let memlet = &df.edge(e).memlet;
-            if memlet
-                .other_subset
-                .as_ref()
-                .is_some_and(|o| !o.tables().is_empty())
-            {
-                return None;
+        for (memlet, k, d) in gathered_dims(df)? {
+            let Dim::Indirect { table, index, .. } = d else {
+                continue;
+            };
+            let shape = sdfg.arrays.get(&memlet.data)?.as_array()?.shape.clone();
+            match sdfg.arrays.get(table)? {
+                DataDesc::Scalar { .. } => continue,
+                DataDesc::Array(_) => {}
             }
-            for (k, d) in memlet.subset.0.iter().enumerate() {
-                let Dim::Indirect { table, index, .. } = d else {
-                    continue;
-                };
-                let shape = sdfg.arrays.get(&memlet.data)?.as_array()?.shape.clone();
-                match sdfg.arrays.get(table)? {
-                    DataDesc::Scalar { .. } => continue,
-                    DataDesc::Array(_) => {}
-                }
-                let mut used = Vec::new();
-                for x in index.iter().flat_map(SymExpr::free_symbols) {
-                    if let Some(r) = inner.get(&x) {
-                        if !used
-                            .iter()
-                            .any(|(p, _): &(String, sdflow_ir::Range)| *p == x)
-                        {
-                            used.push((x.clone(), r.clone()));
-                        }
-                    } else if !allowed.contains(&x) && !sdfg.symbols.contains_key(&x) {
-                        return None;
+            let mut used = Vec::new();
+            for x in index.iter().flat_map(SymExpr::free_symbols) {
+                if let Some(r) = inner.get(&x) {
+                    if !used
+                        .iter()
+                        .any(|(p, _): &(String, sdflow_ir::Range)| *p == x)
+                    {
+                        used.push((x.clone(), r.clone()));
                     }
+                } else if !allowed.contains(&x) && !sdfg.symbols.contains_key(&x) {
+                    return None;
                 }
-                out.push(RowCheck {
-                    dim: d.clone(),
-                    extent: shape.get(k)?.clone(),
-                    inner: used,
-                });
             }
+            out.push(RowCheck {
+                dim: d.clone(),
+                extent: shape.get(k)?.clone(),
+                inner: used,
+            });
         }
         for n in df.node_ids() {
             match df.node(n) {
@@ -119,6 +109,29 @@ pub fn row_checks(sdfg: &Sdfg, m: &MapScope, outer: usize) -> Option<Vec<RowChec
         .iter()
         .any(|c| matches!(&c.dim, Dim::Indirect { table, .. } if writes.contains(table)));
     (!writes_a_table).then_some(out)
+}
+
+/// The gathered dimensions of the memlets of `df` (not of its inner maps): each memlet
+/// with the position of the dimension and the dimension (`Dim::Indirect`). `None`
+/// where the other side of a copy gathers, which no check before the loops covers.
+pub fn gathered_dims(df: &Dataflow) -> Option<Vec<(&Memlet, usize, &Dim)>> {
+    let mut out = Vec::new();
+    for e in df.edge_ids() {
+        let memlet = &df.edge(e).memlet;
+        if memlet
+            .other_subset
+            .as_ref()
+            .is_some_and(|o| !o.tables().is_empty())
+        {
+            return None;
+        }
+        for (k, d) in memlet.subset.0.iter().enumerate() {
+            if matches!(d, Dim::Indirect { .. }) {
+                out.push((memlet, k, d));
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Whether any memlet of `sdfg` (its states, map bodies and callees) reads through an

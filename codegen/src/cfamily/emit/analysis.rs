@@ -188,50 +188,40 @@ pub(crate) fn point_checks(
     };
     let mut stack = Vec::new();
     let (mut computed, mut entries) = (false, false);
-    for e in df.edge_ids() {
-        let memlet = &df.edge(e).memlet;
-        if memlet
-            .other_subset
-            .as_ref()
-            .is_some_and(|o| !o.tables().is_empty())
-        {
-            return None;
+    for (memlet, k, d) in crate::plan::rows::gathered_dims(df)? {
+        let Dim::Indirect { table, index, .. } = d else {
+            continue;
+        };
+        match sdfg.arrays.get(table)? {
+            DataDesc::Array(_) if rows_checked => continue,
+            DataDesc::Array(_) => {
+                entries = true;
+                let known = index
+                    .iter()
+                    .flat_map(SymExpr::free_symbols)
+                    .all(|x| params.contains(&x) || sdfg.symbols.contains_key(&x));
+                if written.contains(table.as_str()) || !known {
+                    return None;
+                }
+            }
+            DataDesc::Scalar { .. } => {
+                computed = true;
+                stack.extend(
+                    df.node_ids()
+                        .into_iter()
+                        .filter(|&n| df.node(n).as_access() == Some(table.as_str())),
+                );
+            }
         }
-        for (k, d) in memlet.subset.0.iter().enumerate() {
-            let Dim::Indirect { table, index, .. } = d else {
-                continue;
-            };
-            match sdfg.arrays.get(table)? {
-                DataDesc::Array(_) if rows_checked => continue,
-                DataDesc::Array(_) => {
-                    entries = true;
-                    let known = index
-                        .iter()
-                        .flat_map(SymExpr::free_symbols)
-                        .all(|x| params.contains(&x) || sdfg.symbols.contains_key(&x));
-                    if written.contains(table.as_str()) || !known {
-                        return None;
-                    }
-                }
-                DataDesc::Scalar { .. } => {
-                    computed = true;
-                    stack.extend(
-                        df.node_ids()
-                            .into_iter()
-                            .filter(|&n| df.node(n).as_access() == Some(table.as_str())),
-                    );
-                }
-            }
-            let extent = sdfg
-                .arrays
-                .get(&memlet.data)?
-                .as_array()?
-                .shape
-                .get(k)?
-                .clone();
-            if !out.checks.iter().any(|(x, n)| x == d && *n == extent) {
-                out.checks.push((d.clone(), extent));
-            }
+        let extent = sdfg
+            .arrays
+            .get(&memlet.data)?
+            .as_array()?
+            .shape
+            .get(k)?
+            .clone();
+        if !out.checks.iter().any(|(x, n)| x == d && *n == extent) {
+            out.checks.push((d.clone(), extent));
         }
     }
     let mut seen = BTreeSet::new();

@@ -211,18 +211,34 @@ impl Emitter<'_> {
         }
         self.open_loops(sc, m, 0..outer);
         self.row_checks(sc, m, outer, checks, None);
-        self.line("if (sdf_rok) {");
-        self.indent += 1;
         let mut proven = sc.clone();
         proven.rows_checked = true;
-        self.map_loops_inner(&proven, m, parallel, outer, outer)?;
+        self.proven_or_checked(
+            "sdf_rok",
+            |e| e.map_loops_inner(&proven, m, parallel, outer, outer),
+            |e| e.map_loops_inner(sc, m, parallel, outer, outer),
+        )?;
+        self.close_loops(outer);
+        Ok(())
+    }
+
+    /// `if (flag) { proven } else { checked }`: the loops whose checks `flag` says
+    /// held, and the same loops checked.
+    fn proven_or_checked(
+        &mut self,
+        flag: &str,
+        proven: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
+        checked: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        self.line(&format!("if ({flag}) {{"));
+        self.indent += 1;
+        proven(self)?;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
-        self.map_loops_inner(sc, m, parallel, outer, outer)?;
+        checked(self)?;
         self.indent -= 1;
         self.line("}");
-        self.close_loops(outer);
         Ok(())
     }
 
@@ -443,19 +459,15 @@ impl Emitter<'_> {
             self.out.truncate(mark);
             return Ok(false);
         }
-        self.line(&format!("if ({ok}) {{"));
-        self.indent += 1;
         let proven = Scope {
             points_checked: true,
             ..sc.clone()
         };
-        self.innermost_loop(&proven, m, parallel, scalar, shared)?;
-        self.indent -= 1;
-        self.line("} else {");
-        self.indent += 1;
-        self.innermost_loop(sc, m, parallel, scalar, shared)?;
-        self.indent -= 1;
-        self.line("}");
+        self.proven_or_checked(
+            &ok,
+            |e| e.innermost_loop(&proven, m, parallel, scalar, shared),
+            |e| e.innermost_loop(sc, m, parallel, scalar, shared),
+        )?;
         Ok(true)
     }
 
