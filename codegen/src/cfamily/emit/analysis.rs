@@ -158,11 +158,11 @@ pub(crate) struct PointChecks {
 /// `calculate_nabla2_for_z`, cells innermost, 14 % slower so) — or with the entries
 /// checked with their row (the levels innermost: over a column's few levels the loop
 /// costs about what it saves, 5 % slower at 10 levels), and where a check before the
-/// row could see other values than the row's points: an array table the body writes, or whose index uses a name other than
-/// `params` and program symbols; a scalar table computed from a container the body
-/// writes (other than the scalars the plan declares at each point), through a gather or
-/// a node other than tasklets and such scalars, or by a tasklet that also writes
-/// elsewhere; a copy whose other side gathers.
+/// row could see other values than the row's points: an array table the body writes,
+/// or whose index uses a name other than `params` and program symbols; a scalar table
+/// computed from a container the body writes (other than the scalars the plan declares
+/// at each point), through a gather or a node other than tasklets and such scalars, or
+/// by a tasklet that also writes elsewhere; a copy whose other side gathers.
 pub(crate) fn point_checks(
     sdfg: &Sdfg,
     plan: &Plan,
