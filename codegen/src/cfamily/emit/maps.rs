@@ -407,10 +407,11 @@ impl Emitter<'_> {
     /// indices, computed there by the tasklets that compute them in the body, and the
     /// table entries not checked with their row): loads, arithmetic and compares
     /// without a branch; where every value lies in its extent, the row gathers without
-    /// a check, else it runs checked at each point, as without the loop before. CPU only (a team of threads), in unchecked bodies,
-    /// not in a loop the threads share (its pragma must stand right before it), and not
-    /// where computing an index could raise an error of its own (an integer division):
-    /// the check must not raise before the row. Whether it was printed so.
+    /// a check, else it runs checked at each point, as without the loop before. CPU
+    /// only (a team of threads), in unchecked bodies, not in a loop the threads share
+    /// (its pragma must stand right before it), and not where computing an index could
+    /// raise an error of its own (an integer division): the check must not raise before
+    /// the row. Whether it was printed so.
     fn prechecked_row(
         &mut self,
         sc: &Scope<'_>,
