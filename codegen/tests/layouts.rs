@@ -220,7 +220,7 @@ fn gather_reading(strides: Option<[&str; 2]>, wcr: bool, code: &str, index: bool
 /// and a body calling `sqrt` (a call under `-frounding-math`) keep rows.
 #[test]
 fn a_column_major_gather_runs_in_strips() {
-    use sdflow_codegen::plan::{Plan, StepKind, Target};
+    use sdflow_codegen::plan::{Plan, StepKind, Target, rows::Strip};
     let strips = |s: &Sdfg| {
         let plan = Plan::of(s, Target::default()).unwrap();
         match &plan.body.states()[0].steps[0].kind {
@@ -228,7 +228,10 @@ fn a_column_major_gather_runs_in_strips() {
                 row_checks: Some(_),
                 strips,
                 ..
-            } => *strips,
+            } => {
+                assert_ne!(*strips, Some(Strip::Inner));
+                strips.is_some()
+            }
             other => panic!("a parallel map checked per row: {other:?}"),
         }
     };
@@ -334,6 +337,108 @@ fn a_column_major_gather_runs_in_strips() {
     assert_eq!(got.to_string(), format!("program 'strips': {want}"));
 }
 
+/// A gather over column-major fields whose map lists the cells innermost (`(k, e)`:
+/// where `loop_order` puts them when the tables' layout is left to the call) runs in
+/// strips of its inner loop: the plan says so, the threads share strips of 512 points
+/// of `e`, each strip's table entries are checked at once, and the levels run outside a
+/// vectorized loop over the strip's points. Results are the interpreter's bits on one
+/// and two threads over three strips (the last one short), NaNs included; bad entries in
+/// two strips are reported as the interpreter reports the first. Row-major fields, a
+/// body resolving write conflicts and one calling `sqrt` keep their checks at each
+/// point.
+#[test]
+fn a_gather_with_the_cells_innermost_runs_in_strips_of_them() {
+    use sdflow_codegen::plan::{Plan, StepKind, Target, rows::Strip};
+    const CODE: &str = "o = (a - b) * c + min(a, c)";
+    let build = |strides: bool, wcr: bool, levels: &str, code: &str| {
+        let out = if wcr {
+            "out[e, k] (wcr: sum)"
+        } else {
+            "out[e, k]"
+        };
+        let mut s = gather_program_in(true, "u[e2c[e, 0], k]", out, levels, code, false);
+        if strides {
+            for (a, extent) in [("u", "C"), ("out", "E")] {
+                if let Some(DataDesc::Array(a)) = s.arrays.get_mut(a) {
+                    a.strides = vec![SymExpr::Int(1), SymExpr::sym(extent)];
+                }
+            }
+        }
+        assert_eq!(s.validate(), Ok(()));
+        s
+    };
+    let strips = |s: &Sdfg| {
+        let plan = Plan::of(s, Target::default()).unwrap();
+        match &plan.body.states()[0].steps[0].kind {
+            StepKind::ParallelMap {
+                row_checks, strips, ..
+            } => {
+                assert_eq!(row_checks.is_some(), strips.is_some(), "{}", plan.to_text());
+                *strips
+            }
+            other => panic!("a parallel map: {other:?}"),
+        }
+    };
+    let s = build(true, false, "0:K", CODE);
+    assert_eq!(strips(&s), Some(Strip::Inner));
+    assert_eq!(strips(&build(false, false, "0:K", CODE)), None);
+    assert_eq!(strips(&build(true, true, "0:K", CODE)), None);
+    assert_eq!(
+        strips(&build(true, false, "0:K", "o = sqrt(a - b) * c")),
+        None
+    );
+    let plan = Plan::of(&s, Target::default()).unwrap();
+    assert!(
+        plan.to_text()
+            .contains("tables checked per row (2 reads) in strips of 512 of its inner loop"),
+        "{}",
+        plan.to_text()
+    );
+
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let c = backend.generate(&s).unwrap();
+    assert!(c.contains(" += 512LL) {"), "{c}");
+    assert!(c.contains("#pragma GCC ivdep\n"), "{c}");
+
+    let syms = [("E", 1300), ("C", 700), ("K", 5)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let mut inputs = random_bindings(&s, &syms, 5).unwrap();
+    let u = inputs.arrays.get_mut("u").unwrap();
+    for cell in 0..40usize {
+        for k in 0..5usize {
+            let bits = [0x7ff8_0000_0000_0001u64, 0xfff4_0000_0000_0000];
+            assert!(u.set(&[cell, k], Value::F64(f64::from_bits(bits[(cell + k) % 2]))));
+        }
+    }
+    let prog = backend.build(&s).unwrap();
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    assert!(
+        expected.arrays["out"]
+            .to_f64_vec()
+            .iter()
+            .any(|v| v.is_nan())
+    );
+    let mut bad = inputs.clone();
+    let e2c = bad.arrays.get_mut("e2c").unwrap();
+    assert!(e2c.set(&[1000, 1], Value::I64(700)));
+    assert!(e2c.set(&[300, 1], Value::I64(-1)));
+    let mut want = bad.clone();
+    let want = interp::run(&s, &mut want).unwrap_err();
+    for threads in [1, 2] {
+        prog.set_threads(threads);
+        let mut got = inputs.clone();
+        prog.run_bindings(&mut got).unwrap();
+        assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+        let got = prog.run_bindings(&mut bad.clone()).unwrap_err();
+        assert_eq!(got.to_string(), format!("program 'strips': {want}"));
+    }
+}
+
 /// A row-major gather checked per row (levels innermost, GT4Py's layout): the inner loop
 /// is marked independent (`#pragma GCC ivdep` right before it), so GCC vectorizes it
 /// without testing at every row whether the arrays overlap; results are the
@@ -432,6 +537,24 @@ fn levels_dependent(a: &str, out: &str) -> Sdfg {
 /// `out = code(a, u[e2c[e, 1], k], w[k])` over edges `e` and levels `k` in `levels`, `a`
 /// and `out` as given; with `index` the tasklet also reads its first neighbour's index.
 fn gather_program(a: &str, out: &str, levels: &str, code: &str, index: bool) -> Sdfg {
+    gather_program_in(false, a, out, levels, code, index)
+}
+
+/// [`gather_program`], with `levels_outer` the map's parameters listed `(k, e)`: the
+/// cells innermost.
+fn gather_program_in(
+    levels_outer: bool,
+    a: &str,
+    out: &str,
+    levels: &str,
+    code: &str,
+    index: bool,
+) -> Sdfg {
+    let (params, ranges) = if levels_outer {
+        (["k", "e"], [levels, "0:E"])
+    } else {
+        (["e", "k"], ["0:E", levels])
+    };
     let mut b = SdfgBuilder::new("strips");
     b.symbol("E", DType::I64)
         .symbol("C", DType::I64)
@@ -441,7 +564,7 @@ fn gather_program(a: &str, out: &str, levels: &str, code: &str, index: bool) -> 
         .array("w", DType::F64, ["K"])
         .array("out", DType::F64, ["E", "K"]);
     b.state("main", |s| {
-        s.map("m", &["e", "k"], &["0:E", levels], |m| {
+        s.map("m", &params, &ranges, |m| {
             let mut inputs = vec![("a", a), ("b", "u[e2c[e, 1], k]"), ("c", "w[k]")];
             if index {
                 inputs.push(("n", "e2c[e, 0]"));

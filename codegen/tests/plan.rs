@@ -45,7 +45,7 @@ fn waits_follow_paths_and_independent_maps_wait_for_nothing() {
             collapse: 1,
             min_points: 4096,
             row_checks: None,
-            strips: false
+            strips: None
         }
     ));
     assert_eq!(plan.allocation("t").unwrap().lifetime, Lifetime::Persistent);
@@ -297,7 +297,7 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
             collapse: 1,
             min_points: 100,
             row_checks: None,
-            strips: false
+            strips: None
         }
     );
     assert_eq!(steps[c].kind, StepKind::Copy { shared: true });
@@ -308,7 +308,7 @@ fn the_c_printer_follows_the_plans_sharing_and_jamming() {
         collapse: 1,
         min_points: 7,
         row_checks: None,
-        strips: false,
+        strips: None,
     };
     let changed = text(&sdfg, &other);
     assert!(changed.contains(">= 7) {") && !changed.contains(">= 100) {"));

@@ -1646,7 +1646,14 @@ impl Gen {
                             continue;
                         }
                         let a = format!("{src}[{table}[i, 0], {rest}]");
-                        st.map(&label, &params, &ranges, |m| {
+                        // Like the stencils, every third gather of the hazard programs
+                        // lists its parameters last first: the cells innermost.
+                        let (mut order, mut spans) = (params.clone(), ranges.clone());
+                        if hazards && params.len() >= 2 && (first + k) % 3 == 2 {
+                            order.reverse();
+                            spans.reverse();
+                        }
+                        st.map(&label, &order, &spans, |m| {
                             m.tasklet(
                                 &label,
                                 &[("a", &a), ("b", &b)],

@@ -36,7 +36,7 @@ use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, cty
 use crate::cfamily::dialect::{Dialect, Team};
 use crate::cfamily::sites::{LocPart, MAX_PARAMS, SiteKind, Sites};
 use crate::plan::jam::Jam;
-use crate::plan::rows::RowCheck;
+use crate::plan::rows::{RowCheck, Strip};
 use crate::plan::{
     CheckPolicy, Flow, Lifetime, MapPart, Plan, StatePlan, Step, StepKind, Target, copy_loop_dims,
     copy_subsets,

@@ -205,14 +205,15 @@ pub enum StepKind {
         /// scan columns: much more than a point of work per iteration); 1 on a grid.
         min_points: i64,
         /// On a team, the index-table reads of the body checked once per point of the
-        /// collapsed loops ([`rows`]), the inner loops then gathering without a check;
-        /// `None`: checked where they are read.
+        /// collapsed loops ([`rows`]), the inner loops then gathering without a check —
+        /// in strips of the inner loop ([`rows::Strip::Inner`]), once per point of that
+        /// loop, for all of the outer one; `None`: checked where they are read.
         row_checks: Option<Vec<rows::RowCheck>>,
-        /// With row checks, the outer loop runs in strips of [`rows::STRIP`] points,
-        /// each checked at once, the inner loop outside a contiguous loop over the
-        /// strip's points ([`rows::strips`]: fields contiguous along the outer
-        /// parameter).
-        strips: bool,
+        /// With row checks, which loop of a two-parameter map runs in strips of
+        /// [`rows::STRIP`] points, each strip's table entries checked at once, the
+        /// other loop outside a contiguous loop over the strip's points
+        /// ([`rows::Strip`]); `None`: no strips.
+        strips: Option<rows::Strip>,
     },
     /// A map run by one worker (its schedule is sequential, or the plan is not parallel).
     SequentialMap,
@@ -577,8 +578,15 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                                 if c.len() == 1 { "" } else { "s" }
                             );
                         }
-                        if *strips {
-                            let _ = write!(line, " in strips of {}", rows::STRIP);
+                        match strips {
+                            Some(rows::Strip::Outer) => {
+                                let _ = write!(line, " in strips of {}", rows::STRIP);
+                            }
+                            Some(rows::Strip::Inner) => {
+                                let _ =
+                                    write!(line, " in strips of {} of its inner loop", rows::STRIP);
+                            }
+                            None => {}
                         }
                     }
                     StepKind::Copy { shared: true } => line.push_str(" shared"),
@@ -1146,7 +1154,22 @@ fn plan_state(
                     }
                     _ => None,
                 };
-                let strips = row_checks.is_some() && collapse == 1 && rows::strips(sdfg, m);
+                let (row_checks, strips) = match row_checks {
+                    Some(c) => {
+                        let strips =
+                            (collapse == 1 && rows::strips(sdfg, m)).then_some(rows::Strip::Outer);
+                        (Some(c), strips)
+                    }
+                    // The tables read at a point of the inner loop: checked per strip
+                    // of it, or at each point.
+                    None if matches!(target, Target::Team { .. }) && collapse == 1 => {
+                        match rows::inner_strips(sdfg, m) {
+                            Some(c) => (Some(c), Some(rows::Strip::Inner)),
+                            None => (None, None),
+                        }
+                    }
+                    None => (None, None),
+                };
                 (
                     StepKind::ParallelMap {
                         collapse,

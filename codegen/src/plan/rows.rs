@@ -157,6 +157,20 @@ pub fn gathers_anywhere(sdfg: &Sdfg) -> bool {
 /// doubles per level, a page.
 pub const STRIP: i64 = 512;
 
+/// Which loop of a two-parameter map whose outer loop a team shares runs in strips of
+/// [`STRIP`] points: the loop along which its fields are contiguous, the horizontal
+/// one of GT4Py's horizontal-first fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strip {
+    /// The outer loop ([`strips`]): the levels listed innermost, as `loop_order` keeps
+    /// a gathering map.
+    Outer,
+    /// The inner loop ([`inner_strips`]): listed innermost, it is cut into strips the
+    /// threads share, and the outer loop (the levels) runs inside each strip, outside a
+    /// loop over the strip's points.
+    Inner,
+}
+
 /// Whether a two-parameter map whose outer loop a team shares, with row checks, runs in
 /// strips: the outer loop steps over strips of [`STRIP`] points, the tables are checked
 /// for the strip's points at once, and inside a strip the level loop runs outside a
@@ -240,6 +254,48 @@ pub fn strips(sdfg: &Sdfg, m: &MapScope) -> bool {
         }
     }
     along_outer > 0 && along_inner == 0
+}
+
+/// The table checks of a two-parameter map `(k, h)` whose body reads its index tables
+/// at points of the inner parameter `h` only (a gathering map over levels and cells
+/// with the cells innermost: `loop_order` puts them there where the fields are
+/// contiguous along them and the tables' layout is left to the call), when it runs
+/// in strips of its inner loop ([`Strip::Inner`]): the threads share strips of `h`, the
+/// entries of a strip's points are checked at once, then the `k` loop runs a loop over
+/// the strip's points, which gathers without a check. Checked at each point instead,
+/// every level reads and checks every entry again, and the threads share the levels
+/// only (ten of them in GT4Py's programs at 10 levels). The conditions are
+/// [`strips`]'s for the map with its parameters swapped; and neither range depends on
+/// the other parameter. Within a strip the points run in the map's own order.
+pub fn inner_strips(sdfg: &Sdfg, m: &MapScope) -> Option<Vec<RowCheck>> {
+    // A body in strips is plain: its gathers are its own memlets'.
+    if m.params.len() != 2 || gathered_dims(&m.body).is_none_or(|g| g.is_empty()) {
+        return None;
+    }
+    let flipped = swapped(m)?;
+    let checks = row_checks(sdfg, &flipped, 1).filter(|c| !c.is_empty())?;
+    strips(sdfg, &flipped).then_some(checks)
+}
+
+/// `m` with its two parameters in the other order, where neither range uses the other
+/// parameter; `None` otherwise.
+pub fn swapped(m: &MapScope) -> Option<MapScope> {
+    let ([k, h], [rk, rh]) = (m.params.as_slice(), m.ranges.as_slice()) else {
+        return None;
+    };
+    let uses = |r: &sdflow_ir::Range, p: &str| {
+        [&r.start, &r.end, &r.step]
+            .iter()
+            .any(|x| x.free_symbols().contains(p))
+    };
+    if uses(rk, h) || uses(rh, k) {
+        return None;
+    }
+    Some(MapScope {
+        params: vec![h.clone(), k.clone()],
+        ranges: vec![rh.clone(), rk.clone()],
+        ..m.clone()
+    })
 }
 
 /// Whether an access `dims` into an array of `strides` moves by one element per step of

@@ -123,7 +123,7 @@ impl Emitter<'_> {
         m: &MapScope,
         collapse: usize,
         min_points: i64,
-        row_checks: Option<(&[RowCheck], bool)>,
+        row_checks: Option<(&[RowCheck], Option<Strip>)>,
     ) -> Result<(), CodegenError> {
         let sizes: Vec<String> = m
             .ranges
@@ -191,14 +191,14 @@ impl Emitter<'_> {
     /// the index-table entries the body reads for one point of the first `outer` loops
     /// are checked once there, before the inner loops, which then gather without a check
     /// (a bad entry runs them checked, as before). With the plan's `strips` as well, the
-    /// outer loop steps over strips ([`Self::strip_loops`]).
+    /// outer or the inner loop steps over strips ([`Self::strip_loops`]).
     pub(crate) fn map_loops_from(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
         outer: usize,
-        row_checks: Option<(&[RowCheck], bool)>,
+        row_checks: Option<(&[RowCheck], Option<Strip>)>,
     ) -> Result<(), CodegenError> {
         let checks = row_checks
             .filter(|(c, _)| !c.is_empty())
@@ -206,8 +206,12 @@ impl Emitter<'_> {
         let Some((checks, strips)) = checks else {
             return self.map_loops_inner(sc, m, parallel, 0, outer);
         };
-        if strips && outer == 1 && m.params.len() == 2 && sc.jam.is_none() {
-            return self.strip_loops(sc, m, parallel, checks);
+        let strip = strips.filter(|_| outer == 1 && m.params.len() == 2 && sc.jam.is_none());
+        match (strip, strips) {
+            (Some(s), _) => return self.strip_loops(sc, m, parallel, checks, s),
+            // Checks per point of the inner loop, which stays whole: at each point.
+            (None, Some(Strip::Inner)) => return self.map_loops_inner(sc, m, parallel, 0, outer),
+            (None, _) => {}
         }
         self.open_loops(sc, m, 0..outer);
         self.row_checks(sc, m, outer, checks, None);
@@ -242,59 +246,85 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// A two-parameter map in strips (`plan::rows::strips`): the outer loop steps over
-    /// strips of `STRIP` points; the table entries of a strip's points are checked at
-    /// once; then the inner loop runs outside a loop over the strip's points, which
-    /// gathers without a check and vectorizes (the map's points are independent, so the
-    /// loop is marked so). A bad entry runs the strip's points one after another,
-    /// checked, as without strips.
+    /// A two-parameter map in strips (`plan::rows::Strip`): the loop along which the
+    /// fields are contiguous (`h`: the outer one, or with [`Strip::Inner`] the inner one)
+    /// steps over strips of `STRIP` points, the loop the threads share; the table entries
+    /// of a strip's points are checked at once; then the other loop (`k`) runs outside a
+    /// loop over the strip's points, which gathers without a check and vectorizes (the
+    /// map's points are independent, so the loop is marked so). A bad entry runs the
+    /// strip's points checked, in the map's own order: `h` then `k` one after another
+    /// for an outer strip, `k` around the strip's points for an inner one.
     fn strip_loops(
         &mut self,
         sc: &Scope<'_>,
         m: &MapScope,
         parallel: bool,
         checks: &[RowCheck],
+        strip: Strip,
     ) -> Result<(), CodegenError> {
-        let (h, r) = (&m.params[0], &m.ranges[0]);
+        // The map as its strips nest: the strip's parameter first.
+        let nest = match strip {
+            Strip::Outer => std::borrow::Cow::Borrowed(m),
+            Strip::Inner => std::borrow::Cow::Owned(crate::plan::rows::swapped(m).ok_or_else(
+                || {
+                    CodegenError::Unsupported(format!(
+                        "map '{}' runs in strips of its inner loop, but its ranges use each other's parameters",
+                        m.label
+                    ))
+                },
+            )?),
+        };
+        let (h, r) = (&nest.params[0], &nest.ranges[0]);
         let n = self.fresh();
         let (sb, se) = (format!("sdf_sb{n}"), format!("sdf_se{n}"));
         let (start, end) = (sc.sub_sym(&r.start), sc.sub_sym(&r.end));
-        let strip = crate::plan::rows::STRIP;
+        let size = crate::plan::rows::STRIP;
         self.line(&format!(
-            "for (int64_t {sb} = {start}; {sb} < {end}; {sb} += {strip}LL) {{"
+            "for (int64_t {sb} = {start}; {sb} < {end}; {sb} += {size}LL) {{"
         ));
         self.indent += 1;
         // The distance to the end, unsigned, cannot overflow: `sb` < `end`.
         self.line(&format!(
-            "const int64_t {se} = ((uint64_t)({end}) - (uint64_t){sb} > {strip}u) ? {sb} + {strip}LL : ({end});"
+            "const int64_t {se} = ((uint64_t)({end}) - (uint64_t){sb} > {size}u) ? {sb} + {size}LL : ({end});"
         ));
         let strip_loop = format!("for (int64_t s_{h} = {sb}; s_{h} < {se}; s_{h}++) {{");
-        self.row_checks(sc, m, 1, checks, Some(&strip_loop));
-        self.line("if (sdf_rok) {");
-        self.indent += 1;
+        self.row_checks(sc, &nest, 1, checks, Some(&strip_loop));
         let mut proven = sc.clone();
         proven.rows_checked = true;
-        self.open_loops(&proven, m, 1..2);
-        self.team_line(|t| t.simd_loop());
-        self.line(&strip_loop);
-        self.indent += 1;
-        let inner = self.body_scope(&proven, m, parallel);
-        // Contiguous, its gathers checked: the loop vectorizes, so the NaN
-        // canonicalization is the select the vectorizer turns into a blend.
-        let blend = std::mem::replace(&mut self.blend_canon, false);
-        let done = self.body(&inner, &m.body);
-        self.blend_canon = blend;
-        done?;
-        self.close_loops(2);
-        self.indent -= 1;
-        self.line("} else {");
-        self.indent += 1;
-        self.line(&strip_loop);
-        self.indent += 1;
-        self.map_loops_inner(sc, m, parallel, 1, 1)?;
-        self.close_loops(1);
-        self.indent -= 1;
-        self.line("}");
+        // The body's scope records the point in the map's own order.
+        let in_strip = |e: &mut Self, sc: &Scope<'_>, vectorized: bool| {
+            e.open_loops(sc, &nest, 1..2);
+            if vectorized {
+                e.team_line(|t| t.simd_loop());
+            }
+            e.line(&strip_loop);
+            e.indent += 1;
+            let inner = e.body_scope(sc, m, parallel);
+            // Contiguous, its gathers checked: the loop vectorizes, so the NaN
+            // canonicalization is the select the vectorizer turns into a blend. Checked
+            // at each point, it stays scalar, and the blend is spelled out.
+            let scalar = !vectorized && stays_scalar(sc.sdfg, &m.body, sc.rows_checked);
+            let blend = std::mem::replace(&mut e.blend_canon, scalar);
+            let done = e.body(&inner, &m.body);
+            e.blend_canon = blend;
+            done?;
+            e.close_loops(2);
+            Ok(())
+        };
+        self.proven_or_checked(
+            "sdf_rok",
+            |e| in_strip(e, &proven, true),
+            |e| match strip {
+                Strip::Outer => {
+                    e.line(&strip_loop);
+                    e.indent += 1;
+                    e.map_loops_inner(sc, m, parallel, 1, 1)?;
+                    e.close_loops(1);
+                    Ok(())
+                }
+                Strip::Inner => in_strip(e, sc, false),
+            },
+        )?;
         self.close_loops(1);
         Ok(())
     }
