@@ -184,10 +184,8 @@ pub enum Strip {
 /// which a parallel map runs in any order already. Required: the outer range steps by
 /// 1 and the inner range does not depend on it; the body is tasklets and containers
 /// (no inner map, library node or nested SDFG), calls no math function the C compiler
-/// keeps a call ([`calls_out`]: the loop would stay scalar, and a scalar loop over a
-/// strip reads each table entry at every level: GT4Py's
-/// `calculate_nabla2_and_smag_coefficients_for_vn`, whose `sqrt` is such a call, was a
-/// tenth slower in strips), resolves no write conflict, and indexes no
+/// keeps a call ([`calls_out`]: such a loop stays scalar and reads each table entry at
+/// every level), resolves no write conflict, and indexes no
 /// table it computes (those stay checked at each point); every array it reads or writes
 /// has a dimension of constant stride 1 (its layout is known when the program is
 /// built); some array is contiguous along the outer parameter, and none that varies with
@@ -333,13 +331,14 @@ fn contiguous_along(dims: &[Dim], strides: &[SymExpr], p: &str, names: &[&str]) 
 }
 
 /// Whether `e` calls a math function that stays a call in the C the backend compiles
-/// (anything but `abs`, `min` and `max`, which are selects): `<math.h>`'s functions,
-/// `sqrt` included (under `-frounding-math` GCC does not inline it), and sdflow's own
-/// `cbrt`, `fma` and clock. A call keeps a loop from vectorizing.
+/// (anything but `abs`, `min` and `max`, which are selects, and `sqrt`, one instruction
+/// under `-fno-math-errno`): `<math.h>`'s other functions and sdflow's own `cbrt`, `fma`
+/// and clock. A call keeps a loop from vectorizing.
 fn calls_out(e: &Expr) -> bool {
     match e {
         Expr::Call(f, args) => {
-            !matches!(f, MathFn::Abs | MathFn::Min | MathFn::Max) || args.iter().any(calls_out)
+            !matches!(f, MathFn::Abs | MathFn::Min | MathFn::Max | MathFn::Sqrt)
+                || args.iter().any(calls_out)
         }
         Expr::Unary(_, a) | Expr::Cast(_, a) => calls_out(a),
         Expr::Binary(_, a, b) => calls_out(a) || calls_out(b),

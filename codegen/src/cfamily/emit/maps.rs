@@ -302,7 +302,9 @@ impl Emitter<'_> {
             let inner = e.body_scope(sc, m, parallel);
             // Contiguous, its gathers checked: the loop vectorizes, so the NaN
             // canonicalization is the select the vectorizer turns into a blend. Checked
-            // at each point, it stays scalar, and the blend is spelled out.
+            // at each point, it stays scalar, and the blend is spelled out. (A square
+            // root keeps GCC from vectorizing under `-frounding-math`; spelling the
+            // blend out there measured the same as the select.)
             let scalar = !vectorized && stays_scalar(sc.sdfg, &m.body, sc.rows_checked);
             let blend = std::mem::replace(&mut e.blend_canon, scalar);
             let done = e.body(&inner, &m.body);
