@@ -280,37 +280,7 @@ fn a_column_major_gather_runs_in_strips() {
     }
     assert_eq!(table_strides.validate(), Ok(()));
     assert!(strips(&table_strides));
-    let plan = Plan::of(&s, Target::default()).unwrap();
-    assert!(
-        plan.to_text().contains("in strips of 512"),
-        "{}",
-        plan.to_text()
-    );
-
-    let backend = CpuBackend {
-        cache: None,
-        ..CpuBackend::default()
-    };
-    let c = backend.generate(&s).unwrap();
-    assert!(c.contains(" += 512LL) {"), "{c}");
-    assert!(c.contains("#pragma GCC ivdep\n"), "{c}");
-
-    let syms = [("E", 1300), ("C", 700), ("K", 5)]
-        .map(|(k, v)| (k.to_string(), Value::I64(v)))
-        .into();
-    let mut inputs = random_bindings(&s, &syms, 3).unwrap();
-    // NaNs of both signs and several payloads in `u`'s first cells, all levels.
-    let u = inputs.arrays.get_mut("u").unwrap();
-    for cell in 0..40usize {
-        for k in 0..5usize {
-            let bits = [
-                0x7ff8_0000_0000_0001u64,
-                0xfff4_0000_0000_0000,
-                0x7ff0_0000_dead_beef,
-            ];
-            assert!(u.set(&[cell, k], Value::F64(f64::from_bits(bits[(cell + k) % 3]))));
-        }
-    }
+    let (backend, inputs) = printed_in_strips(&s, "in strips of 512", 3);
     let prog = backend.build(&s).unwrap();
     prog.set_threads(2);
     let mut expected = inputs.clone();
@@ -401,33 +371,11 @@ fn a_gather_with_the_cells_innermost_runs_in_strips_of_them() {
         strips(&build(true, false, "0:K", "o = exp(a - b) * c")),
         None
     );
-    let plan = Plan::of(&s, Target::default()).unwrap();
-    assert!(
-        plan.to_text()
-            .contains("tables checked per row (2 reads) in strips of 512 of its inner loop"),
-        "{}",
-        plan.to_text()
+    let (backend, inputs) = printed_in_strips(
+        &s,
+        "tables checked per row (2 reads) in strips of 512 of its inner loop",
+        5,
     );
-
-    let backend = CpuBackend {
-        cache: None,
-        ..CpuBackend::default()
-    };
-    let c = backend.generate(&s).unwrap();
-    assert!(c.contains(" += 512LL) {"), "{c}");
-    assert!(c.contains("#pragma GCC ivdep\n"), "{c}");
-
-    let syms = [("E", 1300), ("C", 700), ("K", 5)]
-        .map(|(k, v)| (k.to_string(), Value::I64(v)))
-        .into();
-    let mut inputs = random_bindings(&s, &syms, 5).unwrap();
-    let u = inputs.arrays.get_mut("u").unwrap();
-    for cell in 0..40usize {
-        for k in 0..5usize {
-            let bits = [0x7ff8_0000_0000_0001u64, 0xfff4_0000_0000_0000];
-            assert!(u.set(&[cell, k], Value::F64(f64::from_bits(bits[(cell + k) % 2]))));
-        }
-    }
     let prog = backend.build(&s).unwrap();
     let mut expected = inputs.clone();
     interp::run(&s, &mut expected).unwrap();
@@ -451,6 +399,39 @@ fn a_gather_with_the_cells_innermost_runs_in_strips_of_them() {
         let got = prog.run_bindings(&mut bad.clone()).unwrap_err();
         assert_eq!(got.to_string(), format!("program 'strips': {want}"));
     }
+}
+
+/// Asserts that the plan of the gather `s` says `says` and that its C steps over strips
+/// of 512 points with a loop over a strip's points marked independent; the backend, and
+/// inputs of `seed` for 1300 edges, 700 cells and 5 levels (three strips, the last one
+/// short) with NaNs of both signs and several payloads in `u`'s first cells, all levels.
+fn printed_in_strips(s: &Sdfg, says: &str, seed: u64) -> (CpuBackend, interp::Bindings) {
+    use sdflow_codegen::plan::{Plan, Target};
+    let plan = Plan::of(s, Target::default()).unwrap().to_text();
+    assert!(plan.contains(says), "{plan}");
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let c = backend.generate(s).unwrap();
+    assert!(c.contains(" += 512LL) {"), "{c}");
+    assert!(c.contains("#pragma GCC ivdep\n"), "{c}");
+    let syms = [("E", 1300), ("C", 700), ("K", 5)]
+        .map(|(k, v)| (k.to_string(), Value::I64(v)))
+        .into();
+    let mut inputs = random_bindings(s, &syms, seed).unwrap();
+    let u = inputs.arrays.get_mut("u").unwrap();
+    for cell in 0..40usize {
+        for k in 0..5usize {
+            let bits = [
+                0x7ff8_0000_0000_0001u64,
+                0xfff4_0000_0000_0000,
+                0x7ff0_0000_dead_beef,
+            ];
+            assert!(u.set(&[cell, k], Value::F64(f64::from_bits(bits[(cell + k) % 3]))));
+        }
+    }
+    (backend, inputs)
 }
 
 /// A row-major gather checked per row (levels innermost, GT4Py's layout): the inner loop
