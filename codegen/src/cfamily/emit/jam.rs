@@ -259,13 +259,9 @@ impl Emitter<'_> {
         for (p, v) in m.params.iter().zip(values) {
             self.line(&format!("const int64_t s_{p} = {v};"));
         }
-        let inner = self.body_scope(sc, m, false);
         // A jammed pair's column loop vectorizes: its NaNs are canonicalized by the
         // conditional, whatever loop encloses the pair.
-        let blend = std::mem::replace(&mut self.blend_canon, false);
-        let done = self.body(&inner, &m.body);
-        self.blend_canon = blend;
-        done?;
+        self.point_body(sc, m, false, false)?;
         self.indent -= 1;
         self.line("}");
         Ok(())

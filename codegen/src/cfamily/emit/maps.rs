@@ -299,17 +299,13 @@ impl Emitter<'_> {
             }
             e.line(&strip_loop);
             e.indent += 1;
-            let inner = e.body_scope(sc, m, parallel);
             // Contiguous, its gathers checked: the loop vectorizes, so the NaN
             // canonicalization is the select the vectorizer turns into a blend. Checked
             // at each point, it stays scalar, and the blend is spelled out. (A square
             // root keeps GCC from vectorizing under `-frounding-math`; spelling the
             // blend out there measured the same as the select.)
             let scalar = !vectorized && stays_scalar(sc.sdfg, &m.body, sc.rows_checked);
-            let blend = std::mem::replace(&mut e.blend_canon, scalar);
-            let done = e.body(&inner, &m.body);
-            e.blend_canon = blend;
-            done?;
+            e.point_body(sc, m, parallel, scalar)?;
             e.close_loops(2);
             Ok(())
         };
@@ -385,6 +381,23 @@ impl Emitter<'_> {
         self.line("}");
     }
 
+    /// `m`'s body at one point, inside its loops (`parallel`: a parallel map's point),
+    /// its NaNs canonicalized by the blend spelled out where `blend` (a loop that stays
+    /// scalar: [`Emitter::blend_canon`]), else by the select.
+    pub(crate) fn point_body(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        blend: bool,
+    ) -> Result<(), CodegenError> {
+        let inner = self.body_scope(sc, m, parallel);
+        let outer = std::mem::replace(&mut self.blend_canon, blend);
+        let done = self.body(&inner, &m.body);
+        self.blend_canon = outer;
+        done
+    }
+
     /// Opens the loops of `m`'s parameters `ks`.
     pub(crate) fn open_loops(&mut self, sc: &Scope<'_>, m: &MapScope, ks: std::ops::Range<usize>) {
         for k in ks {
@@ -419,11 +432,7 @@ impl Emitter<'_> {
             || (self.blend_canon && few_iterations(m));
         let n = m.params.len();
         if from >= n {
-            let inner = self.body_scope(sc, m, parallel);
-            let blend = std::mem::replace(&mut self.blend_canon, scalar);
-            let done = self.body(&inner, &m.body);
-            self.blend_canon = blend;
-            return done;
+            return self.point_body(sc, m, parallel, scalar);
         }
         self.open_loops(sc, m, from..n - 1);
         if !self.prechecked_row(sc, m, parallel, scalar, shared)? {
@@ -528,11 +537,7 @@ impl Emitter<'_> {
             self.team_line(|t| t.simd_loop());
         }
         self.open_loops(sc, m, n - 1..n);
-        let inner = self.body_scope(sc, m, parallel);
-        let blend = std::mem::replace(&mut self.blend_canon, scalar);
-        let done = self.body(&inner, &m.body);
-        self.blend_canon = blend;
-        done?;
+        self.point_body(sc, m, parallel, scalar)?;
         self.close_loops(1);
         Ok(())
     }
