@@ -180,7 +180,7 @@ def overhead(programs: list[str], bk: dict, reps: int) -> list[dict]:
                 row["sdflow decorated"] = (
                     min(timeit.repeat(lambda: decorated(*pos, offset_provider=conn), number=n, repeat=5)) / n * 1e6
                 )
-                bound = decorated._bound
+                bound = decorated._bindings[0].bound  # the binding of the last call
                 row["sdflow bound"] = min(timeit.repeat(bound, number=n, repeat=5)) / n * 1e6
         log(
             f"  {name}: "
