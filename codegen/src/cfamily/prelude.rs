@@ -139,12 +139,11 @@ SDF_FN int64_t sdf_f2i64(double x) {
 SDF_FN double sdf_fmod_double(double a, double b) { return a - floor(a / b) * b; }
 /* Float min and max: a NaN operand yields the other, -0.0 is below +0.0 (IEEE 754-2019
    minimumNumber / maximumNumber, as the interpreter). Selects, so that loops over them
-   vectorize (x86: a compare and a blend, `maxpd`, a compare
-   and a masked AND per vector): a NaN `b` is replaced by `a` first; `a < c ? a : c` is
-   then one instruction (`minsd`), which yields `c` for a NaN `a`; where the result
-   compares equal to `a` it can differ from `a` only as +0.0 and -0.0 do, and the bitwise
-   OR of the two (min: -0.0 if either is) or AND (max: +0.0 if either is) is the result.
-   Two NaNs yield `a`. */
+   vectorize (x86: a compare and a blend, `minpd`, a compare and a masked AND per
+   vector): a NaN `b` is replaced by `a` first; `a < c ? a : c` is then one instruction
+   (`minsd`), which yields `c` for a NaN `a`; where the result compares equal to `a` it
+   can differ from `a` only as +0.0 and -0.0 do, and the bitwise OR of the two (min:
+   -0.0 if either is) or AND (max: +0.0 if either is) is the result. Two NaNs yield `a`. */
 #define SDF_FMINMAX(NAME, T, U, CMP, BITOP)                                               \
 SDF_FN T NAME(T a, T b) {                                                                 \
     T c = b != b ? a : b; T r = a CMP c ? a : c;                                          \
