@@ -5,7 +5,7 @@
 
 use ndarray::ShapeBuilder;
 use sdflow_codegen::{Args, CpuBackend};
-use sdflow_ir::interp::{self, random_bindings};
+use sdflow_ir::interp::{self, HostArray, random_bindings};
 use sdflow_ir::{DType, DataDesc, Sdfg, SdfgBuilder, SymExpr, Value};
 
 /// `out[i, j] = u[i, j] + 10 i + j` over `N x M`, both arrays column-major.
@@ -693,5 +693,158 @@ fn a_row_checks_its_computed_levels_and_table_entries_before_it_runs() {
         interp::run(s, &mut expected).unwrap();
         let got = run(s, 2, &inputs).unwrap();
         assert_eq!(got.arrays["out"].bits(), expected.arrays["out"].bits());
+    }
+}
+
+/// GT4Py's `enhance_diffusion_coefficient_for_grid_point_cold_pools` in `dt`:
+/// `out[e, k] = max(out[e, k], max(u[e2c[e, 0], k], u[e2c[e, 1], k]))` over the levels
+/// `levels`, the fields row-major.
+fn row_of_levels(dt: DType, levels: &str) -> Sdfg {
+    let mut b = SdfgBuilder::new("rows");
+    b.symbol("E", DType::I64)
+        .symbol("C", DType::I64)
+        .symbol("K", DType::I64)
+        .array("e2c", DType::I32, ["E", "2"])
+        .array("u", dt, ["C", "K"])
+        .array("out", dt, ["E", "K"]);
+    b.state("main", |s| {
+        s.map("m", &["e", "k"], &["0:E", levels], |m| {
+            m.tasklet(
+                "t",
+                &[
+                    ("a", "out[e, k]"),
+                    ("b", "u[e2c[e, 0], k]"),
+                    ("c", "u[e2c[e, 1], k]"),
+                ],
+                &[("o", "out[e, k]")],
+                "o = max(a, max(b, c))",
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// The inner loop of a parallel map over rows whose length is known only at the call
+/// runs as whole blocks of 64 bytes of its widest element, then the rest in vectors of
+/// half that width: the C says so (8 and 4 points of `f64`, 16 and 8 of `f32`; a row of
+/// constant length and a CUDA kernel are left whole), and every row length from 0 to 19
+/// (rests of every size) gives the interpreter's bits, on two threads and on one — signed
+/// zeros and NaNs of any payload among the values, where an exact `max` differs from a
+/// compare and select.
+#[test]
+fn a_row_of_levels_runs_in_whole_blocks_then_narrower_vectors() {
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    for (dt, block) in [(DType::F64, 8u32), (DType::F32, 16)] {
+        let s = row_of_levels(dt, "0:K");
+        let c = backend.generate(&s).unwrap();
+        let blocks = format!("& ~(uint64_t){}u", block - 1);
+        let rest = format!("#pragma omp simd simdlen({})", block / 2);
+        assert_eq!(c.matches(&blocks).count(), 1, "{dt}: {c}");
+        let lines: Vec<&str> = c.lines().map(str::trim).collect();
+        let after = |mark: &str| {
+            lines
+                .windows(2)
+                .filter(|w| w[0] == mark)
+                .map(|w| w[1])
+                .collect::<Vec<_>>()
+        };
+        // The blocks, then the rest from where they end, over the same parameter.
+        let (main, rest) = (after("#pragma GCC ivdep"), after(&rest));
+        assert_eq!((main.len(), rest.len()), (1, 1), "{dt}: {c}");
+        let n = main[0]
+            .strip_prefix("for (int64_t s_k = sdf_lo")
+            .and_then(|t| t.split(';').next())
+            .unwrap_or_else(|| panic!("{dt}: {c}"));
+        assert_eq!(
+            main[0],
+            format!("for (int64_t s_k = sdf_lo{n}; s_k < sdf_mid{n}; s_k++) {{"),
+            "{dt}"
+        );
+        assert_eq!(
+            rest[0],
+            format!("for (int64_t s_k = sdf_mid{n}; s_k < sdf_hi{n}; s_k++) {{"),
+            "{dt}"
+        );
+        let constant = backend.generate(&row_of_levels(dt, "0:10")).unwrap();
+        assert!(!constant.contains("sdf_mid"), "{dt}: {constant}");
+        assert!(constant.contains("#pragma GCC ivdep"), "{dt}: {constant}");
+        let cuda = sdflow_codegen::cuda::exec::CudaBackend {
+            cache: None,
+            ..Default::default()
+        };
+        assert!(
+            !cuda.generate(&s).unwrap().source.contains("sdf_mid"),
+            "{dt}"
+        );
+
+        let prog = backend.build(&s).unwrap();
+        let special = [0.0, -0.0, 1.5, -2.0, f64::NAN, -f64::NAN, f64::INFINITY];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            seed >> 33
+        };
+        // Rows enough for the threads to share them at every length (4096 points).
+        let (e, cells) = (4100usize, 230usize);
+        for k in 0..20usize {
+            let mut value = |_| match next() % 4 {
+                0 => special[(next() % special.len() as u64) as usize],
+                _ => (next() % 2001) as f64 / 100.0 - 10.0,
+            };
+            let u: Vec<Value> = (0..cells * k)
+                .map(&mut value)
+                .map(|v| cast(dt, v))
+                .collect();
+            let out: Vec<Value> = (0..e * k).map(&mut value).map(|v| cast(dt, v)).collect();
+            let table: Vec<Value> = (0..e * 2)
+                .map(|_| Value::I32((next() % cells as u64) as i32))
+                .collect();
+            let mut b = sdflow_ir::interp::Bindings::default();
+            for (n, v) in [("E", e), ("C", cells), ("K", k)] {
+                b.symbols.insert(n.into(), Value::I64(v as i64));
+            }
+            b.arrays.insert(
+                "e2c".into(),
+                HostArray::from_values(DType::I32, &[e, 2], &table).unwrap(),
+            );
+            b.arrays.insert(
+                "u".into(),
+                HostArray::from_values(dt, &[cells, k], &u).unwrap(),
+            );
+            b.arrays.insert(
+                "out".into(),
+                HostArray::from_values(dt, &[e, k], &out).unwrap(),
+            );
+            let mut expected = b.clone();
+            interp::run(&s, &mut expected).unwrap();
+            for threads in [2, 1] {
+                prog.set_threads(threads);
+                let mut got = b.clone();
+                prog.run_bindings(&mut got).unwrap();
+                let (g, x) = (got.arrays["out"].bits(), expected.arrays["out"].bits());
+                let first = g.iter().zip(&x).position(|(a, b)| a != b);
+                assert_eq!(
+                    first.map(|i| (i / k, i % k, g[i], x[i])),
+                    None,
+                    "{dt}, rows of {k} levels, {threads} threads: first (edge, level, \
+                     compiled, interpreter) that differ"
+                );
+            }
+        }
+    }
+}
+
+/// `v` as a value of `dt`.
+fn cast(dt: DType, v: f64) -> Value {
+    match dt {
+        DType::F32 => Value::F32(v as f32),
+        _ => Value::F64(v),
     }
 }

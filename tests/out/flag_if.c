@@ -87,13 +87,26 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     } else {
                         #pragma omp single nowait
                         {
-                            #pragma GCC ivdep
-                            for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
-                                { /* tasklet 'double' */
-                                    const double v_x = a_u[(s_i)];
-                                    double v_y = 0;
-                                    v_y = sdf_canon((((2.0)) * (v_x)));
-                                    a_out[(s_i)] = v_y;
+                            {
+                                const int64_t sdf_lo3 = 0LL, sdf_hi3 = s_N;
+                                const int64_t sdf_mid3 = sdf_lo3 < sdf_hi3 ? (int64_t)((uint64_t)sdf_lo3 + (((uint64_t)sdf_hi3 - (uint64_t)sdf_lo3) & ~(uint64_t)7u)) : sdf_lo3;
+                                #pragma GCC ivdep
+                                for (int64_t s_i = sdf_lo3; s_i < sdf_mid3; s_i++) {
+                                    { /* tasklet 'double' */
+                                        const double v_x = a_u[(s_i)];
+                                        double v_y = 0;
+                                        v_y = sdf_canon((((2.0)) * (v_x)));
+                                        a_out[(s_i)] = v_y;
+                                    }
+                                }
+                                #pragma omp simd simdlen(4)
+                                for (int64_t s_i = sdf_mid3; s_i < sdf_hi3; s_i++) {
+                                    { /* tasklet 'double' */
+                                        const double v_x = a_u[(s_i)];
+                                        double v_y = 0;
+                                        v_y = sdf_canon((((2.0)) * (v_x)));
+                                        a_out[(s_i)] = v_y;
+                                    }
                                 }
                             }
                         }
@@ -104,30 +117,30 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                         {
                             { /* map 'double' (checked) */
                                 {
-                                    const int64_t sdf_rs4_0 = 0LL, sdf_re4_0 = s_N, sdf_rt4_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map4;
-                                    if (sdf_rt4_0 <= 0) { sdf_raise(0, sdf_rt4_0, 0); goto sdf_map4; }
-                                    if (sdf_rs4_0 >= sdf_re4_0) goto sdf_map4;
-                                    for (int64_t s_i = sdf_rs4_0; s_i < sdf_re4_0; s_i = sdf_next(s_i, sdf_rt4_0, sdf_re4_0)) {
+                                    const int64_t sdf_rs5_0 = 0LL, sdf_re5_0 = s_N, sdf_rt5_0 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map5;
+                                    if (sdf_rt5_0 <= 0) { sdf_raise(0, sdf_rt5_0, 0); goto sdf_map5; }
+                                    if (sdf_rs5_0 >= sdf_re5_0) goto sdf_map5;
+                                    for (int64_t s_i = sdf_rs5_0; s_i < sdf_re5_0; s_i = sdf_next(s_i, sdf_rt5_0, sdf_re5_0)) {
                                         sdf_pv[0] = s_i;
                                         { /* tasklet 'double' */
-                                            const int64_t sdf_x5 = sdf_ck(s_i, s_N, 1);
-                                            const double v_x = a_u[(sdf_x5)];
-                                            if (sdf_e->failed) goto sdf_map4;
+                                            const int64_t sdf_x6 = sdf_ck(s_i, s_N, 1);
+                                            const double v_x = a_u[(sdf_x6)];
+                                            if (sdf_e->failed) goto sdf_map5;
                                             double v_y = 0;
                                             v_y = sdf_canon((((2.0)) * (v_x)));
-                                            const int64_t sdf_x6 = sdf_ck(s_i, s_N, 2);
-                                            if (sdf_e->failed) goto sdf_map4;
-                                            a_out[(sdf_x6)] = v_y;
+                                            const int64_t sdf_x7 = sdf_ck(s_i, s_N, 2);
+                                            if (sdf_e->failed) goto sdf_map5;
+                                            a_out[(sdf_x7)] = v_y;
                                         }
-                                        if (sdf_e->failed) goto sdf_map4;
+                                        if (sdf_e->failed) goto sdf_map5;
                                     }
                                 }
-                                sdf_map4:;
+                                sdf_map5:;
                             }
-                            if (sdf_e->failed) goto sdf_stop3;
+                            if (sdf_e->failed) goto sdf_stop4;
                         }
-                        sdf_stop3:;
+                        sdf_stop4:;
                     }
                 }
                 if (sdf_e->failed) {
@@ -144,8 +157,8 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
         } else {
             /* state 'shift' */
             {
-                const int sdf_c7 = sdf_ok[1] != 0;
-                if (sdf_c7) {
+                const int sdf_c8 = sdf_ok[1] != 0;
+                if (sdf_c8) {
                     /* map 'shift' */
                     if (sdf_max64(s_N, 0) >= 4096) {
                         #pragma omp for schedule(static) nowait
@@ -160,13 +173,26 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     } else {
                         #pragma omp single nowait
                         {
-                            #pragma GCC ivdep
-                            for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
-                                { /* tasklet 'shift' */
-                                    const double v_x = a_u[(s_i)];
-                                    double v_y = 0;
-                                    v_y = sdf_canon(((v_x) + ((1.0))));
-                                    a_out[(s_i)] = v_y;
+                            {
+                                const int64_t sdf_lo9 = 0LL, sdf_hi9 = s_N;
+                                const int64_t sdf_mid9 = sdf_lo9 < sdf_hi9 ? (int64_t)((uint64_t)sdf_lo9 + (((uint64_t)sdf_hi9 - (uint64_t)sdf_lo9) & ~(uint64_t)7u)) : sdf_lo9;
+                                #pragma GCC ivdep
+                                for (int64_t s_i = sdf_lo9; s_i < sdf_mid9; s_i++) {
+                                    { /* tasklet 'shift' */
+                                        const double v_x = a_u[(s_i)];
+                                        double v_y = 0;
+                                        v_y = sdf_canon(((v_x) + ((1.0))));
+                                        a_out[(s_i)] = v_y;
+                                    }
+                                }
+                                #pragma omp simd simdlen(4)
+                                for (int64_t s_i = sdf_mid9; s_i < sdf_hi9; s_i++) {
+                                    { /* tasklet 'shift' */
+                                        const double v_x = a_u[(s_i)];
+                                        double v_y = 0;
+                                        v_y = sdf_canon(((v_x) + ((1.0))));
+                                        a_out[(s_i)] = v_y;
+                                    }
                                 }
                             }
                         }
@@ -177,30 +203,30 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                         {
                             { /* map 'shift' (checked) */
                                 {
-                                    const int64_t sdf_rs9_0 = 0LL, sdf_re9_0 = s_N, sdf_rt9_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map9;
-                                    if (sdf_rt9_0 <= 0) { sdf_raise(3, sdf_rt9_0, 0); goto sdf_map9; }
-                                    if (sdf_rs9_0 >= sdf_re9_0) goto sdf_map9;
-                                    for (int64_t s_i = sdf_rs9_0; s_i < sdf_re9_0; s_i = sdf_next(s_i, sdf_rt9_0, sdf_re9_0)) {
+                                    const int64_t sdf_rs11_0 = 0LL, sdf_re11_0 = s_N, sdf_rt11_0 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map11;
+                                    if (sdf_rt11_0 <= 0) { sdf_raise(3, sdf_rt11_0, 0); goto sdf_map11; }
+                                    if (sdf_rs11_0 >= sdf_re11_0) goto sdf_map11;
+                                    for (int64_t s_i = sdf_rs11_0; s_i < sdf_re11_0; s_i = sdf_next(s_i, sdf_rt11_0, sdf_re11_0)) {
                                         sdf_pv[0] = s_i;
                                         { /* tasklet 'shift' */
-                                            const int64_t sdf_x10 = sdf_ck(s_i, s_N, 4);
-                                            const double v_x = a_u[(sdf_x10)];
-                                            if (sdf_e->failed) goto sdf_map9;
+                                            const int64_t sdf_x12 = sdf_ck(s_i, s_N, 4);
+                                            const double v_x = a_u[(sdf_x12)];
+                                            if (sdf_e->failed) goto sdf_map11;
                                             double v_y = 0;
                                             v_y = sdf_canon(((v_x) + ((1.0))));
-                                            const int64_t sdf_x11 = sdf_ck(s_i, s_N, 5);
-                                            if (sdf_e->failed) goto sdf_map9;
-                                            a_out[(sdf_x11)] = v_y;
+                                            const int64_t sdf_x13 = sdf_ck(s_i, s_N, 5);
+                                            if (sdf_e->failed) goto sdf_map11;
+                                            a_out[(sdf_x13)] = v_y;
                                         }
-                                        if (sdf_e->failed) goto sdf_map9;
+                                        if (sdf_e->failed) goto sdf_map11;
                                     }
                                 }
-                                sdf_map9:;
+                                sdf_map11:;
                             }
-                            if (sdf_e->failed) goto sdf_stop8;
+                            if (sdf_e->failed) goto sdf_stop10;
                         }
-                        sdf_stop8:;
+                        sdf_stop10:;
                     }
                 }
                 if (sdf_e->failed) {

@@ -72,26 +72,24 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(sdf_ssub(s_N, 2LL, 0), 0) * sdf_max64(sdf_ssub(s_N, 2LL, 1), 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 1LL; s_i < (s_N - 1LL); s_i++) {
-                        #pragma GCC ivdep
-                        for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
-                            { /* tasklet 'lap5' */
-                                const double v_c = a_u[(s_i) * (s_N) + (s_j)];
-                                const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
-                                const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
-                                const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
-                                const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
-                                double v_o = 0;
-                                v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                a_out[(s_i) * (s_N) + (s_j)] = v_o;
-                            }
-                        }
-                    }
-                } else {
-                    #pragma omp single nowait
-                    {
-                        for (int64_t s_i = 1LL; s_i < (s_N - 1LL); s_i++) {
+                        {
+                            const int64_t sdf_lo2 = 1LL, sdf_hi2 = (s_N - 1LL);
+                            const int64_t sdf_mid2 = sdf_lo2 < sdf_hi2 ? (int64_t)((uint64_t)sdf_lo2 + (((uint64_t)sdf_hi2 - (uint64_t)sdf_lo2) & ~(uint64_t)7u)) : sdf_lo2;
                             #pragma GCC ivdep
-                            for (int64_t s_j = 1LL; s_j < (s_N - 1LL); s_j++) {
+                            for (int64_t s_j = sdf_lo2; s_j < sdf_mid2; s_j++) {
+                                { /* tasklet 'lap5' */
+                                    const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                    const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                    const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                    const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                    const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                    double v_o = 0;
+                                    v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                    a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                }
+                            }
+                            #pragma omp simd simdlen(4)
+                            for (int64_t s_j = sdf_mid2; s_j < sdf_hi2; s_j++) {
                                 { /* tasklet 'lap5' */
                                     const double v_c = a_u[(s_i) * (s_N) + (s_j)];
                                     const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
@@ -105,6 +103,42 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                             }
                         }
                     }
+                } else {
+                    #pragma omp single nowait
+                    {
+                        for (int64_t s_i = 1LL; s_i < (s_N - 1LL); s_i++) {
+                            {
+                                const int64_t sdf_lo3 = 1LL, sdf_hi3 = (s_N - 1LL);
+                                const int64_t sdf_mid3 = sdf_lo3 < sdf_hi3 ? (int64_t)((uint64_t)sdf_lo3 + (((uint64_t)sdf_hi3 - (uint64_t)sdf_lo3) & ~(uint64_t)7u)) : sdf_lo3;
+                                #pragma GCC ivdep
+                                for (int64_t s_j = sdf_lo3; s_j < sdf_mid3; s_j++) {
+                                    { /* tasklet 'lap5' */
+                                        const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                        const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                        const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                        const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                        const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                        double v_o = 0;
+                                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                        a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                    }
+                                }
+                                #pragma omp simd simdlen(4)
+                                for (int64_t s_j = sdf_mid3; s_j < sdf_hi3; s_j++) {
+                                    { /* tasklet 'lap5' */
+                                        const double v_c = a_u[(s_i) * (s_N) + (s_j)];
+                                        const double v_n = a_u[((s_i - 1LL)) * (s_N) + (s_j)];
+                                        const double v_s = a_u[((s_i + 1LL)) * (s_N) + (s_j)];
+                                        const double v_w = a_u[(s_i) * (s_N) + ((s_j - 1LL))];
+                                        const double v_e = a_u[(s_i) * (s_N) + ((s_j + 1LL))];
+                                        double v_o = 0;
+                                        v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
+                                        a_out[(s_i) * (s_N) + (s_j)] = v_o;
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
             } else {
                 #pragma omp single nowait
@@ -112,51 +146,51 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     {
                         { /* map 'laplace' (checked) */
                             {
-                                const int64_t sdf_rs3_0 = 1LL, sdf_re3_0 = sdf_ssub(s_N, 1LL, 2), sdf_rt3_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map3;
-                                if (sdf_rt3_0 <= 0) { sdf_raise(3, sdf_rt3_0, 0); goto sdf_map3; }
-                                if (sdf_rs3_0 >= sdf_re3_0) goto sdf_map3;
-                                const int64_t sdf_rs3_1 = 1LL, sdf_re3_1 = sdf_ssub(s_N, 1LL, 4), sdf_rt3_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map3;
-                                if (sdf_rt3_1 <= 0) { sdf_raise(5, sdf_rt3_1, 0); goto sdf_map3; }
-                                if (sdf_rs3_1 >= sdf_re3_1) goto sdf_map3;
-                                for (int64_t s_i = sdf_rs3_0; s_i < sdf_re3_0; s_i = sdf_next(s_i, sdf_rt3_0, sdf_re3_0)) {
+                                const int64_t sdf_rs5_0 = 1LL, sdf_re5_0 = sdf_ssub(s_N, 1LL, 2), sdf_rt5_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map5;
+                                if (sdf_rt5_0 <= 0) { sdf_raise(3, sdf_rt5_0, 0); goto sdf_map5; }
+                                if (sdf_rs5_0 >= sdf_re5_0) goto sdf_map5;
+                                const int64_t sdf_rs5_1 = 1LL, sdf_re5_1 = sdf_ssub(s_N, 1LL, 4), sdf_rt5_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map5;
+                                if (sdf_rt5_1 <= 0) { sdf_raise(5, sdf_rt5_1, 0); goto sdf_map5; }
+                                if (sdf_rs5_1 >= sdf_re5_1) goto sdf_map5;
+                                for (int64_t s_i = sdf_rs5_0; s_i < sdf_re5_0; s_i = sdf_next(s_i, sdf_rt5_0, sdf_re5_0)) {
                                     sdf_pv[0] = s_i;
-                                    for (int64_t s_j = sdf_rs3_1; s_j < sdf_re3_1; s_j = sdf_next(s_j, sdf_rt3_1, sdf_re3_1)) {
+                                    for (int64_t s_j = sdf_rs5_1; s_j < sdf_re5_1; s_j = sdf_next(s_j, sdf_rt5_1, sdf_re5_1)) {
                                         sdf_pv[1] = s_j;
                                         { /* tasklet 'lap5' */
-                                            const int64_t sdf_x4 = sdf_ck(s_i, s_N, 6);
-                                            const int64_t sdf_x5 = sdf_ck(s_j, s_N, 7);
-                                            const double v_c = a_u[(sdf_x4) * (s_N) + (sdf_x5)];
-                                            const int64_t sdf_x6 = sdf_ck(sdf_ssub(s_i, 1LL, 8), s_N, 9);
-                                            const int64_t sdf_x7 = sdf_ck(s_j, s_N, 10);
-                                            const double v_n = a_u[(sdf_x6) * (s_N) + (sdf_x7)];
-                                            const int64_t sdf_x8 = sdf_ck(sdf_sadd(s_i, 1LL, 11), s_N, 12);
-                                            const int64_t sdf_x9 = sdf_ck(s_j, s_N, 13);
-                                            const double v_s = a_u[(sdf_x8) * (s_N) + (sdf_x9)];
-                                            const int64_t sdf_x10 = sdf_ck(s_i, s_N, 14);
-                                            const int64_t sdf_x11 = sdf_ck(sdf_ssub(s_j, 1LL, 15), s_N, 16);
-                                            const double v_w = a_u[(sdf_x10) * (s_N) + (sdf_x11)];
-                                            const int64_t sdf_x12 = sdf_ck(s_i, s_N, 17);
-                                            const int64_t sdf_x13 = sdf_ck(sdf_sadd(s_j, 1LL, 18), s_N, 19);
-                                            const double v_e = a_u[(sdf_x12) * (s_N) + (sdf_x13)];
-                                            if (sdf_e->failed) goto sdf_map3;
+                                            const int64_t sdf_x6 = sdf_ck(s_i, s_N, 6);
+                                            const int64_t sdf_x7 = sdf_ck(s_j, s_N, 7);
+                                            const double v_c = a_u[(sdf_x6) * (s_N) + (sdf_x7)];
+                                            const int64_t sdf_x8 = sdf_ck(sdf_ssub(s_i, 1LL, 8), s_N, 9);
+                                            const int64_t sdf_x9 = sdf_ck(s_j, s_N, 10);
+                                            const double v_n = a_u[(sdf_x8) * (s_N) + (sdf_x9)];
+                                            const int64_t sdf_x10 = sdf_ck(sdf_sadd(s_i, 1LL, 11), s_N, 12);
+                                            const int64_t sdf_x11 = sdf_ck(s_j, s_N, 13);
+                                            const double v_s = a_u[(sdf_x10) * (s_N) + (sdf_x11)];
+                                            const int64_t sdf_x12 = sdf_ck(s_i, s_N, 14);
+                                            const int64_t sdf_x13 = sdf_ck(sdf_ssub(s_j, 1LL, 15), s_N, 16);
+                                            const double v_w = a_u[(sdf_x12) * (s_N) + (sdf_x13)];
+                                            const int64_t sdf_x14 = sdf_ck(s_i, s_N, 17);
+                                            const int64_t sdf_x15 = sdf_ck(sdf_sadd(s_j, 1LL, 18), s_N, 19);
+                                            const double v_e = a_u[(sdf_x14) * (s_N) + (sdf_x15)];
+                                            if (sdf_e->failed) goto sdf_map5;
                                             double v_o = 0;
                                             v_o = sdf_canon(((((((((v_n) + (v_s))) + (v_w))) + (v_e))) - ((((4.0)) * (v_c)))));
-                                            const int64_t sdf_x14 = sdf_ck(s_i, s_N, 20);
-                                            const int64_t sdf_x15 = sdf_ck(s_j, s_N, 21);
-                                            if (sdf_e->failed) goto sdf_map3;
-                                            a_out[(sdf_x14) * (s_N) + (sdf_x15)] = v_o;
+                                            const int64_t sdf_x16 = sdf_ck(s_i, s_N, 20);
+                                            const int64_t sdf_x17 = sdf_ck(s_j, s_N, 21);
+                                            if (sdf_e->failed) goto sdf_map5;
+                                            a_out[(sdf_x16) * (s_N) + (sdf_x17)] = v_o;
                                         }
-                                        if (sdf_e->failed) goto sdf_map3;
+                                        if (sdf_e->failed) goto sdf_map5;
                                     }
                                 }
                             }
-                            sdf_map3:;
+                            sdf_map5:;
                         }
-                        if (sdf_e->failed) goto sdf_stop2;
+                        if (sdf_e->failed) goto sdf_stop4;
                     }
-                    sdf_stop2:;
+                    sdf_stop4:;
                 }
             }
             if (sdf_e->failed) {

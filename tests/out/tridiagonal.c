@@ -88,27 +88,25 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                 if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
-                        #pragma GCC ivdep
-                        for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
-                            { /* tasklet 'start' */
-                                const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
-                                const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
-                                const double v_d0 = a_d[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
-                                double v_cp0 = 0;
-                                double v_dp0 = 0;
-                                v_cp0 = sdf_canon(((v_c0) / (v_b0)));
-                                v_dp0 = sdf_canon(((v_d0) / (v_b0)));
-                                a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_cp0;
-                                a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_dp0;
-                            }
-                        }
-                    }
-                } else {
-                    #pragma omp single nowait
-                    {
-                        for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                        {
+                            const int64_t sdf_lo2 = 0LL, sdf_hi2 = s_NY;
+                            const int64_t sdf_mid2 = sdf_lo2 < sdf_hi2 ? (int64_t)((uint64_t)sdf_lo2 + (((uint64_t)sdf_hi2 - (uint64_t)sdf_lo2) & ~(uint64_t)7u)) : sdf_lo2;
                             #pragma GCC ivdep
-                            for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
+                            for (int64_t s_j = sdf_lo2; s_j < sdf_mid2; s_j++) {
+                                { /* tasklet 'start' */
+                                    const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                    const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                    const double v_d0 = a_d[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                    double v_cp0 = 0;
+                                    double v_dp0 = 0;
+                                    v_cp0 = sdf_canon(((v_c0) / (v_b0)));
+                                    v_dp0 = sdf_canon(((v_d0) / (v_b0)));
+                                    a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_cp0;
+                                    a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_dp0;
+                                }
+                            }
+                            #pragma omp simd simdlen(4)
+                            for (int64_t s_j = sdf_mid2; s_j < sdf_hi2; s_j++) {
                                 { /* tasklet 'start' */
                                     const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
                                     const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
@@ -123,6 +121,44 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                             }
                         }
                     }
+                } else {
+                    #pragma omp single nowait
+                    {
+                        for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
+                            {
+                                const int64_t sdf_lo3 = 0LL, sdf_hi3 = s_NY;
+                                const int64_t sdf_mid3 = sdf_lo3 < sdf_hi3 ? (int64_t)((uint64_t)sdf_lo3 + (((uint64_t)sdf_hi3 - (uint64_t)sdf_lo3) & ~(uint64_t)7u)) : sdf_lo3;
+                                #pragma GCC ivdep
+                                for (int64_t s_j = sdf_lo3; s_j < sdf_mid3; s_j++) {
+                                    { /* tasklet 'start' */
+                                        const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        const double v_d0 = a_d[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        double v_cp0 = 0;
+                                        double v_dp0 = 0;
+                                        v_cp0 = sdf_canon(((v_c0) / (v_b0)));
+                                        v_dp0 = sdf_canon(((v_d0) / (v_b0)));
+                                        a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_cp0;
+                                        a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_dp0;
+                                    }
+                                }
+                                #pragma omp simd simdlen(4)
+                                for (int64_t s_j = sdf_mid3; s_j < sdf_hi3; s_j++) {
+                                    { /* tasklet 'start' */
+                                        const double v_b0 = a_b[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        const double v_c0 = a_c[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        const double v_d0 = a_d[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)];
+                                        double v_cp0 = 0;
+                                        double v_dp0 = 0;
+                                        v_cp0 = sdf_canon(((v_c0) / (v_b0)));
+                                        v_dp0 = sdf_canon(((v_d0) / (v_b0)));
+                                        a_cp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_cp0;
+                                        a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + (0LL)] = v_dp0;
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
             } else {
                 #pragma omp single nowait
@@ -130,56 +166,56 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     {
                         { /* map 'init' (checked) */
                             {
-                                const int64_t sdf_rs3_0 = 0LL, sdf_re3_0 = s_NX, sdf_rt3_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map3;
-                                if (sdf_rt3_0 <= 0) { sdf_raise(0, sdf_rt3_0, 0); goto sdf_map3; }
-                                if (sdf_rs3_0 >= sdf_re3_0) goto sdf_map3;
-                                const int64_t sdf_rs3_1 = 0LL, sdf_re3_1 = s_NY, sdf_rt3_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map3;
-                                if (sdf_rt3_1 <= 0) { sdf_raise(1, sdf_rt3_1, 0); goto sdf_map3; }
-                                if (sdf_rs3_1 >= sdf_re3_1) goto sdf_map3;
-                                for (int64_t s_i = sdf_rs3_0; s_i < sdf_re3_0; s_i = sdf_next(s_i, sdf_rt3_0, sdf_re3_0)) {
+                                const int64_t sdf_rs5_0 = 0LL, sdf_re5_0 = s_NX, sdf_rt5_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map5;
+                                if (sdf_rt5_0 <= 0) { sdf_raise(0, sdf_rt5_0, 0); goto sdf_map5; }
+                                if (sdf_rs5_0 >= sdf_re5_0) goto sdf_map5;
+                                const int64_t sdf_rs5_1 = 0LL, sdf_re5_1 = s_NY, sdf_rt5_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map5;
+                                if (sdf_rt5_1 <= 0) { sdf_raise(1, sdf_rt5_1, 0); goto sdf_map5; }
+                                if (sdf_rs5_1 >= sdf_re5_1) goto sdf_map5;
+                                for (int64_t s_i = sdf_rs5_0; s_i < sdf_re5_0; s_i = sdf_next(s_i, sdf_rt5_0, sdf_re5_0)) {
                                     sdf_pv[0] = s_i;
-                                    for (int64_t s_j = sdf_rs3_1; s_j < sdf_re3_1; s_j = sdf_next(s_j, sdf_rt3_1, sdf_re3_1)) {
+                                    for (int64_t s_j = sdf_rs5_1; s_j < sdf_re5_1; s_j = sdf_next(s_j, sdf_rt5_1, sdf_re5_1)) {
                                         sdf_pv[1] = s_j;
                                         { /* tasklet 'start' */
-                                            const int64_t sdf_x4 = sdf_ck(s_i, s_NX, 2);
-                                            const int64_t sdf_x5 = sdf_ck(s_j, s_NY, 3);
-                                            const int64_t sdf_x6 = sdf_ck(0LL, s_NZ, 4);
-                                            const double v_b0 = a_b[(sdf_x4) * ((s_NY * s_NZ)) + (sdf_x5) * (s_NZ) + (sdf_x6)];
-                                            const int64_t sdf_x7 = sdf_ck(s_i, s_NX, 5);
-                                            const int64_t sdf_x8 = sdf_ck(s_j, s_NY, 6);
-                                            const int64_t sdf_x9 = sdf_ck(0LL, s_NZ, 7);
-                                            const double v_c0 = a_c[(sdf_x7) * ((s_NY * s_NZ)) + (sdf_x8) * (s_NZ) + (sdf_x9)];
-                                            const int64_t sdf_x10 = sdf_ck(s_i, s_NX, 8);
-                                            const int64_t sdf_x11 = sdf_ck(s_j, s_NY, 9);
-                                            const int64_t sdf_x12 = sdf_ck(0LL, s_NZ, 10);
-                                            const double v_d0 = a_d[(sdf_x10) * ((s_NY * s_NZ)) + (sdf_x11) * (s_NZ) + (sdf_x12)];
-                                            if (sdf_e->failed) goto sdf_map3;
+                                            const int64_t sdf_x6 = sdf_ck(s_i, s_NX, 2);
+                                            const int64_t sdf_x7 = sdf_ck(s_j, s_NY, 3);
+                                            const int64_t sdf_x8 = sdf_ck(0LL, s_NZ, 4);
+                                            const double v_b0 = a_b[(sdf_x6) * ((s_NY * s_NZ)) + (sdf_x7) * (s_NZ) + (sdf_x8)];
+                                            const int64_t sdf_x9 = sdf_ck(s_i, s_NX, 5);
+                                            const int64_t sdf_x10 = sdf_ck(s_j, s_NY, 6);
+                                            const int64_t sdf_x11 = sdf_ck(0LL, s_NZ, 7);
+                                            const double v_c0 = a_c[(sdf_x9) * ((s_NY * s_NZ)) + (sdf_x10) * (s_NZ) + (sdf_x11)];
+                                            const int64_t sdf_x12 = sdf_ck(s_i, s_NX, 8);
+                                            const int64_t sdf_x13 = sdf_ck(s_j, s_NY, 9);
+                                            const int64_t sdf_x14 = sdf_ck(0LL, s_NZ, 10);
+                                            const double v_d0 = a_d[(sdf_x12) * ((s_NY * s_NZ)) + (sdf_x13) * (s_NZ) + (sdf_x14)];
+                                            if (sdf_e->failed) goto sdf_map5;
                                             double v_cp0 = 0;
                                             double v_dp0 = 0;
                                             v_cp0 = sdf_canon(((v_c0) / (v_b0)));
                                             v_dp0 = sdf_canon(((v_d0) / (v_b0)));
-                                            const int64_t sdf_x13 = sdf_ck(s_i, s_NX, 11);
-                                            const int64_t sdf_x14 = sdf_ck(s_j, s_NY, 12);
-                                            const int64_t sdf_x15 = sdf_ck(0LL, s_NZ, 13);
-                                            if (sdf_e->failed) goto sdf_map3;
-                                            a_cp[(sdf_x13) * ((s_NY * s_NZ)) + (sdf_x14) * (s_NZ) + (sdf_x15)] = v_cp0;
-                                            const int64_t sdf_x16 = sdf_ck(s_i, s_NX, 14);
-                                            const int64_t sdf_x17 = sdf_ck(s_j, s_NY, 15);
-                                            const int64_t sdf_x18 = sdf_ck(0LL, s_NZ, 16);
-                                            if (sdf_e->failed) goto sdf_map3;
-                                            a_dp[(sdf_x16) * ((s_NY * s_NZ)) + (sdf_x17) * (s_NZ) + (sdf_x18)] = v_dp0;
+                                            const int64_t sdf_x15 = sdf_ck(s_i, s_NX, 11);
+                                            const int64_t sdf_x16 = sdf_ck(s_j, s_NY, 12);
+                                            const int64_t sdf_x17 = sdf_ck(0LL, s_NZ, 13);
+                                            if (sdf_e->failed) goto sdf_map5;
+                                            a_cp[(sdf_x15) * ((s_NY * s_NZ)) + (sdf_x16) * (s_NZ) + (sdf_x17)] = v_cp0;
+                                            const int64_t sdf_x18 = sdf_ck(s_i, s_NX, 14);
+                                            const int64_t sdf_x19 = sdf_ck(s_j, s_NY, 15);
+                                            const int64_t sdf_x20 = sdf_ck(0LL, s_NZ, 16);
+                                            if (sdf_e->failed) goto sdf_map5;
+                                            a_dp[(sdf_x18) * ((s_NY * s_NZ)) + (sdf_x19) * (s_NZ) + (sdf_x20)] = v_dp0;
                                         }
-                                        if (sdf_e->failed) goto sdf_map3;
+                                        if (sdf_e->failed) goto sdf_map5;
                                     }
                                 }
                             }
-                            sdf_map3:;
+                            sdf_map5:;
                         }
-                        if (sdf_e->failed) goto sdf_stop2;
+                        if (sdf_e->failed) goto sdf_stop4;
                     }
-                    sdf_stop2:;
+                    sdf_stop4:;
                 }
             }
             if (sdf_e->failed) {
@@ -196,13 +232,13 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
         s_k = 1LL;
         if (sdf_e->failed) goto sdf_end;
         for (;;) {
-            const int64_t sdf_c19 = ((int64_t)((s_k) < (s_NZ)));
+            const int64_t sdf_c21 = ((int64_t)((s_k) < (s_NZ)));
             if (sdf_e->failed) goto sdf_end;
-            if (sdf_c19 == 0) break;
+            if (sdf_c21 == 0) break;
             /* state 'forward' */
             {
-                int sdf_q = 0; const int sdf_c20 = (((int64_t)(((((int64_t)((0LL) >= (s_NX)))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (s_NY)))) != 0) || ((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) > (sdf_qsub(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) > (sdf_qsub(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0 && !sdf_q;
-                if (sdf_c20) {
+                int sdf_q = 0; const int sdf_c22 = (((int64_t)(((((int64_t)((0LL) >= (s_NX)))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (s_NY)))) != 0) || ((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) > (sdf_qsub(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) > (sdf_qsub(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0 && !sdf_q;
+                if (sdf_c22) {
                     /* map 'forward' */
                     if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                         #pragma omp for schedule(static) nowait
@@ -255,69 +291,69 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                         {
                             { /* map 'forward' (checked) */
                                 {
-                                    const int64_t sdf_rs22_0 = 0LL, sdf_re22_0 = s_NX, sdf_rt22_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map22;
-                                    if (sdf_rt22_0 <= 0) { sdf_raise(17, sdf_rt22_0, 0); goto sdf_map22; }
-                                    if (sdf_rs22_0 >= sdf_re22_0) goto sdf_map22;
-                                    const int64_t sdf_rs22_1 = 0LL, sdf_re22_1 = s_NY, sdf_rt22_1 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map22;
-                                    if (sdf_rt22_1 <= 0) { sdf_raise(18, sdf_rt22_1, 0); goto sdf_map22; }
-                                    if (sdf_rs22_1 >= sdf_re22_1) goto sdf_map22;
-                                    for (int64_t s_i = sdf_rs22_0; s_i < sdf_re22_0; s_i = sdf_next(s_i, sdf_rt22_0, sdf_re22_0)) {
+                                    const int64_t sdf_rs24_0 = 0LL, sdf_re24_0 = s_NX, sdf_rt24_0 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map24;
+                                    if (sdf_rt24_0 <= 0) { sdf_raise(17, sdf_rt24_0, 0); goto sdf_map24; }
+                                    if (sdf_rs24_0 >= sdf_re24_0) goto sdf_map24;
+                                    const int64_t sdf_rs24_1 = 0LL, sdf_re24_1 = s_NY, sdf_rt24_1 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map24;
+                                    if (sdf_rt24_1 <= 0) { sdf_raise(18, sdf_rt24_1, 0); goto sdf_map24; }
+                                    if (sdf_rs24_1 >= sdf_re24_1) goto sdf_map24;
+                                    for (int64_t s_i = sdf_rs24_0; s_i < sdf_re24_0; s_i = sdf_next(s_i, sdf_rt24_0, sdf_re24_0)) {
                                         sdf_pv[0] = s_i;
-                                        for (int64_t s_j = sdf_rs22_1; s_j < sdf_re22_1; s_j = sdf_next(s_j, sdf_rt22_1, sdf_re22_1)) {
+                                        for (int64_t s_j = sdf_rs24_1; s_j < sdf_re24_1; s_j = sdf_next(s_j, sdf_rt24_1, sdf_re24_1)) {
                                             sdf_pv[1] = s_j;
                                             { /* tasklet 'eliminate' */
-                                                const int64_t sdf_x23 = sdf_ck(s_i, s_NX, 19);
-                                                const int64_t sdf_x24 = sdf_ck(s_j, s_NY, 20);
-                                                const int64_t sdf_x25 = sdf_ck(s_k, s_NZ, 21);
-                                                const double v_ak = a_a[(sdf_x23) * ((s_NY * s_NZ)) + (sdf_x24) * (s_NZ) + (sdf_x25)];
-                                                const int64_t sdf_x26 = sdf_ck(s_i, s_NX, 22);
-                                                const int64_t sdf_x27 = sdf_ck(s_j, s_NY, 23);
-                                                const int64_t sdf_x28 = sdf_ck(s_k, s_NZ, 24);
-                                                const double v_bk = a_b[(sdf_x26) * ((s_NY * s_NZ)) + (sdf_x27) * (s_NZ) + (sdf_x28)];
-                                                const int64_t sdf_x29 = sdf_ck(s_i, s_NX, 25);
-                                                const int64_t sdf_x30 = sdf_ck(s_j, s_NY, 26);
-                                                const int64_t sdf_x31 = sdf_ck(s_k, s_NZ, 27);
-                                                const double v_ck = a_c[(sdf_x29) * ((s_NY * s_NZ)) + (sdf_x30) * (s_NZ) + (sdf_x31)];
-                                                const int64_t sdf_x32 = sdf_ck(s_i, s_NX, 28);
-                                                const int64_t sdf_x33 = sdf_ck(s_j, s_NY, 29);
-                                                const int64_t sdf_x34 = sdf_ck(s_k, s_NZ, 30);
-                                                const double v_dk = a_d[(sdf_x32) * ((s_NY * s_NZ)) + (sdf_x33) * (s_NZ) + (sdf_x34)];
-                                                const int64_t sdf_x35 = sdf_ck(s_i, s_NX, 31);
-                                                const int64_t sdf_x36 = sdf_ck(s_j, s_NY, 32);
-                                                const int64_t sdf_x37 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
-                                                const double v_cprev = a_cp[(sdf_x35) * ((s_NY * s_NZ)) + (sdf_x36) * (s_NZ) + (sdf_x37)];
-                                                const int64_t sdf_x38 = sdf_ck(s_i, s_NX, 35);
-                                                const int64_t sdf_x39 = sdf_ck(s_j, s_NY, 36);
-                                                const int64_t sdf_x40 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
-                                                const double v_dprev = a_dp[(sdf_x38) * ((s_NY * s_NZ)) + (sdf_x39) * (s_NZ) + (sdf_x40)];
-                                                if (sdf_e->failed) goto sdf_map22;
+                                                const int64_t sdf_x25 = sdf_ck(s_i, s_NX, 19);
+                                                const int64_t sdf_x26 = sdf_ck(s_j, s_NY, 20);
+                                                const int64_t sdf_x27 = sdf_ck(s_k, s_NZ, 21);
+                                                const double v_ak = a_a[(sdf_x25) * ((s_NY * s_NZ)) + (sdf_x26) * (s_NZ) + (sdf_x27)];
+                                                const int64_t sdf_x28 = sdf_ck(s_i, s_NX, 22);
+                                                const int64_t sdf_x29 = sdf_ck(s_j, s_NY, 23);
+                                                const int64_t sdf_x30 = sdf_ck(s_k, s_NZ, 24);
+                                                const double v_bk = a_b[(sdf_x28) * ((s_NY * s_NZ)) + (sdf_x29) * (s_NZ) + (sdf_x30)];
+                                                const int64_t sdf_x31 = sdf_ck(s_i, s_NX, 25);
+                                                const int64_t sdf_x32 = sdf_ck(s_j, s_NY, 26);
+                                                const int64_t sdf_x33 = sdf_ck(s_k, s_NZ, 27);
+                                                const double v_ck = a_c[(sdf_x31) * ((s_NY * s_NZ)) + (sdf_x32) * (s_NZ) + (sdf_x33)];
+                                                const int64_t sdf_x34 = sdf_ck(s_i, s_NX, 28);
+                                                const int64_t sdf_x35 = sdf_ck(s_j, s_NY, 29);
+                                                const int64_t sdf_x36 = sdf_ck(s_k, s_NZ, 30);
+                                                const double v_dk = a_d[(sdf_x34) * ((s_NY * s_NZ)) + (sdf_x35) * (s_NZ) + (sdf_x36)];
+                                                const int64_t sdf_x37 = sdf_ck(s_i, s_NX, 31);
+                                                const int64_t sdf_x38 = sdf_ck(s_j, s_NY, 32);
+                                                const int64_t sdf_x39 = sdf_ck(sdf_ssub(s_k, 1LL, 33), s_NZ, 34);
+                                                const double v_cprev = a_cp[(sdf_x37) * ((s_NY * s_NZ)) + (sdf_x38) * (s_NZ) + (sdf_x39)];
+                                                const int64_t sdf_x40 = sdf_ck(s_i, s_NX, 35);
+                                                const int64_t sdf_x41 = sdf_ck(s_j, s_NY, 36);
+                                                const int64_t sdf_x42 = sdf_ck(sdf_ssub(s_k, 1LL, 37), s_NZ, 38);
+                                                const double v_dprev = a_dp[(sdf_x40) * ((s_NY * s_NZ)) + (sdf_x41) * (s_NZ) + (sdf_x42)];
+                                                if (sdf_e->failed) goto sdf_map24;
                                                 double v_cpk = 0;
                                                 double v_dpk = 0;
                                                 double v_den = ((v_bk) - (((v_ak) * (v_cprev))));
                                                 v_cpk = sdf_canon(((v_ck) / (v_den)));
                                                 v_dpk = sdf_canon(((((v_dk) - (((v_ak) * (v_dprev))))) / (v_den)));
-                                                const int64_t sdf_x41 = sdf_ck(s_i, s_NX, 39);
-                                                const int64_t sdf_x42 = sdf_ck(s_j, s_NY, 40);
-                                                const int64_t sdf_x43 = sdf_ck(s_k, s_NZ, 41);
-                                                if (sdf_e->failed) goto sdf_map22;
-                                                a_cp[(sdf_x41) * ((s_NY * s_NZ)) + (sdf_x42) * (s_NZ) + (sdf_x43)] = v_cpk;
-                                                const int64_t sdf_x44 = sdf_ck(s_i, s_NX, 42);
-                                                const int64_t sdf_x45 = sdf_ck(s_j, s_NY, 43);
-                                                const int64_t sdf_x46 = sdf_ck(s_k, s_NZ, 44);
-                                                if (sdf_e->failed) goto sdf_map22;
-                                                a_dp[(sdf_x44) * ((s_NY * s_NZ)) + (sdf_x45) * (s_NZ) + (sdf_x46)] = v_dpk;
+                                                const int64_t sdf_x43 = sdf_ck(s_i, s_NX, 39);
+                                                const int64_t sdf_x44 = sdf_ck(s_j, s_NY, 40);
+                                                const int64_t sdf_x45 = sdf_ck(s_k, s_NZ, 41);
+                                                if (sdf_e->failed) goto sdf_map24;
+                                                a_cp[(sdf_x43) * ((s_NY * s_NZ)) + (sdf_x44) * (s_NZ) + (sdf_x45)] = v_cpk;
+                                                const int64_t sdf_x46 = sdf_ck(s_i, s_NX, 42);
+                                                const int64_t sdf_x47 = sdf_ck(s_j, s_NY, 43);
+                                                const int64_t sdf_x48 = sdf_ck(s_k, s_NZ, 44);
+                                                if (sdf_e->failed) goto sdf_map24;
+                                                a_dp[(sdf_x46) * ((s_NY * s_NZ)) + (sdf_x47) * (s_NZ) + (sdf_x48)] = v_dpk;
                                             }
-                                            if (sdf_e->failed) goto sdf_map22;
+                                            if (sdf_e->failed) goto sdf_map24;
                                         }
                                     }
                                 }
-                                sdf_map22:;
+                                sdf_map24:;
                             }
-                            if (sdf_e->failed) goto sdf_stop21;
+                            if (sdf_e->failed) goto sdf_stop23;
                         }
-                        sdf_stop21:;
+                        sdf_stop23:;
                     }
                 }
                 if (sdf_e->failed) {
@@ -336,19 +372,32 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
         }
         /* state 'last' */
         {
-            const int sdf_c47 = sdf_ok[1] != 0;
-            if (sdf_c47) {
+            const int sdf_c49 = sdf_ok[1] != 0;
+            if (sdf_c49) {
                 /* map 'last' */
                 if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                     #pragma omp for schedule(static) nowait
                     for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
-                        #pragma GCC ivdep
-                        for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
-                            { /* tasklet 'top' */
-                                const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
-                                double v_xl = 0;
-                                v_xl = sdf_canon(v_dl);
-                                a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                        {
+                            const int64_t sdf_lo50 = 0LL, sdf_hi50 = s_NY;
+                            const int64_t sdf_mid50 = sdf_lo50 < sdf_hi50 ? (int64_t)((uint64_t)sdf_lo50 + (((uint64_t)sdf_hi50 - (uint64_t)sdf_lo50) & ~(uint64_t)7u)) : sdf_lo50;
+                            #pragma GCC ivdep
+                            for (int64_t s_j = sdf_lo50; s_j < sdf_mid50; s_j++) {
+                                { /* tasklet 'top' */
+                                    const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
+                                    double v_xl = 0;
+                                    v_xl = sdf_canon(v_dl);
+                                    a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                                }
+                            }
+                            #pragma omp simd simdlen(4)
+                            for (int64_t s_j = sdf_mid50; s_j < sdf_hi50; s_j++) {
+                                { /* tasklet 'top' */
+                                    const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
+                                    double v_xl = 0;
+                                    v_xl = sdf_canon(v_dl);
+                                    a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                                }
                             }
                         }
                     }
@@ -356,13 +405,26 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     #pragma omp single nowait
                     {
                         for (int64_t s_i = 0LL; s_i < s_NX; s_i++) {
-                            #pragma GCC ivdep
-                            for (int64_t s_j = 0LL; s_j < s_NY; s_j++) {
-                                { /* tasklet 'top' */
-                                    const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
-                                    double v_xl = 0;
-                                    v_xl = sdf_canon(v_dl);
-                                    a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                            {
+                                const int64_t sdf_lo51 = 0LL, sdf_hi51 = s_NY;
+                                const int64_t sdf_mid51 = sdf_lo51 < sdf_hi51 ? (int64_t)((uint64_t)sdf_lo51 + (((uint64_t)sdf_hi51 - (uint64_t)sdf_lo51) & ~(uint64_t)7u)) : sdf_lo51;
+                                #pragma GCC ivdep
+                                for (int64_t s_j = sdf_lo51; s_j < sdf_mid51; s_j++) {
+                                    { /* tasklet 'top' */
+                                        const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
+                                        double v_xl = 0;
+                                        v_xl = sdf_canon(v_dl);
+                                        a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                                    }
+                                }
+                                #pragma omp simd simdlen(4)
+                                for (int64_t s_j = sdf_mid51; s_j < sdf_hi51; s_j++) {
+                                    { /* tasklet 'top' */
+                                        const double v_dl = a_dp[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))];
+                                        double v_xl = 0;
+                                        v_xl = sdf_canon(v_dl);
+                                        a_x[(s_i) * ((s_NY * s_NZ)) + (s_j) * (s_NZ) + ((s_NZ - 1LL))] = v_xl;
+                                    }
                                 }
                             }
                         }
@@ -374,41 +436,41 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                     {
                         { /* map 'last' (checked) */
                             {
-                                const int64_t sdf_rs49_0 = 0LL, sdf_re49_0 = s_NX, sdf_rt49_0 = 1LL;
-                                if (sdf_e->failed) goto sdf_map49;
-                                if (sdf_rt49_0 <= 0) { sdf_raise(46, sdf_rt49_0, 0); goto sdf_map49; }
-                                if (sdf_rs49_0 >= sdf_re49_0) goto sdf_map49;
-                                const int64_t sdf_rs49_1 = 0LL, sdf_re49_1 = s_NY, sdf_rt49_1 = 1LL;
-                                if (sdf_e->failed) goto sdf_map49;
-                                if (sdf_rt49_1 <= 0) { sdf_raise(47, sdf_rt49_1, 0); goto sdf_map49; }
-                                if (sdf_rs49_1 >= sdf_re49_1) goto sdf_map49;
-                                for (int64_t s_i = sdf_rs49_0; s_i < sdf_re49_0; s_i = sdf_next(s_i, sdf_rt49_0, sdf_re49_0)) {
+                                const int64_t sdf_rs53_0 = 0LL, sdf_re53_0 = s_NX, sdf_rt53_0 = 1LL;
+                                if (sdf_e->failed) goto sdf_map53;
+                                if (sdf_rt53_0 <= 0) { sdf_raise(46, sdf_rt53_0, 0); goto sdf_map53; }
+                                if (sdf_rs53_0 >= sdf_re53_0) goto sdf_map53;
+                                const int64_t sdf_rs53_1 = 0LL, sdf_re53_1 = s_NY, sdf_rt53_1 = 1LL;
+                                if (sdf_e->failed) goto sdf_map53;
+                                if (sdf_rt53_1 <= 0) { sdf_raise(47, sdf_rt53_1, 0); goto sdf_map53; }
+                                if (sdf_rs53_1 >= sdf_re53_1) goto sdf_map53;
+                                for (int64_t s_i = sdf_rs53_0; s_i < sdf_re53_0; s_i = sdf_next(s_i, sdf_rt53_0, sdf_re53_0)) {
                                     sdf_pv[0] = s_i;
-                                    for (int64_t s_j = sdf_rs49_1; s_j < sdf_re49_1; s_j = sdf_next(s_j, sdf_rt49_1, sdf_re49_1)) {
+                                    for (int64_t s_j = sdf_rs53_1; s_j < sdf_re53_1; s_j = sdf_next(s_j, sdf_rt53_1, sdf_re53_1)) {
                                         sdf_pv[1] = s_j;
                                         { /* tasklet 'top' */
-                                            const int64_t sdf_x50 = sdf_ck(s_i, s_NX, 48);
-                                            const int64_t sdf_x51 = sdf_ck(s_j, s_NY, 49);
-                                            const int64_t sdf_x52 = sdf_ck(sdf_ssub(s_NZ, 1LL, 50), s_NZ, 51);
-                                            const double v_dl = a_dp[(sdf_x50) * ((s_NY * s_NZ)) + (sdf_x51) * (s_NZ) + (sdf_x52)];
-                                            if (sdf_e->failed) goto sdf_map49;
+                                            const int64_t sdf_x54 = sdf_ck(s_i, s_NX, 48);
+                                            const int64_t sdf_x55 = sdf_ck(s_j, s_NY, 49);
+                                            const int64_t sdf_x56 = sdf_ck(sdf_ssub(s_NZ, 1LL, 50), s_NZ, 51);
+                                            const double v_dl = a_dp[(sdf_x54) * ((s_NY * s_NZ)) + (sdf_x55) * (s_NZ) + (sdf_x56)];
+                                            if (sdf_e->failed) goto sdf_map53;
                                             double v_xl = 0;
                                             v_xl = sdf_canon(v_dl);
-                                            const int64_t sdf_x53 = sdf_ck(s_i, s_NX, 52);
-                                            const int64_t sdf_x54 = sdf_ck(s_j, s_NY, 53);
-                                            const int64_t sdf_x55 = sdf_ck(sdf_ssub(s_NZ, 1LL, 54), s_NZ, 55);
-                                            if (sdf_e->failed) goto sdf_map49;
-                                            a_x[(sdf_x53) * ((s_NY * s_NZ)) + (sdf_x54) * (s_NZ) + (sdf_x55)] = v_xl;
+                                            const int64_t sdf_x57 = sdf_ck(s_i, s_NX, 52);
+                                            const int64_t sdf_x58 = sdf_ck(s_j, s_NY, 53);
+                                            const int64_t sdf_x59 = sdf_ck(sdf_ssub(s_NZ, 1LL, 54), s_NZ, 55);
+                                            if (sdf_e->failed) goto sdf_map53;
+                                            a_x[(sdf_x57) * ((s_NY * s_NZ)) + (sdf_x58) * (s_NZ) + (sdf_x59)] = v_xl;
                                         }
-                                        if (sdf_e->failed) goto sdf_map49;
+                                        if (sdf_e->failed) goto sdf_map53;
                                     }
                                 }
                             }
-                            sdf_map49:;
+                            sdf_map53:;
                         }
-                        if (sdf_e->failed) goto sdf_stop48;
+                        if (sdf_e->failed) goto sdf_stop52;
                     }
-                    sdf_stop48:;
+                    sdf_stop52:;
                 }
             }
             if (sdf_e->failed) {
@@ -425,13 +487,13 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
         s_k = sdf_ssub(s_NZ, 2LL, 56);
         if (sdf_e->failed) goto sdf_end;
         for (;;) {
-            const int64_t sdf_c56 = ((int64_t)((s_k) >= (0LL)));
+            const int64_t sdf_c60 = ((int64_t)((s_k) >= (0LL)));
             if (sdf_e->failed) goto sdf_end;
-            if (sdf_c56 == 0) break;
+            if (sdf_c60 == 0) break;
             /* state 'backward' */
             {
-                int sdf_q = 0; const int sdf_c57 = (((int64_t)(((((int64_t)((0LL) >= (s_NX)))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (s_NY)))) != 0) || ((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) > (sdf_qadd(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0 && !sdf_q;
-                if (sdf_c57) {
+                int sdf_q = 0; const int sdf_c61 = (((int64_t)(((((int64_t)((0LL) >= (s_NX)))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (s_NY)))) != 0) || ((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) > (sdf_qadd(s_k, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) >= (0LL)))) != 0) && ((((int64_t)((sdf_qadd(s_k, 1LL, &sdf_q)) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NX, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NX, 1LL, &sdf_q)) < (s_NX)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((0LL) > (sdf_qsub(s_NY, 1LL, &sdf_q))))) != 0) || ((((int64_t)(((((int64_t)((0LL) >= (0LL)))) != 0) && ((((int64_t)((sdf_qsub(s_NY, 1LL, &sdf_q)) < (s_NY)))) != 0)))) != 0)))) != 0)))) != 0) && ((((int64_t)(((((int64_t)((s_k) > (s_k)))) != 0) || ((((int64_t)(((((int64_t)((s_k) >= (0LL)))) != 0) && ((((int64_t)((s_k) < (s_NZ)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0)))) != 0 && !sdf_q;
+                if (sdf_c61) {
                     /* map 'backward' */
                     if (sdf_max64(s_NX, 0) * sdf_max64(s_NY, 0) >= 4096) {
                         #pragma omp for schedule(static) nowait
@@ -470,49 +532,49 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
                         {
                             { /* map 'backward' (checked) */
                                 {
-                                    const int64_t sdf_rs59_0 = 0LL, sdf_re59_0 = s_NX, sdf_rt59_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map59;
-                                    if (sdf_rt59_0 <= 0) { sdf_raise(57, sdf_rt59_0, 0); goto sdf_map59; }
-                                    if (sdf_rs59_0 >= sdf_re59_0) goto sdf_map59;
-                                    const int64_t sdf_rs59_1 = 0LL, sdf_re59_1 = s_NY, sdf_rt59_1 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map59;
-                                    if (sdf_rt59_1 <= 0) { sdf_raise(58, sdf_rt59_1, 0); goto sdf_map59; }
-                                    if (sdf_rs59_1 >= sdf_re59_1) goto sdf_map59;
-                                    for (int64_t s_i = sdf_rs59_0; s_i < sdf_re59_0; s_i = sdf_next(s_i, sdf_rt59_0, sdf_re59_0)) {
+                                    const int64_t sdf_rs63_0 = 0LL, sdf_re63_0 = s_NX, sdf_rt63_0 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map63;
+                                    if (sdf_rt63_0 <= 0) { sdf_raise(57, sdf_rt63_0, 0); goto sdf_map63; }
+                                    if (sdf_rs63_0 >= sdf_re63_0) goto sdf_map63;
+                                    const int64_t sdf_rs63_1 = 0LL, sdf_re63_1 = s_NY, sdf_rt63_1 = 1LL;
+                                    if (sdf_e->failed) goto sdf_map63;
+                                    if (sdf_rt63_1 <= 0) { sdf_raise(58, sdf_rt63_1, 0); goto sdf_map63; }
+                                    if (sdf_rs63_1 >= sdf_re63_1) goto sdf_map63;
+                                    for (int64_t s_i = sdf_rs63_0; s_i < sdf_re63_0; s_i = sdf_next(s_i, sdf_rt63_0, sdf_re63_0)) {
                                         sdf_pv[0] = s_i;
-                                        for (int64_t s_j = sdf_rs59_1; s_j < sdf_re59_1; s_j = sdf_next(s_j, sdf_rt59_1, sdf_re59_1)) {
+                                        for (int64_t s_j = sdf_rs63_1; s_j < sdf_re63_1; s_j = sdf_next(s_j, sdf_rt63_1, sdf_re63_1)) {
                                             sdf_pv[1] = s_j;
                                             { /* tasklet 'substitute' */
-                                                const int64_t sdf_x60 = sdf_ck(s_i, s_NX, 59);
-                                                const int64_t sdf_x61 = sdf_ck(s_j, s_NY, 60);
-                                                const int64_t sdf_x62 = sdf_ck(s_k, s_NZ, 61);
-                                                const double v_cpk = a_cp[(sdf_x60) * ((s_NY * s_NZ)) + (sdf_x61) * (s_NZ) + (sdf_x62)];
-                                                const int64_t sdf_x63 = sdf_ck(s_i, s_NX, 62);
-                                                const int64_t sdf_x64 = sdf_ck(s_j, s_NY, 63);
-                                                const int64_t sdf_x65 = sdf_ck(s_k, s_NZ, 64);
-                                                const double v_dpk = a_dp[(sdf_x63) * ((s_NY * s_NZ)) + (sdf_x64) * (s_NZ) + (sdf_x65)];
-                                                const int64_t sdf_x66 = sdf_ck(s_i, s_NX, 65);
-                                                const int64_t sdf_x67 = sdf_ck(s_j, s_NY, 66);
-                                                const int64_t sdf_x68 = sdf_ck(sdf_sadd(s_k, 1LL, 67), s_NZ, 68);
-                                                const double v_xnext = a_x[(sdf_x66) * ((s_NY * s_NZ)) + (sdf_x67) * (s_NZ) + (sdf_x68)];
-                                                if (sdf_e->failed) goto sdf_map59;
+                                                const int64_t sdf_x64 = sdf_ck(s_i, s_NX, 59);
+                                                const int64_t sdf_x65 = sdf_ck(s_j, s_NY, 60);
+                                                const int64_t sdf_x66 = sdf_ck(s_k, s_NZ, 61);
+                                                const double v_cpk = a_cp[(sdf_x64) * ((s_NY * s_NZ)) + (sdf_x65) * (s_NZ) + (sdf_x66)];
+                                                const int64_t sdf_x67 = sdf_ck(s_i, s_NX, 62);
+                                                const int64_t sdf_x68 = sdf_ck(s_j, s_NY, 63);
+                                                const int64_t sdf_x69 = sdf_ck(s_k, s_NZ, 64);
+                                                const double v_dpk = a_dp[(sdf_x67) * ((s_NY * s_NZ)) + (sdf_x68) * (s_NZ) + (sdf_x69)];
+                                                const int64_t sdf_x70 = sdf_ck(s_i, s_NX, 65);
+                                                const int64_t sdf_x71 = sdf_ck(s_j, s_NY, 66);
+                                                const int64_t sdf_x72 = sdf_ck(sdf_sadd(s_k, 1LL, 67), s_NZ, 68);
+                                                const double v_xnext = a_x[(sdf_x70) * ((s_NY * s_NZ)) + (sdf_x71) * (s_NZ) + (sdf_x72)];
+                                                if (sdf_e->failed) goto sdf_map63;
                                                 double v_xk = 0;
                                                 v_xk = sdf_canon(((v_dpk) - (((v_cpk) * (v_xnext)))));
-                                                const int64_t sdf_x69 = sdf_ck(s_i, s_NX, 69);
-                                                const int64_t sdf_x70 = sdf_ck(s_j, s_NY, 70);
-                                                const int64_t sdf_x71 = sdf_ck(s_k, s_NZ, 71);
-                                                if (sdf_e->failed) goto sdf_map59;
-                                                a_x[(sdf_x69) * ((s_NY * s_NZ)) + (sdf_x70) * (s_NZ) + (sdf_x71)] = v_xk;
+                                                const int64_t sdf_x73 = sdf_ck(s_i, s_NX, 69);
+                                                const int64_t sdf_x74 = sdf_ck(s_j, s_NY, 70);
+                                                const int64_t sdf_x75 = sdf_ck(s_k, s_NZ, 71);
+                                                if (sdf_e->failed) goto sdf_map63;
+                                                a_x[(sdf_x73) * ((s_NY * s_NZ)) + (sdf_x74) * (s_NZ) + (sdf_x75)] = v_xk;
                                             }
-                                            if (sdf_e->failed) goto sdf_map59;
+                                            if (sdf_e->failed) goto sdf_map63;
                                         }
                                     }
                                 }
-                                sdf_map59:;
+                                sdf_map63:;
                             }
-                            if (sdf_e->failed) goto sdf_stop58;
+                            if (sdf_e->failed) goto sdf_stop62;
                         }
-                        sdf_stop58:;
+                        sdf_stop62:;
                     }
                 }
                 if (sdf_e->failed) {

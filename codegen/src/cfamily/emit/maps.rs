@@ -534,10 +534,92 @@ impl Emitter<'_> {
             && m.schedule != sdflow_ir::Schedule::Sequential
             && independent_points(sc.sdfg, &m.body, &m.params[n - 1])
         {
+            if let Some(block) = self.row_block(sc, m) {
+                return self.split_row(sc, m, parallel, block);
+            }
             self.team_line(|t| t.simd_loop());
         }
         self.open_loops(sc, m, n - 1..n);
         self.point_body(sc, m, parallel, scalar)?;
+        self.close_loops(1);
+        Ok(())
+    }
+
+    /// The points of a block of the innermost loop of `m` where it is split
+    /// ([`Emitter::split_row`]): 64 bytes of the widest element the body streams along
+    /// the loop. `None`: not split — a team-less dialect (a CUDA thread runs one point),
+    /// a step other than 1, a trip count the compiler knows (it sizes the loop's vectors
+    /// itself), or no array element that moves with the loop.
+    fn row_block(&self, sc: &Scope<'_>, m: &MapScope) -> Option<u32> {
+        self.fns.dialect.team()?;
+        let (p, r) = (m.params.last()?, m.ranges.last()?);
+        if r.step.as_int() != Some(1) || r.size().simplify().as_int().is_some() {
+            return None;
+        }
+        let widest = m
+            .body
+            .edge_ids()
+            .into_iter()
+            .map(|e| &m.body.edge(e).memlet)
+            .filter(|ml| ml.subset.free_symbols().contains(p))
+            .filter_map(|ml| match sc.sdfg.arrays.get(&ml.data) {
+                Some(d @ DataDesc::Array(_)) => Some(d.dtype().size_bytes()),
+                _ => None,
+            })
+            .max()?;
+        Some((64 / widest.max(1)) as u32)
+    }
+
+    /// The innermost loop of `m`, its points independent, as two loops over the same
+    /// points in the same order: whole blocks of `block` points (64 bytes of the widest
+    /// element), marked for the compiler to vectorize as it chooses, then the rest, fewer
+    /// than `block` points, marked to run in vectors of half that width. A row of levels
+    /// is short and its length known only at the call: GCC 12 vectorizes a loop with
+    /// 64-byte vectors where the CPU has them, its remainder in 32-byte vectors and the
+    /// last points scalar — the last two of a ten-level row, where a select of the body
+    /// (an exact `min` or `max`) becomes a branch on the data, and a division has no
+    /// vector to share its latency with.
+    fn split_row(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        parallel: bool,
+        block: u32,
+    ) -> Result<(), CodegenError> {
+        let (p, r) = (&m.params[m.params.len() - 1], &m.ranges[m.ranges.len() - 1]);
+        let n = self.fresh();
+        let (lo, hi, mid) = (
+            format!("sdf_lo{n}"),
+            format!("sdf_hi{n}"),
+            format!("sdf_mid{n}"),
+        );
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t {lo} = {}, {hi} = {};",
+            sc.sub_sym(&r.start),
+            sc.sub_sym(&r.end)
+        ));
+        // The distance, unsigned, cannot overflow where `lo` < `hi`.
+        self.line(&format!(
+            "const int64_t {mid} = {lo} < {hi} ? (int64_t)((uint64_t){lo} + (((uint64_t){hi} - (uint64_t){lo}) & ~(uint64_t){}u)) : {lo};",
+            block - 1
+        ));
+        for (from, to, rest) in [(&lo, &mid, false), (&mid, &hi, true)] {
+            self.team_line(|t| {
+                if rest {
+                    t.simd(block / 2)
+                } else {
+                    t.simd_loop()
+                }
+            });
+            self.line(&format!(
+                "for (int64_t s_{p} = {from}; s_{p} < {to}; s_{p}++) {{"
+            ));
+            self.indent += 1;
+            self.point_body(sc, m, parallel, false)?;
+            self.close_loops(1);
+        }
         self.close_loops(1);
         Ok(())
     }
