@@ -697,9 +697,9 @@ fn a_row_checks_its_computed_levels_and_table_entries_before_it_runs() {
 }
 
 /// GT4Py's `enhance_diffusion_coefficient_for_grid_point_cold_pools` in `dt`:
-/// `out[e, k] = max(out[e, k], max(u[e2c[e, 0], k], u[e2c[e, 1], k]))` over the levels
-/// `levels`, the fields row-major.
-fn row_of_levels(dt: DType, levels: &str) -> Sdfg {
+/// `out[e, k] = code(a = out[e, k], b = u[e2c[e, 0], k], c = u[e2c[e, 1], k])` over the
+/// levels `levels`, the fields row-major.
+fn row_of_levels(dt: DType, levels: &str, code: &str) -> Sdfg {
     let mut b = SdfgBuilder::new("rows");
     b.symbol("E", DType::I64)
         .symbol("C", DType::I64)
@@ -717,7 +717,7 @@ fn row_of_levels(dt: DType, levels: &str) -> Sdfg {
                     ("c", "u[e2c[e, 1], k]"),
                 ],
                 &[("o", "out[e, k]")],
-                "o = max(a, max(b, c))",
+                code,
             );
         });
     });
@@ -732,19 +732,28 @@ fn row_of_levels(dt: DType, levels: &str) -> Sdfg {
 /// constant length and a CUDA kernel are left whole), and every row length from 0 to 19
 /// (rests of every size) gives the interpreter's bits, on two threads and on one — signed
 /// zeros and NaNs of any payload among the values, where an exact `max` differs from a
-/// compare and select.
+/// compare and select. A body of plain arithmetic on its gathers (GT4Py's
+/// `calculate_nabla2_for_z`: a difference of two neighbours times a field) is split the
+/// same: its table entries are checked per row, so its gathers are contiguous loads along
+/// the row and the loop is printed to vectorize, not left scalar.
 #[test]
 fn a_row_of_levels_runs_in_whole_blocks_then_narrower_vectors() {
     let backend = CpuBackend {
         cache: None,
         ..CpuBackend::default()
     };
-    for (dt, block) in [(DType::F64, 8u32), (DType::F32, 16)] {
-        let s = row_of_levels(dt, "0:K");
+    let cases = [
+        (DType::F64, 8u32, "o = max(a, max(b, c))"),
+        (DType::F32, 16, "o = max(a, max(b, c))"),
+        (DType::F64, 8, "o = a * (b - c)"),
+        (DType::F32, 16, "o = (b - c) / a"),
+    ];
+    for (dt, block, code) in cases {
+        let s = row_of_levels(dt, "0:K", code);
         let c = backend.generate(&s).unwrap();
         let blocks = format!("& ~(uint64_t){}u", block - 1);
         let rest = format!("#pragma omp simd simdlen({})", block / 2);
-        assert_eq!(c.matches(&blocks).count(), 1, "{dt}: {c}");
+        assert_eq!(c.matches(&blocks).count(), 1, "{dt} `{code}`: {c}");
         let lines: Vec<&str> = c.lines().map(str::trim).collect();
         let after = |mark: &str| {
             lines
@@ -755,31 +764,34 @@ fn a_row_of_levels_runs_in_whole_blocks_then_narrower_vectors() {
         };
         // The blocks, then the rest from where they end, over the same parameter.
         let (main, rest) = (after("#pragma GCC ivdep"), after(&rest));
-        assert_eq!((main.len(), rest.len()), (1, 1), "{dt}: {c}");
+        assert_eq!((main.len(), rest.len()), (1, 1), "{dt} `{code}`: {c}");
         let n = main[0]
             .strip_prefix("for (int64_t s_k = sdf_lo")
             .and_then(|t| t.split(';').next())
-            .unwrap_or_else(|| panic!("{dt}: {c}"));
+            .unwrap_or_else(|| panic!("{dt} `{code}`: {c}"));
         assert_eq!(
             main[0],
             format!("for (int64_t s_k = sdf_lo{n}; s_k < sdf_mid{n}; s_k++) {{"),
-            "{dt}"
+            "{dt} `{code}`"
         );
         assert_eq!(
             rest[0],
             format!("for (int64_t s_k = sdf_mid{n}; s_k < sdf_hi{n}; s_k++) {{"),
-            "{dt}"
+            "{dt} `{code}`"
         );
-        let constant = backend.generate(&row_of_levels(dt, "0:10")).unwrap();
-        assert!(!constant.contains("sdf_mid"), "{dt}: {constant}");
-        assert!(constant.contains("#pragma GCC ivdep"), "{dt}: {constant}");
+        let constant = backend.generate(&row_of_levels(dt, "0:10", code)).unwrap();
+        assert!(!constant.contains("sdf_mid"), "{dt} `{code}`: {constant}");
+        assert!(
+            constant.contains("#pragma GCC ivdep"),
+            "{dt} `{code}`: {constant}"
+        );
         let cuda = sdflow_codegen::cuda::exec::CudaBackend {
             cache: None,
             ..Default::default()
         };
         assert!(
             !cuda.generate(&s).unwrap().source.contains("sdf_mid"),
-            "{dt}"
+            "{dt} `{code}`"
         );
 
         let prog = backend.build(&s).unwrap();
@@ -833,7 +845,7 @@ fn a_row_of_levels_runs_in_whole_blocks_then_narrower_vectors() {
                 assert_eq!(
                     first.map(|i| (i / k, i % k, g[i], x[i])),
                     None,
-                    "{dt}, rows of {k} levels, {threads} threads: first (edge, level, \
+                    "{dt} `{code}`, rows of {k} levels, {threads} threads: first (edge, level, \
                      compiled, interpreter) that differ"
                 );
             }

@@ -28,8 +28,8 @@ use std::fmt::Write as _;
 
 use sdflow_ir::typing::{Binding, TaskletNames};
 use sdflow_ir::{
-    BinOp, DType, DataDesc, Dataflow, Dim, Edge, Expr, LibraryNode, MapScope, NestedSdfg, Node,
-    NodeId, Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
+    BinOp, DType, DataDesc, Dataflow, Dim, Edge, LibraryNode, MapScope, NestedSdfg, Node, NodeId,
+    Reduce, Sdfg, Subset, SymExpr, Tasklet, Wcr,
 };
 
 use crate::cfamily::cexpr::{self, SymCheck, SymNames, combine_with, convert, ctype, literal};

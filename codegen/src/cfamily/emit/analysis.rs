@@ -6,12 +6,10 @@ use super::*;
 
 /// Whether a map body keeps its loop scalar: it holds an inner map, a library node or a
 /// nested SDFG call, or reads through an index table. A body whose table entries were
-/// checked per row (`rows_checked`: its gathers are plain loads; no gather of it goes
-/// through an index computed in the body, which stays checked per point) and that calls float
-/// min or max at least once per table read vectorizes instead: a min or max with its
-/// NaN and signed-zero rules is six instructions per value in scalar code and the same
-/// six per vector, while gathers over the few levels of a column gain little from
-/// vectors (measured on GT4Py's programs, `docs/perf.md`).
+/// checked per row (`rows_checked`: its gathers are plain loads whose row is fixed before
+/// the loop, so along a row of levels they are contiguous; no gather of it goes through
+/// an index computed in the body, which stays checked per point) vectorizes instead
+/// (measured on GT4Py's programs, `docs/perf.md`).
 pub(crate) fn stays_scalar(sdfg: &Sdfg, df: &Dataflow, rows_checked: bool) -> bool {
     if df.node_ids().into_iter().any(|n| {
         matches!(
@@ -31,8 +29,7 @@ pub(crate) fn stays_scalar(sdfg: &Sdfg, df: &Dataflow, rows_checked: bool) -> bo
         .iter()
         .flatten()
         .any(|t| matches!(sdfg.arrays.get(*t), Some(DataDesc::Scalar { .. })));
-    let gathers = tables.len();
-    gathers > 0 && !(rows_checked && !computed && min_max_calls(df) >= gathers)
+    !tables.is_empty() && (computed || !rows_checked)
 }
 
 /// Whether output connector `c` of tasklet `n` goes only to transient scalars whose value
@@ -91,29 +88,6 @@ pub(crate) fn scalar_only_computed_with(sdfg: &Sdfg, df: &Dataflow, d: &str, dep
                         }
                 })
         })
-}
-
-/// Float min and max calls in the tasklets of `df`.
-pub(crate) fn min_max_calls(df: &Dataflow) -> usize {
-    fn count(e: &Expr) -> usize {
-        match e {
-            Expr::Call(f, args) => {
-                usize::from(matches!(f, sdflow_ir::MathFn::Min | sdflow_ir::MathFn::Max))
-                    + args.iter().map(count).sum::<usize>()
-            }
-            Expr::Unary(_, a) | Expr::Cast(_, a) => count(a),
-            Expr::Binary(_, a, b) => count(a) + count(b),
-            Expr::Select(c, a, b) => count(c) + count(a) + count(b),
-            _ => 0,
-        }
-    }
-    df.node_ids()
-        .into_iter()
-        .map(|n| match df.node(n) {
-            Node::Tasklet(t) => t.code.iter().map(|st| count(&st.value)).sum(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Whether a map runs at most 16 iterations, known at build time.
