@@ -696,9 +696,9 @@ fn a_row_checks_its_computed_levels_and_table_entries_before_it_runs() {
     }
 }
 
-/// GT4Py's `enhance_diffusion_coefficient_for_grid_point_cold_pools` in `dt`:
-/// `out[e, k] = code(a = out[e, k], b = u[e2c[e, 0], k], c = u[e2c[e, 1], k])` over the
-/// levels `levels`, the fields row-major.
+/// `out[e, k] = code(a = out[e, k], b = u[e2c[e, 0], k], c = u[e2c[e, 1], k])` in `dt`
+/// over the levels `levels`, the fields row-major; with `code` `o = max(a, max(b, c))`,
+/// GT4Py's `enhance_diffusion_coefficient_for_grid_point_cold_pools`.
 fn row_of_levels(dt: DType, levels: &str, code: &str) -> Sdfg {
     let mut b = SdfgBuilder::new("rows");
     b.symbol("E", DType::I64)
