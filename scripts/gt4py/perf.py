@@ -665,12 +665,14 @@ def on_arrays_of(a: Stage, b: Stage):
     and where those copies lie in memory (how their addresses fall on the cache's sets,
     page and 4 KiB offsets between fields) moves a call's time by several percent,
     the same program on two sets of copies included. On the same arrays the ratio keeps
-    what the two programs do differently. a's own call where its arguments are not b's."""
+    what the two programs do differently. a's own call (said in the log) where its
+    arguments are not b's."""
     try:
         bound = a.bind(**{k: b.args.get(k, v) for k, v in a.args.items()})
         bound()
         return bound
-    except Exception:
+    except Exception as e:
+        log(f"  {a.label} not bound to {b.label}'s arrays ({type(e).__name__}: {e}); paired on its own")
         return a.call
 
 
