@@ -876,10 +876,7 @@ fn run_mpi_rank(
     let b = match this_rank() {
         Ok(b) => b,
         Err(e) => match mpi {
-            Some(m) if size > 1 => {
-                eprintln!("error: rank {r}: {e}");
-                m.abort(1)
-            }
+            Some(m) if size > 1 => m.abort_with(r, &e),
             _ => return Err(e),
         },
     };

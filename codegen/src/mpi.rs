@@ -56,6 +56,19 @@ impl Mpi {
         std::process::abort()
     }
 
+    /// Stops every rank as [`Mpi::abort`] does, after writing `error: rank R: message`
+    /// to standard error in one write: the launcher forwards the ranks' output in the
+    /// pieces they write, so a line written piecewise can be cut by its abort banner.
+    pub fn abort_with(&self, rank: usize, message: &dyn std::fmt::Display) -> ! {
+        use std::io::Write;
+        let line = format!("error: rank {rank}: {message}\n");
+        let mut err = std::io::stderr().lock();
+        // Nothing is left to do with a failed write: the process ends either way.
+        let _ = err.write_all(line.as_bytes()).and_then(|()| err.flush());
+        drop(err);
+        self.abort(1)
+    }
+
     /// Waits until every rank reaches this point.
     pub fn barrier(&self) -> Result<(), MpiError> {
         // SAFETY: a collective without arguments.

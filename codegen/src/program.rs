@@ -564,8 +564,7 @@ impl CompiledProgram {
             && let Ok((rank, size)) = m.world()
             && size > 1
         {
-            eprintln!("error: rank {rank}: {e}");
-            m.abort(1);
+            m.abort_with(rank, &e);
         }
         e
     }

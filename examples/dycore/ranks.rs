@@ -201,10 +201,7 @@ pub fn run(
         let built = t.elapsed();
         let mut s = cut(cfg, &s0, &local, oi, oj);
         // A rank that fails stops every rank, with its message.
-        let stop = |e: &dyn std::fmt::Display| -> ! {
-            eprintln!("error: rank {r}: {e}");
-            mpi.abort(1)
-        };
+        let stop = |e: &dyn std::fmt::Display| -> ! { mpi.abort_with(r, e) };
         mpi.barrier().unwrap_or_else(|e| stop(&e));
         let t = Instant::now();
         match &mut prog {

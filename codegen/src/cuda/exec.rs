@@ -618,8 +618,7 @@ impl GpuProgram {
             && let Ok((rank, size)) = m.world()
             && size > 1
         {
-            eprintln!("error: rank {rank}: {e}");
-            m.abort(1);
+            m.abort_with(rank, &e);
         }
         e
     }
