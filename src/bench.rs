@@ -43,6 +43,10 @@ pub struct BenchOptions {
     /// ([`sdflow_transforms::layout::specialize_unit_strides`]); `None`: row-major, not
     /// specialized.
     pub layout: Option<sdflow_transforms::Order>,
+    /// Time every call with cold caches: a buffer twice the size of the last-level cache
+    /// is read before each call, outside its time, and the ceiling is measured over
+    /// arrays that together exceed that cache (CPU backend).
+    pub cold: bool,
 }
 
 /// The compulsory traffic of one call: every argument array the program reads, once,
@@ -95,6 +99,11 @@ pub fn prepare(path: &Path, o: &BenchOptions) -> Result<Prepared, CliError> {
     if o.backend == Backend::Interp {
         return Err(CliError::Usage(
             "--backend: bench runs compiled code (cpu or cuda)".into(),
+        ));
+    }
+    if o.cold && o.backend == Backend::Gpu {
+        return Err(CliError::Usage(
+            "--cold: the caches are flushed on the CPU backend only (a GPU's L2 is not)".into(),
         ));
     }
     if o.threads > MAX_THREADS {
@@ -230,8 +239,13 @@ fn bench_cpu(
     for _ in 0..3 {
         call.call().map_err(run_err)?;
     }
+    let llc = last_level_cache();
+    let mut flush = o.cold.then(|| Flush::new(llc));
     let mut times = Vec::with_capacity(o.reps);
     for _ in 0..o.reps {
+        if let Some(f) = &mut flush {
+            f.run();
+        }
         let t = Instant::now();
         call.call().map_err(run_err)?;
         times.push(t.elapsed());
@@ -242,9 +256,13 @@ fn bench_cpu(
         *times.iter().max().expect("reps ≥ 1"),
     );
     let t = median(times);
-    // The ceiling: arrays as large as the program's largest, and at least 32 MiB each.
+    // The ceiling: arrays as large as the program's largest, and at least 32 MiB each;
+    // with cold caches, three that together exceed the last-level cache twice over.
     let largest = b.arrays.values().map(|a| a.len()).max().unwrap_or(0);
-    let n = largest.max(1 << 22);
+    let mut n = largest.max(1 << 22);
+    if let Some(f) = &flush {
+        n = n.max(f.bytes().div_ceil(3 * 8));
+    }
     let (copy, triad) = stream(&backend, n, o.threads, o.reps).map_err(cg)?;
     let bytes = read + written;
     let mut out = String::new();
@@ -261,6 +279,17 @@ fn bench_cpu(
         sdfg.name,
         if o.no_opt { ", not optimized" } else { "" }
     );
+    if let Some(f) = &flush {
+        let _ = writeln!(
+            out,
+            "cold caches: {:.0} MB read before each call ({})",
+            f.bytes() as f64 / 1e6,
+            match llc {
+                Some(c) => format!("twice the {:.0} MB last-level cache", c as f64 / 1e6),
+                None => "the last-level cache's size unknown".to_string(),
+            }
+        );
+    }
     let _ = writeln!(
         out,
         "time per call: median {} (min {}, max {}) over {} calls",
@@ -290,6 +319,63 @@ fn bench_cpu(
         100.0 * bw / tbw
     );
     Ok(out)
+}
+
+/// The size of this machine's largest CPU cache (bytes), from Linux's
+/// `/sys/devices/system/cpu/cpu0/cache/index*/size`; `None` where that is not readable.
+pub fn last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(&s))
+        .max()
+}
+
+/// A cache size as sysfs writes it (`48K`, `2048K`, `260M`, `1G`; a plain number is
+/// bytes): bytes, or `None` for anything else.
+pub fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(k) => s.split_at(k),
+        None => (s, ""),
+    };
+    let scale = match unit.trim() {
+        "" => 1,
+        "K" | "KB" | "KiB" => 1 << 10,
+        "M" | "MB" | "MiB" => 1 << 20,
+        "G" | "GB" | "GiB" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
+
+/// What `--cold` reads before each timed call: twice the last-level cache (512 MiB where
+/// its size is unknown), at least 64 MiB. Read, not written, so that the lines it leaves
+/// in the caches are clean and the program's first misses do not pay for their
+/// write-back.
+struct Flush {
+    buf: Vec<u64>,
+    sum: u64,
+}
+
+impl Flush {
+    fn new(llc: Option<usize>) -> Flush {
+        let bytes = llc.map_or(512 << 20, |c| c.saturating_mul(2)).max(64 << 20);
+        let buf: Vec<u64> = (0..bytes / 8).map(|k| k as u64).collect();
+        Flush { buf, sum: 0 }
+    }
+
+    fn bytes(&self) -> usize {
+        self.buf.len() * 8
+    }
+
+    /// Reads the whole buffer, one word per 64-byte line.
+    fn run(&mut self) {
+        let mut s = self.sum;
+        for k in (0..self.buf.len()).step_by(8) {
+            s = s.wrapping_add(self.buf[k]);
+        }
+        self.sum = std::hint::black_box(s);
+    }
 }
 
 /// STREAM's copy (`b = a`) and triad (`a = b + s·c`) over `n` doubles, compiled by

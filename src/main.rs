@@ -184,6 +184,10 @@ enum Command {
         /// its transients follow (docs/transforms.md, "Layout specialization").
         #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<sdflow::transforms::Order>()))]
         layout: Option<sdflow::transforms::Order>,
+        /// Time each call with cold caches: twice the last-level cache is read before
+        /// it (outside its time), and the ceiling is measured beyond that cache (CPU).
+        #[arg(long)]
+        cold: bool,
     },
     /// Print counts (states, nodes, maps, tasklets, transients) and every container.
     Stats {
@@ -274,6 +278,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
             no_opt,
             config,
             layout,
+            cold,
         } => sdflow::bench::bench(
             &file,
             &sdflow::bench::BenchOptions {
@@ -286,6 +291,7 @@ fn execute(cmd: Command) -> Result<Vec<u8>, CliError> {
                 no_opt,
                 config,
                 layout,
+                cold,
             },
         )?
         .into_bytes(),

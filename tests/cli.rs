@@ -784,11 +784,72 @@ fn a_name_given_twice_is_an_error_naming_the_option_and_the_name() {
             no_opt: true,
             config: None,
             layout: None,
+            cold: false,
         },
     );
     assert_eq!(
         bench.unwrap_err().to_string(),
         "-s/--symbol N is given twice (N=8 and N=4); give each name once"
+    );
+}
+
+#[test]
+fn bench_cold_reads_past_the_last_level_cache_before_each_call() {
+    use sdflow::bench::{last_level_cache, parse_cache_size};
+    assert_eq!(parse_cache_size("48K\n"), Some(48 << 10));
+    assert_eq!(parse_cache_size("266240K"), Some(266240 << 10));
+    assert_eq!(parse_cache_size("260M"), Some(260 << 20));
+    assert_eq!(parse_cache_size("1G"), Some(1 << 30));
+    assert_eq!(parse_cache_size("4096"), Some(4096));
+    for bad in ["", "K", "12X", "-3K", "99999999999999999999G"] {
+        assert_eq!(parse_cache_size(bad), None, "{bad:?}");
+    }
+    let args = [
+        "bench",
+        "examples/laplace.sdfg.json",
+        "-s",
+        "N=64",
+        "--reps",
+        "3",
+    ];
+    let warm = sdflow(&[&args[..], &["--threads", "1"]].concat());
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    assert!(!stdout(&warm).contains("cold caches"), "{}", stdout(&warm));
+    let cold = sdflow(&[&args[..], &["--threads", "1", "--cold"]].concat());
+    assert!(cold.status.success(), "{}", stderr(&cold));
+    let out = stdout(&cold);
+    // The buffer: twice the last-level cache, at least 64 MiB (512 MiB where unknown).
+    let want = last_level_cache()
+        .map_or(512 << 20, |c| 2 * c)
+        .max(64 << 20);
+    let line = out.lines().nth(1).unwrap_or_default();
+    assert_eq!(
+        line,
+        format!(
+            "cold caches: {:.0} MB read before each call ({})",
+            want as f64 / 1e6,
+            match last_level_cache() {
+                Some(c) => format!("twice the {:.0} MB last-level cache", c as f64 / 1e6),
+                None => "the last-level cache's size unknown".into(),
+            }
+        ),
+        "{out}"
+    );
+    assert!(out.contains("time per call: median "), "{out}");
+    // The ceiling's three arrays together exceed that buffer.
+    let n: usize = out
+        .split("ceiling (this run, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no ceiling line: {out}"));
+    assert!(3 * 8 * n >= want, "{n} doubles per array: {out}");
+    // The GPU's caches are not flushed: an error before anything compiles.
+    let o = sdflow(&[&args[..], &["--backend", "cuda", "--cold"]].concat());
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "error: --cold: the caches are flushed on the CPU backend only (a GPU's L2 is not)\n"
     );
 }
 

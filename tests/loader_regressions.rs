@@ -161,6 +161,7 @@ fn a_zero_extent_beside_a_huge_one_is_an_error_not_a_panic() {
             no_opt: false,
             config: Some(regression(file)),
             layout: None,
+            cold: false,
         },
     )
     .err()

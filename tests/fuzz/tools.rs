@@ -689,6 +689,7 @@ fn bench(input: &Input, f: &[&str], corpus: &Corpus, scratch: &Path) -> Verdict 
         no_opt: false,
         config: Some(config.clone()),
         layout: None,
+        cold: false,
     };
     match sdflow::bench::prepare(&program, &o) {
         Ok(p) if p.options.threads > sdflow::codegen::MAX_THREADS => {
