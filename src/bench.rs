@@ -240,7 +240,7 @@ fn bench_cpu(
         call.call().map_err(run_err)?;
     }
     let llc = last_level_cache();
-    let mut flush = o.cold.then(|| Flush::new(llc));
+    let mut flush = o.cold.then(|| Flush::new(llc)).transpose()?;
     let mut times = Vec::with_capacity(o.reps);
     for _ in 0..o.reps {
         if let Some(f) = &mut flush {
@@ -349,19 +349,29 @@ pub fn parse_cache_size(s: &str) -> Option<usize> {
 }
 
 /// What `--cold` reads before each timed call: twice the last-level cache (512 MiB where
-/// its size is unknown), at least 64 MiB. Read, not written, so that the lines it leaves
-/// in the caches are clean and the program's first misses do not pay for their
-/// write-back.
+/// its size is unknown), at least 64 MiB and at most 16 GiB. Read, not written, so that
+/// the lines it leaves in the caches are clean and the program's first misses do not pay
+/// for their write-back; read in parallel by every thread of rayon's pool (one per core),
+/// so that the private caches of the cores those threads run on are emptied too.
 struct Flush {
     buf: Vec<u64>,
     sum: u64,
 }
 
 impl Flush {
-    fn new(llc: Option<usize>) -> Flush {
-        let bytes = llc.map_or(512 << 20, |c| c.saturating_mul(2)).max(64 << 20);
-        let buf: Vec<u64> = (0..bytes / 8).map(|k| k as u64).collect();
-        Flush { buf, sum: 0 }
+    fn new(llc: Option<usize>) -> Result<Flush, CliError> {
+        let bytes = llc
+            .map_or(512 << 20, |c| c.saturating_mul(2))
+            .clamp(64 << 20, 16 << 30);
+        let mut buf: Vec<u64> = Vec::new();
+        buf.try_reserve_exact(bytes / 8).map_err(|_| {
+            CliError::Usage(format!(
+                "--cold: cannot allocate the {:.0} MB read before each call to empty the caches",
+                bytes as f64 / 1e6
+            ))
+        })?;
+        buf.extend(0..bytes as u64 / 8);
+        Ok(Flush { buf, sum: 0 })
     }
 
     fn bytes(&self) -> usize {
@@ -370,11 +380,13 @@ impl Flush {
 
     /// Reads the whole buffer, one word per 64-byte line.
     fn run(&mut self) {
-        let mut s = self.sum;
-        for k in (0..self.buf.len()).step_by(8) {
-            s = s.wrapping_add(self.buf[k]);
-        }
-        self.sum = std::hint::black_box(s);
+        use rayon::prelude::*;
+        let s: u64 = self
+            .buf
+            .par_chunks(1 << 16)
+            .map(|c| c.iter().step_by(8).fold(0u64, |s, &v| s.wrapping_add(v)))
+            .reduce(|| 0, u64::wrapping_add);
+        self.sum = std::hint::black_box(self.sum.wrapping_add(s));
     }
 }
 
