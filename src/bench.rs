@@ -239,8 +239,7 @@ fn bench_cpu(
     for _ in 0..3 {
         call.call().map_err(run_err)?;
     }
-    let llc = last_level_cache();
-    let mut flush = o.cold.then(|| Flush::new(llc)).transpose()?;
+    let mut flush = o.cold.then(Flush::new).transpose()?;
     let mut times = Vec::with_capacity(o.reps);
     for _ in 0..o.reps {
         if let Some(f) = &mut flush {
@@ -284,7 +283,7 @@ fn bench_cpu(
             out,
             "cold caches: {:.0} MB read before each call ({})",
             f.bytes() as f64 / 1e6,
-            match llc {
+            match f.llc {
                 Some(c) => format!("twice the {:.0} MB last-level cache", c as f64 / 1e6),
                 None => "the last-level cache's size unknown".to_string(),
             }
@@ -356,10 +355,13 @@ pub fn parse_cache_size(s: &str) -> Option<usize> {
 struct Flush {
     buf: Vec<u64>,
     sum: u64,
+    /// The last-level cache's size, where known.
+    llc: Option<usize>,
 }
 
 impl Flush {
-    fn new(llc: Option<usize>) -> Result<Flush, CliError> {
+    fn new() -> Result<Flush, CliError> {
+        let llc = last_level_cache();
         let bytes = llc
             .map_or(512 << 20, |c| c.saturating_mul(2))
             .clamp(64 << 20, 16 << 30);
@@ -371,7 +373,7 @@ impl Flush {
             ))
         })?;
         buf.extend(0..bytes as u64 / 8);
-        Ok(Flush { buf, sum: 0 })
+        Ok(Flush { buf, sum: 0, llc })
     }
 
     fn bytes(&self) -> usize {
