@@ -729,7 +729,8 @@ impl Gen {
     /// carries) and `b` may be written whole in a state before. Every third time or so
     /// the source is an output and `b` is copied back into it: GT4Py's in-place update
     /// on a domain in zones (`vn = f(vn)`), the pieces reading the field at the point
-    /// they compute, the other arm copying it over unchanged.
+    /// they compute, the other arm copying it over unchanged. The copy into the output
+    /// is every so often zone by zone instead ([`Gen::zones_back`]).
     fn assembled(&mut self, env: &mut Env) -> Block {
         let full = vec![(0, 0); self.rank()];
         let valid: Vec<String> = env
@@ -809,8 +810,12 @@ impl Gen {
             let other = self.outputs[self.rng.random_range(0..self.outputs.len())].clone();
             let out = if in_place { src.clone() } else { other };
             self.written_outputs.insert(out.clone());
-            items.push(self.emit_state(vec![copy(&b, &out)]));
-            self.states_left = self.states_left.saturating_sub(1);
+            if !rewrite && self.zones_rng.random_bool(0.4) {
+                items.extend(self.zones_back(&b, &out, &mut written));
+            } else {
+                items.push(self.emit_state(vec![copy(&b, &out)]));
+                self.states_left = self.states_left.saturating_sub(1);
+            }
             env.insert(out, written);
         }
         if rewrite {
@@ -824,6 +829,57 @@ impl Gen {
             self.states_left = self.states_left.saturating_sub(1);
         }
         Block::Seq(items)
+    }
+
+    /// `b` handed to `out` zone by zone, as GT4Py's second `concat_where` of two in a row
+    /// does: a map computes one zone of rows from `b` at the point it writes, copies
+    /// carry the rest over unchanged, each in a state of its own, in either order. With
+    /// hazards, the copy may stop one row short of the end (that row keeps `out`'s old
+    /// value: `written` says so) or carry all rows after the map (putting `b`'s values
+    /// back over the map's zone).
+    fn zones_back(&mut self, b: &str, out: &str, written: &mut Halo) -> Vec<Block> {
+        let n = self.dims[0];
+        let rest: String = self.dims[1..].iter().map(|d| format!(", 0:{d}")).collect();
+        let split = format!("min({n}, {})", self.zones_rng.random_range(1..=3));
+        let map_low = self.zones_rng.random_bool(0.5);
+        let hazards = self.cfg.allow_hazards;
+        let (map_rows, mut copy_rows) = if map_low {
+            (("0".to_string(), split.clone()), (split, n.to_string()))
+        } else {
+            ((split.clone(), n.to_string()), ("0".to_string(), split))
+        };
+        let copy_first = self.zones_rng.random_bool(0.5);
+        if hazards && map_low && self.zones_rng.random_bool(0.3) {
+            // The copy stops one row short: `out`'s last row keeps its old value.
+            copy_rows.1 = format!("max({}, {n} - 1)", copy_rows.0);
+            written[0].1 = written[0].1.max(1);
+        }
+        if hazards && !copy_first && self.zones_rng.random_bool(0.2) {
+            // All rows, after the map: the map's zone ends with `b`'s values.
+            copy_rows = ("0".to_string(), n.to_string());
+        }
+        let code = self.code(&["c0".to_string()]);
+        let map = self.emit_state(vec![Step::Rows {
+            src: b.to_string(),
+            target: out.to_string(),
+            rows: map_rows,
+            code,
+        }]);
+        let label = format!("s{}_zone", self.maps);
+        self.maps += 1;
+        let (from, to) = (copy_rows.0, copy_rows.1);
+        let id = self.b.state(&label, |st| {
+            st.copy(
+                &format!("{b}[{from}:{to}{rest}]"),
+                &format!("{out}[{from}:{to}{rest}]"),
+            );
+        });
+        self.states_left = self.states_left.saturating_sub(2);
+        if copy_first {
+            vec![Block::State(id), map]
+        } else {
+            vec![map, Block::State(id)]
+        }
     }
 
     /// One or two states in sequence, inside a loop or a branch.

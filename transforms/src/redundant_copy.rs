@@ -25,6 +25,7 @@ use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Subset, Sym
 use crate::pass::{Changes, Pass};
 
 mod write_back;
+mod zoned;
 use crate::pattern::{
     DataUses, data_uses, for_each_state_parallel, is_full, move_in_edges, node_reads_writes,
     rename_data, same_extent, writes_whole,
@@ -58,6 +59,10 @@ impl Pass for RedundantCopy {
         }
         ch.add("transients_merged", merge_into_destinations(sdfg));
         ch.add("write_backs_merged", write_back::merge_write_backs(sdfg));
+        ch.add(
+            "zoned_write_backs_merged",
+            zoned::merge_zoned_write_backs(sdfg),
+        );
         ch
     }
 }

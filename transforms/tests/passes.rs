@@ -862,6 +862,182 @@ fn a_write_back_buffer_assembled_in_zones_becomes_its_destination() {
     }
 }
 
+/// What a program reading a write-back buffer back in zones gets wrong, if anything (see
+/// [`read_back`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReadBack {
+    /// Nothing: the rule applies.
+    Zones,
+    /// The levels above the band are copied from one level late: `w` keeps its old
+    /// values on the band's last level.
+    ConsumerGap,
+    /// The levels above the band are copied from level 0, after the band's map: the
+    /// copy puts `t`'s values back over what the map computed.
+    Overlap,
+    /// The band's map reads `t` on level 0, not at the point it writes.
+    OffPoint,
+    /// A state between the producers and the consumers reads `w`.
+    ReadBetween,
+    /// The producers leave the upper zone out: `t` is not written whole.
+    ProducerGap,
+}
+
+/// GT4Py's two `concat_where`s in a row (`apply_diffusion_to_w_…`): `t` is `w_old` with
+/// an interior `[a, h)` computed, assembled from a map and two copies; `w` (element `i`
+/// of `t` is row `i + 1` of `w`) is `t` damped on the levels below `nr` of that
+/// interior, by a map reading `t` at the point it writes, and `t` copied unchanged
+/// everywhere else, zone by zone.
+fn read_back(z: ReadBack) -> Sdfg {
+    let mut b = SdfgBuilder::new("read_back");
+    b.symbol("N", DType::I64)
+        .symbol("K", DType::I64)
+        .symbol("a", DType::I64)
+        .symbol("h", DType::I64)
+        .symbol("nr", DType::I64)
+        .array("w_old", DType::F64, ["N", "K"])
+        .array("area", DType::F64, ["N"])
+        .array("w", DType::F64, ["N + 1", "K"])
+        .array("out", DType::F64, ["N"])
+        .transient("t", DType::F64, ["N", "K"]);
+    let lower = "0:max(0, min(N, a))";
+    let inner = "max(0, a):min(h, N)";
+    let upper = "max(a, max(h, 0)):max(a, max(0, max(h, N)))";
+    let band = "0:min(nr, K)";
+    let interior = b.state("interior", |s| {
+        s.map("interior", &["i", "k"], &[inner, "0:K"], |m| {
+            m.tasklet(
+                "f",
+                &[("x", "w_old[i, k]"), ("r", "area[i]")],
+                &[("y", "t[i, k]")],
+                "y = 2.0 * x + r",
+            );
+        });
+    });
+    let keep_lower = b.state("keep_lower", |s| {
+        s.copy(&format!("w_old[{lower}, 0:K]"), &format!("t[{lower}, 0:K]"));
+    });
+    let keep_upper = b.state("keep_upper", |s| {
+        s.copy(&format!("w_old[{upper}, 0:K]"), &format!("t[{upper}, 0:K]"));
+    });
+    let read = if z == ReadBack::OffPoint {
+        "t[i, 0]"
+    } else {
+        "t[i, k]"
+    };
+    let damp = b.state("damp", |s| {
+        s.map("damp", &["i", "k"], &[inner, band], |m| {
+            m.tasklet(
+                "g",
+                &[("x", read), ("r", "area[i]")],
+                &[("y", "w[i + 1, k]")],
+                "y = x - 0.25 * r * x",
+            );
+        });
+    });
+    let shifted = |rows: &str| {
+        let (lo, hi) = rows.split_once(':').unwrap();
+        format!("{lo} + 1:{hi} + 1")
+    };
+    let copy_band = b.state("copy_band", |s| {
+        s.copy(
+            &format!("t[{lower}, {band}]"),
+            &format!("w[{}, {band}]", shifted(lower)),
+        );
+        s.copy(
+            &format!("t[{upper}, {band}]"),
+            &format!("w[{}, {band}]", shifted(upper)),
+        );
+    });
+    let above = match z {
+        ReadBack::ConsumerGap => "max(0, min(nr, K)) + 1:K",
+        ReadBack::Overlap => "0:K",
+        _ => "max(0, min(nr, K)):K",
+    };
+    let copy_above = b.state("copy_above", |s| {
+        s.copy(&format!("t[0:N, {above}]"), &format!("w[1:N + 1, {above}]"));
+    });
+    let mut blocks = vec![Block::State(interior), Block::State(keep_lower)];
+    if z != ReadBack::ProducerGap {
+        blocks.push(Block::State(keep_upper));
+    }
+    if z == ReadBack::ReadBetween {
+        blocks.push(Block::State(b.state("peek", |s| {
+            s.map("peek", &["i"], &["0:N"], |m| {
+                m.tasklet("p", &[("x", "w[i + 1, 0]")], &[("y", "out[i]")], "y = x");
+            });
+        })));
+    }
+    if z == ReadBack::Overlap {
+        blocks.extend([copy_band, damp, copy_above].map(Block::State));
+    } else {
+        blocks.push(Block::State(damp));
+        blocks.push(Block::seq([
+            Block::State(copy_band),
+            Block::State(copy_above),
+        ]));
+    }
+    b.body(Block::seq(blocks));
+    b.build()
+}
+
+#[test]
+fn a_write_back_buffer_read_back_in_zones_becomes_its_destination() {
+    // Interior inside, empty (`h < a`), past the end; the band below, above, at none.
+    let cases: [[(&str, i64); 5]; 6] = [
+        [("N", 7), ("K", 4), ("a", 2), ("h", 5), ("nr", 2)],
+        [("N", 7), ("K", 4), ("a", 0), ("h", 7), ("nr", 4)],
+        [("N", 7), ("K", 4), ("a", 5), ("h", 3), ("nr", 1)],
+        [("N", 5), ("K", 3), ("a", 6), ("h", 9), ("nr", 6)],
+        [("N", 5), ("K", 3), ("a", 1), ("h", 4), ("nr", 0)],
+        [("N", 5), ("K", 3), ("a", -2), ("h", 2), ("nr", -1)],
+    ];
+    let s0 = read_back(ReadBack::Zones);
+    let mut s = s0.clone();
+    let c = RedundantCopy.run(&mut s);
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(c.get("zoned_write_backs_merged"), 1, "{c}");
+    assert!(!s.arrays.contains_key("t"));
+    // The copies of `t` into `w` are gone; the two zones of `w_old` stay, into `w`.
+    let copies: Vec<String> = s
+        .states
+        .iter()
+        .flat_map(|st| {
+            let g = &st.graph;
+            g.edge_ids()
+                .into_iter()
+                .filter(|&e| {
+                    let (a, b) = g.endpoints(e);
+                    g.node(a).as_access().is_some() && g.node(b).as_access().is_some()
+                })
+                .map(|e| g.edge(e).memlet.data.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(copies, ["w_old", "w_old"]);
+    for syms in &cases {
+        same_results(&s0, &s, syms);
+    }
+    for z in [
+        ReadBack::ConsumerGap,
+        ReadBack::Overlap,
+        ReadBack::OffPoint,
+        ReadBack::ReadBetween,
+        ReadBack::ProducerGap,
+    ] {
+        let s0 = read_back(z);
+        let mut s = s0.clone();
+        assert_eq!(
+            RedundantCopy.run(&mut s).get("zoned_write_backs_merged"),
+            0,
+            "{z:?}"
+        );
+        assert!(s.arrays.contains_key("t"), "{z:?}");
+        for syms in &cases {
+            same_results(&s0, &s, syms);
+        }
+    }
+}
+
 #[test]
 fn specialization_folds_static_sizes_and_flags() {
     let mut b = SdfgBuilder::new("static");

@@ -9,7 +9,8 @@
 //! allow_gt4py_shapes`: column copies and computations over the first dimension read by
 //! maps over the grid, slabs written through inner maps or element by element and reduced,
 //! a field written beside the slab and read with it, the sum copied into its field, two fields written by one map and read by the next, a transient
-//! assembled from row pieces in successive states and copied whole into another), and programs
+//! assembled from row pieces in successive states and copied whole into another, or
+//! read back into a field zone by zone), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -370,6 +371,7 @@ fn random_programs_exercise_the_passes() {
             "loops_reordered_in_place",
             "copies_merged",
             "write_backs_merged",
+            "zoned_write_backs_merged",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -417,6 +419,7 @@ fn random_programs_exercise_the_passes() {
         "loops_reordered_in_place",
         "copies_merged",
         "write_backs_merged",
+        "zoned_write_backs_merged",
     ] {
         assert!(
             fired.get(name).copied().unwrap_or(0) > 0,
@@ -494,4 +497,48 @@ fn layout_specialization_preserves_results() {
         "{specialized} strides specialized, {relaid} transients relaid, {extents_kept} extent strides kept"
     );
     assert!(specialized >= 100 && relaid >= 50 && extents_kept >= 5);
+}
+
+/// GT4Py's second `concat_where` reading a write-back buffer back into a field zone by
+/// zone, on random programs: the generator's shape (a map over one zone of rows reading
+/// the buffer at its point, a copy of the others, in either order; with hazards, a copy
+/// one row short, or over all rows after the map), in a loop, a branch or neither,
+/// optimized by the CPU pipeline, computes the original's outputs bit for bit; the zoned
+/// rule merges the buffer where it may. Without any one of its guards (the consumers'
+/// cover, their disjointness, nothing reading the field between, the producers' cover)
+/// some program of the first 600 computes another result.
+#[test]
+fn buffers_read_back_in_zones_merge_only_where_they_may() {
+    let cfg = hazards();
+    let (mut shapes, mut merged) = (0, 0);
+    for seed in 0..800 {
+        let s = generate(seed, &cfg);
+        if !s.states.iter().any(|st| st.name.ends_with("_zone")) {
+            continue;
+        }
+        shapes += 1;
+        let mut o = s.clone();
+        let r = Pipeline::cpu().validate_each(true).run(&mut o).unwrap();
+        let m: usize = r
+            .passes
+            .iter()
+            .map(|p| p.changes.get("zoned_write_backs_merged"))
+            .sum();
+        merged += usize::from(m > 0);
+        for symbols in [sample_symbols(&s), sample_small_symbols(&s)] {
+            let inputs = random_bindings(&s, &symbols, 7).unwrap();
+            let Ok(before) = run(&s, &inputs) else {
+                continue;
+            };
+            let after = run(&o, &inputs)
+                .unwrap_or_else(|e| panic!("seed {seed}: fails after the pipeline: {e}"));
+            if let Some(d) = first_difference(&s, &before, &after) {
+                panic!("seed {seed}: {d} at {symbols:?}\n{r}");
+            }
+        }
+    }
+    eprintln!("{shapes} programs read a buffer back in zones, {merged} merged it");
+    assert!(shapes >= 40, "{shapes}");
+    assert!(merged >= 5, "{merged} of {shapes}");
+    assert!(merged < shapes, "{merged} of {shapes}");
 }

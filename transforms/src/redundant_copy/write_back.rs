@@ -75,19 +75,19 @@ struct Plan {
 
 /// What one node does to `T` and `D` before the copy.
 #[derive(Clone)]
-struct Event {
-    state: usize,
+pub(super) struct Event {
+    pub(super) state: usize,
     /// The node it starts at and the one it ends at (a copy: its source and `T`'s node).
-    start: NodeId,
-    end: NodeId,
+    pub(super) start: NodeId,
+    pub(super) end: NodeId,
     /// Where it writes `T` (in `T`'s indices; the summary memlet, possibly larger), and
     /// the boxes it surely writes whole; `changes`: whether the write changes `D` once
     /// merged (a piece of `D` at the same elements does not).
-    write: Option<Subset>,
-    exact: Vec<Vec<(SymExpr, SymExpr)>>,
-    changes: bool,
+    pub(super) write: Option<Subset>,
+    pub(super) exact: Vec<Vec<(SymExpr, SymExpr)>>,
+    pub(super) changes: bool,
     /// Where it reads `D`, in `T`'s indices.
-    read: Option<Subset>,
+    pub(super) read: Option<Subset>,
 }
 
 fn find(sdfg: &Sdfg) -> Option<Plan> {
@@ -158,7 +158,7 @@ type Found = (
 fn check(sdfg: &Sdfg, c: &Copy<'_>) -> Option<Found> {
     let mut in_place = Vec::new();
     let mut identity = Vec::new();
-    let paths = walk(&sdfg.body, vec![Vec::new()], c, &mut |s| {
+    let paths = walk(&sdfg.body, vec![Vec::new()], c.state, &mut |s| {
         state_events(sdfg, s, c, &mut in_place, &mut identity)
     })?
     .0;
@@ -209,12 +209,12 @@ fn is_in_place(e: &Event) -> bool {
     e.read.is_some() && e.read == e.write && e.start == e.end
 }
 
-/// The events of the states on every path from `b`'s start to the copy, appended to
-/// `paths`; whether the copy was reached. `None` where the rule gives up.
-fn walk(
+/// The events of the states on every path from `b`'s start to state `stop` (the copy's),
+/// appended to `paths`; whether `stop` was reached. `None` where the rule gives up.
+pub(super) fn walk(
     b: &Block,
     paths: Vec<Vec<Event>>,
-    c: &Copy<'_>,
+    stop: usize,
     events: &mut dyn FnMut(usize) -> Option<Vec<Event>>,
 ) -> Option<(Vec<Vec<Event>>, bool)> {
     match b {
@@ -228,12 +228,12 @@ fn walk(
                     p
                 })
                 .collect();
-            Some((paths, s == c.state))
+            Some((paths, s == stop))
         }
         Block::Seq(items) => {
             let mut paths = paths;
             for item in items {
-                let (next, reached) = walk(item, paths, c, events)?;
+                let (next, reached) = walk(item, paths, stop, events)?;
                 paths = next;
                 if reached {
                     return Some((paths, true));
@@ -242,15 +242,15 @@ fn walk(
             Some((paths, false))
         }
         Block::If(i) => {
-            let contains = |b: &Block| b.states().into_iter().any(|s| s.index() == c.state);
+            let contains = |b: &Block| b.states().into_iter().any(|s| s.index() == stop);
             if contains(&i.then) {
-                return walk(&i.then, paths, c, events);
+                return walk(&i.then, paths, stop, events);
             }
             if contains(&i.otherwise) {
-                return walk(&i.otherwise, paths, c, events);
+                return walk(&i.otherwise, paths, stop, events);
             }
-            let (mut a, _) = walk(&i.then, paths.clone(), c, events)?;
-            let (b, _) = walk(&i.otherwise, paths, c, events)?;
+            let (mut a, _) = walk(&i.then, paths.clone(), stop, events)?;
+            let (b, _) = walk(&i.otherwise, paths, stop, events)?;
             a.extend(b);
             (a.len() <= MAX_PATHS).then_some((a, false))
         }
@@ -452,7 +452,7 @@ fn unique(name: String, taken: &[(usize, NodeId, Dataflow, String)]) -> String {
 }
 
 /// `s` moved back by `shift` (`D`'s indices to `T`'s).
-fn unshifted(s: &Subset, shift: &[SymExpr]) -> Subset {
+pub(super) fn unshifted(s: &Subset, shift: &[SymExpr]) -> Subset {
     let back: Vec<SymExpr> = shift.iter().map(|x| SymExpr::Int(0).sub(x)).collect();
     shifted(s, &back)
 }
@@ -480,7 +480,7 @@ fn same_subset(a: &Subset, b: &Subset) -> bool {
 }
 
 /// A unit-step subset as the box `[lo, hi)` per dimension.
-fn subset_box(s: &Subset) -> Option<Vec<(SymExpr, SymExpr)>> {
+pub(super) fn subset_box(s: &Subset) -> Option<Vec<(SymExpr, SymExpr)>> {
     s.0.iter()
         .map(|d| match d {
             Dim::Index(x) => Some((x.clone(), x.add(&SymExpr::Int(1)))),
