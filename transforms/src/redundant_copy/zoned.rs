@@ -36,7 +36,9 @@
 //!   now get `T`'s;
 //! - the producers cover all of `T` on every path to the consumers, plainly (no write
 //!   conflict resolution, which would combine with `D`'s old value): an element none
-//!   wrote carried `T`'s initial value into `D`, and would now keep `D`'s;
+//!   wrote carried `T`'s initial value into `D`, and would now keep `D`'s; with a
+//!   nonzero shift, no producer's copy names only its other end, one subset for both
+//!   (the rename moves `T`'s side of a copy, which needs a subset of its own);
 //! - `D` is an array of `T`'s type, rank and storage, used only by the consumers and in
 //!   states that run before every producer or after every consumer: nothing sees `D`
 //!   between the first write of `T` and the last consumer.
@@ -144,6 +146,17 @@ fn find(sdfg: &Sdfg) -> Option<Plan> {
         let Some(shift) = common_shift(&consumers) else {
             continue;
         };
+        // A shifted rename moves `T`'s subsets; a producer's copy that names only its
+        // other end, one subset for both, could not move `T`'s side alone.
+        let unshifted = shift.iter().all(|x| x.simplify().as_int() == Some(0));
+        if !unshifted
+            && ut
+                .written_in
+                .iter()
+                .any(|&s| copy_names_other_end(&sdfg.states[s].graph, t))
+        {
+            continue;
+        }
         // The maps' boxes touch no other consumer's; together they cover `T`.
         let overlaps = consumers.iter().enumerate().any(|(i, a)| {
             a.copy.is_none()
