@@ -515,6 +515,21 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<Found> {
     None
 }
 
+/// Applies the merges `find` finds, one at a time (each changes the uses the next is
+/// judged on; each removes a container, so this ends); returns how many.
+fn one_at_a_time<P>(
+    sdfg: &mut Sdfg,
+    find: impl Fn(&Sdfg) -> Option<P>,
+    apply: impl Fn(&mut Sdfg, P),
+) -> usize {
+    let mut merged = 0;
+    while let Some(plan) = find(sdfg) {
+        apply(sdfg, plan);
+        merged += 1;
+    }
+    merged
+}
+
 /// `s` with each dimension moved by `shift` (its indices and ranges, not tables).
 fn shifted(s: &Subset, shift: &[SymExpr]) -> Subset {
     if s.0.is_empty() {

@@ -45,14 +45,7 @@ const MAX_PATHS: usize = 64;
 
 /// Merges write-back buffers into their destinations; returns how many went.
 pub(super) fn merge_write_backs(sdfg: &mut Sdfg) -> usize {
-    let mut merged = 0;
-    // One at a time: each merge changes the uses the next is judged on; each removes a
-    // container, so this ends.
-    while let Some(plan) = find(sdfg) {
-        apply(sdfg, plan);
-        merged += 1;
-    }
-    merged
+    super::one_at_a_time(sdfg, find, apply)
 }
 
 /// A merge found by [`find`].

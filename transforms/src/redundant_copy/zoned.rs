@@ -52,14 +52,7 @@ use crate::pattern::{data_uses, map_written_boxes, tables_read, wcr_on_path};
 
 /// Merges transients read back in zones into their destinations; returns how many went.
 pub(super) fn merge_zoned_write_backs(sdfg: &mut Sdfg) -> usize {
-    let mut merged = 0;
-    // One at a time: each merge changes the uses the next is judged on; each removes a
-    // container, so this ends.
-    while let Some(plan) = find(sdfg) {
-        apply(sdfg, plan);
-        merged += 1;
-    }
-    merged
+    super::one_at_a_time(sdfg, find, apply)
 }
 
 /// A merge found by [`find`].
