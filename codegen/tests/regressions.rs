@@ -611,3 +611,81 @@ fn an_output_read_before_its_assignment_is_the_symbol_of_that_name() {
     );
     check(&s, &inputs);
 }
+
+/// The mappings of this process with the huge-page mark (`hg` in `VmFlags`), by size in kB.
+#[cfg(target_os = "linux")]
+fn huge_page_mappings_kb() -> Vec<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut sizes = Vec::new();
+    let mut size = 0;
+    for line in smaps.lines() {
+        if let Some(v) = line.strip_prefix("Size:") {
+            size = v.trim().trim_end_matches("kB").trim().parse().unwrap();
+        } else if let Some(flags) = line.strip_prefix("VmFlags:")
+            && flags.split_whitespace().any(|f| f == "hg")
+        {
+            sizes.push(size);
+        }
+    }
+    sizes
+}
+
+/// A transient of 2 MiB or more is a mapping of its own marked for huge pages: zeroed at
+/// `init` (a program that leaves part of it unwritten reads zeros, as the interpreter's),
+/// kept between calls, and unmapped when the program is dropped.
+#[test]
+fn a_large_transient_is_a_zeroed_huge_page_mapping() {
+    // 700,000 doubles: 5.6 MB, rounded up to 6 MiB (6144 kB), a size no other test makes.
+    let mut b = SdfgBuilder::new("big_transient");
+    b.symbol("N", DType::I64)
+        .array("x", DType::F64, ["N"])
+        .array("out", DType::F64, ["N"])
+        .transient("t", DType::F64, ["N"]);
+    b.state("produce", |s| {
+        s.map("p", &["i"], &["0:N - 3"], |m| {
+            m.tasklet("dbl", &[("a", "x[i]")], &[("o", "t[i]")], "o = a * 2.0");
+        });
+    });
+    b.state("consume", |s| {
+        s.map("c", &["i"], &["0:N"], |m| {
+            m.tasklet("inc", &[("a", "t[i]")], &[("o", "out[i]")], "o = a + 1.0");
+        });
+    });
+    b.body(Block::seq([
+        Block::State(StateId(0)),
+        Block::State(StateId(1)),
+    ]));
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    let backend = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    let source = backend.generate(&s).unwrap();
+    assert!(
+        source.contains("st->t_t = (double*)sdf_array_alloc(n, sizeof(double), &st->z_t)"),
+        "the transient is not allocated by sdf_array_alloc"
+    );
+    let inputs = random_bindings(&s, &syms(&[("N", 700_000)]), 3).unwrap();
+    let mut expected = inputs.clone();
+    interp::run(&s, &mut expected).unwrap();
+    let out = expected.arrays["out"].to_f64_vec();
+    assert_eq!(&out[699_997..], &[1.0, 1.0, 1.0], "the unwritten tail reads zeros");
+    #[cfg(target_os = "linux")]
+    let before = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
+    let prog = backend.build(&s).unwrap();
+    prog.set_threads(2);
+    for _ in 0..2 {
+        let mut got = inputs.clone();
+        prog.run_bindings(&mut got).unwrap();
+        assert_same_arguments(&s, &expected, &got, "compiled");
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let during = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
+        assert_eq!(during, before + 1, "one 6 MiB mapping marked for huge pages");
+        drop(prog);
+        let after = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
+        assert_eq!(after, before, "the mapping is gone with the program");
+    }
+}

@@ -101,7 +101,10 @@ impl Team for OpenMp {
 }
 
 /// The C dialect: the standard headers, and the dialect's spellings.
-const C_HEAD: &str = r#"#include <stdint.h>
+const C_HEAD: &str = r#"#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE
+#endif
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +112,9 @@ const C_HEAD: &str = r#"#include <stdint.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef __linux__
+#include <sys/mman.h>
 #endif
 /* How C spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static inline
@@ -126,7 +132,40 @@ const C_HEAD: &str = r#"#include <stdint.h>
 "#;
 
 /// C's clock.
-const C_TAIL: &str = r#"/* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
+const C_TAIL: &str = r#"/* A program-owned array of n elements of s bytes, zeroed; *mapped is 0, or the length
+   of the mapping `sdf_array_free` unmaps. From 2 MiB on it is a mapping of its own,
+   aligned to the huge page size and marked for huge pages (as NumPy marks its arrays): a
+   map that gathers through a grid-sized transient then misses the TLB less. Its pages
+   are first touched by the threads that write them, not here. */
+SDF_FN void* sdf_array_alloc(int64_t n, size_t s, size_t* mapped) {
+    size_t k = (size_t)(n > 0 ? n : 1);
+    *mapped = 0;
+    if (k > SIZE_MAX / s) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t h = (size_t)2 << 20;
+    if (k * s >= h && k * s <= SIZE_MAX / 2) {
+        size_t r = (k * s + h - 1) / h * h;
+        char* p = (char*)mmap(NULL, r + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == (char*)MAP_FAILED) return NULL;
+        char* a = (char*)(((uintptr_t)p + h - 1) & ~(uintptr_t)(h - 1));
+        if (a > p) munmap(p, (size_t)(a - p));
+        if (p + r + h > a + r) munmap(a + r, (size_t)(p + r + h - (a + r)));
+        (void)madvise(a, r, MADV_HUGEPAGE);
+        *mapped = r;
+        return a;
+    }
+#endif
+    return calloc(k, s);
+}
+
+SDF_FN void sdf_array_free(void* p, size_t mapped) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (mapped) { munmap(p, mapped); return; }
+#endif
+    (void)mapped;
+    free(p);
+}
+/* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 SDF_FN int64_t sdf_wall_ns(void) {
     struct timespec ts;
     if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;

@@ -114,7 +114,7 @@ fn emit_run(
     let mut out = String::new();
     out.push_str("typedef struct {\n");
     for (n, d) in transients {
-        let _ = writeln!(out, "    {}* t_{n};", ctype(d.dtype()));
+        let _ = writeln!(out, "    {}* t_{n};\n    size_t z_{n};", ctype(d.dtype()));
     }
     out.push_str(&exchange_state_members(&exchanges));
     out.push_str("    sdf_err_t err;\n} sdflow_state;\n\n");
@@ -124,7 +124,7 @@ fn emit_run(
     );
     out.push_str("void sdflow_finalize(void* handle) {\n    sdflow_state* st = (sdflow_state*)handle;\n    if (!st) return;\n");
     for (n, _) in transients {
-        let _ = writeln!(out, "    free(st->t_{n});");
+        let _ = writeln!(out, "    if (st->t_{n}) sdf_array_free(st->t_{n}, st->z_{n});");
     }
     out.push_str(&exchange_finalize_text(&exchanges));
     out.push_str("    free(st);\n}\n\n");
@@ -147,7 +147,7 @@ fn emit_run(
     for (n, d) in transients {
         let _ = writeln!(
             out,
-            "    {{ int64_t n = {}; st->t_{n} = ({}*)calloc((size_t)(n > 0 ? n : 1), sizeof({})); if (!st->t_{n}) {{ sdflow_finalize(st); return NULL; }} }}",
+            "    {{ int64_t n = {}; st->t_{n} = ({}*)sdf_array_alloc(n, sizeof({}), &st->z_{n}); if (!st->t_{n}) {{ sdflow_finalize(st); return NULL; }} }}",
             frame.size_of(d),
             ctype(d.dtype()),
             ctype(d.dtype())
