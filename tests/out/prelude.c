@@ -1,3 +1,6 @@
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE
+#endif
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -6,6 +9,9 @@
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef __linux__
+#include <sys/mman.h>
 #endif
 /* How C spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static inline
@@ -219,6 +225,39 @@ SDF_FN double sdf_canon_blend(double x) { return sdf_canon(x); }
 SDF_FN float sdf_canonf_blend(float x) { return sdf_canonf(x); }
 #endif
 SDF_FN float sdf_fmod_float(float a, float b) { return a - floorf(a / b) * b; }
+/* A program-owned array of n elements of s bytes, zeroed; *mapped is 0, or the length
+   of the mapping `sdf_array_free` unmaps. From 2 MiB on it is a mapping of its own,
+   aligned to the huge page size and marked for huge pages (as NumPy marks its arrays): a
+   map that gathers through a grid-sized transient then misses the TLB less. Its pages
+   are first touched by the threads that write them, not here. */
+SDF_FN void* sdf_array_alloc(int64_t n, size_t s, size_t* mapped) {
+    size_t k = (size_t)(n > 0 ? n : 1);
+    *mapped = 0;
+    if (k > SIZE_MAX / s) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t h = (size_t)2 << 20;
+    if (k * s >= h && k * s <= SIZE_MAX / 2) {
+        size_t r = (k * s + h - 1) / h * h;
+        char* p = (char*)mmap(NULL, r + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == (char*)MAP_FAILED) return NULL;
+        char* a = (char*)(((uintptr_t)p + h - 1) & ~(uintptr_t)(h - 1));
+        if (a > p) munmap(p, (size_t)(a - p));
+        if (p + r + h > a + r) munmap(a + r, (size_t)(p + r + h - (a + r)));
+        (void)madvise(a, r, MADV_HUGEPAGE);
+        *mapped = r;
+        return a;
+    }
+#endif
+    return calloc(k, s);
+}
+
+SDF_FN void sdf_array_free(void* p, size_t mapped) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (mapped) { munmap(p, mapped); return; }
+#endif
+    (void)mapped;
+    free(p);
+}
 /* A clock in nanoseconds (C11 `timespec_get`): differences time a region. */
 SDF_FN int64_t sdf_wall_ns(void) {
     struct timespec ts;

@@ -13,7 +13,9 @@ static inline int sdf_threads(void) {
 
 typedef struct {
     double* t_cp;
+    size_t z_cp;
     double* t_dp;
+    size_t z_dp;
     sdf_err_t err;
 } sdflow_state;
 
@@ -26,8 +28,8 @@ void sdflow_error(void* handle, int64_t* out) {
 void sdflow_finalize(void* handle) {
     sdflow_state* st = (sdflow_state*)handle;
     if (!st) return;
-    free(st->t_cp);
-    free(st->t_dp);
+    if (st->t_cp) sdf_array_free(st->t_cp, st->z_cp);
+    if (st->t_dp) sdf_array_free(st->t_dp, st->z_dp);
     free(st);
 }
 
@@ -50,8 +52,8 @@ void* sdflow_init(const int64_t* ints, const double* floats) {
     sdf_init_msg[0] = 0;
     sdflow_state* st = (sdflow_state*)calloc(1, sizeof(sdflow_state));
     if (!st) return NULL;
-    { int64_t n = (((s_NX) <= 0 || (s_NY) <= 0 || (s_NZ) <= 0) ? 0 : (1 + ((s_NX) - 1) * ((s_NY * s_NZ)) + ((s_NY) - 1) * (s_NZ) + ((s_NZ) - 1) * (1LL))); st->t_cp = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof(double)); if (!st->t_cp) { sdflow_finalize(st); return NULL; } }
-    { int64_t n = (((s_NX) <= 0 || (s_NY) <= 0 || (s_NZ) <= 0) ? 0 : (1 + ((s_NX) - 1) * ((s_NY * s_NZ)) + ((s_NY) - 1) * (s_NZ) + ((s_NZ) - 1) * (1LL))); st->t_dp = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof(double)); if (!st->t_dp) { sdflow_finalize(st); return NULL; } }
+    { int64_t n = (((s_NX) <= 0 || (s_NY) <= 0 || (s_NZ) <= 0) ? 0 : (1 + ((s_NX) - 1) * ((s_NY * s_NZ)) + ((s_NY) - 1) * (s_NZ) + ((s_NZ) - 1) * (1LL))); st->t_cp = (double*)sdf_array_alloc(n, sizeof(double), &st->z_cp); if (!st->t_cp) { sdflow_finalize(st); return NULL; } }
+    { int64_t n = (((s_NX) <= 0 || (s_NY) <= 0 || (s_NZ) <= 0) ? 0 : (1 + ((s_NX) - 1) * ((s_NY * s_NZ)) + ((s_NY) - 1) * (s_NZ) + ((s_NZ) - 1) * (1LL))); st->t_dp = (double*)sdf_array_alloc(n, sizeof(double), &st->z_dp); if (!st->t_dp) { sdflow_finalize(st); return NULL; } }
     return st;
 }
 
