@@ -214,6 +214,7 @@ fn bench_cpu(
             parallel_min_points: options.parallel_min_points,
             schedule: options.schedule,
             overlap_exchanges: options.overlap_exchanges,
+            lag_points: options.lag_points,
         },
         ..CpuBackend::default()
     };

@@ -264,6 +264,69 @@ fn every_gt4py_program_reproduces_gt4py() {
     );
 }
 
+/// Every corpus program whose plan runs a producer–consumer pair lagged (a field read at
+/// the neighbours right after the map that computed it: `plan::lag`), as given and after
+/// `Pipeline::cpu`, compiled with every map on the parallel path and the pair in chunks of
+/// one row on two threads — every chunk boundary and every chunk left to the second
+/// phase taken — reproduces GT4Py. The corpus's grid is too small for the default
+/// thresholds to take that path.
+#[test]
+fn lagged_gt4py_programs_reproduce_gt4py_in_chunks_of_one_row() {
+    let mut backend = common::backend();
+    backend.emit.parallel_min_points = 1;
+    backend.emit.lag_points = 1;
+    for f in &mut backend.compiler.flags {
+        if f == "-O3" {
+            *f = "-O1".to_string();
+        }
+    }
+    let lagged = |s: &Sdfg| {
+        sdflow::codegen::Plan::of(s, sdflow::codegen::plan::Target::default())
+            .unwrap()
+            .to_text()
+            .contains("lagged behind")
+    };
+    let mut cases = Vec::new();
+    for p in programs() {
+        for v in VARIANTS {
+            let file = format!("{p}.simple.{v}.sdfgz");
+            let path = dir().join(&file);
+            if !path.exists() {
+                continue;
+            }
+            let sdfg = sdflow::cli::load_program(&path).unwrap();
+            let mut opt = sdfg.clone();
+            Pipeline::cpu().run(&mut opt).unwrap();
+            for (stage, s) in [("as given", sdfg), ("optimized", opt)] {
+                if lagged(&s) {
+                    cases.push((format!("{file}, {stage}"), p.clone(), s));
+                }
+            }
+        }
+    }
+    assert!(
+        cases.len() >= 8,
+        "{} lagged corpus programs: {:?}",
+        cases.len(),
+        cases.iter().map(|c| &c.0).collect::<Vec<_>>()
+    );
+    let all: Vec<Sdfg> = cases.iter().map(|c| c.2.clone()).collect();
+    let mut failures = Vec::new();
+    for ((name, p, s), lib) in cases.iter().zip(backend.build_all(&all)) {
+        let mut npz = open_npz(&dir().join(format!("{p}.simple.npz")));
+        let refs = references(&mut npz);
+        let mut b = gt4py_inputs(s, &mut npz);
+        let lib = lib.unwrap_or_else(|e| panic!("{name}: {e}"));
+        lib.set_threads(2);
+        lib.run_bindings(&mut b)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Err(e) = check(&b, &mut npz, &refs) {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Every corpus program, lowered or final, optimized by the CPU and by the GPU pipeline,
 /// runs every map with its parallelism: no nested-SDFG call left at the level of a state
 /// (its plan runs sequentially, a one-thread kernel on the GPU) and no map run by one

@@ -33,10 +33,13 @@ fn generated_backend() -> CpuBackend {
 
 /// [`generated_backend`] with every map of at least one point on the parallel path, run
 /// on two threads: the random programs' grids are far smaller than the default
-/// threshold, so they would only ever test the single-thread loops.
+/// threshold, so they would only ever test the single-thread loops. For the same reason
+/// a lagged pair runs in chunks of one row.
 fn parallel_backend() -> CpuBackend {
     let mut b = generated_backend();
     b.emit.parallel_min_points = 1;
+    // Lagged pairs (`plan::lag`) in chunks of one row: every chunk boundary tested.
+    b.emit.lag_points = 1;
     b
 }
 

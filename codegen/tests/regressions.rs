@@ -670,9 +670,16 @@ fn a_large_transient_is_a_zeroed_huge_page_mapping() {
     let mut expected = inputs.clone();
     interp::run(&s, &mut expected).unwrap();
     let out = expected.arrays["out"].to_f64_vec();
-    assert_eq!(&out[699_997..], &[1.0, 1.0, 1.0], "the unwritten tail reads zeros");
+    assert_eq!(
+        &out[699_997..],
+        &[1.0, 1.0, 1.0],
+        "the unwritten tail reads zeros"
+    );
     #[cfg(target_os = "linux")]
-    let before = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
+    let before = huge_page_mappings_kb()
+        .iter()
+        .filter(|&&k| k == 6144)
+        .count();
     let prog = backend.build(&s).unwrap();
     prog.set_threads(2);
     for _ in 0..2 {
@@ -682,10 +689,20 @@ fn a_large_transient_is_a_zeroed_huge_page_mapping() {
     }
     #[cfg(target_os = "linux")]
     {
-        let during = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
-        assert_eq!(during, before + 1, "one 6 MiB mapping marked for huge pages");
+        let during = huge_page_mappings_kb()
+            .iter()
+            .filter(|&&k| k == 6144)
+            .count();
+        assert_eq!(
+            during,
+            before + 1,
+            "one 6 MiB mapping marked for huge pages"
+        );
         drop(prog);
-        let after = huge_page_mappings_kb().iter().filter(|&&k| k == 6144).count();
+        let after = huge_page_mappings_kb()
+            .iter()
+            .filter(|&&k| k == 6144)
+            .count();
         assert_eq!(after, before, "the mapping is gone with the program");
     }
 }

@@ -1007,7 +1007,19 @@ impl Gen {
         if r == 1
             && let Some(table) = self.table.clone()
         {
-            let src = self.inputs[self.rng.random_range(0..self.inputs.len())].clone();
+            // Half of the gathers, where a transient is valid everywhere, read it at the
+            // neighbours: a field computed just before (GT4Py's Laplacian read at the
+            // neighbours of each cell), which the C backend may run lagged behind its
+            // producer.
+            let computed: Vec<&String> = fully_valid
+                .iter()
+                .filter(|n| n.starts_with("tmp"))
+                .collect();
+            let src = if !computed.is_empty() && self.rng.random_bool(0.5) {
+                computed[self.rng.random_range(0..computed.len())].clone()
+            } else {
+                self.inputs[self.rng.random_range(0..self.inputs.len())].clone()
+            };
             let target = self.target(read_here, written_here);
             return Step::Gather { src, table, target };
         }

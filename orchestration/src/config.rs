@@ -113,6 +113,11 @@ const OPTIONS: &[(&str, Scope, &str)] = &[
         Scope::Cpu,
         "run work that does not touch a halo exchange's fields between its start and its finish (bool)",
     ),
+    (
+        "lag_points",
+        Scope::Cpu,
+        "consumer points per thread in each chunk of a lagged producer-consumer pair; 0 runs the two maps one after the other (integer ≥ 0)",
+    ),
 ];
 
 /// The options one program is built and run with.
@@ -144,6 +149,8 @@ pub struct Options {
     pub graphs: bool,
     /// Run independent work between a halo exchange's start and finish.
     pub overlap_exchanges: bool,
+    /// Consumer points per thread in each chunk of a lagged pair (0: not lagged).
+    pub lag_points: i64,
 }
 
 impl Options {
@@ -195,6 +202,7 @@ impl Options {
             block_size: sdflow_codegen::cuda::emit::CudaEmitOptions::default().block_size,
             graphs: true,
             overlap_exchanges: emit.overlap_exchanges,
+            lag_points: emit.lag_points,
         }
     }
 
@@ -271,6 +279,7 @@ impl Options {
             }
             "graphs" => self.graphs = boolean(v)?,
             "overlap_exchanges" => self.overlap_exchanges = boolean(v)?,
+            "lag_points" => self.lag_points = integer(v, 0, i64::from(i32::MAX))?,
             _ => return Err(unknown_option(key)),
         }
         Ok(())
@@ -302,6 +311,7 @@ impl Options {
                     "parallel_min_points" => self.parallel_min_points.to_string(),
                     "block_size" => self.block_size.to_string(),
                     "overlap_exchanges" => self.overlap_exchanges.to_string(),
+                    "lag_points" => self.lag_points.to_string(),
                     _ => self.graphs.to_string(),
                 };
                 (*k, v)

@@ -266,10 +266,11 @@ impl Generator for CGenerator {
     }
     fn key(&self, o: &Options) -> String {
         format!(
-            "{} {} {}",
+            "{} {} {} {}",
             o.schedule.name(),
             o.parallel_min_points,
-            o.overlap_exchanges
+            o.overlap_exchanges,
+            o.lag_points
         )
     }
     fn generate(&self, sdfg: &Arc<Sdfg>, o: &Options) -> Result<Generated, CodegenError> {
@@ -321,6 +322,7 @@ fn cpu_backend(o: &Options) -> CpuBackend {
             parallel_min_points: o.parallel_min_points,
             schedule: o.schedule,
             overlap_exchanges: o.overlap_exchanges,
+            lag_points: o.lag_points,
         },
         ..CpuBackend::default()
     }

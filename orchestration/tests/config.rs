@@ -36,6 +36,7 @@ graphs = false
 [program.advection.cpu]
 threads = 3
 overlap_exchanges = false
+lag_points = 0
 "#;
 
 fn arch(b: Backend) -> String {
@@ -58,6 +59,7 @@ fn layers_merge_from_general_to_specific() {
     assert_eq!(r.options.schedule, OmpSchedule::Dynamic);
     assert!(r.options.fast_math);
     assert_eq!(r.options.tile_rows, 4);
+    assert_eq!(r.options.lag_points, 131072);
     assert_eq!(r.arch, "x86_64");
     assert_eq!(
         r.sources["threads"],
@@ -72,6 +74,7 @@ fn layers_merge_from_general_to_specific() {
     let r = c.resolve("advection", Backend::Cpu, &arch, &[]).unwrap();
     assert_eq!(r.options.threads, 3);
     assert!(!r.options.overlap_exchanges);
+    assert_eq!(r.options.lag_points, 0);
     // The program's table picks the GPU: then gpu tables apply, cpu ones do not.
     let r = c.resolve("diffusion", Backend::Cpu, &arch, &[]).unwrap();
     assert_eq!(r.options.backend, Backend::Gpu);
@@ -159,7 +162,15 @@ fn errors_name_the_file_line_and_key() {
         ),
         (
             "[cpu]\nthread = 3\n",
-            "granule.toml:2:1: cpu.thread: unknown option 'thread'; options are backend, optimize, passes, disable, fast_math, fusion_balance, tile_rows, threads, schedule, parallel_min_points, block_size, graphs, overlap_exchanges",
+            "granule.toml:2:1: cpu.thread: unknown option 'thread'; options are backend, optimize, passes, disable, fast_math, fusion_balance, tile_rows, threads, schedule, parallel_min_points, block_size, graphs, overlap_exchanges, lag_points",
+        ),
+        (
+            "[cpu]\nlag_points = -1\n",
+            "granule.toml:2:14: cpu.lag_points: expected an integer from 0 to 2147483647, found -1",
+        ),
+        (
+            "[gpu]\nlag_points = 1\n",
+            "granule.toml:2:1: gpu.lag_points: option 'lag_points' applies to the cpu backend, not gpu",
         ),
         (
             "[gpu]\nthreads = 3\n",

@@ -48,6 +48,7 @@ mod copies;
 mod exchange;
 mod flow;
 mod jam;
+mod lag;
 mod maps;
 mod nested;
 mod nodes;
@@ -77,6 +78,10 @@ pub struct EmitOptions {
     /// start and its finish (`crate::plan::exchange`); off, each exchange finishes right
     /// after it starts.
     pub overlap_exchanges: bool,
+    /// A lagged producer–consumer pair (`crate::plan::lag`) runs in chunks of about this
+    /// many of the consumer's points per thread; 0 runs the two maps one after the
+    /// other.
+    pub lag_points: i64,
 }
 
 /// An OpenMP loop schedule (`schedule(...)` of every parallel map's `omp for`).
@@ -119,6 +124,7 @@ impl Default for EmitOptions {
             parallel_min_points: 4096,
             schedule: OmpSchedule::Static,
             overlap_exchanges: true,
+            lag_points: 131072,
         }
     }
 }

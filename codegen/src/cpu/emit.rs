@@ -124,7 +124,10 @@ fn emit_run(
     );
     out.push_str("void sdflow_finalize(void* handle) {\n    sdflow_state* st = (sdflow_state*)handle;\n    if (!st) return;\n");
     for (n, _) in transients {
-        let _ = writeln!(out, "    if (st->t_{n}) sdf_array_free(st->t_{n}, st->z_{n});");
+        let _ = writeln!(
+            out,
+            "    if (st->t_{n}) sdf_array_free(st->t_{n}, st->z_{n});"
+        );
     }
     out.push_str(&exchange_finalize_text(&exchanges));
     out.push_str("    free(st);\n}\n\n");

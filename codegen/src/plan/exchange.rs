@@ -77,6 +77,7 @@ fn finish(x: &Exchange, node: NodeId, waits: Vec<usize>) -> Step {
         grid: None,
         jam: None,
         part: None,
+        lag: None,
     }
 }
 

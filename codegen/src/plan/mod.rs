@@ -28,6 +28,7 @@
 pub mod bounds;
 pub mod exchange;
 pub mod jam;
+pub mod lag;
 pub mod rows;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -295,6 +296,9 @@ pub struct Step {
     /// The step runs part of its map's points ([`exchange`]: the interior before a halo
     /// exchange finishes, the rim after); `None`: all of them.
     pub part: Option<MapPart>,
+    /// The map runs in chunks lagged behind the step before it, its producer ([`lag`]; a
+    /// team's top-level maps only).
+    pub lag: Option<lag::Lag>,
 }
 
 /// Part of a parallel map's points, as boxes of ranges (one per map parameter).
@@ -624,6 +628,25 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                 if !st.waits.is_empty() {
                     let w: Vec<String> = st.waits.iter().map(|w| w.to_string()).collect();
                     let _ = write!(line, " after {}", w.join(","));
+                }
+                if let Some(l) = &st.lag {
+                    let rows: Vec<String> = l
+                        .reads
+                        .iter()
+                        .map(|r| match r {
+                            lag::LagRead::Row(e) => e.to_string(),
+                            lag::LagRead::Table { table, index, .. } => {
+                                let i: Vec<String> = index.iter().map(|e| e.to_string()).collect();
+                                format!("{table}[{}]", i.join(", "))
+                            }
+                        })
+                        .collect();
+                    let _ = write!(
+                        line,
+                        " lagged behind its producer ({} rows at {})",
+                        l.transient,
+                        rows.join(", ")
+                    );
                 }
                 if !st.writes.is_empty() {
                     let w: Vec<String> = st
@@ -1299,7 +1322,11 @@ fn plan_state(
             grid,
             jam,
             part: None,
+            lag: None,
         });
+    }
+    if parallel && matches!(target, Target::Team { .. }) {
+        lag::mark(sdfg, df, &mut steps);
     }
     Ok(StatePlan {
         id,

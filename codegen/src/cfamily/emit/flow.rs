@@ -4,7 +4,7 @@
 use super::*;
 
 /// When a state-level node runs unchecked.
-enum Cond {
+pub(crate) enum Cond {
     /// Always (its condition holds for any symbol values).
     Always,
     /// Never (it cannot be stated, or it fails whatever the values).
@@ -128,8 +128,29 @@ impl Emitter<'_> {
         // Steps run `nowait`; a barrier goes before a step that waits for one that ran
         // since the last barrier.
         let mut pending: Vec<usize> = Vec::new();
+        let mut lagged = false;
         for (k, step) in sp.steps.iter().enumerate() {
-            let n = step.node;
+            if std::mem::take(&mut lagged) {
+                // Printed with its producer.
+                pending.push(k);
+                continue;
+            }
+            if sc.parallel
+                && let Some(b) = sp.steps.get(k + 1)
+                && self.lagged_pair(step, b)
+            {
+                let depends = pending
+                    .iter()
+                    .any(|p| step.waits.contains(p) || b.waits.contains(p));
+                if depends {
+                    self.team_line(|t| t.barrier().into());
+                    pending.clear();
+                }
+                self.lagged(sc, df, step, b)?;
+                pending.push(k);
+                lagged = true;
+                continue;
+            }
             if sc.parallel {
                 let depends = pending.iter().any(|p| step.waits.contains(p));
                 if depends {
@@ -157,49 +178,7 @@ impl Emitter<'_> {
                 continue;
             }
             let cond = self.condition(sc, step);
-            let u = self.fresh();
-            self.line("{");
-            self.indent += 1;
-            match &cond {
-                Cond::Always | Cond::Never => self.line(&format!("const int sdf_c{u} = 1;")),
-                Cond::Bind(k) => self.line(&format!("const int sdf_c{u} = sdf_ok[{k}] != 0;")),
-                Cond::Runtime(c) => self.line(&format!(
-                    "int sdf_q = 0; const int sdf_c{u} = ({}) != 0 && !sdf_q;",
-                    sc.quiet_sym(c)
-                )),
-            }
-            if !matches!(cond, Cond::Never) {
-                self.line(&format!("if (sdf_c{u}) {{"));
-                self.indent += 1;
-                self.unchecked_node(sc, df, step)?;
-                self.indent -= 1;
-                self.line("} else {");
-            } else {
-                self.line(&format!("(void)sdf_c{u}; {{"));
-            }
-            if matches!(step.part, Some(MapPart::Interior(_))) && !matches!(cond, Cond::Always) {
-                // Checked, the whole map runs in its rim's step, after the exchange
-                // finished.
-                self.line("    /* checked: in the rim's step */");
-            } else if !matches!(cond, Cond::Always) {
-                self.indent += 1;
-                if sc.parallel {
-                    self.team_line(|t| t.single().into());
-                }
-                self.checked_node(sc, df, n, step.atomic_writes())?;
-                self.indent -= 1;
-            }
-            self.line("}");
-            if sc.parallel {
-                self.line("if (sdf_e->failed) {");
-                self.team_line(|t| t.atomic_write().into());
-                self.line("    sdf_abort = sdf_seq + 1;");
-                self.line("}");
-            } else {
-                self.line("if (sdf_e->failed) goto sdf_end;");
-            }
-            self.indent -= 1;
-            self.line("}");
+            self.step_block(sc, df, step, &cond)?;
             pending.push(k);
         }
         if sc.parallel && !pending.is_empty() {
@@ -213,6 +192,62 @@ impl Emitter<'_> {
             self.line("  sdf_a = sdf_abort;");
             self.line("  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }");
         }
+        Ok(())
+    }
+
+    /// One step in its block: its unchecked version where `cond` holds, its checked one
+    /// otherwise, and the error check after it.
+    pub(crate) fn step_block(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        step: &Step,
+        cond: &Cond,
+    ) -> Result<(), CodegenError> {
+        let n = step.node;
+        let u = self.fresh();
+        self.line("{");
+        self.indent += 1;
+        match &cond {
+            Cond::Always | Cond::Never => self.line(&format!("const int sdf_c{u} = 1;")),
+            Cond::Bind(k) => self.line(&format!("const int sdf_c{u} = sdf_ok[{k}] != 0;")),
+            Cond::Runtime(c) => self.line(&format!(
+                "int sdf_q = 0; const int sdf_c{u} = ({}) != 0 && !sdf_q;",
+                sc.quiet_sym(c)
+            )),
+        }
+        if !matches!(cond, Cond::Never) {
+            self.line(&format!("if (sdf_c{u}) {{"));
+            self.indent += 1;
+            self.unchecked_node(sc, df, step)?;
+            self.indent -= 1;
+            self.line("} else {");
+        } else {
+            self.line(&format!("(void)sdf_c{u}; {{"));
+        }
+        if matches!(step.part, Some(MapPart::Interior(_))) && !matches!(cond, Cond::Always) {
+            // Checked, the whole map runs in its rim's step, after the exchange
+            // finished.
+            self.line("    /* checked: in the rim's step */");
+        } else if !matches!(cond, Cond::Always) {
+            self.indent += 1;
+            if sc.parallel {
+                self.team_line(|t| t.single().into());
+            }
+            self.checked_node(sc, df, n, step.atomic_writes())?;
+            self.indent -= 1;
+        }
+        self.line("}");
+        if sc.parallel {
+            self.line("if (sdf_e->failed) {");
+            self.team_line(|t| t.atomic_write().into());
+            self.line("    sdf_abort = sdf_seq + 1;");
+            self.line("}");
+        } else {
+            self.line("if (sdf_e->failed) goto sdf_end;");
+        }
+        self.indent -= 1;
+        self.line("}");
         Ok(())
     }
 
@@ -335,7 +370,7 @@ impl Emitter<'_> {
 
     /// When a step runs unchecked, as the plan decided ([`CheckPolicy`]): a bind-time
     /// condition is numbered among those `bind` evaluates.
-    fn condition(&mut self, sc: &Scope<'_>, step: &Step) -> Cond {
+    pub(crate) fn condition(&mut self, sc: &Scope<'_>, step: &Step) -> Cond {
         match &step.check {
             CheckPolicy::Never => Cond::Always,
             CheckPolicy::Always => Cond::Never,
