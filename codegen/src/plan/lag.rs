@@ -24,6 +24,7 @@
 
 use std::collections::BTreeSet;
 
+use sdflow_ir::uses::node_reads_writes;
 use sdflow_ir::{DataDesc, Dataflow, Dim, Node, Sdfg, Storage, SymExpr};
 
 use super::{Step, StepKind};
@@ -71,21 +72,6 @@ fn parallel_map(step: &Step) -> bool {
     matches!(step.kind, StepKind::ParallelMap { .. }) && step.part.is_none() && step.jam.is_none()
 }
 
-/// Containers read and written by state-level node `n`.
-fn accesses(df: &Dataflow, n: sdflow_ir::NodeId) -> (BTreeSet<String>, BTreeSet<String>) {
-    let reads = df
-        .in_edges(n)
-        .into_iter()
-        .map(|e| df.edge(e).memlet.data.clone())
-        .collect();
-    let writes = df
-        .out_edges(n)
-        .into_iter()
-        .map(|e| df.edge(e).memlet.data.clone())
-        .collect();
-    (reads, writes)
-}
-
 fn of(sdfg: &Sdfg, df: &Dataflow, a: &Step, b: &Step, ka: usize) -> Option<Lag> {
     if !parallel_map(a) || !parallel_map(b) || !b.waits.contains(&ka) {
         return None;
@@ -108,8 +94,8 @@ fn of(sdfg: &Sdfg, df: &Dataflow, a: &Step, b: &Step, ka: usize) -> Option<Lag> 
         Some(DataDesc::Array(arr)) if arr.transient && arr.storage == Storage::Host => {}
         _ => return None,
     }
-    let (reads_a, writes_a) = accesses(df, a.node);
-    let (_, writes_b) = accesses(df, b.node);
+    let (reads_a, writes_a) = node_reads_writes(df, a.node);
+    let (_, writes_b) = node_reads_writes(df, b.node);
     if writes_a.len() != 1 || reads_a.contains(&t) || writes_b.contains(&t) {
         return None;
     }

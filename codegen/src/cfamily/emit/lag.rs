@@ -294,18 +294,7 @@ impl Emitter<'_> {
                     index,
                     offset,
                 } => {
-                    let idx: Vec<String> = index.iter().map(|e| sc.sub_sym(e)).collect();
-                    let strides = sc
-                        .sdfg
-                        .arrays
-                        .get(table)
-                        .and_then(|d| d.as_array())
-                        .map(|a| a.strides.clone())
-                        .unwrap_or_default();
-                    columns.push((
-                        format!("(int64_t)a_{table}[{}]", sc.flat(&idx, &strides)),
-                        sc.sub_sym(offset),
-                    ));
+                    columns.push((sc.table_entry(table, index), sc.sub_sym(offset)));
                 }
                 LagRead::Row(e) => {
                     let c = e.sub(&SymExpr::sym(p)).simplify();

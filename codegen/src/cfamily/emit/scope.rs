@@ -251,21 +251,13 @@ impl<'a> Scope<'a> {
                 index,
                 offset,
             } => {
-                let idx: Vec<String> = index.iter().map(|e| self.sub_sym(e)).collect();
-                let strides = self
-                    .sdfg
-                    .arrays
-                    .get(table)
-                    .and_then(|d| d.as_array())
-                    .map(|a| a.strides.clone())
-                    .unwrap_or_default();
                 // A scalar table (a per-iteration index computed in a map body) is read
                 // as the scalar it is.
                 let value = match self.sdfg.arrays.get(table) {
                     Some(DataDesc::Scalar { .. }) => {
                         format!("(int64_t){}", self.scalar_lvalue(table).unwrap_or_default())
                     }
-                    _ => format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides)),
+                    _ => self.table_entry(table, index),
                 };
                 // An array table's entries were checked with their row; a scalar table
                 // (an index computed at the point) is checked here.
@@ -298,6 +290,19 @@ impl<'a> Scope<'a> {
                 }
             }
         }
+    }
+
+    /// The entry of array `table` at `index` (unchecked subscripts), as an `int64_t`.
+    pub(crate) fn table_entry(&self, table: &str, index: &[SymExpr]) -> String {
+        let idx: Vec<String> = index.iter().map(|e| self.sub_sym(e)).collect();
+        let strides = self
+            .sdfg
+            .arrays
+            .get(table)
+            .and_then(|d| d.as_array())
+            .map(|a| a.strides.clone())
+            .unwrap_or_default();
+        format!("(int64_t)a_{table}[{}]", self.flat(&idx, &strides))
     }
 
     pub(crate) fn flat(&self, idx: &[String], strides: &[SymExpr]) -> String {
