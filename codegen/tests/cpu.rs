@@ -4,7 +4,7 @@ use sdflow_ir::testkit::assert_same_arguments;
 use std::path::Path;
 
 use sdflow_codegen::CpuBackend;
-use sdflow_ir::interp::{self, Bindings, HostArray, random_bindings};
+use sdflow_ir::interp::{self, Bindings, random_bindings};
 use sdflow_ir::testkit::{sample_small_symbols, sample_symbols};
 use sdflow_ir::{Sdfg, Value};
 
@@ -62,15 +62,7 @@ fn compare_or_fail_alike(sdfg: &Sdfg, inputs: &[Bindings]) {
         .iter()
         .map(|b| {
             let mut b = b.clone();
-            if let Some(t) = b.arrays.get("total") {
-                let values: Vec<Value> = t
-                    .values()
-                    .into_iter()
-                    .map(|v| Value::F64(v.as_f64().floor()).cast(t.dtype()))
-                    .collect();
-                let t = HostArray::from_values(t.dtype(), t.shape(), &values).unwrap();
-                b.arrays.insert("total".into(), t);
-            }
+            sdflow_ir::testkit::make_total_integral(&mut b);
             b
         })
         .collect();

@@ -272,15 +272,7 @@ fn random_programs_with_lagged_pairs_match_the_interpreter() {
                 for symbols in [sample_symbols(p), sample_small_symbols(p)] {
                     let mut inputs = random_bindings(p, &symbols, seed).unwrap();
                     // Parallel sums combine in any order: integral values keep them exact.
-                    if let Some(t) = inputs.arrays.get("total") {
-                        let values: Vec<Value> = t
-                            .values()
-                            .into_iter()
-                            .map(|v| Value::F64(v.as_f64().floor()).cast(t.dtype()))
-                            .collect();
-                        let t = HostArray::from_values(t.dtype(), t.shape(), &values).unwrap();
-                        inputs.arrays.insert("total".into(), t);
-                    }
+                    sdflow_ir::testkit::make_total_integral(&mut inputs);
                     // Loaded afresh: the interpreter starts from zeroed transients.
                     let prog = unit.load(&lib, origin).unwrap_or_else(|e| fail(e));
                     prog.set_threads(2);

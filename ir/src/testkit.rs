@@ -492,6 +492,22 @@ pub fn sample_small_symbols(sdfg: &Sdfg) -> BTreeMap<String, Value> {
     out
 }
 
+/// The generator's `total` (the container its reductions and write-conflict sums add
+/// into) rounded down to an integral start value: the values added are integral too, so
+/// parallel sums, which combine in any order, stay exact and compare bit for bit.
+pub fn make_total_integral(b: &mut crate::interp::Bindings) {
+    if let Some(t) = b.arrays.get("total") {
+        let values: Vec<Value> = t
+            .values()
+            .into_iter()
+            .map(|v| Value::F64(v.as_f64().floor()).cast(t.dtype()))
+            .collect();
+        if let Some(t) = crate::interp::HostArray::from_values(t.dtype(), t.shape(), &values) {
+            b.arrays.insert("total".into(), t);
+        }
+    }
+}
+
 fn str_refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }

@@ -84,18 +84,6 @@ impl Emitter<'_> {
             ra.as_deref().map(|c| (c, *sa)),
             rb.as_deref().map(|c| (c, *sb)),
         );
-        // The producer over `[lo, hi)` of its first parameter, the consumer over
-        // `[cb, ce)`, each on the calling thread alone.
-        let part = |m: &MapScope, lo: SymExpr, hi: SymExpr| MapScope {
-            ranges: std::iter::once(sdflow_ir::Range {
-                start: lo,
-                end: hi,
-                step: SymExpr::Int(1),
-            })
-            .chain(m.ranges[1..].iter().cloned())
-            .collect(),
-            ..m.clone()
-        };
         self.line(&format!(
             "/* '{}' lagged behind '{}' (rows of {}) */",
             mb.label.replace("*/", "* /"),
@@ -159,13 +147,7 @@ impl Emitter<'_> {
                 // The rest of this thread's part of the producer, then the barrier.
                 self.line("{");
                 self.indent += 1;
-                self.map_loops_from(
-                    &sca,
-                    &part(ma, s("lo"), s("qa_end")),
-                    true,
-                    (*ca).max(1),
-                    rows_a,
-                )?;
+                self.part_loops(&sca, ma, s("lo"), s("qa_end"), *ca, rows_a)?;
                 self.indent -= 1;
                 self.line("}");
                 self.team_line(|t| t.barrier().into());
@@ -206,23 +188,11 @@ impl Emitter<'_> {
                 ));
                 self.indent += 1;
                 self.line(&format!("const int64_t s_{} = sdf_mx + 1;", v("hi")));
-                self.map_loops_from(
-                    &sca,
-                    &part(ma, s("lo"), s("hi")),
-                    true,
-                    (*ca).max(1),
-                    rows_a,
-                )?;
+                self.part_loops(&sca, ma, s("lo"), s("hi"), *ca, rows_a)?;
                 self.line(&format!("s_{} = s_{};", v("lo"), v("hi")));
                 self.indent -= 1;
                 self.line("}");
-                self.map_loops_from(
-                    &scb,
-                    &part(mb, s("cb"), s("ce")),
-                    true,
-                    (*cb).max(1),
-                    rows_b,
-                )?;
+                self.part_loops(&scb, mb, s("cb"), s("ce"), *cb, rows_b)?;
                 self.indent -= 1;
                 self.line("} else {");
                 self.line("    sdf_left++;");
@@ -230,13 +200,7 @@ impl Emitter<'_> {
             } else {
                 self.line("if (!sdf_own) {");
                 self.indent += 1;
-                self.map_loops_from(
-                    &scb,
-                    &part(mb, s("cb"), s("ce")),
-                    true,
-                    (*cb).max(1),
-                    rows_b,
-                )?;
+                self.part_loops(&scb, mb, s("cb"), s("ce"), *cb, rows_b)?;
                 self.indent -= 1;
                 self.line("}");
             }
@@ -266,6 +230,31 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Map `m` over `[lo, hi)` of its first parameter (its other ranges whole), on the
+    /// calling thread alone, with the plan's collapse depth and row checks.
+    fn part_loops(
+        &mut self,
+        sc: &Scope<'_>,
+        m: &MapScope,
+        lo: SymExpr,
+        hi: SymExpr,
+        collapse: usize,
+        rows: Option<(&[RowCheck], Option<Strip>)>,
+    ) -> Result<(), CodegenError> {
+        let ranges = std::iter::once(sdflow_ir::Range {
+            start: lo,
+            end: hi,
+            step: SymExpr::Int(1),
+        })
+        .chain(m.ranges[1..].iter().cloned())
+        .collect();
+        let part = MapScope {
+            ranges,
+            ..m.clone()
+        };
+        self.map_loops_from(sc, &part, true, collapse.max(1), rows)
     }
 
     /// Declares `sdf_mn`, `sdf_mx`: the first and the last of the producer's points
