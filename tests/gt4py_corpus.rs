@@ -183,18 +183,7 @@ fn every_gt4py_program_reproduces_gt4py() {
     // (`-ffp-contract=off`), so every level computes the interpreter's values bit for bit.
     let backend = common::backend();
     let mut quick = common::backend();
-    quick.compiler.flags = quick
-        .compiler
-        .flags
-        .iter()
-        .map(|f| {
-            if f == "-O3" {
-                "-O1".to_string()
-            } else {
-                f.clone()
-            }
-        })
-        .collect();
+    quick.compiler = quick.compiler.at_level("-O1");
     let is_final = |c: &Case| c.file.ends_with(".dace.final.sdfgz");
     let build = |backend: &sdflow::codegen::CpuBackend, pick: &dyn Fn(&Case) -> bool| {
         let all: Vec<Sdfg> = cases
@@ -275,11 +264,7 @@ fn lagged_gt4py_programs_reproduce_gt4py_in_chunks_of_one_row() {
     let mut backend = common::backend();
     backend.emit.parallel_min_points = 1;
     backend.emit.lag_points = 1;
-    for f in &mut backend.compiler.flags {
-        if f == "-O3" {
-            *f = "-O1".to_string();
-        }
-    }
+    backend.compiler = backend.compiler.at_level("-O1");
     let lagged = |s: &Sdfg| {
         sdflow::codegen::Plan::of(s, sdflow::codegen::plan::Target::default())
             .unwrap()
@@ -654,11 +639,7 @@ fn every_lowered_program_specialized_for_column_major_fields_reproduces_gt4py() 
         }
     }
     let mut quick = common::backend();
-    for f in quick.compiler.flags.iter_mut() {
-        if f == "-O3" {
-            *f = "-O1".to_string();
-        }
-    }
+    quick.compiler = quick.compiler.at_level("-O1");
     let mut cases = Vec::new();
     let (mut relaid, mut reordered) = (0, 0);
     for p in programs() {

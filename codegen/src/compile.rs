@@ -88,6 +88,15 @@ impl Default for CompilerOptions {
 }
 
 impl CompilerOptions {
+    /// The same options at optimization level `level` (`-O1`, `-O2`, …) in place of
+    /// the default's `-O3`: builds whose run time matters less than their build time
+    /// (tests, an emulated device).
+    pub fn at_level(mut self, level: &str) -> Self {
+        self.flags.retain(|f| !f.starts_with("-O"));
+        self.flags.insert(0, level.to_string());
+        self
+    }
+
     /// The same options without OpenMP (a sequential build).
     pub fn without_openmp(mut self) -> Self {
         self.flags.retain(|f| f != "-fopenmp");

@@ -1,4 +1,5 @@
-//! The C compiler's host tuning: which flags sdflow adds for the host CPU.
+//! The C compiler's flags: the optimization level, and the host tuning sdflow adds for
+//! the host CPU.
 
 use std::path::{Path, PathBuf};
 
@@ -107,4 +108,23 @@ fn the_host_tuning_is_part_of_the_compilers_identity() {
     .identity()
     .unwrap();
     assert!(!off.ends_with(NO_HARDWARE_GATHER), "{off}");
+}
+
+#[test]
+fn a_level_replaces_the_optimization_level_and_keeps_the_rest() {
+    let opts = CompilerOptions::default().at_level("-O1");
+    assert_eq!(opts.flags[0], "-O1");
+    assert!(
+        !opts.flags[1..].iter().any(|f| f.starts_with("-O")),
+        "{opts:?}"
+    );
+    let rest = |o: &CompilerOptions| {
+        o.flags
+            .iter()
+            .filter(|f| !f.starts_with("-O"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rest(&opts), rest(&CompilerOptions::default()));
+    assert!(rest(&opts).iter().any(|f| f == "-ffp-contract=off"));
 }

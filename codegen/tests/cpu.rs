@@ -23,11 +23,7 @@ fn backend() -> CpuBackend {
 /// dycore's, both corpora's and the Python tests'.
 fn generated_backend() -> CpuBackend {
     let mut b = backend();
-    for f in &mut b.compiler.flags {
-        if f == "-O3" {
-            *f = "-O2".to_string();
-        }
-    }
+    b.compiler = b.compiler.at_level("-O2");
     b
 }
 

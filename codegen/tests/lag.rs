@@ -155,11 +155,7 @@ fn backend(lag_points: i64) -> CpuBackend {
         },
         ..CpuBackend::default()
     };
-    for f in &mut b.compiler.flags {
-        if f == "-O3" {
-            *f = "-O1".to_string();
-        }
-    }
+    b.compiler = b.compiler.at_level("-O1");
     b
 }
 

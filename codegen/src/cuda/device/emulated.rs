@@ -139,17 +139,15 @@ pub fn translation_unit(cuda: &str, kernels: &[String]) -> String {
 /// How the emulated device compiles: `$SDFLOW_CXX` (else `c++`), the C backend's flags
 /// that keep the arithmetic the interpreter's, as C++17, with `SDFLOW_EMULATED` defined.
 pub fn compiler() -> CompilerOptions {
+    // The kernels are only run, not timed: build time matters more.
     let mut opts = CompilerOptions {
         cc: std::env::var("SDFLOW_CXX").unwrap_or_else(|_| "c++".to_string()),
         ..CompilerOptions::default()
-    };
+    }
+    .at_level("-O1");
     for f in &mut opts.flags {
         if f == "-std=c11" {
             *f = "-std=c++17".into();
-        }
-        if f == "-O3" {
-            // The kernels are only run, not timed: build time matters more.
-            *f = "-O1".into();
         }
     }
     opts.flags.push("-DSDFLOW_EMULATED".into());
