@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 
 use sdflow_ir::uses::node_reads_writes;
-use sdflow_ir::{DataDesc, Dataflow, Dim, Node, Sdfg, Storage, SymExpr};
+use sdflow_ir::{DataDesc, Dataflow, Dim, Memlet, Node, NodeId, Sdfg, Storage, SymExpr};
 
 use super::{Step, StepKind};
 
@@ -131,6 +131,27 @@ fn of(sdfg: &Sdfg, df: &Dataflow, a: &Step, b: &Step, ka: usize) -> Option<Lag> 
     })
 }
 
+/// The edges of `df` that write `t` into one of its access nodes (`write`) or read it
+/// from one (else), each as the node at its other end and its memlet; `None` where an
+/// edge accesses `t` the other way, or names `t` between two other nodes.
+fn one_way<'a>(df: &'a Dataflow, t: &str, write: bool) -> Option<Vec<(NodeId, &'a Memlet)>> {
+    let mut out = Vec::new();
+    for e in df.edge_ids() {
+        let (s, d) = df.endpoints(e);
+        let (near, far) = if write { (d, s) } else { (s, d) };
+        let memlet = &df.edge(e).memlet;
+        if df.node(far).as_access() == Some(t) {
+            return None;
+        }
+        if df.node(near).as_access() == Some(t) {
+            out.push((far, memlet));
+        } else if memlet.data == t {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// Collects into `shifts` the `c` of each write of `t` in the producer's body `df`
 /// (`t[p + c, …]`, `c` free of `params`); false where `t` is read, or written other
 /// than by a tasklet at such a row.
@@ -141,18 +162,10 @@ fn producer_writes(
     params: &BTreeSet<String>,
     shifts: &mut Vec<SymExpr>,
 ) -> bool {
-    for e in df.edge_ids() {
-        let (s, d) = df.endpoints(e);
-        let memlet = &df.edge(e).memlet;
-        if df.node(s).as_access() == Some(t) {
-            return false;
-        }
-        if df.node(d).as_access() != Some(t) {
-            if memlet.data == t {
-                return false;
-            }
-            continue;
-        }
+    let Some(writes) = one_way(df, t, true) else {
+        return false;
+    };
+    for (s, memlet) in writes {
         match df.node(s) {
             Node::Tasklet(_)
                 if memlet.data == t && memlet.wcr.is_none() && memlet.other_subset.is_none() =>
@@ -195,18 +208,7 @@ fn consumer_reads(
             .iter()
             .all(|s| s == p || sdfg.symbols.contains_key(s.as_str()))
     };
-    for e in df.edge_ids() {
-        let (s, d) = df.endpoints(e);
-        let memlet = &df.edge(e).memlet;
-        if df.node(d).as_access() == Some(t) {
-            return None;
-        }
-        if df.node(s).as_access() != Some(t) {
-            if memlet.data == t {
-                return None;
-            }
-            continue;
-        }
+    for (d, memlet) in one_way(df, t, false)? {
         match df.node(d) {
             Node::Tasklet(_) if memlet.data == t && memlet.other_subset.is_none() => {
                 let read = match memlet.subset.0.first()? {
