@@ -107,7 +107,10 @@ pub struct GenConfig {
     /// the map that reads it (a neighbour reduction) and added to that field; a transient
     /// assembled from row pieces in successive states and copied whole into another
     /// (`concat_where`), inside a conditional's arm or a loop at times; `if_stmt`
-    /// callees (a branching nested SDFG) called at every point of a map; and a quarter
+    /// callees (a branching nested SDFG) called at every point of a map; a field written
+    /// over interior rows, its boundary rows in states of their own, and a band of its
+    /// second dimension updated in place over the interior in a later state (ICON's
+    /// damping layer); and a quarter
     /// of the grid-shaped transients with padded strides (a composed program's scratch
     /// fields keep their allocator's), drawn from a stream of their own.
     pub allow_gt4py_shapes: bool,
@@ -277,6 +280,16 @@ enum Step {
         rows: (String, String),
         code: String,
     },
+    /// `target = f(src, target)` in place over the rows `rows` of the first dimension
+    /// and the band `band` of the second (whole in the others): GT4Py's update of a band
+    /// of levels of a field an earlier map wrote (ICON's damping layer).
+    Update {
+        src: String,
+        target: String,
+        rows: (String, String),
+        band: (String, String),
+        code: String,
+    },
     /// A nested SDFG whose body is `if f != 0 { o[0:r] = g(c[0:r]); o[r:] = 0 } else
     /// { o = 0 }`, with `c = src`, `o = target`, `f = var % 2`, `r = var + 1`.
     NestedIf {
@@ -295,6 +308,9 @@ struct Gen {
     /// The in-place variant of `assembled` (its own stream: the other draws stay those of
     /// the programs generated before it existed).
     zones_rng: ChaCha8Rng,
+    /// Whether and how to write a banded in-place update ([`Gen::banded`]; its own stream,
+    /// like `zones_rng`).
+    band_rng: ChaCha8Rng,
     cfg: GenConfig,
     dims: Vec<&'static str>,
     b: SdfgBuilder,
@@ -342,6 +358,7 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         rng,
         layout_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_1a70),
         zones_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x20e5_b4c4),
+        band_rng: ChaCha8Rng::seed_from_u64(seed ^ 0xba2d_0c1e),
         cfg: cfg.clone(),
         dims,
         b,
@@ -406,6 +423,11 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         let target = g.outputs[0].clone();
         let step = g.stencil_to(&env, &target, &BTreeSet::new());
         body.push(g.emit_state(vec![step]));
+    }
+    // Appended last, from a stream of its own: the programs before it stay as they were.
+    if cfg.allow_gt4py_shapes && g.band_rng.random_bool(0.2) {
+        let band = g.banded(&mut env);
+        body.push(band);
     }
     g.b.body(Block::Seq(body));
     let arg_order: Vec<String> = g.inputs.iter().chain(&g.outputs).cloned().collect();
@@ -847,6 +869,92 @@ impl Gen {
         Block::Seq(items)
     }
 
+    /// An output written over the rows `lo:hi` by one map, its other rows (`0:lo`,
+    /// `hi:N`) by maps in states of their own (either order, either may be missing), and
+    /// then, in a state of its own, a band of its second dimension updated in place over
+    /// the same rows: GT4Py's damping layer (`w = …` over the interior, the zones copied,
+    /// `w += … where k < nrdmax`). At times a state between reads the field (the update
+    /// may not move above it), or the update covers other rows than the first map.
+    fn banded(&mut self, env: &mut Env) -> Block {
+        let full = vec![(0, 0); self.rank()];
+        let out = self.outputs[self.band_rng.random_range(0..self.outputs.len())].clone();
+        self.written_outputs.insert(out.clone());
+        let valid: Vec<String> = env
+            .iter()
+            .filter(|(n, h)| **h == full && **n != out)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let pick = |g: &mut Gen| valid[g.band_rng.random_range(0..valid.len())].clone();
+        let (n, m) = (self.dims[0], self.dims[1]);
+        let lo = format!("min({n}, {})", self.band_rng.random_range(0..=2));
+        let hi = format!("max({lo}, {n} - {})", self.band_rng.random_range(0..=2));
+        let b0 = format!("min({m}, {})", self.band_rng.random_range(0..=2));
+        let band = if self.band_rng.random_bool(0.5) {
+            (
+                b0.clone(),
+                format!("max({b0}, {m} - {})", self.band_rng.random_range(0..=2)),
+            )
+        } else {
+            (
+                b0.clone(),
+                format!("max({b0}, min({m}, {}))", self.band_rng.random_range(1..=5)),
+            )
+        };
+        let mut items = Vec::new();
+        let src = pick(self);
+        let code = self.code(&["c0".to_string()]);
+        items.push(self.emit_state(vec![Step::Rows {
+            src,
+            target: out.clone(),
+            rows: (lo.clone(), hi.clone()),
+            code,
+        }]));
+        let mut zones = vec![("0".to_string(), lo.clone()), (hi.clone(), n.to_string())];
+        if self.band_rng.random_bool(0.5) {
+            zones.reverse();
+        }
+        for rows in zones {
+            if self.band_rng.random_bool(0.7) {
+                let src = pick(self);
+                let code = self.code(&["c0".to_string()]);
+                items.push(self.emit_state(vec![Step::Rows {
+                    src,
+                    target: out.clone(),
+                    rows,
+                    code,
+                }]));
+            }
+        }
+        if self.band_rng.random_bool(0.2) {
+            // A state that reads the field between: the update stays below it.
+            let t = self.fresh_transient();
+            let code = self.code(&["c0".to_string()]);
+            items.push(self.emit_state(vec![Step::Rows {
+                src: out.clone(),
+                target: t.clone(),
+                rows: ("0".to_string(), n.to_string()),
+                code,
+            }]));
+            env.insert(t, full);
+        }
+        let rows = if self.band_rng.random_bool(0.15) {
+            ("0".to_string(), n.to_string())
+        } else {
+            (lo, hi)
+        };
+        let src = pick(self);
+        let code = self.code(&["c0".to_string(), "c1".to_string()]);
+        items.push(self.emit_state(vec![Step::Update {
+            src,
+            target: out,
+            rows,
+            band,
+            code,
+        }]));
+        self.states_left = self.states_left.saturating_sub(items.len());
+        Block::Seq(items)
+    }
+
     /// `b` handed to `out` zone by zone, as GT4Py's second `concat_where` of two in a row
     /// does: a map computes one zone of rows from `b` at the point it writes, copies
     /// carry the rest over unchanged, each in a state of its own, in either order. With
@@ -980,6 +1088,9 @@ impl Gen {
             } => (vec![src.clone()], target.clone(), Some(shape.halo(halo))),
             Step::Rows { src, target, .. } | Step::NestedIf { src, target, .. } => {
                 (vec![src.clone()], target.clone(), None)
+            }
+            Step::Update { src, target, .. } => {
+                (vec![src.clone(), target.clone()], target.clone(), None)
             }
         }
     }
@@ -1823,6 +1934,25 @@ impl Gen {
                         let out = format!("{target}[{idx}]");
                         st.map(&label, &params, &ranges, |m| {
                             m.tasklet(&label, &[("c0", &inp)], &[("o", &out)], code);
+                        });
+                    }
+                    Step::Update {
+                        src,
+                        target,
+                        rows,
+                        band,
+                        code,
+                    } => {
+                        let mut ranges = vec![
+                            format!("{}:{}", rows.0, rows.1),
+                            format!("{}:{}", band.0, band.1),
+                        ];
+                        ranges.extend(dims[2..].iter().map(|d| format!("0:{d}")));
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let inp = format!("{src}[{idx}]");
+                        let old = format!("{target}[{idx}]");
+                        st.map(&label, &params, &ranges, |m| {
+                            m.tasklet(&label, &[("c0", &inp), ("c1", &old)], &[("o", &old)], code);
                         });
                     }
                     Step::NestedIf {

@@ -202,7 +202,7 @@ fn errors_name_the_file_line_and_key() {
         ),
         (
             "[defaults]\npasses = [\"map_fusion\", \"fuse_all\"]\n",
-            "granule.toml:2:10: defaults.passes: unknown pass 'fuse_all'; passes are inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, local_unroll, move_into_if, loop_order, gpu_schedule, egraph, egraph_fast_math",
+            "granule.toml:2:10: defaults.passes: unknown pass 'fuse_all'; passes are inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, row_fusion, local_unroll, move_into_if, loop_order, gpu_schedule, egraph, egraph_fast_math",
         ),
         (
             "[defaults]\nschedule = \"auto\"\n",
@@ -258,7 +258,7 @@ fn fast_math_without_a_running_egraph_pass_is_refused() {
         "program 'p': fast_math (granule.toml:2 [defaults]): fast math needs the 'egraph' \
          pass, which this pipeline disables; the passes are: inline_nested, specialize, \
          dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, \
-         sibling_fusion, local_unroll, egraph, move_into_if, loop_order \
+         sibling_fusion, row_fusion, local_unroll, egraph, move_into_if, loop_order \
          (passes: default; disable: granule.toml:3 [defaults])"
     );
     let c = parse("[defaults]\nfast_math = true\npasses = [\"map_fusion\"]\n").unwrap();

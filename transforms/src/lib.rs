@@ -7,7 +7,7 @@
 //!   bisect a miscompile. [`Pipeline::cpu`] and [`Pipeline::gpu`] are the defaults.
 //! - [`pattern`]: the graph plumbing the passes share.
 //! - The passes: [`InlineNested`], [`Specialize`], [`DeadDataflow`], [`RedundantCopy`], [`StateFusion`], [`CopyForwarding`],
-//!   [`MapFusion`], [`SiblingFusion`], [`LocalUnroll`], [`MoveIntoIf`], [`LoopOrder`],
+//!   [`MapFusion`], [`SiblingFusion`], [`RowFusion`], [`LocalUnroll`], [`MoveIntoIf`], [`LoopOrder`],
 //!   [`GpuSchedule`], and the e-graph pass [`EGraphPass`].
 //!
 //! Every pass is deterministic and preserves results bit for bit: the property tests run
@@ -41,6 +41,7 @@ mod pass;
 pub mod pattern;
 mod pipeline;
 mod redundant_copy;
+mod row_fusion;
 mod scratch;
 mod sibling_fusion;
 mod specialize;
@@ -62,6 +63,7 @@ pub use move_into_if::MoveIntoIf;
 pub use pass::{Changes, Pass, TransformError};
 pub use pipeline::{PASS_NAMES, PassReport, Pipeline, Report, pass_by_name};
 pub use redundant_copy::RedundantCopy;
+pub use row_fusion::RowFusion;
 pub use sibling_fusion::SiblingFusion;
 pub use specialize::Specialize;
 pub use state_fusion::StateFusion;

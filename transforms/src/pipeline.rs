@@ -14,7 +14,7 @@ use sdflow_ir::Sdfg;
 use crate::pass::{Changes, Pass, TransformError};
 use crate::{
     CopyForwarding, DeadDataflow, EGraphPass, GpuSchedule, InlineNested, LocalUnroll, LoopOrder,
-    MapFusion, MoveIntoIf, RedundantCopy, SiblingFusion, Specialize, StateFusion,
+    MapFusion, MoveIntoIf, RedundantCopy, RowFusion, SiblingFusion, Specialize, StateFusion,
 };
 
 /// What one pass did over a whole pipeline run.
@@ -127,6 +127,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "copy_forwarding" => Box::new(CopyForwarding),
         "map_fusion" => Box::new(MapFusion::default()),
         "sibling_fusion" => Box::new(SiblingFusion),
+        "row_fusion" => Box::new(RowFusion),
         "local_unroll" => Box::new(LocalUnroll),
         "move_into_if" => Box::new(MoveIntoIf),
         "loop_order" => Box::new(LoopOrder),
@@ -141,7 +142,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
 /// Names of every pass: the structural passes in the default CPU pipeline's order, the
 /// GPU-only one, then the e-graph pass (in the defaults after `sibling_fusion`) and its
 /// opt-in fast-math form.
-pub const PASS_NAMES: [&str; 14] = [
+pub const PASS_NAMES: [&str; 15] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -150,6 +151,7 @@ pub const PASS_NAMES: [&str; 14] = [
     "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
+    "row_fusion",
     "local_unroll",
     "move_into_if",
     "loop_order",
@@ -159,7 +161,7 @@ pub const PASS_NAMES: [&str; 14] = [
 ];
 
 /// The structural passes of the default CPU pipeline, in order.
-const CPU_PASSES: [&str; 11] = [
+const CPU_PASSES: [&str; 12] = [
     "inline_nested",
     "specialize",
     "dead_dataflow",
@@ -168,6 +170,7 @@ const CPU_PASSES: [&str; 11] = [
     "copy_forwarding",
     "map_fusion",
     "sibling_fusion",
+    "row_fusion",
     "local_unroll",
     "move_into_if",
     "loop_order",
@@ -238,17 +241,21 @@ impl Pipeline {
     /// The default pipeline for the GPU backend: the CPU pipeline's passes, with map
     /// fusion by recomputation only (a tile buffer per thread is a CPU cache
     /// optimization; on the GPU each point is one thread and neighbours come from the
-    /// caches), then every top-level map becomes a GPU kernel and every transient moves
-    /// to device memory.
+    /// caches) and without row fusion (a thread per row would lose the parallelism of
+    /// the inner dimensions), then every top-level map becomes a GPU kernel and every
+    /// transient moves to device memory.
     pub fn gpu() -> Pipeline {
         Pipeline::cpu()
-            .replace(
-                "map_fusion",
-                Box::new(MapFusion {
-                    tile_rows: 0,
-                    ..MapFusion::default()
-                }),
-            )
+            .without("row_fusion")
+            .and_then(|p| {
+                p.replace(
+                    "map_fusion",
+                    Box::new(MapFusion {
+                        tile_rows: 0,
+                        ..MapFusion::default()
+                    }),
+                )
+            })
             .and_then(|p| p.insert_after("move_into_if", Box::new(GpuSchedule)))
             .expect("the default passes exist")
     }
@@ -272,6 +279,14 @@ impl Pipeline {
     ) -> Result<Pipeline, TransformError> {
         let k = self.position(after)?;
         self.passes.insert(k + 1, pass);
+        Ok(self)
+    }
+
+    /// The pipeline without the pass called `name` (an error when it has none).
+    pub fn without(mut self, name: &str) -> Result<Pipeline, TransformError> {
+        let k = self.position(name)?;
+        self.passes.remove(k);
+        self.disabled.remove(name);
         Ok(self)
     }
 

@@ -1109,7 +1109,7 @@ fn pipelines_report_bisect_and_reject_unknown_passes() {
     assert!(matches!(e, TransformError::UnknownPass { .. }));
     assert_eq!(
         e.to_string(),
-        "unknown pass 'fuse_everything'; the passes are: inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, local_unroll, move_into_if, loop_order, gpu_schedule, egraph, egraph_fast_math"
+        "unknown pass 'fuse_everything'; the passes are: inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, map_fusion, sibling_fusion, row_fusion, local_unroll, move_into_if, loop_order, gpu_schedule, egraph, egraph_fast_math"
     );
     // The same input gives the same output, byte for byte.
     let (mut a, mut b) = (s0.clone(), s0.clone());
@@ -1276,6 +1276,7 @@ fn a_pass_whose_input_did_not_change_is_not_run_again() {
             ("copy_forwarding", 2),
             ("map_fusion", 2),
             ("sibling_fusion", 1),
+            ("row_fusion", 1),
             ("local_unroll", 1),
             ("egraph", 1),
             ("move_into_if", 1),
@@ -1336,7 +1337,7 @@ fn fast_math_never_runs_a_disabled_egraph_pass() {
         e.to_string(),
         "fast math needs the 'egraph' pass, which this pipeline disables; the passes are: \
          inline_nested, specialize, dead_dataflow, redundant_copy, state_fusion, copy_forwarding, \
-         map_fusion, sibling_fusion, local_unroll, egraph, move_into_if, loop_order"
+         map_fusion, sibling_fusion, row_fusion, local_unroll, egraph, move_into_if, loop_order"
     );
     let e = Pipeline::from_names(&["map_fusion"])
         .unwrap()

@@ -10,7 +10,8 @@
 //! maps over the grid, slabs written through inner maps or element by element and reduced,
 //! a field written beside the slab and read with it, the sum copied into its field, two fields written by one map and read by the next, a transient
 //! assembled from row pieces in successive states and copied whole into another, or
-//! read back into a field zone by zone), and programs
+//! read back into a field zone by zone, a band of a field updated in place after its
+//! zones were written), and programs
 //! that stop with an error in a map whose results nothing reads (compared only where the
 //! original runs: `docs/transforms.md`, *Errors*). At least 256 cases per property;
 //! `PROPTEST_CASES` raises the number.
@@ -143,6 +144,12 @@ proptest! {
     }
 
     #[test]
+    fn row_fusion_preserves_results(s in arb_sdfg(hazards())) {
+        check(&s, &["row_fusion"])?;
+        check(&s, &["state_fusion", "redundant_copy", "row_fusion"])?;
+    }
+
+    #[test]
     fn local_unroll_preserves_results(s in arb_sdfg(hazards())) {
         check(&s, &["local_unroll"])?;
         check(&s, &["state_fusion", "map_fusion", "local_unroll"])?;
@@ -169,7 +176,7 @@ proptest! {
     fn the_default_pipelines_preserve_results(s in arb_sdfg(hazards())) {
         check(&s, &Pipeline::cpu().names())?;
         check(&s, &Pipeline::gpu().names())?;
-        check(&s, &PASS_NAMES[..8])?;
+        check(&s, &PASS_NAMES[..9])?;
     }
 }
 
@@ -372,6 +379,8 @@ fn random_programs_exercise_the_passes() {
             "copies_merged",
             "write_backs_merged",
             "zoned_write_backs_merged",
+            "maps_row_fused",
+            "states_moved_up",
         ] {
             if report.passes.iter().any(|p| p.changes.get(rule) > 0) {
                 *fired.entry(rule).or_insert(0) += 1;
@@ -399,6 +408,8 @@ fn random_programs_exercise_the_passes() {
         "copy_forwarding",
         "map_fusion",
         "sibling_fusion",
+        "row_fusion",
+        "states_moved_up",
         "move_into_if",
         "egraph",
         "copies_removed_in_place",

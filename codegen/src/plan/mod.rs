@@ -1170,9 +1170,10 @@ fn plan_state(
                 };
                 let collapse = collapse_depth(m);
                 // Checked per row where a team shares the outer loops and an inner loop
-                // stays: only then is there a row to check before it.
+                // stays (of the map's own, or the maps of its body): only then is there a
+                // row to check before it.
                 let row_checks = match target {
-                    Target::Team { .. } if collapse < m.params.len() => {
+                    Target::Team { .. } if collapse < m.params.len() || coarse => {
                         rows::row_checks(sdfg, m, collapse).filter(|c| !c.is_empty())
                     }
                     _ => None,

@@ -121,15 +121,35 @@ impl Emitter<'_> {
                 hi = v(hi),
             ));
         }
-        let inner: Vec<String> = mb.ranges[1..]
-            .iter()
-            .map(|r| format!("sdf_max64({}, 0)", sc.sub_sym(&r.size())))
-            .collect();
-        let inner = if inner.is_empty() {
-            "1".to_string()
-        } else {
-            inner.join(" * ")
+        // The consumer's points per row: its inner loops', or where the map has one
+        // parameter, those of the largest of its body's maps (a row-fused map's).
+        let points = |m: &MapScope, from: usize| -> Option<String> {
+            let sizes: Vec<String> = m.ranges[from..]
+                .iter()
+                .map(|r| format!("sdf_max64({}, 0)", sc.sub_sym(&r.size())))
+                .collect();
+            (!sizes.is_empty()).then(|| sizes.join(" * "))
         };
+        let inner = points(mb, 1)
+            .or_else(|| {
+                mb.body
+                    .node_ids()
+                    .into_iter()
+                    .filter_map(|n| match mb.body.node(n) {
+                        // Not where a range depends on the row (a tile's rows).
+                        Node::Map(im)
+                            if im.ranges.iter().all(|r| {
+                                let f = r.size().free_symbols();
+                                mb.params.iter().all(|p| !f.contains(p))
+                            }) =>
+                        {
+                            points(im, 0)
+                        }
+                        _ => None,
+                    })
+                    .reduce(|a, b| format!("sdf_max64({a}, {b})"))
+            })
+            .unwrap_or_else(|| "1".to_string());
         self.line(&format!(
             "const int64_t {rows} = sdf_max64({}LL / sdf_max64({inner}, 1), 1);",
             self.opts.lag_points,

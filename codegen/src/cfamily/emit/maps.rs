@@ -202,7 +202,8 @@ impl Emitter<'_> {
     ) -> Result<(), CodegenError> {
         let checks = row_checks
             .filter(|(c, _)| !c.is_empty())
-            .filter(|_| outer > 0 && outer < m.params.len() && !sc.checked && !sc.rows_checked);
+            .filter(|_| outer > 0 && !sc.checked && !sc.rows_checked)
+            .filter(|_| outer < m.params.len() || body_has_maps(&m.body));
         let Some((checks, strips)) = checks else {
             return self.map_loops_inner(sc, m, parallel, 0, outer);
         };
@@ -347,7 +348,14 @@ impl Emitter<'_> {
             .map(|r| format!("({}) < ({})", at.sub_sym(&r.start), at.sub_sym(&r.end)))
             .collect();
         self.line("int sdf_rok = 1;");
-        self.line(&format!("if ({}) {{", nonempty.join(" && ")));
+        // A body's own inner maps may run no points: a bad entry then selects the checked
+        // body, which reads no table either.
+        let nonempty = if nonempty.is_empty() {
+            "1".to_string()
+        } else {
+            nonempty.join(" && ")
+        };
+        self.line(&format!("if ({nonempty}) {{"));
         self.indent += 1;
         if let Some(header) = points {
             self.line(header);
@@ -630,6 +638,13 @@ impl Emitter<'_> {
 /// accumulation into one element is such a dependence), every array written at an
 /// element that moves with `p`, and an array both read and written only at the element
 /// written (GT4Py's in-place updates).
+/// Whether a map body holds maps of its own (their loops are the rows' inner loops).
+fn body_has_maps(df: &sdflow_ir::Dataflow) -> bool {
+    df.node_ids()
+        .into_iter()
+        .any(|n| matches!(df.node(n), Node::Map(_)))
+}
+
 fn independent_points(sdfg: &sdflow_ir::Sdfg, df: &sdflow_ir::Dataflow, p: &str) -> bool {
     if !df
         .node_ids()
