@@ -27,7 +27,8 @@
 //! first), and nothing else in P touches it but A's write; what B writes and A writes, B
 //! reads first, within what A writes at B's point (so the row's order is A's write, B's
 //! read, B's write). Every container B reads that another node of P writes has one
-//! written access node in P, not downstream of A: the fused map reads it there. The states
+//! written access node in P, not downstream of A, which A reads too if it reads the
+//! container at all: the fused map reads it there. The states
 //! B moves across commute with it.
 //!
 //! Cost. None is added: each map's work is the same, and a row's values are reused from
@@ -430,6 +431,9 @@ fn fuse(
         }
         // The other containers B reads that `first` writes: one written node each, not
         // downstream of A.
+        // Where A reads one of them too, it reads the same node: the fused map reads
+        // each container at one node, and A and B must see the same value.
+        let (a_sources, _) = neighbours(first, a_node);
         let mut links = BTreeMap::new();
         let mut linked = true;
         for d in b_reads.iter().filter(|d| p_writes.contains(*d)) {
@@ -437,7 +441,10 @@ fn fuse(
                 continue;
             }
             match written_node(first, d) {
-                Some(n) if !has_path_connecting(&first.graph, a_node, n, None) => {
+                Some(n)
+                    if !has_path_connecting(&first.graph, a_node, n, None)
+                        && a_sources.get(d).is_none_or(|&s| s == n) =>
+                {
                     links.insert(d.clone(), n);
                 }
                 _ => linked = false,

@@ -29,6 +29,9 @@ enum Shape {
     OutsideBand,
     /// The interior's map reads the field the update writes.
     ReadByProducer,
+    /// The update reads `out`, which the interior's map reads and a map after it in the
+    /// same state writes: the two would read it at different times in one map.
+    ReadThenWritten,
     /// The first copy moves row 0 of the field into row 1, an interior row (a copy
     /// within one container: both its subsets are touched).
     CopyWithin,
@@ -56,18 +59,27 @@ fn damping(shape: Shape) -> Sdfg {
     };
     let a = b.state("a", |s| {
         s.map("a", &["i", "k"], &[interior, levels], |m| {
-            let inputs: &[(&str, &str)] = if shape == Shape::ReadByProducer {
-                &[("x", "u[i, k]"), ("o", "w[i, k]")]
-            } else {
-                &[("x", "u[i, k]")]
+            let inputs: &[(&str, &str)] = match shape {
+                Shape::ReadByProducer => &[("x", "u[i, k]"), ("o", "w[i, k]")],
+                Shape::ReadThenWritten => &[("x", "u[i, k]"), ("o", "out[i, k]")],
+                _ => &[("x", "u[i, k]")],
             };
-            let code = if shape == Shape::ReadByProducer {
-                "y = 2.0 * x + o"
-            } else {
-                "y = 2.0 * x"
+            let code = match shape {
+                Shape::ReadByProducer | Shape::ReadThenWritten => "y = 2.0 * x + o",
+                _ => "y = 2.0 * x",
             };
             m.tasklet("a", inputs, &[("y", "w[i, k]")], code);
         });
+        if shape == Shape::ReadThenWritten {
+            s.map("later", &["i", "k"], &["0:N", "0:K"], |m| {
+                m.tasklet(
+                    "later",
+                    &[("x", "u[i, k]")],
+                    &[("y", "out[i, k]")],
+                    "y = 3.0 * x",
+                );
+            });
+        }
     });
     let low = if shape == Shape::Overlap {
         "0:min(N, 2)"
@@ -95,7 +107,12 @@ fn damping(shape: Shape) -> Sdfg {
     };
     let upd = b.state("upd", |s| {
         s.map("upd", &["p", "q"], &[rows, band], |m| {
-            let mut inputs = vec![("x", "u[p, q]"), ("f", "c[q]"), ("o", "w[p, q]")];
+            let x = if shape == Shape::ReadThenWritten {
+                "out[p, q]"
+            } else {
+                "u[p, q]"
+            };
+            let mut inputs = vec![("x", x), ("f", "c[q]"), ("o", "w[p, q]")];
             let mut code = "y = o + f * x".to_string();
             if shape == Shape::NextRow {
                 // One row further on, clamped into the grid.
@@ -230,6 +247,7 @@ fn row_fusion_leaves_every_shape_that_breaks_a_condition() {
         Shape::OutsideBand,
         Shape::ReadByProducer,
         Shape::CopyWithin,
+        Shape::ReadThenWritten,
     ] {
         let s0 = damping(shape);
         let mut s = s0.clone();

@@ -633,11 +633,6 @@ impl Emitter<'_> {
     }
 }
 
-/// A body whose points do not depend on each other through memory along its innermost
-/// parameter `p`: tasklets and access nodes only, no write-conflict resolution (an
-/// accumulation into one element is such a dependence), every array written at an
-/// element that moves with `p`, and an array both read and written only at the element
-/// written (GT4Py's in-place updates).
 /// Whether a map body holds maps of its own (their loops are the rows' inner loops).
 fn body_has_maps(df: &sdflow_ir::Dataflow) -> bool {
     df.node_ids()
@@ -645,6 +640,11 @@ fn body_has_maps(df: &sdflow_ir::Dataflow) -> bool {
         .any(|n| matches!(df.node(n), Node::Map(_)))
 }
 
+/// A body whose points do not depend on each other through memory along its innermost
+/// parameter `p`: tasklets and access nodes only, no write-conflict resolution (an
+/// accumulation into one element is such a dependence), every array written at an
+/// element that moves with `p`, and an array both read and written only at the element
+/// written (GT4Py's in-place updates).
 fn independent_points(sdfg: &sdflow_ir::Sdfg, df: &sdflow_ir::Dataflow, p: &str) -> bool {
     if !df
         .node_ids()
