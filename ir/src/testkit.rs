@@ -425,7 +425,7 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         body.push(g.emit_state(vec![step]));
     }
     // Appended last, from a stream of its own: the programs before it stay as they were.
-    if cfg.allow_gt4py_shapes && g.band_rng.random_bool(0.2) {
+    if cfg.allow_gt4py_shapes && g.band_rng.random_bool(0.4) {
         let band = g.banded(&mut env);
         body.push(band);
     }
