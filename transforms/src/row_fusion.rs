@@ -20,16 +20,17 @@
 //! band of levels of the interior in place.
 //!
 //! Legality. B is alone in its state (with its access nodes), both maps have the same
-//! schedule, two parameters, and the same first range. Every container one of
-//! them writes and the other touches is accessed by both only at their own row (a
-//! dimension indexed by the first parameter itself, the same dimension everywhere), and
-//! never through an index table. What B writes, A does not read (within a row A runs
-//! first), and nothing else in P touches it but A's write; what B writes and A writes, B
-//! reads first, within what A writes at B's point (so the row's order is A's write, B's
-//! read, B's write). Every container B reads that another node of P writes has one
-//! written access node in P, not downstream of A, which A reads too if it reads the
-//! container at all: the fused map reads it there. The states
-//! B moves across commute with it.
+//! schedule, two parameters, and the same first range. Every container one of them
+//! writes and the other touches is accessed by both only at their own row (a dimension
+//! indexed by the first parameter plus an offset free of the parameters, the same
+//! dimension and offset everywhere), and never through an index table. What B writes, A
+//! does not read (within a row A runs first), and nothing else in P touches it but A's
+//! write; what B writes and A writes, B reads first, within what A writes at B's point
+//! (so the row's order is A's write, B's read, B's write). Every container B reads that
+//! another node of P writes has one written access node in P, not downstream of A, which
+//! A reads too if it reads the container at all: the fused map reads it there. The
+//! states B moves across commute with it, and the control flow runs P and C at one place
+//! each.
 //!
 //! Cost. None is added: each map's work is the same, and a row's values are reused from
 //! cache rather than memory. The GPU pipeline leaves the pass out: a thread per row would
