@@ -396,6 +396,18 @@ pub fn connect_map(
     created
 }
 
+/// The written access node of `d` in `df` (one with in-edges), when there is exactly one.
+pub fn written_node(df: &Dataflow, d: &str) -> Option<NodeId> {
+    let mut written = df
+        .access_nodes(d)
+        .into_iter()
+        .filter(|&n| df.in_degree(n) > 0);
+    match (written.next(), written.next()) {
+        (Some(n), None) => Some(n),
+        _ => None,
+    }
+}
+
 /// Removes access nodes without edges.
 pub fn remove_isolated_access_nodes(df: &mut Dataflow) -> usize {
     let isolated: Vec<NodeId> = df

@@ -40,12 +40,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use petgraph::algo::has_path_connecting;
 use sdflow_ir::propagate::{BoundaryMemo, disjoint_proven};
-use sdflow_ir::{Block, DataDesc, Dataflow, Dim, MapScope, Node, NodeId, Subset, SymExpr};
+use sdflow_ir::{Block, DataDesc, Dataflow, Dim, MapScope, Node, NodeId, StateId, Subset, SymExpr};
 
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
     compact_states, connect_map, find_in_seqs, map_written_boxes, neighbours, node_reads_writes,
-    reads_writes, replace_map, same_ranges, substitute_params, tables_read,
+    reads_writes, replace_map, same_ranges, substitute_params, tables_read, written_node,
 };
 
 /// See the module documentation.
@@ -77,6 +77,8 @@ impl Pass for RowFusion {
         }
         let arrays = &sdfg.arrays;
         let states = &mut sdfg.states;
+        // Each state's accesses, computed once (a fusion changes the producer's).
+        let mut prints: BTreeMap<StateId, Vec<Access>> = BTreeMap::new();
         find_in_seqs(&mut sdfg.body, &mut |seq| {
             // A sequence inside a sequence is part of it: B may move across its ends. The
             // flattened form replaces the sequence only where a fusion used it.
@@ -93,7 +95,10 @@ impl Pass for RowFusion {
                     j += 1;
                     continue;
                 }
-                let c_acc = footprint(&states[c.index()].graph);
+                let c_acc = prints
+                    .entry(c)
+                    .or_insert_with(|| footprint(&states[c.index()].graph))
+                    .clone();
                 // The first state up the sequence that B does not commute with.
                 let mut i = j;
                 let mut producer = None;
@@ -103,7 +108,10 @@ impl Pass for RowFusion {
                     if s == c {
                         break;
                     }
-                    if !commutes(&footprint(&states[s.index()].graph), &c_acc) {
+                    let s_acc = prints
+                        .entry(s)
+                        .or_insert_with(|| footprint(&states[s.index()].graph));
+                    if !commutes(s_acc, &c_acc) {
                         producer = Some(s);
                         break;
                     }
@@ -119,6 +127,7 @@ impl Pass for RowFusion {
                 let done = fuse(arrays, &symbols, &mut pg, &second, &mut memo);
                 states[pi].graph = pg;
                 if done {
+                    prints.remove(&p);
                     let name = format!("{}+{}", states[pi].name, states[ci].name);
                     if name.len() <= 64 {
                         states[pi].name = name;
@@ -297,19 +306,6 @@ fn within(inner: &Subset, boxed: &[(SymExpr, SymExpr)]) -> bool {
         })
 }
 
-/// The written access node of `d` in `df`, when there is exactly one.
-fn written_node(df: &Dataflow, d: &str) -> Option<NodeId> {
-    let written: Vec<NodeId> = df
-        .access_nodes(d)
-        .into_iter()
-        .filter(|&n| df.in_degree(n) > 0)
-        .collect();
-    match written.as_slice() {
-        [n] => Some(*n),
-        _ => None,
-    }
-}
-
 /// Fuses the lone map of state graph `second` into a map of `first` (see the module
 /// documentation); false, with `first` unchanged, when no map of `first` qualifies.
 fn fuse(
@@ -325,7 +321,6 @@ fn fuse(
     let Node::Map(mb) = second.node(b_node) else {
         return false;
     };
-    let local = |d: &str| arrays.get(d).is_some_and(DataDesc::is_body_local);
     let (b_reads, b_writes) = node_reads_writes(second, b_node);
     let (p_reads, p_writes) = reads_writes(first);
     let p_tables = tables_read(first);
@@ -375,13 +370,8 @@ fn fuse(
                 || first
                     .access_nodes(d)
                     .into_iter()
-                    .filter(|&n| first.in_degree(n) > 0)
-                    .any(|n| {
-                        first
-                            .in_edges(n)
-                            .into_iter()
-                            .any(|e| first.endpoints(e).0 != a_node)
-                    })
+                    .flat_map(|n| first.in_edges(n))
+                    .any(|e| first.endpoints(e).0 != a_node)
         }) {
             continue;
         }
@@ -392,7 +382,6 @@ fn fuse(
             .iter()
             .filter(|d| touched_b.contains(d))
             .chain(b_writes.iter().filter(|d| touched_a.contains(d)))
-            .filter(|d| !local(d))
             .collect();
         let rows_ok = conflicts.iter().all(|d| {
             match (

@@ -16,6 +16,7 @@ use sdflow_ir::{Block, Dataflow, NodeId, Sdfg};
 use crate::pass::{Changes, Pass};
 use crate::pattern::{
     compact_states, find_in_seqs, move_into, move_out_edges, reads_writes, tables_read,
+    written_node,
 };
 
 /// See the module documentation.
@@ -94,15 +95,7 @@ fn fusable(
     }
     let mut links = BTreeMap::new();
     for d in w1.intersection(r2) {
-        let written: Vec<NodeId> = first
-            .access_nodes(d)
-            .into_iter()
-            .filter(|&n| first.in_degree(n) > 0)
-            .collect();
-        let [n] = written.as_slice() else {
-            return None;
-        };
-        links.insert(d.clone(), *n);
+        links.insert(d.clone(), written_node(first, d)?);
     }
     Some(links)
 }
