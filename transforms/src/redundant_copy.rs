@@ -675,6 +675,23 @@ fn order(x: &Place, s: &Place) -> Order {
     }
 }
 
+/// Whether the state at `s` runs after the one at `x` whenever that ran: `x` comes first
+/// in a sequence that holds both, and `s` is in no arm of a conditional inside that
+/// sequence (an `if` around `s` alone may skip it after `x` ran, even one testing the
+/// condition an earlier `if` around `x` tested).
+fn always_after(x: &Place, s: &Place) -> bool {
+    let common = x
+        .steps
+        .iter()
+        .zip(&s.steps)
+        .take_while(|(a, b)| a == b)
+        .count();
+    order(x, s) == Order::Before
+        && s.steps[common + 1..]
+            .iter()
+            .all(|st| matches!(st, Step::Child(_)))
+}
+
 /// A plain copy of all of a transient array `from` into a box of an array `to` of the
 /// same element type, rank and storage, in a state no loop encloses: an edge between two
 /// access nodes, each its container's only one in the state, the source read by the

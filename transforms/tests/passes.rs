@@ -713,6 +713,9 @@ enum Zones {
     PieceOutside,
     /// A state before writes `v[1]`, inside that box.
     PieceInside,
+    /// The copy back runs under an `if` on the condition of the `if` that assembled `t`
+    /// (a random program's shape): where it is skipped, `v` keeps its values.
+    BackInIf,
 }
 
 /// GT4Py's in-place update on a domain split in zones (`apply_diffusion_to_vn`): `t`
@@ -795,7 +798,11 @@ fn zones(z: Zones) -> Sdfg {
             Block::seq(then),
             Block::seq([Block::State(keep), Block::State(hi2)]),
         ),
-        Block::State(back),
+        if z == Zones::BackInIf {
+            Block::if_else("c != 0", Block::State(back), Block::seq([]))
+        } else {
+            Block::State(back)
+        },
     ]);
     b.body(Block::seq(blocks));
     b.build()
@@ -834,6 +841,7 @@ fn a_write_back_buffer_assembled_in_zones_becomes_its_destination() {
         Zones::NeighbourRead,
         Zones::ReadAfterWrite,
         Zones::PieceInside,
+        Zones::BackInIf,
     ] {
         refused(&zones(z), "write_backs_merged", &format!("{z:?}"), &cases);
     }

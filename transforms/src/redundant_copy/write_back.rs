@@ -15,7 +15,8 @@
 //! Every access of `T` becomes one of `D` (element `x` of `T` is `x + shift` of `D`);
 //! the pieces `T` took from `D` at the same elements become no-ops and go, and so does the
 //! copy back. Legality, on every path of the control flow from the program's start to the
-//! copy (no loop encloses the copy or any access of `T`):
+//! copy (no loop encloses the copy or any access of `T`, and the copy runs whenever an
+//! access of `T` ran: no `if` around the copy that does not also hold the access):
 //!
 //! - `T` is only written before the copy (never read), by copies and by maps whose body
 //!   writes it plainly; the copy's state holds one node of each, the destination written
@@ -37,7 +38,7 @@
 use sdflow_ir::propagate::{disjoint_proven, union_covers};
 use sdflow_ir::{Block, DataDesc, Dataflow, Dim, Node, NodeId, Sdfg, Subset, SymExpr};
 
-use super::{Order, in_place_body, order, places, rename_data_shifted, shifted};
+use super::{always_after, in_place_body, places, rename_data_shifted, shifted};
 use crate::pattern::{data_uses, map_written_boxes, tables_read, wcr_on_path};
 
 /// Paths through the conditionals before a copy that one analysis follows at most.
@@ -99,7 +100,7 @@ fn find(sdfg: &Sdfg) -> Option<Plan> {
             *x == s
                 || places
                     .get(x)
-                    .is_some_and(|p| !p.in_loop && order(p, place) == Order::Before)
+                    .is_some_and(|p| !p.in_loop && always_after(p, place))
         };
         if ut.in_control || ud.in_control || !ut.states.iter().all(before) {
             continue;
