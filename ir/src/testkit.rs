@@ -47,7 +47,7 @@ use crate::dataflow::Schedule;
 use crate::dtype::{DType, Value};
 use crate::memlet::Wcr;
 use crate::sdfg::Sdfg;
-use crate::symexpr::SymExpr;
+use crate::symexpr::{SymExpr, SymOp};
 
 /// What [`generate`] may produce.
 #[derive(Clone, Debug)]
@@ -107,7 +107,8 @@ pub struct GenConfig {
     /// the map that reads it (a neighbour reduction) and added to that field; a transient
     /// assembled from row pieces in successive states and copied whole into another
     /// (`concat_where`), inside a conditional's arm or a loop at times; `if_stmt`
-    /// callees (a branching nested SDFG) called at every point of a map; a field written
+    /// callees (a branching nested SDFG) called at every point of a map, some reading a
+    /// whole field at the point or at the row before ([`if_stmt_gather_callee`]); a field written
     /// over interior rows, its boundary rows in states of their own, and a band of its
     /// second dimension updated in place over the interior in a later state (ICON's
     /// damping layer); and a quarter
@@ -1686,10 +1687,23 @@ impl Gen {
                             // (GT4Py's `if_stmt`, which stays a call: the passes run
                             // inside it).
                             let name = format!("{label}_point");
+                            // One in four of the callees reads `src` whole, at the point or
+                            // the row before (DaCe's optimized `if_stmt` callees, which
+                            // gather from whole fields), its symbols bound to the sizes and
+                            // the map's parameters.
+                            let seed = name_seed(&name);
+                            let gather = (seed % 4 == 3).then_some(seed / 4 % 2 == 1);
                             let callee =
                                 (k % 2 == 1 || name_seed(&label).is_multiple_of(2)).then(|| {
-                                    let seed = name_seed(&name);
-                                    if seed.is_multiple_of(2) {
+                                    if let Some(before) = gather {
+                                        if_stmt_gather_callee(
+                                            &name,
+                                            self.dtypes[t2],
+                                            self.dtypes[src],
+                                            rank,
+                                            before,
+                                        )
+                                    } else if seed.is_multiple_of(2) {
                                         let kinds = IfStmtKind::ALL;
                                         let kind = kinds[(seed / 2 % kinds.len() as u64) as usize];
                                         if_stmt_callee_of(&name, self.dtypes[t2], kind)
@@ -1697,9 +1711,35 @@ impl Gen {
                                         point_callee(&name, self.dtypes[t2])
                                     }
                                 });
+                            let whole: Vec<String> =
+                                dims.iter().map(|d| format!("0:{d}")).collect();
+                            let whole = format!("{src}[{}]", whole.join(", "));
+                            let binds: Vec<(String, String)> = dims
+                                .iter()
+                                .enumerate()
+                                .map(|(d, n)| (format!("n{d}"), n.to_string()))
+                                .chain(
+                                    params
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(d, p)| (format!("p{d}"), p.to_string())),
+                                )
+                                .collect();
+                            let binds: Vec<(&str, &str)> = binds
+                                .iter()
+                                .map(|(a, b)| (a.as_str(), b.as_str()))
+                                .collect();
                             st.map(&format!("{label}_pair"), &params, &ranges, |m| {
                                 m.tasklet("p", &[("a", &here)], &[("o", &a1)], "o = a * 0.5");
                                 match callee {
+                                    Some(callee) if gather.is_some() => {
+                                        m.nested(
+                                            callee,
+                                            &binds,
+                                            &[("a", &a1), ("b", &here), ("w", &whole)],
+                                            &[("o", &a2)],
+                                        );
+                                    }
                                     Some(callee) => {
                                         m.nested(
                                             callee,
@@ -2124,6 +2164,78 @@ fn point_callee(name: &str, dtype: DType) -> Sdfg {
             "o = a + b",
         );
     });
+    b.build()
+}
+
+/// `o = a > b ? w[p0, …] * 2 : a + b`, an `if_stmt` callee of the shape DaCe's optimizer
+/// leaves in GT4Py's programs: besides its one-element operands it takes a whole field `w`
+/// of `rank` dimensions (extents `n0`, `n1`, … and the point `p0`, `p1`, … are symbols the
+/// call binds), and the branch taken reads it at the point — or, `before`, at the row
+/// before, where there is one (`a > b && p0 > 0`): a read the caller cannot run at every
+/// point, so the call stays, and whose in-bounds condition fails at the first row.
+pub fn if_stmt_gather_callee(
+    name: &str,
+    dtype: DType,
+    field: DType,
+    rank: usize,
+    before: bool,
+) -> Sdfg {
+    let mut b = SdfgBuilder::new(name);
+    let extents: Vec<String> = (0..rank).map(|d| format!("n{d}")).collect();
+    for d in 0..rank {
+        b.symbol(&format!("n{d}"), DType::I64)
+            .symbol(&format!("p{d}"), DType::I64);
+    }
+    for c in ["a", "b", "o"] {
+        b.array(c, dtype, ["1"]);
+    }
+    b.array(
+        "w",
+        field,
+        extents.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .transient_scalar("c", DType::Bool)
+    .transient_scalar("t", dtype);
+    let cond = b.state("cond", |s| {
+        s.tasklet(
+            "c",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("c", "c")],
+            "c = a > b",
+        );
+    });
+    let at: Vec<String> = (0..rank)
+        .map(|d| match (d, before) {
+            (0, true) => "p0 - 1".to_string(),
+            _ => format!("p{d}"),
+        })
+        .collect();
+    let at = format!("w[{}]", at.join(", "));
+    let then = b.state("then", |s| {
+        s.tasklet("t", &[("w", &at)], &[("t", "t")], "t = w * 2.0");
+        s.copy("t", "o[0]");
+    });
+    let otherwise = b.state("otherwise", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("o", "o[0]")],
+            "o = a + b",
+        );
+    });
+    let test = if before {
+        SymExpr::bin(
+            SymOp::And,
+            SymExpr::sym("c"),
+            SymExpr::bin(SymOp::Gt, SymExpr::sym("p0"), SymExpr::Int(0)),
+        )
+    } else {
+        SymExpr::sym("c")
+    };
+    b.body(Block::seq([
+        Block::State(cond),
+        Block::if_else(test, Block::State(then), Block::State(otherwise)),
+    ]));
     b.build()
 }
 

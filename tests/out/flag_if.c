@@ -66,180 +66,182 @@ int sdflow_run(void* handle, void* const* args, const int64_t* ints, const doubl
     double* restrict a_out = (double*)args[1];
         const int64_t s_N = ints[0];
         const int64_t s_mode = ints[1];
-        const int64_t sdf_c1 = ((int64_t)((s_mode) != (0LL)));
-        if (sdf_e->failed) goto sdf_end;
-        if (sdf_c1 != 0) {
-            /* state 'double' */
-            {
-                const int sdf_c2 = sdf_ok[0] != 0;
-                if (sdf_c2) {
-                    /* map 'double' */
-                    if (sdf_max64(s_N, 0) >= 4096) {
-                        #pragma omp for schedule(static) nowait
-                        for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
-                            { /* tasklet 'double' */
-                                const double v_x = a_u[(s_i)];
-                                double v_y = 0;
-                                v_y = sdf_canon((((2.0)) * (v_x)));
-                                a_out[(s_i)] = v_y;
+        {
+            const int64_t sdf_c1 = ((int64_t)((s_mode) != (0LL)));
+            if (sdf_e->failed) goto sdf_end;
+            if (sdf_c1 != 0) {
+                /* state 'double' */
+                {
+                    const int sdf_c2 = sdf_ok[0] != 0;
+                    if (sdf_c2) {
+                        /* map 'double' */
+                        if (sdf_max64(s_N, 0) >= 4096) {
+                            #pragma omp for schedule(static) nowait
+                            for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
+                                { /* tasklet 'double' */
+                                    const double v_x = a_u[(s_i)];
+                                    double v_y = 0;
+                                    v_y = sdf_canon((((2.0)) * (v_x)));
+                                    a_out[(s_i)] = v_y;
+                                }
                             }
-                        }
-                    } else {
-                        #pragma omp single nowait
-                        {
+                        } else {
+                            #pragma omp single nowait
                             {
-                                const int64_t sdf_lo3 = 0LL, sdf_hi3 = s_N;
-                                const int64_t sdf_mid3 = sdf_lo3 < sdf_hi3 ? (int64_t)((uint64_t)sdf_lo3 + (((uint64_t)sdf_hi3 - (uint64_t)sdf_lo3) & ~(uint64_t)7u)) : sdf_lo3;
-                                #pragma GCC ivdep
-                                for (int64_t s_i = sdf_lo3; s_i < sdf_mid3; s_i++) {
-                                    { /* tasklet 'double' */
-                                        const double v_x = a_u[(s_i)];
-                                        double v_y = 0;
-                                        v_y = sdf_canon((((2.0)) * (v_x)));
-                                        a_out[(s_i)] = v_y;
-                                    }
-                                }
-                                #pragma omp simd simdlen(4)
-                                for (int64_t s_i = sdf_mid3; s_i < sdf_hi3; s_i++) {
-                                    { /* tasklet 'double' */
-                                        const double v_x = a_u[(s_i)];
-                                        double v_y = 0;
-                                        v_y = sdf_canon((((2.0)) * (v_x)));
-                                        a_out[(s_i)] = v_y;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    #pragma omp single nowait
-                    {
-                        {
-                            { /* map 'double' (checked) */
                                 {
-                                    const int64_t sdf_rs5_0 = 0LL, sdf_re5_0 = s_N, sdf_rt5_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map5;
-                                    if (sdf_rt5_0 <= 0) { sdf_raise(0, sdf_rt5_0, 0); goto sdf_map5; }
-                                    if (sdf_rs5_0 >= sdf_re5_0) goto sdf_map5;
-                                    for (int64_t s_i = sdf_rs5_0; s_i < sdf_re5_0; s_i = sdf_next(s_i, sdf_rt5_0, sdf_re5_0)) {
-                                        sdf_pv[0] = s_i;
+                                    const int64_t sdf_lo3 = 0LL, sdf_hi3 = s_N;
+                                    const int64_t sdf_mid3 = sdf_lo3 < sdf_hi3 ? (int64_t)((uint64_t)sdf_lo3 + (((uint64_t)sdf_hi3 - (uint64_t)sdf_lo3) & ~(uint64_t)7u)) : sdf_lo3;
+                                    #pragma GCC ivdep
+                                    for (int64_t s_i = sdf_lo3; s_i < sdf_mid3; s_i++) {
                                         { /* tasklet 'double' */
-                                            const int64_t sdf_x6 = sdf_ck(s_i, s_N, 1);
-                                            const double v_x = a_u[(sdf_x6)];
-                                            if (sdf_e->failed) goto sdf_map5;
+                                            const double v_x = a_u[(s_i)];
                                             double v_y = 0;
                                             v_y = sdf_canon((((2.0)) * (v_x)));
-                                            const int64_t sdf_x7 = sdf_ck(s_i, s_N, 2);
-                                            if (sdf_e->failed) goto sdf_map5;
-                                            a_out[(sdf_x7)] = v_y;
+                                            a_out[(s_i)] = v_y;
                                         }
-                                        if (sdf_e->failed) goto sdf_map5;
+                                    }
+                                    #pragma omp simd simdlen(4)
+                                    for (int64_t s_i = sdf_mid3; s_i < sdf_hi3; s_i++) {
+                                        { /* tasklet 'double' */
+                                            const double v_x = a_u[(s_i)];
+                                            double v_y = 0;
+                                            v_y = sdf_canon((((2.0)) * (v_x)));
+                                            a_out[(s_i)] = v_y;
+                                        }
                                     }
                                 }
-                                sdf_map5:;
-                            }
-                            if (sdf_e->failed) goto sdf_stop4;
-                        }
-                        sdf_stop4:;
-                    }
-                }
-                if (sdf_e->failed) {
-                #pragma omp atomic write
-                    sdf_abort = sdf_seq + 1;
-                }
-            }
-            #pragma omp barrier
-            sdf_seq++;
-            { int64_t sdf_a;
-            #pragma omp atomic read
-              sdf_a = sdf_abort;
-              if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
-        } else {
-            /* state 'shift' */
-            {
-                const int sdf_c8 = sdf_ok[1] != 0;
-                if (sdf_c8) {
-                    /* map 'shift' */
-                    if (sdf_max64(s_N, 0) >= 4096) {
-                        #pragma omp for schedule(static) nowait
-                        for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
-                            { /* tasklet 'shift' */
-                                const double v_x = a_u[(s_i)];
-                                double v_y = 0;
-                                v_y = sdf_canon(((v_x) + ((1.0))));
-                                a_out[(s_i)] = v_y;
                             }
                         }
                     } else {
                         #pragma omp single nowait
                         {
                             {
-                                const int64_t sdf_lo9 = 0LL, sdf_hi9 = s_N;
-                                const int64_t sdf_mid9 = sdf_lo9 < sdf_hi9 ? (int64_t)((uint64_t)sdf_lo9 + (((uint64_t)sdf_hi9 - (uint64_t)sdf_lo9) & ~(uint64_t)7u)) : sdf_lo9;
-                                #pragma GCC ivdep
-                                for (int64_t s_i = sdf_lo9; s_i < sdf_mid9; s_i++) {
-                                    { /* tasklet 'shift' */
-                                        const double v_x = a_u[(s_i)];
-                                        double v_y = 0;
-                                        v_y = sdf_canon(((v_x) + ((1.0))));
-                                        a_out[(s_i)] = v_y;
+                                { /* map 'double' (checked) */
+                                    {
+                                        const int64_t sdf_rs5_0 = 0LL, sdf_re5_0 = s_N, sdf_rt5_0 = 1LL;
+                                        if (sdf_e->failed) goto sdf_map5;
+                                        if (sdf_rt5_0 <= 0) { sdf_raise(0, sdf_rt5_0, 0); goto sdf_map5; }
+                                        if (sdf_rs5_0 >= sdf_re5_0) goto sdf_map5;
+                                        for (int64_t s_i = sdf_rs5_0; s_i < sdf_re5_0; s_i = sdf_next(s_i, sdf_rt5_0, sdf_re5_0)) {
+                                            sdf_pv[0] = s_i;
+                                            { /* tasklet 'double' */
+                                                const int64_t sdf_x6 = sdf_ck(s_i, s_N, 1);
+                                                const double v_x = a_u[(sdf_x6)];
+                                                if (sdf_e->failed) goto sdf_map5;
+                                                double v_y = 0;
+                                                v_y = sdf_canon((((2.0)) * (v_x)));
+                                                const int64_t sdf_x7 = sdf_ck(s_i, s_N, 2);
+                                                if (sdf_e->failed) goto sdf_map5;
+                                                a_out[(sdf_x7)] = v_y;
+                                            }
+                                            if (sdf_e->failed) goto sdf_map5;
+                                        }
                                     }
+                                    sdf_map5:;
                                 }
-                                #pragma omp simd simdlen(4)
-                                for (int64_t s_i = sdf_mid9; s_i < sdf_hi9; s_i++) {
-                                    { /* tasklet 'shift' */
-                                        const double v_x = a_u[(s_i)];
-                                        double v_y = 0;
-                                        v_y = sdf_canon(((v_x) + ((1.0))));
-                                        a_out[(s_i)] = v_y;
-                                    }
-                                }
+                                if (sdf_e->failed) goto sdf_stop4;
                             }
+                            sdf_stop4:;
                         }
                     }
-                } else {
-                    #pragma omp single nowait
-                    {
-                        {
-                            { /* map 'shift' (checked) */
+                    if (sdf_e->failed) {
+                    #pragma omp atomic write
+                        sdf_abort = sdf_seq + 1;
+                    }
+                }
+                #pragma omp barrier
+                sdf_seq++;
+                { int64_t sdf_a;
+                #pragma omp atomic read
+                  sdf_a = sdf_abort;
+                  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
+            } else {
+                /* state 'shift' */
+                {
+                    const int sdf_c8 = sdf_ok[1] != 0;
+                    if (sdf_c8) {
+                        /* map 'shift' */
+                        if (sdf_max64(s_N, 0) >= 4096) {
+                            #pragma omp for schedule(static) nowait
+                            for (int64_t s_i = 0LL; s_i < s_N; s_i++) {
+                                { /* tasklet 'shift' */
+                                    const double v_x = a_u[(s_i)];
+                                    double v_y = 0;
+                                    v_y = sdf_canon(((v_x) + ((1.0))));
+                                    a_out[(s_i)] = v_y;
+                                }
+                            }
+                        } else {
+                            #pragma omp single nowait
+                            {
                                 {
-                                    const int64_t sdf_rs11_0 = 0LL, sdf_re11_0 = s_N, sdf_rt11_0 = 1LL;
-                                    if (sdf_e->failed) goto sdf_map11;
-                                    if (sdf_rt11_0 <= 0) { sdf_raise(3, sdf_rt11_0, 0); goto sdf_map11; }
-                                    if (sdf_rs11_0 >= sdf_re11_0) goto sdf_map11;
-                                    for (int64_t s_i = sdf_rs11_0; s_i < sdf_re11_0; s_i = sdf_next(s_i, sdf_rt11_0, sdf_re11_0)) {
-                                        sdf_pv[0] = s_i;
+                                    const int64_t sdf_lo9 = 0LL, sdf_hi9 = s_N;
+                                    const int64_t sdf_mid9 = sdf_lo9 < sdf_hi9 ? (int64_t)((uint64_t)sdf_lo9 + (((uint64_t)sdf_hi9 - (uint64_t)sdf_lo9) & ~(uint64_t)7u)) : sdf_lo9;
+                                    #pragma GCC ivdep
+                                    for (int64_t s_i = sdf_lo9; s_i < sdf_mid9; s_i++) {
                                         { /* tasklet 'shift' */
-                                            const int64_t sdf_x12 = sdf_ck(s_i, s_N, 4);
-                                            const double v_x = a_u[(sdf_x12)];
-                                            if (sdf_e->failed) goto sdf_map11;
+                                            const double v_x = a_u[(s_i)];
                                             double v_y = 0;
                                             v_y = sdf_canon(((v_x) + ((1.0))));
-                                            const int64_t sdf_x13 = sdf_ck(s_i, s_N, 5);
-                                            if (sdf_e->failed) goto sdf_map11;
-                                            a_out[(sdf_x13)] = v_y;
+                                            a_out[(s_i)] = v_y;
                                         }
-                                        if (sdf_e->failed) goto sdf_map11;
+                                    }
+                                    #pragma omp simd simdlen(4)
+                                    for (int64_t s_i = sdf_mid9; s_i < sdf_hi9; s_i++) {
+                                        { /* tasklet 'shift' */
+                                            const double v_x = a_u[(s_i)];
+                                            double v_y = 0;
+                                            v_y = sdf_canon(((v_x) + ((1.0))));
+                                            a_out[(s_i)] = v_y;
+                                        }
                                     }
                                 }
-                                sdf_map11:;
                             }
-                            if (sdf_e->failed) goto sdf_stop10;
                         }
-                        sdf_stop10:;
+                    } else {
+                        #pragma omp single nowait
+                        {
+                            {
+                                { /* map 'shift' (checked) */
+                                    {
+                                        const int64_t sdf_rs11_0 = 0LL, sdf_re11_0 = s_N, sdf_rt11_0 = 1LL;
+                                        if (sdf_e->failed) goto sdf_map11;
+                                        if (sdf_rt11_0 <= 0) { sdf_raise(3, sdf_rt11_0, 0); goto sdf_map11; }
+                                        if (sdf_rs11_0 >= sdf_re11_0) goto sdf_map11;
+                                        for (int64_t s_i = sdf_rs11_0; s_i < sdf_re11_0; s_i = sdf_next(s_i, sdf_rt11_0, sdf_re11_0)) {
+                                            sdf_pv[0] = s_i;
+                                            { /* tasklet 'shift' */
+                                                const int64_t sdf_x12 = sdf_ck(s_i, s_N, 4);
+                                                const double v_x = a_u[(sdf_x12)];
+                                                if (sdf_e->failed) goto sdf_map11;
+                                                double v_y = 0;
+                                                v_y = sdf_canon(((v_x) + ((1.0))));
+                                                const int64_t sdf_x13 = sdf_ck(s_i, s_N, 5);
+                                                if (sdf_e->failed) goto sdf_map11;
+                                                a_out[(sdf_x13)] = v_y;
+                                            }
+                                            if (sdf_e->failed) goto sdf_map11;
+                                        }
+                                    }
+                                    sdf_map11:;
+                                }
+                                if (sdf_e->failed) goto sdf_stop10;
+                            }
+                            sdf_stop10:;
+                        }
+                    }
+                    if (sdf_e->failed) {
+                    #pragma omp atomic write
+                        sdf_abort = sdf_seq + 1;
                     }
                 }
-                if (sdf_e->failed) {
-                #pragma omp atomic write
-                    sdf_abort = sdf_seq + 1;
-                }
+                #pragma omp barrier
+                sdf_seq++;
+                { int64_t sdf_a;
+                #pragma omp atomic read
+                  sdf_a = sdf_abort;
+                  if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
             }
-            #pragma omp barrier
-            sdf_seq++;
-            { int64_t sdf_a;
-            #pragma omp atomic read
-              sdf_a = sdf_abort;
-              if (sdf_a != 0 && sdf_a <= sdf_seq) goto sdf_end; }
         }
         goto sdf_end;
     sdf_end:;

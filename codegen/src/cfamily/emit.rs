@@ -307,13 +307,14 @@ pub(crate) fn emit_function(
             &own_plan
         }
     };
-    let frame = Frame::new(sdfg, plan, ctx);
+    let mut frame = Frame::new(sdfg, plan, ctx);
+    frame.scope0.takes_pre = true;
     let mut out = String::new();
     *counter += 1;
     let name = format!("sdf_nested_{}", *counter);
     let _ = writeln!(
         out,
-        "/* nested SDFG '{}' */\nstatic {}int {name}(void* const* args, const int64_t* ints, const double* floats, sdf_err_t* sdf_e) {{\n    (void)ints; (void)floats; (void)args;",
+        "/* nested SDFG '{}' */\nstatic {}int {name}(void* const* args, const int64_t* ints, const double* floats, sdf_err_t* sdf_e, int sdf_pre) {{\n    (void)ints; (void)floats; (void)args; (void)sdf_pre;",
         sdfg.name,
         // Called at every point of a map: inlined, so its few-element containers
         // become registers and the call's argument arrays disappear.

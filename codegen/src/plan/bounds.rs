@@ -9,22 +9,31 @@
 //! node unchecked; when it fails (or cannot be stated), the node runs its checked
 //! version, which reports the interpreter's error or finds none. Values read from index
 //! tables are not covered: they are checked where they are read.
+//!
+//! [`callee_condition`] states the same for the nested SDFGs a map body calls at every
+//! point: every subscript their states form, in the caller's terms (the callee's symbols
+//! replaced by the caller's expressions the call binds them to, the caller's map
+//! parameters bounded over the map). Where it holds, the callees skip their own checks
+//! (`docs/backend-cpu.md`, "Callees in map bodies").
+
+use std::collections::BTreeMap;
 
 use sdflow_ir::propagate::{ParamBox, expr_bounds};
-use sdflow_ir::{Dataflow, Dim, Node, NodeId, Sdfg, Subset, SymExpr, SymOp};
+use sdflow_ir::{Dataflow, Dim, NestedSdfg, Node, NodeId, Sdfg, Subset, SymExpr, SymOp};
 
 /// The condition of node `n` of `df` (a state's graph of `sdfg`); `None` when it cannot
 /// be stated (a subscript that is not affine in the map parameters, for example).
 pub fn node_condition(sdfg: &Sdfg, df: &Dataflow, n: NodeId) -> Option<SymExpr> {
     let mut c = Collect {
         sdfg,
-        boxes: Vec::new(),
+        levels: Vec::new(),
         params: Vec::new(),
         terms: Vec::new(),
     };
     let cond = match df.node(n) {
         Node::Map(m) => {
-            c.boxes.push(ParamBox::of_map(&m.params, &m.ranges));
+            c.levels
+                .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
             c.params.extend(m.params.iter().cloned());
             c.graph(&m.body)?;
             // The map's own ranges, in the interpreter's order: each range's step must be
@@ -52,6 +61,36 @@ pub fn node_condition(sdfg: &Sdfg, df: &Dataflow, n: NodeId) -> Option<SymExpr> 
     Some(cond)
 }
 
+/// The condition under which the nested SDFGs that the body of map node `n` calls (at
+/// any depth of its maps) may run every state unchecked at every point of the map: the
+/// in-bounds conditions of all their state-level nodes (as [`node_condition`] states
+/// them inside the callee), over the caller's symbols alone. `None` when the body calls
+/// none, or some subscript cannot be stated in the caller's terms (a callee symbol bound
+/// to nothing, one its control flow assigns, a subscript that is not affine).
+pub fn callee_condition(sdfg: &Sdfg, df: &Dataflow, n: NodeId) -> Option<SymExpr> {
+    let Node::Map(m) = df.node(n) else {
+        return None;
+    };
+    let mut c = Collect {
+        sdfg,
+        levels: vec![Level::Box(ParamBox::of_map(&m.params, &m.ranges))],
+        params: m.params.clone(),
+        terms: Vec::new(),
+    };
+    let mut found = false;
+    c.callees(&m.body, &mut found)?;
+    if !found {
+        return None;
+    }
+    // Simplified: most of a callee's terms hold for any sizes (`N - 1 < N`), and a
+    // condition that always holds needs no second version of the map.
+    let cond = and_all(c.terms).simplify();
+    cond.free_symbols()
+        .iter()
+        .all(|s| sdfg.symbols.contains_key(s.as_str()))
+        .then_some(cond)
+}
+
 fn and_all(terms: Vec<SymExpr>) -> SymExpr {
     terms
         .into_iter()
@@ -59,10 +98,20 @@ fn and_all(terms: Vec<SymExpr>) -> SymExpr {
         .unwrap_or(SymExpr::Int(1))
 }
 
+/// One step inwards from the node: a map's parameter box, or the call of a nested SDFG
+/// (the callee's symbols in terms of the caller's).
+#[derive(Clone)]
+enum Level {
+    Box(Vec<ParamBox>),
+    Callee(BTreeMap<String, SymExpr>),
+}
+
 struct Collect<'a> {
+    /// The SDFG whose containers the accesses name (a callee's, inside one).
     sdfg: &'a Sdfg,
-    /// Parameter boxes of the enclosing maps inside the node, outermost first.
-    boxes: Vec<Vec<ParamBox>>,
+    /// The enclosing maps' parameter boxes and callee entries inside the node, outermost
+    /// first.
+    levels: Vec<Level>,
     /// Every parameter of those maps.
     params: Vec<String>,
     terms: Vec<SymExpr>,
@@ -84,13 +133,82 @@ impl Collect<'_> {
                             .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
                     }
                 }
-                self.boxes.push(ParamBox::of_map(&m.params, &m.ranges));
+                self.levels
+                    .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
                 self.params.extend(m.params.iter().cloned());
                 let r = self.graph(&m.body);
-                self.boxes.pop();
+                self.levels.pop();
                 r?;
             }
         }
+        Some(())
+    }
+
+    /// The nested SDFGs of a map body and of the maps inside it (`found` set when there
+    /// is one): the in-bounds conditions of all their states' nodes.
+    fn callees(&mut self, g: &Dataflow, found: &mut bool) -> Option<()> {
+        for n in g.node_ids() {
+            match g.node(n) {
+                Node::Map(m) => {
+                    self.levels
+                        .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
+                    self.params.extend(m.params.iter().cloned());
+                    let r = self.callees(&m.body, found);
+                    self.levels.pop();
+                    r?;
+                }
+                Node::Nested(ns) => {
+                    *found = true;
+                    self.callee(ns)?;
+                }
+                _ => {}
+            }
+        }
+        Some(())
+    }
+
+    /// Every state-level node of callee `ns`, as [`node_condition`] collects it, with
+    /// the callee's symbols bound as the call binds them (its static values included).
+    fn callee(&mut self, ns: &NestedSdfg) -> Option<()> {
+        let mut bind = ns.symbol_mapping.clone();
+        for (k, s) in &ns.sdfg.symbols {
+            if let Some(v) = s.value.filter(|v| !v.dtype().is_float()) {
+                bind.insert(k.clone(), SymExpr::Int(v.as_i64()));
+            }
+        }
+        let mut levels = self.levels.clone();
+        levels.push(Level::Callee(bind));
+        let mut inner = Collect {
+            sdfg: &ns.sdfg,
+            levels,
+            params: self.params.clone(),
+            terms: Vec::new(),
+        };
+        for st in &ns.sdfg.states {
+            let g = &st.graph;
+            for n in g.node_ids() {
+                match g.node(n) {
+                    Node::Map(m) => {
+                        for r in &m.ranges {
+                            if r.step.as_int().is_none_or(|s| s < 1) {
+                                let (lo, _) = inner.over_boxes(&r.step, &r.step)?;
+                                inner
+                                    .terms
+                                    .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
+                            }
+                        }
+                        inner
+                            .levels
+                            .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
+                        let r = inner.graph(&m.body);
+                        inner.levels.pop();
+                        r?;
+                    }
+                    _ => inner.edges_of(g, n)?,
+                }
+            }
+        }
+        self.terms.append(&mut inner.terms);
         Some(())
     }
 
@@ -133,14 +251,34 @@ impl Collect<'_> {
         }
     }
 
-    /// `lo` over the boxes at its low end, `hi` at its high end, innermost map first.
+    /// `lo` over the boxes at its low end, `hi` at its high end, innermost map first,
+    /// each callee's symbols replaced by their binding on the way out.
     fn over_boxes(&self, lo: &SymExpr, hi: &SymExpr) -> Option<(SymExpr, SymExpr)> {
         let (mut lo, mut hi) = (lo.clone(), hi.clone());
-        for b in self.boxes.iter().rev() {
-            lo = bounds_over(&lo, b, FUEL)?.0;
-            hi = bounds_over(&hi, b, FUEL)?.1;
+        for l in self.levels.iter().rev() {
+            match l {
+                Level::Box(b) => {
+                    lo = bounds_over(&lo, b, FUEL)?.0;
+                    hi = bounds_over(&hi, b, FUEL)?.1;
+                }
+                Level::Callee(bind) => {
+                    lo = rebind(&lo, bind)?;
+                    hi = rebind(&hi, bind)?;
+                }
+            }
         }
         Some((lo, hi))
+    }
+
+    /// An extent of the current SDFG in the node's terms: through the callee entries.
+    fn outward(&self, e: &SymExpr) -> Option<SymExpr> {
+        let mut e = e.clone();
+        for l in self.levels.iter().rev() {
+            if let Level::Callee(bind) = l {
+                e = rebind(&e, bind)?;
+            }
+        }
+        Some(e)
     }
 
     /// `data[subset]` stays within the container's extents.
@@ -167,7 +305,7 @@ impl Collect<'_> {
             let inside = SymExpr::bin(
                 SymOp::And,
                 SymExpr::bin(SymOp::Ge, lo.clone(), SymExpr::Int(0)),
-                SymExpr::bin(SymOp::Lt, hi.clone(), shape[k].clone()),
+                SymExpr::bin(SymOp::Lt, hi.clone(), self.outward(&shape[k])?),
             );
             // An empty range (or an index over an empty map) accesses nothing.
             let empty = SymExpr::bin(SymOp::Gt, lo, hi);
@@ -175,6 +313,15 @@ impl Collect<'_> {
         }
         Some(())
     }
+}
+
+/// `e` with a callee's symbols replaced by their binding; `None` where it names a symbol
+/// the call does not bind (the callee's control flow assigns it, say).
+fn rebind(e: &SymExpr, bind: &BTreeMap<String, SymExpr>) -> Option<SymExpr> {
+    e.free_symbols()
+        .iter()
+        .all(|s| bind.contains_key(s.as_str()))
+        .then(|| e.substitute(bind))
 }
 
 /// How many min/max splits `bounds_over` may make for one expression.

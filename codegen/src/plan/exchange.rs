@@ -78,6 +78,7 @@ fn finish(x: &Exchange, node: NodeId, waits: Vec<usize>) -> Step {
         jam: None,
         part: None,
         lag: None,
+        callees: CheckPolicy::Always,
     }
 }
 

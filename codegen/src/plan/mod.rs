@@ -299,6 +299,12 @@ pub struct Step {
     /// The map runs in chunks lagged behind the step before it, its producer ([`lag`]; a
     /// team's top-level maps only).
     pub lag: Option<lag::Lag>,
+    /// When the nested SDFGs the map's body calls skip their own in-bounds checks in its
+    /// unchecked version ([`bounds::callee_condition`]: every subscript of their states,
+    /// wherever the map runs): `Never` checks, a condition at bind, or `Always` (they
+    /// check themselves at every call: no callee, a condition that cannot be stated, or
+    /// not the top-level program).
+    pub callees: CheckPolicy,
 }
 
 /// Part of a parallel map's points, as boxes of ranges (one per map parameter).
@@ -686,6 +692,11 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                             );
                         }
                     }
+                }
+                match &st.callees {
+                    CheckPolicy::Never => line.push_str("; its callees unchecked"),
+                    CheckPolicy::AtBind(_) => line.push_str("; its callees checked at bind"),
+                    CheckPolicy::Always | CheckPolicy::AtRun(_) => {}
                 }
                 let _ = writeln!(out, "{line}");
                 if let StepKind::Nested(p) = &st.kind {
@@ -1313,6 +1324,21 @@ fn plan_state(
                 parallel,
             )
         };
+        // The callees of a top-level map body: checked once, with the map, rather than
+        // at every call; a condition only the control flow can evaluate keeps their own.
+        let callees = match (parallel, node) {
+            (true, Node::Map(_)) => match CheckPolicy::of(
+                sdfg,
+                bounds::callee_condition(sdfg, df, n),
+                &statics,
+                &flow,
+                parallel,
+            ) {
+                CheckPolicy::AtRun(_) => CheckPolicy::Always,
+                p => p,
+            },
+            _ => CheckPolicy::Always,
+        };
         steps.push(Step {
             node: n,
             label,
@@ -1324,6 +1350,7 @@ fn plan_state(
             jam,
             part: None,
             lag: None,
+            callees,
         });
     }
     if parallel && matches!(target, Target::Team { .. }) {

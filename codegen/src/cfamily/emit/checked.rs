@@ -28,6 +28,7 @@ impl Emitter<'_> {
             in_parallel_map: sc.in_parallel_map || atomic,
             checked: true,
             points_checked: false,
+            callee_pre: Pre::No,
             stop: Some(label.clone()),
             loc: sc.loc.clone(),
             ..*sc

@@ -75,6 +75,11 @@ impl Emitter<'_> {
                 let host = sc.parallel && !host_reads.is_empty();
                 let here = sc.at(LocPart::Text("if condition".into()));
                 let u = self.fresh();
+                // In a block of its own: a jump to `sdf_end` from before the `if` must
+                // not cross the condition's initialization (which C allows and C++ —
+                // the CUDA text, compiled as such — does not).
+                self.line("{");
+                self.indent += 1;
                 self.line(&format!("const int64_t sdf_c{u} = {};", here.sym(cond)));
                 self.line("if (sdf_e->failed) goto sdf_end;");
                 self.line(&format!("if (sdf_c{u} != 0) {{"));
@@ -90,6 +95,8 @@ impl Emitter<'_> {
                     self.team_line(|t| t.barrier().into());
                 }
                 self.block(sc, otherwise)?;
+                self.indent -= 1;
+                self.line("}");
                 self.indent -= 1;
                 self.line("}");
             }
@@ -211,6 +218,12 @@ impl Emitter<'_> {
         match &cond {
             Cond::Always | Cond::Never => self.line(&format!("const int sdf_c{u} = 1;")),
             Cond::Bind(k) => self.line(&format!("const int sdf_c{u} = sdf_ok[{k}] != 0;")),
+            // In a callee whose caller checked its subscripts (`sdf_pre`), the
+            // condition is not evaluated.
+            Cond::Runtime(c) if sc.takes_pre => self.line(&format!(
+                "int sdf_q = 0; const int sdf_c{u} = sdf_pre || (({}) != 0 && !sdf_q);",
+                sc.quiet_sym(c)
+            )),
             Cond::Runtime(c) => self.line(&format!(
                 "int sdf_q = 0; const int sdf_c{u} = ({}) != 0 && !sdf_q;",
                 sc.quiet_sym(c)
@@ -219,7 +232,7 @@ impl Emitter<'_> {
         if !matches!(cond, Cond::Never) {
             self.line(&format!("if (sdf_c{u}) {{"));
             self.indent += 1;
-            self.unchecked_node(sc, df, step)?;
+            self.unchecked_with_callees(sc, df, step)?;
             self.indent -= 1;
             self.line("} else {");
         } else {
@@ -249,6 +262,49 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// The unchecked version of a step whose map body calls nested SDFGs: they skip their
+    /// own checks where the step's callee condition holds ([`Step::callees`]). Under a
+    /// bind-time condition the map is printed twice, the callees' checks skipped in the
+    /// first (a constant argument: the compiler drops them) and kept in the second.
+    fn unchecked_with_callees(
+        &mut self,
+        sc: &Scope<'_>,
+        df: &Dataflow,
+        step: &Step,
+    ) -> Result<(), CodegenError> {
+        match &step.callees {
+            CheckPolicy::Never => {
+                let sc = Scope {
+                    callee_pre: Pre::Yes,
+                    ..sc.clone()
+                };
+                self.unchecked_node(&sc, df, step)
+            }
+            CheckPolicy::AtBind(c) => {
+                let k = {
+                    let mut sites = sc.sites.borrow_mut();
+                    sites.bind_checks.push(c.clone());
+                    sites.bind_checks.len() - 1
+                };
+                self.line(&format!("if (sdf_ok[{k}] != 0) {{"));
+                self.indent += 1;
+                let yes = Scope {
+                    callee_pre: Pre::Yes,
+                    ..sc.clone()
+                };
+                self.unchecked_node(&yes, df, step)?;
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+                self.unchecked_node(sc, df, step)?;
+                self.indent -= 1;
+                self.line("}");
+                Ok(())
+            }
+            CheckPolicy::Always | CheckPolicy::AtRun(_) => self.unchecked_node(sc, df, step),
+        }
     }
 
     /// A state-level node as it runs when its in-bounds condition holds.

@@ -66,6 +66,8 @@ impl Emitter<'_> {
             points_checked: sc.points_checked,
             jam: sc.jam,
             callee: None,
+            callee_pre: sc.callee_pre,
+            takes_pre: sc.takes_pre,
         };
         inner.params.extend(m.params.iter().cloned());
         // Checked loops record their parameters for messages (between the loops, in

@@ -107,6 +107,8 @@ impl Emitter<'_> {
             points_checked: false,
             jam: None,
             callee: None,
+            callee_pre: Pre::No,
+            takes_pre: false,
         };
         let mut ptrs = Vec::new();
         // Connectors the callee only reads, bound to a whole caller array laid out as the
@@ -199,7 +201,13 @@ impl Emitter<'_> {
         ));
         // The caller's error record goes along: a callee at every point of a map would
         // otherwise look up its thread's record (a thread-local access) at every call.
-        self.line(&format!("{fname}(sdf_args, sdf_ints, sdf_floats, sdf_e);"));
+        let pre = match sc.callee_pre {
+            Pre::No => 0,
+            Pre::Yes => 1,
+        };
+        self.line(&format!(
+            "{fname}(sdf_args, sdf_ints, sdf_floats, sdf_e, {pre});"
+        ));
         // A callee that failed writes nothing back, as in the interpreter.
         self.line("if (!sdf_e->failed) {");
         self.indent += 1;

@@ -39,6 +39,21 @@ pub(crate) struct Scope<'a> {
     pub(crate) jam: Option<(&'a Dataflow, &'a Jam)>,
     /// The nested SDFG a state-level step calls, and the callee's plan (the step's).
     pub(crate) callee: Option<(&'a NestedSdfg, &'a Plan)>,
+    /// Whether the nested SDFGs called here skip their own in-bounds checks (the
+    /// unchecked version of a map whose condition covers them: [`Step::callees`]).
+    pub(crate) callee_pre: Pre,
+    /// The function printed is a nested SDFG's: it takes `sdf_pre`, which, set, makes
+    /// every step's runtime condition hold.
+    pub(crate) takes_pre: bool,
+}
+
+/// What a nested SDFG's call passes as `sdf_pre`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Pre {
+    /// 0: the callee checks its subscripts itself.
+    No,
+    /// 1: the step's callee condition, which held, covers them.
+    Yes,
 }
 
 impl<'a> Scope<'a> {
@@ -80,6 +95,8 @@ impl<'a> Scope<'a> {
             points_checked: false,
             jam: None,
             callee: None,
+            callee_pre: Pre::No,
+            takes_pre: false,
         }
     }
 

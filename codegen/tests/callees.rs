@@ -1,0 +1,263 @@
+//! Nested SDFGs called at every point of a map (DaCe's optimized GT4Py programs keep
+//! `if_stmt` callees there): the map's condition covers their subscripts, checked once
+//! when the arguments are bound, and the callees then skip their own checks
+//! (`plan::bounds::callee_condition`); where it fails they check themselves, and an
+//! access that is really out of bounds stops the program with the interpreter's error.
+
+use sdflow_codegen::CpuBackend;
+use sdflow_codegen::plan::{CheckPolicy, Plan, Target};
+use sdflow_ir::interp::{self, Bindings, random_bindings};
+use sdflow_ir::testkit::{assert_same_arguments, if_stmt_gather_callee};
+use sdflow_ir::{Block, DType, Sdfg, SdfgBuilder, Value};
+
+/// `v[i, j] = u[i, j] > 0.5 u[i, j] (…) ? w-branch : …` over rows `lo:N`: the generator's
+/// gather callee (`w` the whole of `u`, at the point or the row before), called at every
+/// point with its symbols bound to the sizes and the map's parameters.
+fn program(before: bool, lo: i64) -> Sdfg {
+    let mut b = SdfgBuilder::new(if before { "row_before" } else { "at_point" });
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N", "M"])
+        .array("v", DType::F64, ["N", "M"])
+        .transient("h", DType::F64, ["N", "M"]);
+    let callee = if_stmt_gather_callee("point", DType::F64, DType::F64, 2, before);
+    let rows = format!("{lo}:N");
+    b.state("s", |s| {
+        s.map("pair", &["i", "j"], &[&rows, "0:M"], |m| {
+            m.tasklet("p", &[("a", "u[i, j]")], &[("o", "h[i, j]")], "o = a * 0.5");
+            m.nested(
+                callee,
+                &[("n0", "N"), ("n1", "M"), ("p0", "i"), ("p1", "j")],
+                &[("a", "h[i, j]"), ("b", "u[i, j]"), ("w", "u[0:N, 0:M]")],
+                &[("o", "v[i, j]")],
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+fn inputs(s: &Sdfg, n: i64, m: i64, seed: u64) -> Bindings {
+    let symbols = [
+        ("N".to_string(), Value::I64(n)),
+        ("M".to_string(), Value::I64(m)),
+    ]
+    .into_iter()
+    .collect();
+    let mut b = random_bindings(s, &symbols, seed).unwrap();
+    // Both branches taken: `a > b` compares half of `u` with `u`, true where `u` < 0.
+    let u = b.arrays.get_mut("u").unwrap();
+    for k in (0..u.len()).step_by(3) {
+        let x = u.get_flat(k).unwrap().as_f64();
+        u.set_flat(k, Value::F64(-x.abs()));
+    }
+    b
+}
+
+fn backend() -> CpuBackend {
+    let mut b = CpuBackend {
+        cache: None,
+        ..CpuBackend::default()
+    };
+    // Every map on the parallel path, two threads.
+    b.emit.parallel_min_points = 1;
+    b
+}
+
+/// Compiled against the interpreter on each of `cases` (`(N, M)`), and the C source.
+fn run(s: &Sdfg, cases: &[(i64, i64)]) -> String {
+    let backend = backend();
+    let unit = backend.translate(s).unwrap();
+    let (lib, origin) = backend.compile_unit(&unit).unwrap();
+    for (k, &(n, m)) in cases.iter().enumerate() {
+        let prog = unit.load(&lib, origin).unwrap();
+        prog.set_threads(2);
+        let b = inputs(s, n, m, 7 + k as u64);
+        let (mut expected, mut got) = (b.clone(), b);
+        match interp::run(s, &mut expected) {
+            Ok(()) => {
+                prog.run_bindings(&mut got).unwrap();
+                assert_same_arguments(s, &expected, &got, &s.name);
+            }
+            Err(e) => {
+                let c = prog.run_bindings(&mut got).unwrap_err().to_string();
+                assert_eq!(c, format!("program '{}': {e}", s.name));
+            }
+        }
+    }
+    unit.source
+}
+
+fn callees(s: &Sdfg) -> CheckPolicy {
+    let plan = Plan::of(s, Target::default()).unwrap();
+    let st = plan.body.states()[0];
+    st.steps
+        .iter()
+        .find(|x| x.label == "pair")
+        .unwrap()
+        .callees
+        .clone()
+}
+
+#[test]
+fn a_callee_reading_a_whole_field_at_the_point_skips_its_checks() {
+    let s = program(false, 0);
+    // `p0` over `0:N` and `p1` over `0:M` read `w`, of extents `N` and `M`, inside:
+    // true whatever the sizes.
+    assert_eq!(callees(&s), CheckPolicy::Never);
+    let c = run(&s, &[(5, 4), (1, 1), (0, 3), (7, 0)]);
+    // The unchecked map passes 1; only its checked version asks the callee to check.
+    let calls: Vec<&str> = c.lines().filter(|l| l.contains("sdf_e, 1);")).collect();
+    assert!(!calls.is_empty(), "no call with the checks skipped:\n{c}");
+    assert!(
+        c.contains("sdf_pre || ("),
+        "the callee's conditions take sdf_pre"
+    );
+}
+
+#[test]
+fn a_callee_reading_the_row_before_checks_itself_where_the_map_starts_at_row_0() {
+    // From row 0, the branch's `w[p0 - 1, p1]` would be row -1: the condition, checked at
+    // bind, fails, and the callee checks its reads itself (the branch is taken only
+    // where `p0 > 0`, so nothing fails).
+    let s = program(true, 0);
+    let CheckPolicy::AtBind(c) = callees(&s) else {
+        panic!("expected a bind-time condition, got {:?}", callees(&s));
+    };
+    let at = |n: i64| {
+        c.eval(&|x| match x {
+            "N" => Some(n),
+            "M" => Some(4),
+            _ => None,
+        })
+        .unwrap()
+    };
+    assert_eq!(at(5), 0, "row -1 is read in the branch: not covered");
+    let src = run(&s, &[(5, 4), (1, 3), (0, 2)]);
+    assert!(src.contains("sdf_e, 0);") && src.contains("sdf_e, 1);"));
+    // From row 1 the same callee is covered for every size (the map is empty below 1).
+    let s = program(true, 1);
+    let p = callees(&s);
+    let covered = |n: i64, m: i64| match &p {
+        CheckPolicy::Never => true,
+        CheckPolicy::AtBind(c) => {
+            c.eval(&|x| match x {
+                "N" => Some(n),
+                "M" => Some(m),
+                _ => None,
+            })
+            .unwrap()
+                != 0
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(covered(5, 4) && covered(1, 1) && covered(0, 0));
+    run(&s, &[(5, 4), (2, 1), (1, 3)]);
+}
+
+/// `o = w[p0 + 1]` at every point of `0:N`: the last row reads past the field.
+fn reads_past_the_end() -> Sdfg {
+    let mut c = SdfgBuilder::new("next");
+    c.symbol("n0", DType::I64)
+        .symbol("p0", DType::I64)
+        .array("w", DType::F64, ["n0"])
+        .array("o", DType::F64, ["1"]);
+    let st = c.state("read", |s| {
+        s.tasklet("t", &[("w", "w[p0 + 1]")], &[("o", "o[0]")], "o = w * 2.0");
+    });
+    c.body(Block::State(st));
+    let callee = c.build();
+    let mut b = SdfgBuilder::new("past_the_end");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("v", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("pair", &["i"], &["0:N"], |m| {
+            m.nested(
+                callee,
+                &[("n0", "N"), ("p0", "i")],
+                &[("w", "u[0:N]")],
+                &[("o", "v[i]")],
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+#[test]
+fn a_callee_that_reads_out_of_bounds_still_fails_with_the_interpreters_error() {
+    let s = reads_past_the_end();
+    assert!(matches!(callees(&s), CheckPolicy::AtBind(_)));
+    let backend = backend();
+    let prog = backend.build(&s).unwrap();
+    prog.set_threads(2);
+    let symbols = [("N".to_string(), Value::I64(6))].into_iter().collect();
+    let b = random_bindings(&s, &symbols, 3).unwrap();
+    let (mut expected, mut got) = (b.clone(), b);
+    let e = interp::run(&s, &mut expected).unwrap_err().to_string();
+    assert!(e.contains("out of bounds") || e.contains("outside"), "{e}");
+    let c = prog.run_bindings(&mut got).unwrap_err().to_string();
+    assert_eq!(c, format!("program 'past_the_end': {e}"));
+}
+
+#[test]
+fn the_plan_says_when_callees_skip_their_checks() {
+    let text = Plan::of(&program(false, 0), Target::default())
+        .unwrap()
+        .to_text();
+    assert!(text.contains("; its callees unchecked"), "{text}");
+    let text = Plan::of(&program(true, 0), Target::default())
+        .unwrap()
+        .to_text();
+    assert!(text.contains("; its callees checked at bind"), "{text}");
+}
+
+/// The random GT4Py-shaped programs (which `tests/cpu.rs` compiles against the
+/// interpreter) call callees at every point both ways: covered by their map's condition
+/// (the checks skipped) and not (a read of the row before from row 0: each call checks
+/// itself), the latter both decided by the plan and at bind.
+#[test]
+fn random_programs_call_callees_both_ways() {
+    use sdflow_codegen::plan::bounds::callee_condition;
+    use sdflow_ir::Node;
+    use sdflow_ir::testkit::{GenConfig, generate, sample_symbols};
+    let cfg = GenConfig {
+        allow_hazards: true,
+        allow_gt4py_shapes: true,
+        ..GenConfig::default()
+    };
+    let (mut skipped, mut refused, mut at_bind) = (0, 0, 0);
+    for seed in 0..200 {
+        let s = generate(seed, &cfg);
+        let values: std::collections::BTreeMap<String, i64> = sample_symbols(&s)
+            .into_iter()
+            .filter(|(_, v)| !v.dtype().is_float())
+            .map(|(k, v)| (k, v.as_i64()))
+            .collect();
+        let plan = Plan::of(&s, Target::default()).unwrap();
+        for sp in plan.body.states() {
+            let st = &s.states[sp.id.index()];
+            for step in &sp.steps {
+                if !matches!(st.graph.node(step.node), Node::Map(_)) {
+                    continue;
+                }
+                let Some(c) = callee_condition(&s, &st.graph, step.node) else {
+                    continue;
+                };
+                at_bind += usize::from(matches!(step.callees, CheckPolicy::AtBind(_)));
+                if c.eval_map(&values).is_ok_and(|v| v != 0) {
+                    skipped += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        skipped >= 10 && refused >= 2 && at_bind >= 1,
+        "skipped {skipped}, refused {refused}, at bind {at_bind}"
+    );
+}
