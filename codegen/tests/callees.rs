@@ -208,7 +208,7 @@ fn the_plan_says_when_callees_skip_their_checks() {
     let text = Plan::of(&program(false, 0), Target::default())
         .unwrap()
         .to_text();
-    assert!(text.contains("; its callees unchecked"), "{text}");
+    assert!(text.contains("; its callees in bounds"), "{text}");
     let text = Plan::of(&program(true, 0), Target::default())
         .unwrap()
         .to_text();

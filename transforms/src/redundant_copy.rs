@@ -656,14 +656,18 @@ fn places(body: &sdflow_ir::Block) -> rustc_hash::FxHashMap<usize, Place> {
     out
 }
 
-/// When `x` runs relative to `s`, for a state `s` no loop encloses.
-fn order(x: &Place, s: &Place) -> Order {
-    let common = x
-        .steps
+/// How many steps from the top of the control flow the places of `x` and `s` share.
+fn shared_steps(x: &Place, s: &Place) -> usize {
+    x.steps
         .iter()
         .zip(&s.steps)
         .take_while(|(a, b)| a == b)
-        .count();
+        .count()
+}
+
+/// When `x` runs relative to `s`, for a state `s` no loop encloses.
+fn order(x: &Place, s: &Place) -> Order {
+    let common = shared_steps(x, s);
     match (x.steps.get(common), s.steps.get(common)) {
         (None, None) => Order::Same,
         (Some(Step::Child(i)), Some(Step::Child(j))) if i < j => Order::Before,
@@ -680,14 +684,8 @@ fn order(x: &Place, s: &Place) -> Order {
 /// sequence (an `if` around `s` alone may skip it after `x` ran, even one testing the
 /// condition an earlier `if` around `x` tested).
 fn always_after(x: &Place, s: &Place) -> bool {
-    let common = x
-        .steps
-        .iter()
-        .zip(&s.steps)
-        .take_while(|(a, b)| a == b)
-        .count();
     order(x, s) == Order::Before
-        && s.steps[common + 1..]
+        && s.steps[shared_steps(x, s) + 1..]
             .iter()
             .all(|st| matches!(st, Step::Child(_)))
 }

@@ -694,7 +694,7 @@ fn write_flow(out: &mut String, f: &Flow, ind: usize) {
                     }
                 }
                 match &st.callees {
-                    CheckPolicy::Never => line.push_str("; its callees unchecked"),
+                    CheckPolicy::Never => line.push_str("; its callees in bounds"),
                     CheckPolicy::AtBind(_) => line.push_str("; its callees checked at bind"),
                     CheckPolicy::Always | CheckPolicy::AtRun(_) => {}
                 }
