@@ -71,10 +71,11 @@ pub fn callee_condition(sdfg: &Sdfg, df: &Dataflow, n: NodeId) -> Option<SymExpr
     let Node::Map(m) = df.node(n) else {
         return None;
     };
+    // No parameter may stay in the result: checked below against the caller's symbols.
     let mut c = Collect {
         sdfg,
         levels: vec![Level::Box(ParamBox::of_map(&m.params, &m.ranges))],
-        params: m.params.clone(),
+        params: Vec::new(),
         terms: Vec::new(),
     };
     let mut found = false;
@@ -112,7 +113,8 @@ struct Collect<'a> {
     /// The enclosing maps' parameter boxes and callee entries inside the node, outermost
     /// first.
     levels: Vec<Level>,
-    /// Every parameter of those maps.
+    /// Every parameter of those maps, which [`node_condition`]'s result must not name
+    /// (the callee condition checks its result against the caller's symbols instead).
     params: Vec<String>,
     terms: Vec<SymExpr>,
 }
@@ -152,7 +154,6 @@ impl Collect<'_> {
                 Node::Map(m) => {
                     self.levels
                         .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
-                    self.params.extend(m.params.iter().cloned());
                     let r = self.callees(&m.body, found);
                     self.levels.pop();
                     r?;
@@ -181,7 +182,7 @@ impl Collect<'_> {
         let mut inner = Collect {
             sdfg: &ns.sdfg,
             levels,
-            params: self.params.clone(),
+            params: Vec::new(),
             terms: Vec::new(),
         };
         for st in &ns.sdfg.states {

@@ -283,11 +283,7 @@ impl Emitter<'_> {
                 self.unchecked_node(&sc, df, step)
             }
             CheckPolicy::AtBind(c) => {
-                let k = {
-                    let mut sites = sc.sites.borrow_mut();
-                    sites.bind_checks.push(c.clone());
-                    sites.bind_checks.len() - 1
-                };
+                let k = bind_check(sc, c);
                 self.line(&format!("if (sdf_ok[{k}] != 0) {{"));
                 self.indent += 1;
                 let yes = Scope {
@@ -430,11 +426,7 @@ impl Emitter<'_> {
         match &step.check {
             CheckPolicy::Never => Cond::Always,
             CheckPolicy::Always => Cond::Never,
-            CheckPolicy::AtBind(c) => {
-                let mut sites = sc.sites.borrow_mut();
-                sites.bind_checks.push(c.clone());
-                Cond::Bind(sites.bind_checks.len() - 1)
-            }
+            CheckPolicy::AtBind(c) => Cond::Bind(bind_check(sc, c)),
             CheckPolicy::AtRun(c) => Cond::Runtime(c.clone()),
         }
     }
@@ -444,4 +436,11 @@ impl Emitter<'_> {
         self.labels += 1;
         self.labels
     }
+}
+
+/// Registers `c` as a bind-time condition of the program: its index in `sdf_ok`.
+fn bind_check(sc: &Scope<'_>, c: &SymExpr) -> usize {
+    let mut sites = sc.sites.borrow_mut();
+    sites.bind_checks.push(c.clone());
+    sites.bind_checks.len() - 1
 }
