@@ -5,6 +5,8 @@
 //! access that is really out of bounds stops the program with the interpreter's error.
 
 use sdflow_codegen::CpuBackend;
+use sdflow_codegen::cuda::device::{DeviceHandle, EmulatedDevice};
+use sdflow_codegen::cuda::exec::CudaBackend;
 use sdflow_codegen::plan::{CheckPolicy, Plan, Target};
 use sdflow_ir::interp::{self, Bindings, random_bindings};
 use sdflow_ir::testkit::{assert_same_arguments, if_stmt_gather_callee};
@@ -260,4 +262,86 @@ fn random_programs_call_callees_both_ways() {
         skipped >= 10 && refused >= 2 && at_bind >= 1,
         "skipped {skipped}, refused {refused}, at bind {at_bind}"
     );
+}
+
+/// The CUDA text of `s` and its results on the emulated device against the interpreter
+/// on each of `cases` (`(N, M)`).
+fn run_cuda(s: &Sdfg, cases: &[(i64, i64)]) -> String {
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let mut prog = backend.build(s, &handle).unwrap();
+    for (k, &(n, m)) in cases.iter().enumerate() {
+        let b = inputs(s, n, m, 11 + k as u64);
+        let (mut expected, mut got) = (b.clone(), b);
+        interp::run(s, &mut expected).unwrap();
+        prog.run_bindings(&mut got).unwrap();
+        assert_same_arguments(s, &expected, &got, &format!("{} ({n}, {m})", s.name));
+    }
+    backend.generate(s).unwrap().source
+}
+
+/// The CUDA kernel named `name` in `src` (from its header to the next kernel).
+fn kernel<'a>(src: &'a str, name: &str) -> &'a str {
+    let head = format!(" {name}(");
+    let at = src
+        .find(&head)
+        .unwrap_or_else(|| panic!("no kernel {name}"));
+    let rest = &src[at..];
+    let end = rest[1..].find("extern \"C\"").map_or(rest.len(), |e| e + 1);
+    &rest[..end]
+}
+
+/// The CUDA backend uses the same condition: the grid kernel of a covered map passes 1
+/// to its callees, whose own conditions the compiler then drops; there is no second
+/// kernel; results equal the interpreter on the emulated device.
+#[test]
+fn cuda_kernels_skip_the_checks_of_covered_callees() {
+    let s = program(false, 0);
+    let src = run_cuda(&s, &[(5, 4), (1, 1), (0, 3), (7, 0)]);
+    let k = kernel(&src, "sdf_k0_0");
+    assert!(k.contains("sdf_e, 1);"), "the grid kernel passes 1:\n{k}");
+    assert!(!k.contains("sdf_e, 0);"), "{k}");
+    assert!(!src.contains("sdf_k0_0_own"), "no second kernel");
+    assert!(
+        src.contains("sdf_pre || ("),
+        "the callee's conditions take sdf_pre"
+    );
+}
+
+/// Under a bind-time callee condition the step has two unchecked kernels: `sdf_k0_0`
+/// passes 1, `sdf_k0_0_own` passes 0, and the host launches the second where the
+/// condition fails (from row 0) — equal results either way.
+#[test]
+fn cuda_kernels_of_callees_checked_at_bind_come_in_two_versions() {
+    let s = program(true, 0);
+    let src = run_cuda(&s, &[(5, 4), (1, 3), (0, 2)]);
+    assert!(kernel(&src, "sdf_k0_0").contains("sdf_e, 1);"));
+    assert!(kernel(&src, "sdf_k0_0_own").contains("sdf_e, 0);"));
+    run_cuda(&program(true, 1), &[(5, 4), (2, 1), (1, 3)]);
+}
+
+/// Which version runs matters: a callee that reads past the field (its condition fails
+/// at bind) must run in the kernel whose callees check themselves, and the call stops
+/// with the interpreter's error; the kernel that skips the checks would read past the
+/// end and carry on.
+#[test]
+fn cuda_a_callee_that_reads_out_of_bounds_still_fails_with_the_interpreters_error() {
+    let s = reads_past_the_end();
+    let backend = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let src = backend.generate(&s).unwrap().source;
+    assert!(src.contains("sdf_k0_0_own"), "two versions");
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let mut prog = backend.build(&s, &handle).unwrap();
+    let symbols = [("N".to_string(), Value::I64(6))].into_iter().collect();
+    let b = random_bindings(&s, &symbols, 3).unwrap();
+    let (mut expected, mut got) = (b.clone(), b);
+    let e = interp::run(&s, &mut expected).unwrap_err().to_string();
+    let c = prog.run_bindings(&mut got).unwrap_err().to_string();
+    assert!(c.contains(&e), "device: {c}\ninterpreter: {e}");
 }

@@ -84,6 +84,10 @@ pub struct KernelSpec {
     pub step: usize,
     /// The checked one-thread version of the step.
     pub checked: bool,
+    /// The unchecked version whose map body's callees check their own subscripts, beside
+    /// the one whose callees skip them: launched instead of it when the step's callee
+    /// condition, checked at bind ([`crate::plan::Step::callees`]), fails.
+    pub own_checks: bool,
     /// For a parallel map: the sizes of the parameters the grid covers, outermost first
     /// (their product is the number of threads that do work).
     pub grid_sizes: Option<Vec<SymExpr>>,
@@ -411,6 +415,7 @@ pub fn emit_cuda_plan(
                     state: si,
                     step: k,
                     checked: false,
+                    own_checks: false,
                     grid_sizes: None,
                     exchange: Some(x.id),
                 });
@@ -438,12 +443,21 @@ pub fn emit_cuda_plan(
                             .iter()
                             .map(|r| r.size())
                             .collect();
-                        grid_map_kernel(&mut em, &sc, &part, &psizes, &kernel)?;
+                        // The callee condition covers the whole map, so every part.
+                        let psc = match step.callees {
+                            CheckPolicy::Never => Scope {
+                                callee_pre: Pre::Yes,
+                                ..sc.clone()
+                            },
+                            _ => sc.clone(),
+                        };
+                        grid_map_kernel(&mut em, &psc, &part, &psizes, &kernel)?;
                         kernels.push(KernelSpec {
                             name: pname,
                             state: si,
                             step: k,
                             checked: false,
+                            own_checks: false,
                             grid_sizes: Some(psizes),
                             exchange: None,
                         });
@@ -470,21 +484,52 @@ pub fn emit_cuda_plan(
                                 state: si,
                                 step: k,
                                 checked: false,
+                                own_checks: false,
                                 grid_sizes: Some(sizes),
                                 exchange: None,
                             });
                         }
                     }
                     None => {
-                        let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
+                        // The callees of a map body skip their checks where the step's
+                        // callee condition holds; under a bind-time one, a second
+                        // kernel whose callees check themselves runs where it fails.
+                        let pre = Scope {
+                            callee_pre: Pre::Yes,
+                            ..sc.clone()
+                        };
+                        let (first, own) = match step.callees {
+                            CheckPolicy::Never => (&pre, false),
+                            CheckPolicy::AtBind(_) => (&pre, true),
+                            _ => (&sc, false),
+                        };
+                        let grid_sizes = step_kernel(&mut em, first, df, step, &kernel)?;
                         kernels.push(KernelSpec {
                             name: name.clone(),
                             state: si,
                             step: k,
                             checked: false,
+                            own_checks: false,
                             grid_sizes,
                             exchange: None,
                         });
+                        if own {
+                            let oname = format!("{name}_own");
+                            let kernel = GridKernel {
+                                name: &oname,
+                                ..kernel
+                            };
+                            let grid_sizes = step_kernel(&mut em, &sc, df, step, &kernel)?;
+                            kernels.push(KernelSpec {
+                                name: oname,
+                                state: si,
+                                step: k,
+                                checked: false,
+                                own_checks: true,
+                                grid_sizes,
+                                exchange: None,
+                            });
+                        }
                     }
                 },
             }
@@ -512,6 +557,7 @@ pub fn emit_cuda_plan(
                     state: si,
                     step: k,
                     checked: true,
+                    own_checks: false,
                     grid_sizes: None,
                     exchange: None,
                 });

@@ -205,25 +205,41 @@ pub struct GpuProgram {
 
 /// The kernels of one step (positions in `CudaProgram::kernels`): the unchecked ones,
 /// launched in order (`parts` of them from `first`: one, or a grid per copy of a step
-/// of several copies), and, where the in-bounds condition may fail, the checked one.
+/// of several copies); where the map body's callees skip their checks under a bind-time
+/// condition, the unchecked kernel whose callees check themselves; and, where the
+/// in-bounds condition may fail, the checked one.
 #[derive(Clone, Copy, Debug, Default)]
 struct StepKernels {
     first: Option<usize>,
     parts: usize,
+    own: Option<usize>,
     checked: Option<usize>,
 }
 
 impl StepKernels {
-    /// The kernels to launch, in order: the unchecked ones when `unchecked` (or when
-    /// there is no checked one), else the checked one.
-    fn launches(&self, unchecked: bool) -> std::ops::Range<usize> {
-        match (unchecked, self.checked, self.first) {
+    /// The kernels to launch, in order: the unchecked ones when `bound.map` (or when
+    /// there is no checked one), else the checked one; of the unchecked ones, the one
+    /// whose callees check themselves where `bound.callees` is false.
+    fn launches(&self, bound: Bound) -> std::ops::Range<usize> {
+        match (bound.map, self.checked, self.first) {
             (false, Some(c), _) => c..c + 1,
-            (_, _, Some(f)) => f..f + self.parts,
+            (_, _, Some(f)) => match self.own {
+                Some(o) if !bound.callees => o..o + 1,
+                _ => f..f + self.parts,
+            },
             (_, Some(c), None) => c..c + 1,
             (_, None, None) => 0..0,
         }
     }
+}
+
+/// What decides which of a step's kernels runs: whether its in-bounds condition holds
+/// (the unchecked kernels run), and whether its callee condition does (their callees
+/// skip their checks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Bound {
+    map: bool,
+    callees: bool,
 }
 
 /// Captured graphs kept per program; past this the cache starts again.
@@ -238,11 +254,12 @@ struct GraphKey {
 }
 
 /// Per state of the plan (program order) and per step, whether the step's bind-time
-/// condition ([`CheckPolicy::AtBind`]) holds for a call's integer symbols: evaluated once
-/// when the call is bound, read at every launch of the step (`false` for the steps of
-/// other policies, which do not read it).
+/// conditions ([`CheckPolicy::AtBind`]: its in-bounds condition, its callee condition)
+/// hold for a call's integer symbols: evaluated once when the call is bound, read at
+/// every launch of the step (`false` for the conditions of other policies, which are
+/// not read).
 #[derive(Clone, Debug, Default)]
-struct BindResults(Vec<Vec<bool>>);
+struct BindResults(Vec<Vec<Bound>>);
 
 impl BindResults {
     /// The results for `plan` with the symbol values `env`.
@@ -255,8 +272,13 @@ impl BindResults {
                     sp.steps
                         .iter()
                         .map(|st| {
-                            matches!(st.check, CheckPolicy::AtBind(_))
-                                && st.check.unchecked_with(env)
+                            let at_bind = |p: &CheckPolicy| {
+                                matches!(p, CheckPolicy::AtBind(_)) && p.unchecked_with(env)
+                            };
+                            Bound {
+                                map: at_bind(&st.check),
+                                callees: at_bind(&st.callees),
+                            }
                         })
                         .collect()
                 })
@@ -441,6 +463,8 @@ impl GpuProgram {
             let slot = &mut step_kernels[spec.state][spec.step];
             if spec.checked {
                 slot.checked = Some(i);
+            } else if spec.own_checks {
+                slot.own = Some(i);
             } else {
                 // A step's unchecked kernels are consecutive.
                 slot.first.get_or_insert(i);
@@ -1248,17 +1272,21 @@ impl Run<'_> {
         // Unchecked when the in-bounds condition holds: a bind-time one as evaluated when
         // the call was bound, any other for the current symbol values (one that reads a
         // scalar runs checked rather than waiting for the device).
-        let ok = match &step.check {
-            CheckPolicy::AtBind(_) => self
-                .bound
-                .0
-                .get(si)
-                .and_then(|s| s.get(k))
-                .copied()
-                .unwrap_or(false),
+        let at_bind = self
+            .bound
+            .0
+            .get(si)
+            .and_then(|s| s.get(k))
+            .copied()
+            .unwrap_or_default();
+        let map = match &step.check {
+            CheckPolicy::AtBind(_) => at_bind.map,
             other => other.unchecked_with(&self.env),
         };
-        let launches = self.step_kernels[si][k].launches(ok);
+        let launches = self.step_kernels[si][k].launches(Bound {
+            map,
+            callees: at_bind.callees,
+        });
         if launches.is_empty() {
             return Err(self.err(format!("no kernel for step {k} of state '{}'", sp.name)));
         }
