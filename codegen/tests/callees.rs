@@ -116,6 +116,17 @@ fn a_callee_reading_a_whole_field_at_the_point_skips_its_checks() {
         c.contains("sdf_pre || ("),
         "the callee's conditions take sdf_pre"
     );
+    // The call's windows (`h[i, j]`, `u[i, j]`, `u[0:N, 0:M]`) are subscripts of the map,
+    // which its condition covers: only the checked version tests them against the
+    // container (each copy still compares the window's size with the callee's array).
+    let windows = |tail: &str| {
+        c.lines()
+            .filter(|l| l.contains(&format!("if (sdf_n != sdf_len_a{tail}")))
+            .count()
+    };
+    // Two unchecked versions (on the team and on one thread, below the parallel
+    // threshold), one checked.
+    assert_eq!((windows(")"), windows(" ||")), (2, 1), "{c}");
 }
 
 #[test]

@@ -284,13 +284,14 @@ impl Emitter<'_> {
             "const int64_t sdf_n = {};",
             subset_volume(sc, &sub)
         ));
-        // The window must lie inside the container (a nested SDFG's window may be wider
-        // than what the caller's memlets were checked for, e.g. an imported DaCe
-        // connector widened to its inner array): outside, the error flag is raised and
-        // nothing is copied.
+        // The window must lie inside the container (an imported DaCe connector may be
+        // widened past it): outside, the error flag is raised and nothing is copied. The
+        // window is the call's memlet, a subscript of the node the plan checks
+        // (`plan::bounds`): in the unchecked version, where that condition holds, it is
+        // inside.
         let shape = desc.map(|x| x.shape().to_vec()).unwrap_or_default();
         let mut outside = Vec::new();
-        for (d, ext) in sub.0.iter().zip(&shape) {
+        for (d, ext) in sub.0.iter().zip(&shape).filter(|_| sc.checked) {
             let (lo, hi) = match d {
                 Dim::Index(i) => (i.clone(), i.clone()),
                 Dim::Range { start, step, .. } => (
