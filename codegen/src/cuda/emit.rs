@@ -443,13 +443,12 @@ pub fn emit_cuda_plan(
                             .iter()
                             .map(|r| r.size())
                             .collect();
-                        // The callee condition covers the whole map, so every part.
-                        let psc = match step.callees {
-                            CheckPolicy::Never => Scope {
-                                callee_pre: Pre::Yes,
-                                ..sc.clone()
-                            },
-                            _ => sc.clone(),
+                        // The callee condition covers the whole map, so every part; one
+                        // kernel per part, so its callees check themselves unless the
+                        // condition holds statically.
+                        let psc = match callee_scope(&sc, step) {
+                            (psc, false) => psc,
+                            (_, true) => sc.clone(),
                         };
                         grid_map_kernel(&mut em, &psc, &part, &psizes, &kernel)?;
                         kernels.push(KernelSpec {
@@ -491,19 +490,10 @@ pub fn emit_cuda_plan(
                         }
                     }
                     None => {
-                        // The callees of a map body skip their checks where the step's
-                        // callee condition holds; under a bind-time one, a second
-                        // kernel whose callees check themselves runs where it fails.
-                        let pre = Scope {
-                            callee_pre: Pre::Yes,
-                            ..sc.clone()
-                        };
-                        let (first, own) = match step.callees {
-                            CheckPolicy::Never => (&pre, false),
-                            CheckPolicy::AtBind(_) => (&pre, true),
-                            _ => (&sc, false),
-                        };
-                        let grid_sizes = step_kernel(&mut em, first, df, step, &kernel)?;
+                        // Under a bind-time callee condition, a second kernel whose
+                        // callees check themselves runs where it fails.
+                        let (first, own) = callee_scope(&sc, step);
+                        let grid_sizes = step_kernel(&mut em, &first, df, step, &kernel)?;
                         kernels.push(KernelSpec {
                             name: name.clone(),
                             state: si,
@@ -585,6 +575,22 @@ pub fn emit_cuda_plan(
         block_size: opts.block_size,
         identity,
     })
+}
+
+/// The scope of a step's unchecked kernel: its map body's callees skip their checks
+/// where the step's callee condition holds ([`crate::plan::Step::callees`]), statically
+/// or at bind — `true` for the latter, where a second kernel, in `sc`, must run when it
+/// fails.
+fn callee_scope<'a>(sc: &Scope<'a>, step: &crate::plan::Step) -> (Scope<'a>, bool) {
+    let pre = || Scope {
+        callee_pre: Pre::Yes,
+        ..sc.clone()
+    };
+    match step.callees {
+        CheckPolicy::Never => (pre(), false),
+        CheckPolicy::AtBind(_) => (pre(), true),
+        _ => (sc.clone(), false),
+    }
 }
 
 /// The per-thread arrays of the kernels: the plan's per-worker transients, each of a size
