@@ -40,6 +40,7 @@ pub use compare::{assert_same_arguments, assert_same_results, first_difference};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::StateId;
 use crate::builder::SdfgBuilder;
 use crate::control::Block;
 use crate::data::DataDesc;
@@ -2215,14 +2216,6 @@ pub fn if_stmt_gather_callee(
         s.tasklet("t", &[("w", &at)], &[("t", "t")], "t = w * 2.0");
         s.copy("t", "o[0]");
     });
-    let otherwise = b.state("otherwise", |s| {
-        s.tasklet(
-            "f",
-            &[("a", "a[0]"), ("b", "b[0]")],
-            &[("o", "o[0]")],
-            "o = a + b",
-        );
-    });
     let test = if before {
         SymExpr::bin(
             SymOp::And,
@@ -2232,6 +2225,26 @@ pub fn if_stmt_gather_callee(
     } else {
         SymExpr::sym("c")
     };
+    if_stmt_finish(b, cond, test, then, "o[0]")
+}
+
+/// The rest of an `if_stmt` callee: the `else` state (`o = a + b` into `out`), and the
+/// body, `cond` then `if test` `then` else that state.
+fn if_stmt_finish(
+    mut b: SdfgBuilder,
+    cond: StateId,
+    test: SymExpr,
+    then: StateId,
+    out: &str,
+) -> Sdfg {
+    let otherwise = b.state("otherwise", |s| {
+        s.tasklet(
+            "f",
+            &[("a", "a[0]"), ("b", "b[0]")],
+            &[("o", out)],
+            "o = a + b",
+        );
+    });
     b.body(Block::seq([
         Block::State(cond),
         Block::if_else(test, Block::State(then), Block::State(otherwise)),
@@ -2304,29 +2317,17 @@ pub fn if_stmt_callee_of(name: &str, dtype: DType, kind: IfStmtKind) -> Sdfg {
         s.tasklet("t", &[("a", "a[0]")], &[("t", "t")], code);
         s.copy("t", "o[0]");
     });
-    let otherwise = b.state("otherwise", |s| {
-        let out = if kind == IfStmtKind::OneBranch {
-            "f"
-        } else {
-            "o[0]"
-        };
-        s.tasklet(
-            "f",
-            &[("a", "a[0]"), ("b", "b[0]")],
-            &[("o", out)],
-            "o = a + b",
-        );
-    });
     let test = if int_cond {
         SymExpr::Not(std::sync::Arc::new(SymExpr::sym("c")))
     } else {
         SymExpr::sym("c")
     };
-    b.body(Block::seq([
-        Block::State(cond),
-        Block::if_else(test, Block::State(then), Block::State(otherwise)),
-    ]));
-    b.build()
+    let out = if kind == IfStmtKind::OneBranch {
+        "f"
+    } else {
+        "o[0]"
+    };
+    if_stmt_finish(b, cond, test, then, out)
 }
 
 /// A map that squares `u` into a transient `tmp`, then an `if` on `flag`: the then branch
