@@ -356,3 +356,92 @@ fn cuda_a_callee_that_reads_out_of_bounds_still_fails_with_the_interpreters_erro
     let c = prog.run_bindings(&mut got).unwrap_err().to_string();
     assert!(c.contains(&e), "device: {c}\ninterpreter: {e}");
 }
+
+/// `o = w[t[p0]] * 2` at every point of `0:N`, `t` an index table the call passes whole.
+fn reads_through_a_table() -> Sdfg {
+    let mut c = SdfgBuilder::new("gather");
+    c.symbol("n0", DType::I64)
+        .symbol("p0", DType::I64)
+        .array("w", DType::F64, ["n0"])
+        .array("t", DType::I64, ["n0"])
+        .array("o", DType::F64, ["1"]);
+    let st = c.state("read", |s| {
+        s.tasklet("t", &[("w", "w[t[p0]]")], &[("o", "o[0]")], "o = w * 2.0");
+    });
+    c.body(Block::State(st));
+    let callee = c.build();
+    let mut b = SdfgBuilder::new("through_a_table");
+    b.symbol("N", DType::I64)
+        .array("u", DType::F64, ["N"])
+        .array("tab", DType::I64, ["N"])
+        .array("v", DType::F64, ["N"]);
+    b.state("s", |s| {
+        s.map("pair", &["i"], &["0:N"], |m| {
+            m.nested(
+                callee,
+                &[("n0", "N"), ("p0", "i")],
+                &[("w", "u[0:N]"), ("t", "tab[0:N]")],
+                &[("o", "v[i]")],
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// A value read from an index table in a callee called at every point is checked where
+/// it is read; a bad one ends the callee at once (the raise out of line, then a jump to
+/// its end: cheaper than reading index 0 and going on), and the program fails with the
+/// interpreter's message — the first bad entry's — on the CPU and on the emulated device.
+/// Good tables give the interpreter's results.
+#[test]
+fn a_bad_table_value_in_a_callee_ends_it_with_the_interpreters_error() {
+    let s = reads_through_a_table();
+    let n = 20;
+    let symbols = [("N".to_string(), Value::I64(n))].into_iter().collect();
+    let mut good = random_bindings(&s, &symbols, 5).unwrap();
+    let tab = good.arrays.get_mut("tab").unwrap();
+    for i in 0..n {
+        tab.set_flat(i as usize, Value::I64((i * 7 + 3) % n));
+    }
+    let mut bad = good.clone();
+    let t = bad.arrays.get_mut("tab").unwrap();
+    t.set_flat(15, Value::I64(-2));
+    t.set_flat(3, Value::I64(n + 4));
+    let c = backend().translate(&s).unwrap().source;
+    assert!(
+        c.contains("sdf_raise_exit(") && c.contains("goto sdf_end; }"),
+        "the callee's check ends it:\n{c}"
+    );
+    let cpu = backend().build(&s).unwrap();
+    cpu.set_threads(2);
+    let cuda = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let mut gpu = cuda.build(&s, &handle).unwrap();
+    // Good tables: the interpreter's results.
+    let mut expected = good.clone();
+    interp::run(&s, &mut expected).unwrap();
+    for k in 0..2 {
+        let mut got = good.clone();
+        if k == 0 {
+            cpu.run_bindings(&mut got).unwrap();
+        } else {
+            gpu.run_bindings(&mut got).unwrap();
+        }
+        assert_same_arguments(&s, &expected, &got, "good table");
+    }
+    // Bad ones: the first one's error, as the interpreter says it.
+    let e = interp::run(&s, &mut bad.clone()).unwrap_err().to_string();
+    assert!(
+        e.contains("at i=3") && e.contains("index 24 out of bounds"),
+        "{e}"
+    );
+    let got = cpu.run_bindings(&mut bad.clone()).unwrap_err().to_string();
+    assert_eq!(got, format!("program 'through_a_table': {e}"));
+    let got = gpu.run_bindings(&mut bad.clone()).unwrap_err().to_string();
+    assert!(got.contains(&e), "device: {got}\ninterpreter: {e}");
+}

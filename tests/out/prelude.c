@@ -15,6 +15,7 @@
 #endif
 /* How C spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static inline
+#define SDF_COLD static __attribute__((noinline, cold))
 #define SDF_STATE static _Thread_local
 #define SDF_SET_FLAG() (sdf_error_flag = 1)
 #define SDF_CLAIM() (sdf_err.failed ? 0 : (sdf_err.failed = 1))
@@ -138,6 +139,9 @@ SDF_FN int64_t sdf_ind(int64_t v, int64_t n) {
 SDF_FN int64_t sdf_inds(int64_t v, int64_t ext, int64_t site, SDF_AT_PARAMS) {
     if (v < 0 || v >= ext) { SDF_RAISE_AT(site, v, ext); return 0; }
     return v; }
+/* The raise of a bad table value after which the function ends at once, out of line. */
+SDF_COLD void sdf_raise_exit(int64_t site, int64_t v, int64_t ext, SDF_AT_PARAMS) {
+    SDF_RAISE_AT(site, v, ext); }
 SDF_FN int32_t sdf_f2i32(double x) {
     if (x != x) return 0;
     if (x <= -2147483648.0) return INT32_MIN;

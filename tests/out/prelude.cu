@@ -18,6 +18,11 @@ typedef unsigned long long uint64_t;
 #define restrict __restrict__
 /* How CUDA spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static __device__ inline
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define SDF_COLD static __device__ __noinline__
+#else
+#define SDF_COLD static __device__ __attribute__((noinline, cold))
+#endif
 #define SDF_STATE __device__
 #define SDF_SET_FLAG() atomicExch(&sdf_error_flag, 1)
 #define SDF_CLAIM() (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) == 0ULL)
@@ -152,6 +157,9 @@ SDF_FN int64_t sdf_ind(int64_t v, int64_t n) {
 SDF_FN int64_t sdf_inds(int64_t v, int64_t ext, int64_t site, SDF_AT_PARAMS) {
     if (v < 0 || v >= ext) { SDF_RAISE_AT(site, v, ext); return 0; }
     return v; }
+/* The raise of a bad table value after which the function ends at once, out of line. */
+SDF_COLD void sdf_raise_exit(int64_t site, int64_t v, int64_t ext, SDF_AT_PARAMS) {
+    SDF_RAISE_AT(site, v, ext); }
 SDF_FN int32_t sdf_f2i32(double x) {
     if (x != x) return 0;
     if (x <= -2147483648.0) return INT32_MIN;

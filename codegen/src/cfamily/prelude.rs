@@ -5,6 +5,7 @@
 //!
 //! What the dialects spell differently is named by a few macros each dialect's head
 //! defines first (`cpu::dialect`, `cuda::dialect`) — `SDF_FN` (a helper function),
+//! `SDF_COLD` (one kept out of line, for a failure path),
 //! `SDF_STATE` (the error state: thread-local in C, a device global in CUDA),
 //! `SDF_SET_FLAG` and `SDF_CLAIM` (setting the flag, claiming the record: atomically on a
 //! device), `SDF_ERR_PTR`, and `SDF_ADD_OVF`/`SDF_SUB_OVF`/`SDF_MUL_OVF` (overflow checks:
@@ -126,6 +127,9 @@ SDF_FN int64_t sdf_ind(int64_t v, int64_t n) {
 SDF_FN int64_t sdf_inds(int64_t v, int64_t ext, int64_t site, SDF_AT_PARAMS) {
     if (v < 0 || v >= ext) { SDF_RAISE_AT(site, v, ext); return 0; }
     return v; }
+/* The raise of a bad table value after which the function ends at once, out of line. */
+SDF_COLD void sdf_raise_exit(int64_t site, int64_t v, int64_t ext, SDF_AT_PARAMS) {
+    SDF_RAISE_AT(site, v, ext); }
 SDF_FN int32_t sdf_f2i32(double x) {
     if (x != x) return 0;
     if (x <= -2147483648.0) return INT32_MIN;

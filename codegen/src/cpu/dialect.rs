@@ -118,6 +118,7 @@ const C_HEAD: &str = r#"#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #endif
 /* How C spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static inline
+#define SDF_COLD static __attribute__((noinline, cold))
 #define SDF_STATE static _Thread_local
 #define SDF_SET_FLAG() (sdf_error_flag = 1)
 #define SDF_CLAIM() (sdf_err.failed ? 0 : (sdf_err.failed = 1))

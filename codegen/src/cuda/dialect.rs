@@ -76,6 +76,11 @@ typedef unsigned long long uint64_t;
 #define restrict __restrict__
 /* How CUDA spells what the dialects spell differently (see `cfamily::prelude`). */
 #define SDF_FN static __device__ inline
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define SDF_COLD static __device__ __noinline__
+#else
+#define SDF_COLD static __device__ __attribute__((noinline, cold))
+#endif
 #define SDF_STATE __device__
 #define SDF_SET_FLAG() atomicExch(&sdf_error_flag, 1)
 #define SDF_CLAIM() (atomicCAS((unsigned long long*)&sdf_err.failed, 0ULL, 1ULL) == 0ULL)

@@ -68,6 +68,7 @@ impl Emitter<'_> {
             callee: None,
             callee_pre: sc.callee_pre,
             takes_pre: sc.takes_pre,
+            exits: None,
         };
         inner.params.extend(m.params.iter().cloned());
         // Checked loops record their parameters for messages (between the loops, in

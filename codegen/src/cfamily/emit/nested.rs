@@ -109,6 +109,7 @@ impl Emitter<'_> {
             callee: None,
             callee_pre: Pre::No,
             takes_pre: false,
+            exits: None,
         };
         let mut ptrs = Vec::new();
         // Connectors the callee only reads, bound to a whole caller array laid out as the

@@ -41,6 +41,18 @@ impl Emitter<'_> {
             }
             let v = if sc.checked {
                 self.checked_elem(sc, &edge.memlet.data, &edge.memlet.subset)
+            } else if sc.exits_allowed() {
+                // Its table values checked by statements before the read.
+                let exits = RefCell::new(Vec::new());
+                let esc = Scope {
+                    exits: Some(&exits),
+                    ..sc.clone()
+                };
+                let v = esc.elem(&edge.memlet.data, &edge.memlet.subset);
+                for l in exits.into_inner() {
+                    self.line(&l);
+                }
+                v
             } else {
                 sc.elem(&edge.memlet.data, &edge.memlet.subset)
             };

@@ -45,6 +45,12 @@ pub(crate) struct Scope<'a> {
     /// The function printed is a nested SDFG's: it takes `sdf_pre`, which, set, makes
     /// every step's runtime condition hold.
     pub(crate) takes_pre: bool,
+    /// Where a value read from an index table is checked by statements before the read
+    /// that end the function at once when it is bad (raise, then `goto sdf_end`): the
+    /// statements, for the printer to put before the read ([`Scope::exits_allowed`]).
+    /// `None`: checked in the expression (`sdf_inds`: a bad value reads index 0 and the
+    /// code goes on to the end of the state).
+    pub(crate) exits: Option<&'a RefCell<Vec<String>>>,
 }
 
 /// What a nested SDFG's call passes as `sdf_pre`.
@@ -97,7 +103,17 @@ impl<'a> Scope<'a> {
             callee: None,
             callee_pre: Pre::No,
             takes_pre: false,
+            exits: None,
         }
+    }
+
+    /// Whether a bad table value may end the function at once here: code of a nested
+    /// SDFG's function outside its maps and its team's constructs, where `sdf_end` can be
+    /// reached by a jump (a callee called at every point of a map: the jump leaves it
+    /// as its state's end would, with the error raised, and is cheaper than going on —
+    /// the code after a check that goes on cannot keep its values in registers).
+    pub(crate) fn exits_allowed(&self) -> bool {
+        self.takes_pre && !self.checked && !self.parallel && self.params.is_empty()
     }
 
     /// The same scope, jamming the body of `m` (the map of `step`) as the plan says.
@@ -298,7 +314,18 @@ impl<'a> Scope<'a> {
                             dim,
                         });
                         let n = self.sym_with(n, SymCheck::Plain);
-                        format!("sdf_inds({value}, {n}, {site}, {at})")
+                        match self.exits {
+                            Some(out) => {
+                                let v = format!("sdf_ix{site}");
+                                let mut out = out.borrow_mut();
+                                out.push(format!("const int64_t {v} = {value};"));
+                                out.push(format!(
+                                    "if ({v} < 0 || {v} >= {n}) {{ sdf_raise_exit({site}, {v}, {n}, {at}); goto sdf_end; }}"
+                                ));
+                                v
+                            }
+                            None => format!("sdf_inds({value}, {n}, {site}, {at})"),
+                        }
                     }
                     (Some(n), None) => {
                         format!("sdf_ind({value}, {})", self.sym_with(n, SymCheck::Plain))
