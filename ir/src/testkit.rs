@@ -109,7 +109,8 @@ pub struct GenConfig {
     /// assembled from row pieces in successive states and copied whole into another
     /// (`concat_where`), inside a conditional's arm or a loop at times; `if_stmt`
     /// callees (a branching nested SDFG) called at every point of a map, some reading a
-    /// whole field at the point or at the row before ([`if_stmt_gather_callee`]); a field written
+    /// whole field at the point, at the row before or through the program's neighbour
+    /// table ([`if_stmt_gather_callee_at`]); a field written
     /// over interior rows, its boundary rows in states of their own, and a band of its
     /// second dimension updated in place over the interior in a later state (ICON's
     /// damping layer); and a quarter
@@ -1691,18 +1692,29 @@ impl Gen {
                             // One in four of the callees reads `src` whole, at the point or
                             // the row before (DaCe's optimized `if_stmt` callees, which
                             // gather from whole fields), its symbols bound to the sizes and
-                            // the map's parameters.
+                            // the map's parameters; where the program has a neighbour
+                            // table, another one in four reads `src` through it.
                             let seed = name_seed(&name);
-                            let gather = (seed % 4 == 3).then_some(seed / 4 % 2 == 1);
+                            let gather = match (seed % 4, &self.table) {
+                                (3, _) if seed / 4 % 2 == 1 => Some(GatherAt::RowBefore),
+                                (3, _) => Some(GatherAt::Point),
+                                // The table indexes the grid's first dimension.
+                                (1, Some(_)) if dims[0] == self.dims[0] => Some(GatherAt::Table),
+                                _ => None,
+                            };
+                            let table = self
+                                .table
+                                .clone()
+                                .filter(|_| gather == Some(GatherAt::Table));
                             let callee =
                                 (k % 2 == 1 || name_seed(&label).is_multiple_of(2)).then(|| {
-                                    if let Some(before) = gather {
-                                        if_stmt_gather_callee(
+                                    if let Some(at) = gather {
+                                        if_stmt_gather_callee_at(
                                             &name,
                                             self.dtypes[t2],
                                             self.dtypes[src],
                                             rank,
-                                            before,
+                                            at,
                                         )
                                     } else if seed.is_multiple_of(2) {
                                         let kinds = IfStmtKind::ALL;
@@ -1734,12 +1746,16 @@ impl Gen {
                                 m.tasklet("p", &[("a", &here)], &[("o", &a1)], "o = a * 0.5");
                                 match callee {
                                     Some(callee) if gather.is_some() => {
-                                        m.nested(
-                                            callee,
-                                            &binds,
-                                            &[("a", &a1), ("b", &here), ("w", &whole)],
-                                            &[("o", &a2)],
-                                        );
+                                        let tab = table
+                                            .as_ref()
+                                            .filter(|_| gather == Some(GatherAt::Table))
+                                            .map(|t| format!("{t}[0:{}, 0:2]", dims[0]));
+                                        let mut ins =
+                                            vec![("a", a1.as_str()), ("b", &here), ("w", &whole)];
+                                        if let Some(t) = &tab {
+                                            ins.push(("tab", t));
+                                        }
+                                        m.nested(callee, &binds, &ins, &[("o", &a2)]);
                                     }
                                     Some(callee) => {
                                         m.nested(
@@ -2181,6 +2197,35 @@ pub fn if_stmt_gather_callee(
     rank: usize,
     before: bool,
 ) -> Sdfg {
+    let at = if before {
+        GatherAt::RowBefore
+    } else {
+        GatherAt::Point
+    };
+    if_stmt_gather_callee_at(name, dtype, field, rank, at)
+}
+
+/// Where the branch of [`if_stmt_gather_callee_at`] reads its whole field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatherAt {
+    /// `w[p0, p1, …]`.
+    Point,
+    /// `w[p0 - 1, p1, …]`, where `p0 > 0`.
+    RowBefore,
+    /// `w[t[p0, 1], p1, …]`: through a neighbour table `t` (`i32`, `n0 × 2`) the call
+    /// passes whole, as DaCe's `if_stmt` callees read GT4Py's connectivities.
+    Table,
+}
+
+/// [`if_stmt_gather_callee`], the branch reading `w` as `at` says.
+pub fn if_stmt_gather_callee_at(
+    name: &str,
+    dtype: DType,
+    field: DType,
+    rank: usize,
+    at: GatherAt,
+) -> Sdfg {
+    let before = at == GatherAt::RowBefore;
     let mut b = SdfgBuilder::new(name);
     let extents: Vec<String> = (0..rank).map(|d| format!("n{d}")).collect();
     for d in 0..rank {
@@ -2197,6 +2242,9 @@ pub fn if_stmt_gather_callee(
     )
     .transient_scalar("c", DType::Bool)
     .transient_scalar("t", dtype);
+    if at == GatherAt::Table {
+        b.array("tab", DType::I32, ["n0", "2"]);
+    }
     let cond = b.state("cond", |s| {
         s.tasklet(
             "c",
@@ -2206,8 +2254,9 @@ pub fn if_stmt_gather_callee(
         );
     });
     let at: Vec<String> = (0..rank)
-        .map(|d| match (d, before) {
-            (0, true) => "p0 - 1".to_string(),
+        .map(|d| match (d, at) {
+            (0, GatherAt::RowBefore) => "p0 - 1".to_string(),
+            (0, GatherAt::Table) => "tab[p0, 1]".to_string(),
             _ => format!("p{d}"),
         })
         .collect();

@@ -67,8 +67,35 @@ fn collect_tables(g: &Dataflow, out: &mut Vec<TableUse>) {
         }
     }
     for n in g.node_ids() {
-        if let Node::Map(m) = g.node(n) {
-            collect_tables(&m.body, out);
+        match g.node(n) {
+            Node::Map(m) => collect_tables(&m.body, out),
+            Node::Nested(ns) => {
+                let mut inner = Vec::new();
+                for st in &ns.sdfg.states {
+                    collect_tables(&st.graph, &mut inner);
+                }
+                // The caller's container a connector is bound to, where the call passes it
+                // from its first element (an index into the callee's array is then one
+                // into the caller's).
+                let outer = |conn: &str| {
+                    g.in_edges(n)
+                        .into_iter()
+                        .map(|e| g.edge(e))
+                        .find(|e| e.dst_conn.as_deref() == Some(conn))
+                        .filter(|e| {
+                            e.memlet.subset.0.iter().all(|d| {
+                                matches!(d, Dim::Range { start, .. } if start.as_int() == Some(0))
+                            })
+                        })
+                        .map(|e| e.memlet.data.clone())
+                };
+                for (table, data, d, offset) in inner {
+                    if let (Some(table), Some(data)) = (outer(&table), outer(&data)) {
+                        out.push((table, data, d, offset));
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -78,8 +105,9 @@ fn collect_tables(g: &Dataflow, out: &mut Vec<TableUse>) {
 /// integers in `[0, 100)`, booleans 50/50), with shapes evaluated from the static symbol
 /// values and `symbols` (passed through into the bindings).
 ///
-/// Integer arrays used as index tables (`Dim::Indirect`, in states and map bodies; not
-/// inside nested SDFGs) get valid indices instead: values `v` with `v + offset` in
+/// Integer arrays used as index tables (`Dim::Indirect`, in states and map bodies, and
+/// inside nested SDFGs that the call passes both the table and the array it indexes
+/// from their first elements) get valid indices instead: values `v` with `v + offset` in
 /// `[0, n)` for every dimension they index (extent `n`; offsets that cannot be evaluated
 /// count as 0).
 pub fn random_bindings(
