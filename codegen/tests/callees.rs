@@ -169,35 +169,47 @@ fn a_callee_reading_the_row_before_checks_itself_where_the_map_starts_at_row_0()
     run(&s, &[(5, 4), (2, 1), (1, 3)]);
 }
 
-/// `o = w[p0 + 1]` at every point of `0:N`: the last row reads past the field.
-fn reads_past_the_end() -> Sdfg {
-    let mut c = SdfgBuilder::new("next");
+/// `o = w[<read>] * 2` at every point of `0:N` (`program`, callee `callee`), `w` the
+/// whole of `u`; with `table`, an index table `t` (`tab` whole) passed beside it.
+fn row_callee(program: &str, callee: &str, read: &str, table: bool) -> Sdfg {
+    let mut c = SdfgBuilder::new(callee);
     c.symbol("n0", DType::I64)
         .symbol("p0", DType::I64)
         .array("w", DType::F64, ["n0"])
         .array("o", DType::F64, ["1"]);
+    if table {
+        c.array("t", DType::I64, ["n0"]);
+    }
+    let read = format!("w[{read}]");
     let st = c.state("read", |s| {
-        s.tasklet("t", &[("w", "w[p0 + 1]")], &[("o", "o[0]")], "o = w * 2.0");
+        s.tasklet("t", &[("w", &read)], &[("o", "o[0]")], "o = w * 2.0");
     });
     c.body(Block::State(st));
     let callee = c.build();
-    let mut b = SdfgBuilder::new("past_the_end");
+    let mut b = SdfgBuilder::new(program);
     b.symbol("N", DType::I64)
         .array("u", DType::F64, ["N"])
         .array("v", DType::F64, ["N"]);
+    if table {
+        b.array("tab", DType::I64, ["N"]);
+    }
+    let mut ins = vec![("w", "u[0:N]")];
+    if table {
+        ins.push(("t", "tab[0:N]"));
+    }
     b.state("s", |s| {
         s.map("pair", &["i"], &["0:N"], |m| {
-            m.nested(
-                callee,
-                &[("n0", "N"), ("p0", "i")],
-                &[("w", "u[0:N]")],
-                &[("o", "v[i]")],
-            );
+            m.nested(callee, &[("n0", "N"), ("p0", "i")], &ins, &[("o", "v[i]")]);
         });
     });
     let s = b.build();
     assert_eq!(s.validate(), Ok(()));
     s
+}
+
+/// `o = w[p0 + 1]` at every point of `0:N`: the last row reads past the field.
+fn reads_past_the_end() -> Sdfg {
+    row_callee("past_the_end", "next", "p0 + 1", false)
 }
 
 #[test]
@@ -364,35 +376,7 @@ fn cuda_a_callee_that_reads_out_of_bounds_still_fails_with_the_interpreters_erro
 
 /// `o = w[t[p0]] * 2` at every point of `0:N`, `t` an index table the call passes whole.
 fn reads_through_a_table() -> Sdfg {
-    let mut c = SdfgBuilder::new("gather");
-    c.symbol("n0", DType::I64)
-        .symbol("p0", DType::I64)
-        .array("w", DType::F64, ["n0"])
-        .array("t", DType::I64, ["n0"])
-        .array("o", DType::F64, ["1"]);
-    let st = c.state("read", |s| {
-        s.tasklet("t", &[("w", "w[t[p0]]")], &[("o", "o[0]")], "o = w * 2.0");
-    });
-    c.body(Block::State(st));
-    let callee = c.build();
-    let mut b = SdfgBuilder::new("through_a_table");
-    b.symbol("N", DType::I64)
-        .array("u", DType::F64, ["N"])
-        .array("tab", DType::I64, ["N"])
-        .array("v", DType::F64, ["N"]);
-    b.state("s", |s| {
-        s.map("pair", &["i"], &["0:N"], |m| {
-            m.nested(
-                callee,
-                &[("n0", "N"), ("p0", "i")],
-                &[("w", "u[0:N]"), ("t", "tab[0:N]")],
-                &[("o", "v[i]")],
-            );
-        });
-    });
-    let s = b.build();
-    assert_eq!(s.validate(), Ok(()));
-    s
+    row_callee("through_a_table", "gather", "t[p0]", true)
 }
 
 /// A value read from an index table in a callee called at every point is checked where
