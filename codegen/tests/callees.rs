@@ -244,7 +244,8 @@ fn the_plan_says_when_callees_skip_their_checks() {
 /// interpreter) call callees at every point both ways: covered by their map's condition
 /// (the checks skipped) and not (a read of the row before from row 0: each call checks
 /// itself), the latter both decided by the plan and at bind; and some of those callees
-/// read through a neighbour table, checked where read, ending the callee when bad.
+/// read through a neighbour table, checked where read, ending the callee when bad; and
+/// vertical scans pass their columns in place.
 #[test]
 fn random_programs_call_callees_both_ways() {
     use sdflow_codegen::plan::bounds::callee_condition;
@@ -255,13 +256,15 @@ fn random_programs_call_callees_both_ways() {
         allow_gt4py_shapes: true,
         ..GenConfig::default()
     };
-    let (mut skipped, mut refused, mut at_bind, mut exits) = (0, 0, 0, 0);
+    let (mut skipped, mut refused, mut at_bind, mut exits, mut views) = (0, 0, 0, 0, 0);
     for seed in 0..200 {
         let s = generate(seed, &cfg);
         // Callees reading through a neighbour table (`GatherAt::Table`): their checks end
         // them at once.
         let c = backend().translate(&s).unwrap().source;
         exits += usize::from(c.contains("{ sdf_raise_exit("));
+        // Scans (`Step::Nested` with `scan`) covered by their map: columns passed in place.
+        views += usize::from(c.contains("(void*)&a_"));
         let values: std::collections::BTreeMap<String, i64> = sample_symbols(&s)
             .into_iter()
             .filter(|(_, v)| !v.dtype().is_float())
@@ -287,8 +290,8 @@ fn random_programs_call_callees_both_ways() {
         }
     }
     assert!(
-        skipped >= 10 && refused >= 2 && at_bind >= 1 && exits >= 3,
-        "skipped {skipped}, refused {refused}, at bind {at_bind}, programs whose callees end at a bad table value {exits}"
+        skipped >= 10 && refused >= 2 && at_bind >= 1 && exits >= 3 && views >= 3,
+        "skipped {skipped}, refused {refused}, at bind {at_bind}, programs whose callees end at a bad table value {exits}, programs passing columns in place {views}"
     );
 }
 
@@ -433,4 +436,127 @@ fn a_bad_table_value_in_a_callee_ends_it_with_the_interpreters_error() {
     assert_eq!(got, format!("program 'through_a_table': {e}"));
     let got = gpu.run_bindings(&mut bad.clone()).unwrap_err().to_string();
     assert!(got.contains(&e), "device: {got}\ninterpreter: {e}");
+}
+
+/// GT4Py's vertical scan: at every row `i` of `0:N`, a callee runs a loop along the row's
+/// `M` levels, upwards or (`down`) downwards, carrying `s` from level to level (`v[i, k]
+/// = u[i, k + shift] * 0.5 + s / 2`, `s = v[i, k]`) with its columns bound to `u[i, 0:M]`
+/// and `v[i, 0:M]`. `shift` 1 reads one level past the column at the top.
+fn scan(down: bool, shift: i64) -> Sdfg {
+    let mut c = SdfgBuilder::new("column");
+    c.symbol("n", DType::I64)
+        .symbol("k", DType::I64)
+        .array("c", DType::F64, ["n"])
+        .array("o", DType::F64, ["n"])
+        .transient_scalar("s", DType::F64)
+        .transient_scalar("t", DType::F64);
+    let init = c.state("init", |s| {
+        s.tasklet("init", &[], &[("s", "s")], "s = 0.25");
+    });
+    let read = format!("c[k + {shift}]");
+    let step = c.state("step", |s| {
+        s.tasklet(
+            "f",
+            &[("a", &read), ("s", "s")],
+            &[("o", "o[k]"), ("u", "t")],
+            "r = a * 0.5 + s * 0.5; o = r; u = r",
+        );
+    });
+    let carry = c.state("carry", |s| {
+        s.copy("t", "s");
+    });
+    let body = Block::seq([Block::State(step), Block::State(carry)]);
+    let levels = if down {
+        Block::for_loop("k", "n - 1", "k >= 0", "k - 1", body)
+    } else {
+        Block::for_loop("k", 0, "k < n", "k + 1", body)
+    };
+    c.body(Block::seq([Block::State(init), levels]));
+    let callee = c.build();
+    let mut b = SdfgBuilder::new(if down { "scan_down" } else { "scan_up" });
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .array("u", DType::F64, ["N", "M"])
+        .array("v", DType::F64, ["N", "M"]);
+    b.state("s", |s| {
+        s.map("pair", &["i"], &["0:N"], |m| {
+            m.nested(
+                callee,
+                &[("n", "M")],
+                &[("c", "u[i, 0:M]")],
+                &[("o", "v[i, 0:M]")],
+            );
+        });
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// The loop variable of a scan is bounded by the values its loop gives it, as a map
+/// parameter by its range: the callee condition covers the levels (`0:M`, upwards or
+/// downwards), the callee skips its checks, and its columns are passed as pointers into
+/// the caller's fields (`plan::window_by_reference`), not copied in and out at every
+/// row; results equal the interpreter's on the CPU and on the emulated device, empty
+/// extents included.
+#[test]
+fn a_scan_callee_runs_on_its_columns_in_place_under_its_maps_condition() {
+    for down in [false, true] {
+        let s = scan(down, 0);
+        assert_eq!(callees(&s), CheckPolicy::Never, "down {down}");
+        let c = run(&s, &[(5, 4), (1, 1), (0, 3), (7, 0), (3, 9)]);
+        assert!(c.contains("sdf_e, 1);"), "{c}");
+        // The unchecked versions pass pointers to the rows; the checked one copies.
+        let views = c
+            .lines()
+            .filter(|l| l.contains("(void*)&a_u[") && l.contains("(void*)&a_v["))
+            .count();
+        assert_eq!(views, 2, "{c}");
+        let copies = c.matches("* sdf_c_o = (double*)calloc(").count();
+        assert_eq!(copies, 1, "only the checked version copies: {c}");
+        run_cuda(&s, &[(5, 4), (1, 1), (0, 3), (3, 9)]);
+    }
+}
+
+/// A scan whose loop reads one level past its column is not covered: the callee checks
+/// itself (its columns copied), and the program stops with the interpreter's error, on
+/// the CPU and on the emulated device.
+#[test]
+fn a_scan_reading_past_its_column_fails_with_the_interpreters_error() {
+    let s = scan(false, 1);
+    let CheckPolicy::AtBind(c) = callees(&s) else {
+        panic!("expected a bind-time condition, got {:?}", callees(&s));
+    };
+    let at = |n: i64, m: i64| {
+        c.eval(&|x| match x {
+            "N" => Some(n),
+            "M" => Some(m),
+            _ => None,
+        })
+        .unwrap()
+    };
+    // Fails where a level is read; holds where the loop runs no level.
+    assert_eq!((at(4, 3), at(4, 1), at(4, 0)), (0, 0, 1));
+    let symbols = [
+        ("N".to_string(), Value::I64(4)),
+        ("M".to_string(), Value::I64(3)),
+    ]
+    .into_iter()
+    .collect();
+    let b = random_bindings(&s, &symbols, 3).unwrap();
+    let mut expected = b.clone();
+    let e = interp::run(&s, &mut expected).unwrap_err().to_string();
+    assert!(e.contains("index 3 out of bounds"), "{e}");
+    let cpu = backend().build(&s).unwrap();
+    cpu.set_threads(2);
+    let c = cpu.run_bindings(&mut b.clone()).unwrap_err().to_string();
+    assert_eq!(c, format!("program 'scan_up': {e}"));
+    let cuda = CudaBackend {
+        cache: None,
+        ..CudaBackend::default()
+    };
+    let handle = DeviceHandle::new(EmulatedDevice::new());
+    let mut gpu = cuda.build(&s, &handle).unwrap();
+    let c = gpu.run_bindings(&mut b.clone()).unwrap_err().to_string();
+    assert!(c.contains(&e), "device: {c}\ninterpreter: {e}");
 }

@@ -534,6 +534,15 @@ fn simplify_bin(op: SymOp, a: SymExpr, b: SymExpr) -> SymExpr {
             if a == b {
                 return a;
             }
+            // Idempotent: `max(a, max(a, x)) = max(a, x)`, either side, `min` alike.
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                if let SymExpr::Bin(o, y1, y2) = y
+                    && *o == op
+                    && (**y1 == *x || **y2 == *x)
+                {
+                    return y.clone();
+                }
+            }
             if let Some(d) = a.const_diff(&b) {
                 let a_smaller = d <= 0;
                 return if a_smaller == (op == SymOp::Min) {

@@ -206,6 +206,15 @@ struct Produce {
     wcr: bool,
 }
 
+/// A vertical scan: `s = 0.25; for k (upwards, or downwards with `down`) { o[k] =
+/// f(c[k], s); s = o[k] }`, `c` and `o` the point's columns of the step's `src` and
+/// `target` — or of `through`, a grid-shaped transient then copied whole into `target`
+/// in the same state, as GT4Py writes a scan's result.
+struct Scan {
+    down: bool,
+    through: Option<String>,
+}
+
 /// One planned dataflow step of a state.
 enum Step {
     /// A map over the grid shrunk by `domain` margins, reading `reads`, writing `target`.
@@ -260,11 +269,16 @@ enum Step {
     /// A nested SDFG computing `target = f(src)` elementwise. With `window`, its
     /// connectors are bound to the rows `1:` of both (the callee's indices shifted by
     /// one, as GT4Py binds a field's domain), and row 0 of `target` is left as it was.
+    ///
+    /// With `scan` (GT4Py's shapes), instead a map over every dimension but the last
+    /// calling at each point a nested SDFG that runs a loop along the last one — GT4Py's
+    /// vertical scan ([`Scan`]).
     Nested {
         src: String,
         target: String,
         code: String,
         window: bool,
+        scan: Option<Scan>,
     },
     /// `target = src` (copies between access nodes) in the rows `shape` says; `halo` is
     /// what is valid of `src`.
@@ -314,6 +328,8 @@ struct Gen {
     /// Whether and how to write a banded in-place update ([`Gen::banded`]; its own stream,
     /// like `zones_rng`).
     band_rng: ChaCha8Rng,
+    /// Whether a nested step is a vertical scan ([`Step::Nested`]; its own stream).
+    scan_rng: ChaCha8Rng,
     cfg: GenConfig,
     dims: Vec<&'static str>,
     b: SdfgBuilder,
@@ -362,6 +378,7 @@ pub fn generate(seed: u64, cfg: &GenConfig) -> Sdfg {
         layout_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_1a70),
         zones_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x20e5_b4c4),
         band_rng: ChaCha8Rng::seed_from_u64(seed ^ 0xba2d_0c1e),
+        scan_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5ca4_c011),
         cfg: cfg.clone(),
         dims,
         b,
@@ -1297,11 +1314,29 @@ impl Gen {
             // Every other nested step of the hazard programs binds a window (decided
             // without a draw, so the other programs stay as they were).
             let window = self.cfg.allow_hazards && self.maps % 2 == 1;
+            let scan = (self.cfg.allow_gt4py_shapes
+                && !window
+                && self.rank() >= 2
+                && self.scan_rng.random_bool(0.5))
+            .then(|| {
+                let down = self.scan_rng.random_bool(0.5);
+                let through = (self.scan_rng.random_bool(0.5)).then(|| {
+                    let name = format!("tmp{}", self.transients);
+                    self.transients += 1;
+                    let dims = self.dims.clone();
+                    let dtype = self.dtypes.get(&target).copied().unwrap_or(DType::F64);
+                    self.b.transient(&name, dtype, dims);
+                    self.dtypes.insert(name.clone(), dtype);
+                    name
+                });
+                Scan { down, through }
+            });
             return Step::Nested {
                 src,
                 target,
                 code,
                 window,
+                scan,
             };
         }
         let target = self.target(read_here, written_here);
@@ -1459,6 +1494,11 @@ impl Gen {
         }
         for s in &steps {
             match s {
+                Step::Nested {
+                    code,
+                    scan: Some(scan),
+                    ..
+                } => nested.push(self.scan_sdfg(code, s, scan.down, scalars)),
                 Step::Nested { code, .. } => nested.push(self.inner_sdfg(code, s, scalars)),
                 Step::NestedIf { code, .. } => nested.push(self.inner_if_sdfg(code, s)),
                 _ => {}
@@ -1917,6 +1957,37 @@ impl Gen {
                     Step::Nested {
                         src,
                         target,
+                        scan: Some(scan),
+                        ..
+                    } => {
+                        let inner: Sdfg = match nested.next() {
+                            Some(x) => x,
+                            None => continue,
+                        };
+                        let last = dims[rank - 1];
+                        let cols: Vec<&str> = params[..rank - 1].to_vec();
+                        let col = format!("{}, 0:{last}", cols.join(", "));
+                        let written = scan.through.as_ref().unwrap_or(target);
+                        let (inp, out) = (format!("{src}[{col}]"), format!("{written}[{col}]"));
+                        let ranges: Vec<String> =
+                            dims[..rank - 1].iter().map(|d| format!("0:{d}")).collect();
+                        let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                        let mut syms: Vec<(&str, &str)> = vec![("n", last)];
+                        if scalars {
+                            syms.extend([("w", "wf"), ("b_", "wb")]);
+                        }
+                        st.map(&label, &cols, &ranges, |m| {
+                            m.nested(inner, &syms, &[("c", &inp)], &[("o", &out)]);
+                        });
+                        if let Some(t) = &scan.through {
+                            let all: Vec<String> = dims.iter().map(|d| format!("0:{d}")).collect();
+                            let all = all.join(", ");
+                            st.copy(&format!("{t}[{all}]"), &format!("{target}[{all}]"));
+                        }
+                    }
+                    Step::Nested {
+                        src,
+                        target,
                         window,
                         ..
                     } => {
@@ -2094,6 +2165,53 @@ impl Gen {
                 m.tasklet("f", &[("a", &ia)], &[("o", &ob)], code);
             });
         });
+        b.build()
+    }
+
+    /// The callee of a scan step ([`Step::Nested`] with `scan`): `s = 0.25; for k in 0:n
+    /// (or from `n - 1` down to 0, `down`) { o[k] = f(c[k]) + s / 2, clamped; s = o[k] }`,
+    /// the carried value in a transient scalar copied in a state of its own, as GT4Py
+    /// lowers a `scan_operator`.
+    fn scan_sdfg(&self, code: &str, step: &Step, down: bool, scalars: bool) -> Sdfg {
+        let Step::Nested { src, target, .. } = step else {
+            unreachable!("called for nested steps")
+        };
+        let dtype = |c: &String| self.dtypes.get(c).copied().unwrap_or(DType::F64);
+        let mut b = SdfgBuilder::new(&format!("scan{}", self.maps));
+        b.symbol("n", DType::I64).symbol("k", DType::I64);
+        self.declare_kappa(&mut b, code);
+        let code = code.replacen("; o = min(max(acc + ", "; r = min(max(acc + s * 0.5 + ", 1);
+        let code = if scalars {
+            b.symbol("w", DType::F64).symbol("b_", DType::Bool);
+            format!("{code}; o = select(b_, r * w, r); u = o")
+        } else {
+            format!("{code}; o = r; u = r")
+        };
+        b.array("c", dtype(src), ["n"])
+            .array("o", dtype(target), ["n"])
+            .transient_scalar("s", dtype(target))
+            .transient_scalar("t", dtype(target));
+        let init = b.state("init", |st| {
+            st.tasklet("init", &[], &[("s", "s")], "s = 0.25");
+        });
+        let step = b.state("step", |st| {
+            st.tasklet(
+                "f",
+                &[("a", "c[k]"), ("s", "s")],
+                &[("o", "o[k]"), ("u", "t")],
+                &code,
+            );
+        });
+        let carry = b.state("carry", |st| {
+            st.copy("t", "s");
+        });
+        let body = Block::seq([Block::State(step), Block::State(carry)]);
+        let scan = if down {
+            Block::for_loop("k", "n - 1", "k >= 0", "k - 1", body)
+        } else {
+            Block::for_loop("k", 0, "k < n", "k + 1", body)
+        };
+        b.body(Block::seq([Block::State(init), scan]));
         b.build()
     }
 

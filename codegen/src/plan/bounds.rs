@@ -19,7 +19,9 @@
 use std::collections::BTreeMap;
 
 use sdflow_ir::propagate::{ParamBox, expr_bounds};
-use sdflow_ir::{Dataflow, Dim, NestedSdfg, Node, NodeId, Sdfg, Subset, SymExpr, SymOp};
+use sdflow_ir::{
+    Block, Dataflow, Dim, Loop, NestedSdfg, Node, NodeId, Sdfg, Subset, SymExpr, SymOp,
+};
 
 /// The condition of node `n` of `df` (a state's graph of `sdfg`); `None` when it cannot
 /// be stated (a subscript that is not affine in the map parameters, for example).
@@ -170,12 +172,19 @@ impl Collect<'_> {
 
     /// Every state-level node of callee `ns`, as [`node_condition`] collects it, with
     /// the callee's symbols bound as the call binds them (its static values included).
+    /// The callee's control flow is walked: both arms of an `if` count, and inside a
+    /// counted loop the loop variable is bounded by the values it takes ([`loop_box`]),
+    /// as a map parameter is by its range. A symbol the callee's control flow assigns
+    /// (other than such a loop variable, inside its loop) is bound to nothing.
     fn callee(&mut self, ns: &NestedSdfg) -> Option<()> {
         let mut bind = ns.symbol_mapping.clone();
         for (k, s) in &ns.sdfg.symbols {
             if let Some(v) = s.value.filter(|v| !v.dtype().is_float()) {
                 bind.insert(k.clone(), SymExpr::Int(v.as_i64()));
             }
+        }
+        for assigned in ns.sdfg.loop_and_assigned_symbols() {
+            bind.remove(&assigned);
         }
         let mut levels = self.levels.clone();
         levels.push(Level::Callee(bind));
@@ -185,31 +194,52 @@ impl Collect<'_> {
             params: Vec::new(),
             terms: Vec::new(),
         };
-        for st in &ns.sdfg.states {
-            let g = &st.graph;
-            for n in g.node_ids() {
-                match g.node(n) {
-                    Node::Map(m) => {
-                        for r in &m.ranges {
-                            if r.step.as_int().is_none_or(|s| s < 1) {
-                                let (lo, _) = inner.over_boxes(&r.step, &r.step)?;
-                                inner
-                                    .terms
-                                    .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
-                            }
+        inner.block(&ns.sdfg.body)?;
+        self.terms.append(&mut inner.terms);
+        Some(())
+    }
+
+    /// The state-level nodes of the states `b` runs, in a callee.
+    fn block(&mut self, b: &Block) -> Option<()> {
+        match b {
+            Block::State(s) => self.state(&self.sdfg.states.get(s.index())?.graph),
+            Block::Seq(bs) => bs.iter().try_for_each(|b| self.block(b)),
+            Block::If(i) => {
+                self.block(&i.then)?;
+                self.block(&i.otherwise)
+            }
+            Block::Loop(l) => {
+                let b = loop_box(l)?;
+                self.levels.push(Level::Box(vec![b]));
+                let r = self.block(&l.body);
+                self.levels.pop();
+                r
+            }
+            Block::Assign(_) => Some(()),
+        }
+    }
+
+    /// The state-level nodes of one state of a callee.
+    fn state(&mut self, g: &Dataflow) -> Option<()> {
+        for n in g.node_ids() {
+            match g.node(n) {
+                Node::Map(m) => {
+                    for r in &m.ranges {
+                        if r.step.as_int().is_none_or(|s| s < 1) {
+                            let (lo, _) = self.over_boxes(&r.step, &r.step)?;
+                            self.terms
+                                .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
                         }
-                        inner
-                            .levels
-                            .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
-                        let r = inner.graph(&m.body);
-                        inner.levels.pop();
-                        r?;
                     }
-                    _ => inner.edges_of(g, n)?,
+                    self.levels
+                        .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
+                    let r = self.graph(&m.body);
+                    self.levels.pop();
+                    r?;
                 }
+                _ => self.edges_of(g, n)?,
             }
         }
-        self.terms.append(&mut inner.terms);
         Some(())
     }
 
@@ -323,6 +353,75 @@ fn rebind(e: &SymExpr, bind: &BTreeMap<String, SymExpr>) -> Option<SymExpr> {
         .iter()
         .all(|s| bind.contains_key(s.as_str()))
         .then(|| e.substitute(bind))
+}
+
+/// The values a counted loop's variable takes in its body, as a box: a loop that counts
+/// up (`v = v + c`, `c >= 1`) from `init` while `v < e` (or `v <= e`, `e > v`, `e >= v`)
+/// runs its body with `init <= v <= e - 1`; one that counts down (`v = v - c`) while
+/// `v >= e` (or `v > e`, …) with `e <= v <= init`. Of a conjunction of conditions, every
+/// bound on the variable applies (the smallest upper one is taken, symbolically
+/// `min`). Only the loop assigns its variable (`ir::Loop`), so the bound holds
+/// wherever the body reads it; a loop that runs no iteration gives an empty box, over
+/// which every subscript is vacuously in bounds (and no state of the body runs).
+/// `None` for any other loop.
+fn loop_box(l: &Loop) -> Option<ParamBox> {
+    let v = l.var.as_str();
+    if l.init.mentions(v) {
+        return None;
+    }
+    let step = match l.update.sub(&SymExpr::sym(v)).simplify().as_int() {
+        Some(c) if c >= 1 => 1,
+        Some(c) if c <= -1 => -1,
+        _ => return None,
+    };
+    // The bounds the condition puts on `v` on the side it counts towards.
+    let mut ends: Vec<SymExpr> = Vec::new();
+    let mut conds = vec![&l.cond];
+    while let Some(c) = conds.pop() {
+        let SymExpr::Bin(op, a, b) = c else { continue };
+        let (op, a, b) = (*op, a.as_ref(), b.as_ref());
+        if op == SymOp::And {
+            conds.push(a);
+            conds.push(b);
+            continue;
+        }
+        // `v OP e` with `e` free of `v`, the comparison turned around where `v` is right.
+        let (op, e) = match (a, b) {
+            (SymExpr::Sym(x), e) if &**x == v && !e.mentions(v) => (op, e),
+            (e, SymExpr::Sym(x)) if &**x == v && !e.mentions(v) => match op {
+                SymOp::Lt => (SymOp::Gt, e),
+                SymOp::Le => (SymOp::Ge, e),
+                SymOp::Gt => (SymOp::Lt, e),
+                SymOp::Ge => (SymOp::Le, e),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let one = SymExpr::Int(1);
+        match (step, op) {
+            (1, SymOp::Lt) => ends.push(e.sub(&one)),
+            (1, SymOp::Le) => ends.push(e.clone()),
+            (-1, SymOp::Gt) => ends.push(e.add(&one)),
+            (-1, SymOp::Ge) => ends.push(e.clone()),
+            _ => {}
+        }
+    }
+    let combine = |op| {
+        ends.iter()
+            .cloned()
+            .reduce(|x, y| SymExpr::bin(op, x, y))
+            .map(|e| e.simplify())
+    };
+    let (lo, hi) = if step == 1 {
+        (l.init.clone(), combine(SymOp::Min)?)
+    } else {
+        (combine(SymOp::Max)?, l.init.clone())
+    };
+    Some(ParamBox {
+        name: l.var.clone(),
+        lo,
+        hi,
+    })
 }
 
 /// How many min/max splits `bounds_over` may make for one expression.

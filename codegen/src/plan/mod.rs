@@ -921,6 +921,98 @@ pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
         && !ns.sdfg.writes(conn)
 }
 
+/// Whether connector `conn` of nested-SDFG node `n` can be passed as a view of the
+/// caller's array where the callee's conditions are covered by its map's
+/// (`bounds::callee_condition` held): its memlet is a unit-step box of one caller array
+/// (a GT4Py scan's column, `tmp[i, 0:K]`), read, written or both (then the same box
+/// both ways), without a write-conflict resolution; the callee's array, of the same
+/// type, has the box's extents (its dimensions of one index left out, or kept as extents
+/// of 1) and the caller's strides in those dimensions, under the symbol mapping, extents
+/// compared as element counts (`max(0, e)`); and no other connector of the call names
+/// the caller's array. The callee then reads and writes the caller's elements where a
+/// copy would have put them: the same values, in the same places, without a buffer
+/// allocated, filled and written back at every point. Under the map's condition the
+/// box lies inside the caller's array and every subscript of the callee inside the
+/// callee's extents, that is inside the box. What differs is only a callee that stops
+/// with an error after writing part of its box: it leaves those writes, where the
+/// interpreter writes nothing back (`docs/backend-cpu.md`, what differs by design).
+pub fn window_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) -> bool {
+    let Node::Nested(ns) = df.node(n) else {
+        return false;
+    };
+    let ins: Vec<EdgeId> = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).dst_conn.as_deref() == Some(conn))
+        .collect();
+    let outs: Vec<EdgeId> = df
+        .out_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).src_conn.as_deref() == Some(conn))
+        .collect();
+    let m = match (ins.as_slice(), outs.as_slice()) {
+        ([e], []) | ([], [e]) => &df.edge(*e).memlet,
+        ([a], [b]) if df.edge(*a).memlet == df.edge(*b).memlet => &df.edge(*a).memlet,
+        _ => return false,
+    };
+    let (Some(DataDesc::Array(outer)), Some(DataDesc::Array(inner))) =
+        (sdfg.arrays.get(&m.data), ns.sdfg.arrays.get(conn))
+    else {
+        return false;
+    };
+    if m.wcr.is_some()
+        || m.other_subset.is_some()
+        || inner.transient
+        || inner.dtype != outer.dtype
+        || inner.shape.is_empty()
+        || m.subset.rank() != outer.shape.len()
+        || inner.strides.len() != inner.shape.len()
+    {
+        return false;
+    }
+    // Only this connector names the caller's array.
+    let others = df
+        .in_edges(n)
+        .into_iter()
+        .filter(|&e| df.edge(e).dst_conn.as_deref() != Some(conn))
+        .chain(
+            df.out_edges(n)
+                .into_iter()
+                .filter(|&e| df.edge(e).src_conn.as_deref() != Some(conn)),
+        )
+        .any(|e| df.edge(e).memlet.data == m.data);
+    if others {
+        return false;
+    }
+    // The box's dimensions as (extent, the caller's stride), ranges alone or all.
+    let mut ranges = Vec::new();
+    let mut all = Vec::new();
+    for (k, d) in m.subset.0.iter().enumerate() {
+        let stride = outer.strides.get(k).cloned().unwrap_or(SymExpr::Int(1));
+        match d {
+            sdflow_ir::Dim::Range { start, end, step } if step.as_int() == Some(1) => {
+                let ext = end.sub(start);
+                ranges.push((ext.clone(), stride.clone()));
+                all.push((ext, stride));
+            }
+            sdflow_ir::Dim::Index(_) => all.push((SymExpr::Int(1), stride)),
+            _ => return false,
+        }
+    }
+    let count = |e: &SymExpr| SymExpr::max(&SymExpr::Int(0), e);
+    let mapped = |e: &SymExpr| e.substitute(&ns.symbol_mapping).simplify();
+    let fits = |dims: &[(SymExpr, SymExpr)]| {
+        dims.len() == inner.shape.len()
+            && dims.iter().zip(inner.shape.iter().zip(&inner.strides)).all(
+                |((ext, stride), (n, s))| {
+                    count(&mapped(n)) == count(ext)
+                        && (mapped(s) == stride.simplify() || count(ext) == SymExpr::Int(1))
+                },
+            )
+    };
+    fits(&ranges) || fits(&all)
+}
+
 /// Whether a map body (at any depth) calls a nested SDFG that combines into one of its
 /// arguments with a write-conflict resolution inside it (DaCe's frontend writes
 /// `total += x` in a map so, the outer edges without one). A nested call copies its

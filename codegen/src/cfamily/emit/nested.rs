@@ -120,6 +120,19 @@ impl Emitter<'_> {
             .filter(|a| crate::plan::passed_by_reference(sc.sdfg, df, n, &a.name))
             .map(|a| a.name.as_str())
             .collect();
+        // Where the map's callee condition covers the callee, connectors bound to a box
+        // of one caller array (a scan's column) get a pointer into it
+        // (`plan::window_by_reference`).
+        let windows: BTreeSet<&str> = isig
+            .arrays
+            .iter()
+            .filter(|a| {
+                matches!(sc.callee_pre, Pre::Yes)
+                    && !by_ref.contains(a.name.as_str())
+                    && crate::plan::window_by_reference(sc.sdfg, df, n, &a.name)
+            })
+            .map(|a| a.name.as_str())
+            .collect();
         for a in &isig.arrays {
             if by_ref.contains(a.name.as_str()) {
                 let data = in_edges
@@ -128,6 +141,21 @@ impl Emitter<'_> {
                     .map_or(a.name.as_str(), |e| e.memlet.data.as_str());
                 ptrs.push(format!("(void*)a_{data}"));
                 continue;
+            }
+            if windows.contains(a.name.as_str()) {
+                let m = in_edges
+                    .iter()
+                    .find(|e| e.dst_conn.as_deref() == Some(&a.name))
+                    .or_else(|| {
+                        out_edges
+                            .iter()
+                            .find(|e| e.src_conn.as_deref() == Some(&a.name))
+                    })
+                    .map(|e| &e.memlet);
+                if let Some(m) = m {
+                    ptrs.push(format!("(void*)&{}", sc.elem(&m.data, &m.subset)));
+                    continue;
+                }
             }
             let t = ctype(a.dtype);
             let size: Vec<String> = a
@@ -214,6 +242,9 @@ impl Emitter<'_> {
         self.indent += 1;
         for e in &out_edges {
             let Some(c) = &e.src_conn else { continue };
+            if windows.contains(c.as_str()) {
+                continue;
+            }
             let Some(a) = isig.arrays.iter().find(|a| a.name == *c) else {
                 continue;
             };
@@ -227,11 +258,11 @@ impl Emitter<'_> {
         }
         self.indent -= 1;
         self.line("}");
-        for a in isig
-            .arrays
-            .iter()
-            .filter(|a| small_len(&a.shape).is_none() && !by_ref.contains(a.name.as_str()))
-        {
+        for a in isig.arrays.iter().filter(|a| {
+            small_len(&a.shape).is_none()
+                && !by_ref.contains(a.name.as_str())
+                && !windows.contains(a.name.as_str())
+        }) {
             self.line(&format!("free(sdf_c_{});", a.name));
         }
         self.indent -= 1;
