@@ -13,7 +13,10 @@ use sdflow_ir::propagate::{BoundaryMemo, map_boundary_memo};
 pub use sdflow_ir::uses::{
     Use, control_names, for_each_use, node_reads_writes, reads_writes, tables_read,
 };
-use sdflow_ir::{Block, Dataflow, Dim, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset, SymExpr};
+use sdflow_ir::{
+    Block, DataDesc, Dataflow, Dim, EdgeId, Expr, Memlet, Node, NodeId, Sdfg, StateId, Subset,
+    SymExpr, SymOp,
+};
 
 /// A producer → access node → consumers chain: the access node has exactly one
 /// in-edge, from a node that is not an access node (a map, tasklet, nested SDFG or library
@@ -789,6 +792,185 @@ fn map_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> b
         b.iter()
             .zip(shape)
             .all(|((lo, hi), extent)| lo.simplify().as_int() == Some(0) && same_extent(hi, extent))
+    })
+}
+
+/// Whether map `m` writes every element of `data` (of extents `shape`) through a nested
+/// SDFG its body calls at every point, as GT4Py's vertical scans do (a column `t[i, 0:K]`
+/// at each horizontal point): the body's only write of `data` is that call's out-edge,
+/// without a write-conflict resolution, whose subset is `p + c` in one distinct map
+/// parameter (step 1) or a range free of them in each dimension, together exactly
+/// `0:shape`; the call reads nothing of `data` (a connector written whole starts from no
+/// caller value); its connector's array has the subset's extents under the symbol
+/// mapping; and the callee writes every element of that array ([`callee_writes_whole`]).
+/// The copy-out of a call writes its whole window, so the map then writes `data` whole
+/// with values the callee computed, whatever `data` held before.
+pub fn map_callee_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[SymExpr]) -> bool {
+    let body = &m.body;
+    let writers: Vec<EdgeId> = body
+        .edge_ids()
+        .into_iter()
+        .filter(|&e| body.node(body.endpoints(e).1).as_access() == Some(data))
+        .collect();
+    let [e] = writers.as_slice() else {
+        return false;
+    };
+    let (n, _) = body.endpoints(*e);
+    let Node::Nested(ns) = body.node(n) else {
+        return false;
+    };
+    let edge = body.edge(*e);
+    let (Some(conn), None) = (edge.src_conn.as_deref(), edge.memlet.wcr) else {
+        return false;
+    };
+    let nested_maps_write = body.node_ids().into_iter().any(|x| match body.node(x) {
+        Node::Map(inner) => inner
+            .body
+            .node_ids()
+            .into_iter()
+            .any(|y| inner.body.node(y).as_access() == Some(data)),
+        _ => false,
+    });
+    let reads_data = body.in_edges(n).into_iter().any(|i| {
+        body.edge(i).memlet.data == data || body.edge(i).dst_conn.as_deref() == Some(conn)
+    });
+    if nested_maps_write || reads_data || edge.memlet.subset.rank() != shape.len() {
+        return false;
+    }
+    let Some(DataDesc::Array(inner)) = ns.sdfg.arrays.get(conn) else {
+        return false;
+    };
+    let params: Vec<&str> = m.params.iter().map(String::as_str).collect();
+    let mut used = BTreeSet::new();
+    let mut extents = Vec::new();
+    for (d, extent) in edge.memlet.subset.0.iter().zip(shape) {
+        let (lo, hi) = match d {
+            Dim::Index(x) => {
+                let Some((coeffs, c)) = x.affine_in(&params) else {
+                    return false;
+                };
+                let Some((k, _)) = m
+                    .params
+                    .iter()
+                    .enumerate()
+                    .find(|(_, p)| coeffs.len() == 1 && coeffs.get(*p) == Some(&1))
+                else {
+                    return false;
+                };
+                let r = &m.ranges[k];
+                if !used.insert(k) || r.step.as_int() != Some(1) {
+                    return false;
+                }
+                (r.start.add(&c), r.end.add(&c))
+            }
+            Dim::Range { start, end, step }
+                if step.as_int() == Some(1)
+                    && !params.iter().any(|p| start.mentions(p) || end.mentions(p)) =>
+            {
+                extents.push(end.sub(start));
+                (start.clone(), end.clone())
+            }
+            _ => return false,
+        };
+        if lo.simplify().as_int() != Some(0) || !same_extent(&hi, extent) {
+            return false;
+        }
+    }
+    let count = |e: &SymExpr| SymExpr::max(&SymExpr::Int(0), e);
+    let mapped = |e: &SymExpr| e.substitute(&ns.symbol_mapping).simplify();
+    extents.len() == inner.shape.len()
+        && extents
+            .iter()
+            .zip(&inner.shape)
+            .all(|(x, n)| count(x) == count(&mapped(n)))
+        && callee_writes_whole(&ns.sdfg, conn)
+}
+
+/// Whether SDFG `sdfg` writes every element of its one-dimensional array `conn` whenever
+/// it runs to its end: a counted loop of its top-level sequence (under no condition) steps
+/// its variable `v` by one from `init` over exactly the values `0 - c` to `n - 1 - c` (`v <
+/// e` or `v <= e` counting up, `v >= e` or `v > e` counting down; `init` and `e` free of
+/// symbols the SDFG assigns), and a state of the loop body's top-level sequence writes
+/// `conn[v + c]` from a tasklet (which writes its outputs every time it runs) or by a
+/// copy of one element, without a write-conflict resolution. GT4Py's scans write their
+/// column so.
+pub fn callee_writes_whole(sdfg: &Sdfg, conn: &str) -> bool {
+    let Some(DataDesc::Array(a)) = sdfg.arrays.get(conn) else {
+        return false;
+    };
+    let [n] = a.shape.as_slice() else {
+        return false;
+    };
+    let assigned = sdfg.loop_and_assigned_symbols();
+    let top: &[Block] = match &sdfg.body {
+        Block::Seq(items) => items,
+        other => std::slice::from_ref(other),
+    };
+    top.iter().any(|b| {
+        let Block::Loop(l) = b else { return false };
+        let v = l.var.as_str();
+        let step = l.update.sub(&SymExpr::sym(v)).simplify().as_int();
+        let SymExpr::Bin(op, x, e) = &l.cond else {
+            return false;
+        };
+        let (op, e) = match (x.as_ref(), e.as_ref()) {
+            (SymExpr::Sym(s), e) if &**s == v => (*op, e.clone()),
+            _ => return false,
+        };
+        let free = l.init.free_symbols().into_iter().chain(e.free_symbols());
+        if l.init.mentions(v)
+            || e.mentions(v)
+            || free.into_iter().any(|s| assigned.contains(s.as_str()))
+        {
+            return false;
+        }
+        let one = SymExpr::Int(1);
+        // The first and the last value the loop gives `v`.
+        let (first, last) = match (step, op) {
+            (Some(1), SymOp::Lt) => (l.init.clone(), e.sub(&one)),
+            (Some(1), SymOp::Le) => (l.init.clone(), e),
+            (Some(-1), SymOp::Ge) => (e, l.init.clone()),
+            (Some(-1), SymOp::Gt) => (e.add(&one), l.init.clone()),
+            _ => return false,
+        };
+        let items: &[Block] = match l.body.as_ref() {
+            Block::Seq(items) => items,
+            other => std::slice::from_ref(other),
+        };
+        items.iter().any(|b| {
+            let Block::State(id) = b else { return false };
+            let Some(st) = sdfg.states.get(id.index()) else {
+                return false;
+            };
+            let g = &st.graph;
+            g.edge_ids().into_iter().any(|w| {
+                let (src, dst) = g.endpoints(w);
+                let m = &g.edge(w).memlet;
+                // A tasklet's write, or a copy of one element (a scalar the iteration
+                // computed), whose memlet may name either end.
+                let at = match g.node(src) {
+                    Node::Tasklet(_) if m.data == conn => &m.subset,
+                    Node::Access(x) if m.data == conn && x != conn => &m.subset,
+                    Node::Access(x) if m.data == *x && x != conn => match &m.other_subset {
+                        Some(o) if m.subset.0.is_empty() || m.subset.is_element() => o,
+                        _ => return false,
+                    },
+                    _ => return false,
+                };
+                let [Dim::Index(at)] = at.0.as_slice() else {
+                    return false;
+                };
+                let Some((coeffs, c)) = at.affine_in(&[v]) else {
+                    return false;
+                };
+                g.node(dst).as_access() == Some(conn)
+                    && m.wcr.is_none()
+                    && coeffs.len() == 1
+                    && coeffs.get(v) == Some(&1)
+                    && first.add(&c).simplify().as_int() == Some(0)
+                    && same_extent(&last.add(&c).add(&one), n)
+            })
+        })
     })
 }
 

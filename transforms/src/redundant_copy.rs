@@ -48,7 +48,9 @@ impl Pass for RedundantCopy {
         let mut ch = Changes::default();
         for (_, removed) in done {
             ch.add("copies_removed", removed.len());
-            for from in &removed {
+            let through = removed.iter().filter(|(_, t)| *t).count();
+            ch.add("copies_removed_through_callees", through);
+            for (from, _) in &removed {
                 sdfg.arrays.remove(from);
             }
         }
@@ -385,9 +387,11 @@ fn in_place_body(
 
 /// Removes the redundant copies of one state's graph; returns the containers that
 /// disappeared.
-fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<String> {
+/// The transients removed, each with whether its producer wrote it through a callee
+/// ([`crate::pattern::map_callee_writes_whole`]).
+fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<(String, bool)> {
     let mut removed = Vec::new();
-    while let Some((t1, t2, producer, shift)) = find(sdfg, graph, uses) {
+    while let Some((t1, t2, producer, shift, through)) = find(sdfg, graph, uses) {
         let from = graph.node(t1).as_access().unwrap_or_default().to_string();
         let to = graph.node(t2).as_access().unwrap_or_default().to_string();
         let in_edge = graph.in_edges(t1)[0];
@@ -409,14 +413,15 @@ fn remove_copies(sdfg: &Sdfg, uses: &DataUses, graph: &mut Dataflow) -> Vec<Stri
         }
         move_in_edges(graph, t1, t2);
         graph.graph.remove_node(t1);
-        removed.push(from);
+        removed.push((from, through));
     }
     removed
 }
 
-/// A copy to remove: `tmp`'s node, `out`'s node, the producer, and where `tmp`'s indices
-/// land in `out` (`None`: the same indices).
-type Found = (NodeId, NodeId, NodeId, Option<Vec<SymExpr>>);
+/// A copy to remove: `tmp`'s node, `out`'s node, the producer, where `tmp`'s indices
+/// land in `out` (`None`: the same indices), and whether the producer writes `tmp`
+/// through the callee its body calls.
+type Found = (NodeId, NodeId, NodeId, Option<Vec<SymExpr>>, bool);
 
 /// Where a whole copy of a container of shape `from` lands in one of shape `to` through
 /// `other`: `Some(None)` at the same indices (the whole of `to`, same shape), `Some(Some(
@@ -508,8 +513,20 @@ fn find(sdfg: &Sdfg, df: &Dataflow, uses: &DataUses) -> Option<Found> {
         {
             continue;
         }
+        // Or, unshifted, through the callee it calls at every point (a scan's columns).
+        let through_callee = || {
+            shift
+                .as_ref()
+                .is_none_or(|s| s.iter().all(|x| x.simplify().as_int() == Some(0)))
+                && matches!(df.node(producer), Node::Map(m)
+                    if crate::pattern::map_callee_writes_whole(m, a, &da.shape))
+                && !crate::pattern::wcr_on_path(df, producer, a)
+        };
         if writes_whole(df, producer, a, &da.shape) {
-            return Some((t1, t2, producer, shift));
+            return Some((t1, t2, producer, shift, false));
+        }
+        if through_callee() {
+            return Some((t1, t2, producer, None, true));
         }
     }
     None

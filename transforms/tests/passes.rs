@@ -1859,3 +1859,108 @@ fn a_layout_specialized_column_major_fixes_unit_strides_and_lays_out_the_transie
     ]);
     assert_eq!(dims, [("out".to_string(), 1), ("u".to_string(), 0)].into());
 }
+
+/// GT4Py's vertical scan writing a transient that is then copied whole into `out`: at
+/// every row `i` of `0:N` a callee loops over the `M` levels of `t[i, 0:M]` (upwards, or
+/// `down`), carrying `s`, and writes each level — by a copy of the scalar the iteration
+/// computed (`by_copy`, as GT4Py does) or from the tasklet. `from` is where the upward
+/// loop starts; with `guarded` the loop runs under a condition on `f`.
+fn scan_through(down: bool, by_copy: bool, from: i64, guarded: bool) -> Sdfg {
+    let mut c = SdfgBuilder::new("column");
+    c.symbol("n", DType::I64)
+        .symbol("k", DType::I64)
+        .symbol("f", DType::I64)
+        .array("c", DType::F64, ["n"])
+        .array("o", DType::F64, ["n"])
+        .transient_scalar("s", DType::F64)
+        .transient_scalar("r", DType::F64);
+    let init = c.state("init", |s| {
+        s.tasklet("init", &[], &[("s", "s")], "s = 0.5");
+    });
+    let step = c.state("step", |s| {
+        if by_copy {
+            s.tasklet(
+                "f",
+                &[("a", "c[k]"), ("s", "s")],
+                &[("o", "r")],
+                "o = a + s * 0.5",
+            );
+            s.copy("r", "o[k]");
+        } else {
+            s.tasklet(
+                "f",
+                &[("a", "c[k]"), ("s", "s")],
+                &[("o", "o[k]"), ("u", "r")],
+                "v = a + s * 0.5; o = v; u = v",
+            );
+        }
+    });
+    let carry = c.state("carry", |s| {
+        s.copy("r", "s");
+    });
+    let body = Block::seq([Block::State(step), Block::State(carry)]);
+    let levels = if down {
+        Block::for_loop("k", "n - 1", "k >= 0", "k - 1", body)
+    } else {
+        Block::for_loop("k", from, "k < n", "k + 1", body)
+    };
+    let levels = if guarded {
+        Block::if_else("f > 0", levels, Block::empty())
+    } else {
+        levels
+    };
+    c.body(Block::seq([Block::State(init), levels]));
+    let callee = c.build();
+    let mut b = SdfgBuilder::new("scan");
+    b.symbol("N", DType::I64)
+        .symbol("M", DType::I64)
+        .symbol("F", DType::I64)
+        .array("u", DType::F64, ["N", "M"])
+        .array("out", DType::F64, ["N", "M"])
+        .transient("t", DType::F64, ["N", "M"]);
+    b.state("s", |s| {
+        s.map("columns", &["i"], &["0:N"], |m| {
+            m.nested(
+                callee,
+                &[("n", "M"), ("f", "F")],
+                &[("c", "u[i, 0:M]")],
+                &[("o", "t[i, 0:M]")],
+            );
+        });
+        s.copy("t[0:N, 0:M]", "out[0:N, 0:M]");
+    });
+    let s = b.build();
+    assert_eq!(s.validate(), Ok(()));
+    s
+}
+
+/// A scan's transient copied whole into the output is the output: every level of every
+/// column is written by the callee's loop, so the callee writes `out` directly. Not where
+/// the loop skips a level or may not run at all: `out` would keep its old values there,
+/// where the copy brought the transient's.
+#[test]
+fn a_scans_transient_copied_whole_becomes_its_destination() {
+    let cases: &[&[(&str, i64)]] = &[
+        &[("N", 3), ("M", 4), ("F", 1)],
+        &[("N", 2), ("M", 0), ("F", 0)],
+    ];
+    for (down, by_copy) in [(false, true), (true, true), (false, false), (true, false)] {
+        let s0 = scan_through(down, by_copy, 0, false);
+        let mut s = s0.clone();
+        let c = RedundantCopy.run(&mut s);
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(c.get("copies_removed"), 1, "down {down}, by copy {by_copy}");
+        assert_eq!(c.get("copies_removed_through_callees"), 1);
+        assert!(!s.arrays.contains_key("t"));
+        for syms in cases {
+            same_results(&s0, &s, syms);
+        }
+    }
+    let skips = scan_through(false, true, 1, false);
+    refused(&skips, "copies_removed", "the loop skips level 0", cases);
+    let late = scan_through(false, false, 1, false);
+    refused(&late, "copies_removed", "the loop skips level 0", cases);
+    let guarded = scan_through(false, true, 0, true);
+    let with_f0: &[&[(&str, i64)]] = &[&[("N", 3), ("M", 4), ("F", 0)]];
+    refused(&guarded, "copies_removed", "the loop may not run", with_f0);
+}

@@ -363,6 +363,7 @@ fn random_programs_exercise_the_passes() {
         with_callees += usize::from(report.callees > 0);
         for rule in [
             "copies_removed_in_place",
+            "copies_removed_through_callees",
             "transients_merged",
             "maps_fused_recompute",
             "maps_fused_through_several",
@@ -413,6 +414,7 @@ fn random_programs_exercise_the_passes() {
         "move_into_if",
         "egraph",
         "copies_removed_in_place",
+        "copies_removed_through_callees",
         "transients_merged",
         "maps_fused_recompute",
         "maps_fused_through_several",
