@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use sdflow_ir::propagate::{ParamBox, expr_bounds};
 use sdflow_ir::{
-    Block, Dataflow, Dim, Loop, NestedSdfg, Node, NodeId, Sdfg, Subset, SymExpr, SymOp,
+    Block, Dataflow, Dim, Loop, MapScope, NestedSdfg, Node, NodeId, Sdfg, Subset, SymExpr, SymOp,
 };
 
 /// The condition of node `n` of `df` (a state's graph of `sdfg`); `None` when it cannot
@@ -130,22 +130,27 @@ impl Collect<'_> {
         }
         for n in g.node_ids() {
             if let Node::Map(m) = g.node(n) {
-                for r in &m.ranges {
-                    if r.step.as_int().is_none_or(|s| s < 1) {
-                        let (lo, _) = self.over_boxes(&r.step, &r.step)?;
-                        self.terms
-                            .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
-                    }
-                }
-                self.levels
-                    .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
-                self.params.extend(m.params.iter().cloned());
-                let r = self.graph(&m.body);
-                self.levels.pop();
-                r?;
+                self.map(m)?;
             }
         }
         Some(())
+    }
+
+    /// A map inside the node: its steps positive, then its body over its parameters' box.
+    fn map(&mut self, m: &MapScope) -> Option<()> {
+        for r in &m.ranges {
+            if r.step.as_int().is_none_or(|s| s < 1) {
+                let (lo, _) = self.over_boxes(&r.step, &r.step)?;
+                self.terms
+                    .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
+            }
+        }
+        self.levels
+            .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
+        self.params.extend(m.params.iter().cloned());
+        let r = self.graph(&m.body);
+        self.levels.pop();
+        r
     }
 
     /// The nested SDFGs of a map body and of the maps inside it (`found` set when there
@@ -223,20 +228,7 @@ impl Collect<'_> {
     fn state(&mut self, g: &Dataflow) -> Option<()> {
         for n in g.node_ids() {
             match g.node(n) {
-                Node::Map(m) => {
-                    for r in &m.ranges {
-                        if r.step.as_int().is_none_or(|s| s < 1) {
-                            let (lo, _) = self.over_boxes(&r.step, &r.step)?;
-                            self.terms
-                                .push(SymExpr::bin(SymOp::Ge, lo, SymExpr::Int(1)));
-                        }
-                    }
-                    self.levels
-                        .push(Level::Box(ParamBox::of_map(&m.params, &m.ranges)));
-                    let r = self.graph(&m.body);
-                    self.levels.pop();
-                    r?;
-                }
+                Node::Map(m) => self.map(m)?,
                 _ => self.edges_of(g, n)?,
             }
         }

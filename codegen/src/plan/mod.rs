@@ -889,18 +889,10 @@ pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
         .collect();
     let [e] = ins.as_slice() else { return false };
     let m = &df.edge(*e).memlet;
-    let (Some(DataDesc::Array(outer)), Some(DataDesc::Array(inner))) =
-        (sdfg.arrays.get(&m.data), ns.sdfg.arrays.get(conn))
-    else {
+    let Some((outer, inner)) = plain_arrays(sdfg, ns, conn, m) else {
         return false;
     };
-    if m.wcr.is_some()
-        || m.other_subset.is_some()
-        || inner.transient
-        || inner.dtype != outer.dtype
-        || inner.shape.is_empty()
-        || inner.shape.len() != outer.shape.len()
-    {
+    if inner.shape.len() != outer.shape.len() {
         return false;
     }
     let whole = m.subset.0.is_empty()
@@ -919,6 +911,28 @@ pub fn passed_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
         && same(&inner.shape, &outer.shape)
         && same(&inner.strides, &outer.strides)
         && !ns.sdfg.writes(conn)
+}
+
+/// The caller's array memlet `m` names and the callee's array of connector `conn`, when a
+/// view of one can stand for the other: plain (no write-conflict resolution, no second
+/// subset), the callee's an argument of the caller's element type and of rank one or more.
+fn plain_arrays<'a>(
+    sdfg: &'a Sdfg,
+    ns: &'a sdflow_ir::NestedSdfg,
+    conn: &str,
+    m: &Memlet,
+) -> Option<(&'a sdflow_ir::Array, &'a sdflow_ir::Array)> {
+    let (Some(DataDesc::Array(outer)), Some(DataDesc::Array(inner))) =
+        (sdfg.arrays.get(&m.data), ns.sdfg.arrays.get(conn))
+    else {
+        return None;
+    };
+    (m.wcr.is_none()
+        && m.other_subset.is_none()
+        && !inner.transient
+        && inner.dtype == outer.dtype
+        && !inner.shape.is_empty())
+    .then_some((outer, inner))
 }
 
 /// Whether connector `conn` of nested-SDFG node `n` can be passed as a view of the
@@ -955,19 +969,10 @@ pub fn window_by_reference(sdfg: &Sdfg, df: &Dataflow, n: NodeId, conn: &str) ->
         ([a], [b]) if df.edge(*a).memlet == df.edge(*b).memlet => &df.edge(*a).memlet,
         _ => return false,
     };
-    let (Some(DataDesc::Array(outer)), Some(DataDesc::Array(inner))) =
-        (sdfg.arrays.get(&m.data), ns.sdfg.arrays.get(conn))
-    else {
+    let Some((outer, inner)) = plain_arrays(sdfg, ns, conn, m) else {
         return false;
     };
-    if m.wcr.is_some()
-        || m.other_subset.is_some()
-        || inner.transient
-        || inner.dtype != outer.dtype
-        || inner.shape.is_empty()
-        || m.subset.rank() != outer.shape.len()
-        || inner.strides.len() != inner.shape.len()
-    {
+    if m.subset.rank() != outer.shape.len() || inner.strides.len() != inner.shape.len() {
         return false;
     }
     // Only this connector names the caller's array.
