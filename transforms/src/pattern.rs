@@ -892,8 +892,8 @@ pub fn map_callee_writes_whole(m: &sdflow_ir::MapScope, data: &str, shape: &[Sym
 /// e` or `v <= e` counting up, `v >= e` or `v > e` counting down; `init` and `e` free of
 /// symbols the SDFG assigns), and a state of the loop body's top-level sequence writes
 /// `conn[v + c]` from a tasklet (which writes its outputs every time it runs) or by a
-/// copy of one element, without a write-conflict resolution. GT4Py's scans write their
-/// column so.
+/// copy of one element, without a write-conflict resolution; and nothing in it reads
+/// `conn` (its elements start as the caller's). GT4Py's scans write their column so.
 pub fn callee_writes_whole(sdfg: &Sdfg, conn: &str) -> bool {
     let Some(DataDesc::Array(a)) = sdfg.arrays.get(conn) else {
         return false;
@@ -901,6 +901,18 @@ pub fn callee_writes_whole(sdfg: &Sdfg, conn: &str) -> bool {
     let [n] = a.shape.as_slice() else {
         return false;
     };
+    // The array starts as the caller's copy: a callee that reads it could see what the
+    // caller's container held, which the rename changes.
+    fn reads(df: &Dataflow, conn: &str) -> bool {
+        df.node_ids().into_iter().any(|x| match df.node(x) {
+            Node::Access(a) => a == conn && df.out_degree(x) > 0,
+            Node::Map(m) => reads(&m.body, conn),
+            _ => false,
+        })
+    }
+    if sdfg.states.iter().any(|st| reads(&st.graph, conn)) {
+        return false;
+    }
     let assigned = sdfg.loop_and_assigned_symbols();
     let top: &[Block] = match &sdfg.body {
         Block::Seq(items) => items,

@@ -1866,6 +1866,18 @@ fn a_layout_specialized_column_major_fixes_unit_strides_and_lays_out_the_transie
 /// computed (`by_copy`, as GT4Py does) or from the tasklet. `from` is where the upward
 /// loop starts; with `guarded` the loop runs under a condition on `f`.
 fn scan_through(down: bool, by_copy: bool, from: i64, guarded: bool) -> Sdfg {
+    scan_through_reading(down, by_copy, from, guarded, false)
+}
+
+/// [`scan_through`]; with `reads_back`, each iteration also reads the level it writes
+/// (`o[k] = c[k] + s / 2 + o[k]`: the callee sees what the caller's container held).
+fn scan_through_reading(
+    down: bool,
+    by_copy: bool,
+    from: i64,
+    guarded: bool,
+    reads_back: bool,
+) -> Sdfg {
     let mut c = SdfgBuilder::new("column");
     c.symbol("n", DType::I64)
         .symbol("k", DType::I64)
@@ -1878,7 +1890,15 @@ fn scan_through(down: bool, by_copy: bool, from: i64, guarded: bool) -> Sdfg {
         s.tasklet("init", &[], &[("s", "s")], "s = 0.5");
     });
     let step = c.state("step", |s| {
-        if by_copy {
+        if reads_back {
+            s.tasklet(
+                "f",
+                &[("a", "c[k]"), ("s", "s"), ("b", "o[k]")],
+                &[("o", "r")],
+                "o = a + s * 0.5 + b",
+            );
+            s.copy("r", "o[k]");
+        } else if by_copy {
             s.tasklet(
                 "f",
                 &[("a", "c[k]"), ("s", "s")],
@@ -1937,7 +1957,8 @@ fn scan_through(down: bool, by_copy: bool, from: i64, guarded: bool) -> Sdfg {
 /// A scan's transient copied whole into the output is the output: every level of every
 /// column is written by the callee's loop, so the callee writes `out` directly. Not where
 /// the loop skips a level or may not run at all: `out` would keep its old values there,
-/// where the copy brought the transient's.
+/// where the copy brought the transient's; nor where the callee reads its column (it
+/// starts as the caller's container).
 #[test]
 fn a_scans_transient_copied_whole_becomes_its_destination() {
     let cases: &[&[(&str, i64)]] = &[
@@ -1963,4 +1984,11 @@ fn a_scans_transient_copied_whole_becomes_its_destination() {
     let guarded = scan_through(false, true, 0, true);
     let with_f0: &[&[(&str, i64)]] = &[&[("N", 3), ("M", 4), ("F", 0)]];
     refused(&guarded, "copies_removed", "the loop may not run", with_f0);
+    let reads_back = scan_through_reading(false, true, 0, false, true);
+    refused(
+        &reads_back,
+        "copies_removed",
+        "the callee reads its column",
+        cases,
+    );
 }
