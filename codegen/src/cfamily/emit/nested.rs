@@ -142,20 +142,22 @@ impl Emitter<'_> {
                 ptrs.push(format!("(void*)a_{data}"));
                 continue;
             }
-            if windows.contains(a.name.as_str()) {
-                let m = in_edges
-                    .iter()
-                    .find(|e| e.dst_conn.as_deref() == Some(&a.name))
-                    .or_else(|| {
-                        out_edges
-                            .iter()
-                            .find(|e| e.src_conn.as_deref() == Some(&a.name))
-                    })
-                    .map(|e| &e.memlet);
-                if let Some(m) = m {
-                    ptrs.push(format!("(void*)&{}", sc.elem(&m.data, &m.subset)));
-                    continue;
-                }
+            // The caller's side of the connector: its input, else an output without a wcr
+            // (what a copy is filled from; a window has no wcr).
+            let src = in_edges
+                .iter()
+                .find(|e| e.dst_conn.as_deref() == Some(&a.name))
+                .or_else(|| {
+                    out_edges
+                        .iter()
+                        .find(|e| e.src_conn.as_deref() == Some(&a.name) && e.memlet.wcr.is_none())
+                });
+            if windows.contains(a.name.as_str())
+                && let Some(e) = src
+            {
+                let m = &e.memlet;
+                ptrs.push(format!("(void*)&{}", sc.elem(&m.data, &m.subset)));
+                continue;
             }
             let t = ctype(a.dtype);
             let size: Vec<String> = a
@@ -185,16 +187,7 @@ impl Emitter<'_> {
                 )),
             }
             ptrs.push(format!("(void*)sdf_c_{}", a.name));
-            // Filled from the caller: an input, or an output that is not an input and
-            // has no wcr.
-            let src = in_edges
-                .iter()
-                .find(|e| e.dst_conn.as_deref() == Some(&a.name))
-                .or_else(|| {
-                    out_edges
-                        .iter()
-                        .find(|e| e.src_conn.as_deref() == Some(&a.name) && e.memlet.wcr.is_none())
-                });
+            // Filled from the caller's side, where there is one.
             if let Some(e) = src {
                 let el = |em: &mut Self, sub_el: &str, dt: DType| {
                     em.line(&format!(
